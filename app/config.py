@@ -1,0 +1,243 @@
+"""Everything configurable, in one place.
+
+Settings come from the environment (and an optional `.env` file). The names the
+TypeScript predecessor used are accepted as aliases so an existing env file keeps
+working. Bot tokens are secrets: they are kept as `BotToken` values whose `repr`
+and `str` are masked, so a settings dump or a validation error never prints one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+# getFile refuses files over 20 MB, and it is not certain whether Telegram means
+# 20 * 10**6 or 20 * 2**20 bytes. 19 MiB is below both; a chunk that uploads but
+# cannot be fetched back is data loss.
+MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
+
+_TOKEN_RE = re.compile(r"^(\d{3,20}):([A-Za-z0-9_-]{20,})$")
+
+
+@dataclass(frozen=True, slots=True)
+class BotToken:
+    """A bot token. Its text never reaches a log or an error: `str()` masks it."""
+
+    bot_id: int
+    secret: str
+
+    @property
+    def value(self) -> str:
+        """The full token, for building Bot API URLs. Nothing else should call this."""
+        return f"{self.bot_id}:{self.secret}"
+
+    @property
+    def masked(self) -> str:
+        return f"{self.bot_id}:***"
+
+    def __str__(self) -> str:
+        return self.masked
+
+    def __repr__(self) -> str:
+        return f"BotToken({self.masked})"
+
+    @classmethod
+    def parse(cls, text: str) -> BotToken:
+        match = _TOKEN_RE.match(text.strip())
+        if match is None:
+            # Show only what is safe: the part before ':' if it is numeric.
+            head = text.strip().split(":", 1)[0]
+            shown = f"{head}:***" if head.isdigit() else "<unparseable>"
+            raise ValueError(f"bot token {shown} is not of the form <digits>:<secret>")
+        return cls(bot_id=int(match.group(1)), secret=match.group(2))
+
+
+def _split_csv(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(part).strip() for part in value if str(part).strip()]
+    raise ValueError("expected a comma-separated list")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
+    )
+
+    # --- Telegram -------------------------------------------------------------
+    bot_tokens: Annotated[list[BotToken], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("BOT_TOKENS", "bot_tokens"),
+        description="Comma-separated bot tokens, one asyncio worker each.",
+    )
+    # Predecessor: BOT_TOKEN plus ADDITIONAL_BOT_TOKENS.
+    legacy_bot_token: str | None = Field(default=None, validation_alias="BOT_TOKEN", repr=False)
+    legacy_additional_bot_tokens: str | None = Field(
+        default=None, validation_alias="ADDITIONAL_BOT_TOKENS", repr=False
+    )
+    storage_chat_id: int | None = Field(
+        default=None,
+        validation_alias=AliasChoices("STORAGE_CHAT_ID", "STORAGE_CHANNEL_ID", "storage_chat_id"),
+    )
+    telegram_api_base: str = Field(
+        default="https://api.telegram.org",
+        validation_alias=AliasChoices("TELEGRAM_API_BASE", "telegram_api_base"),
+    )
+    telegram_local_server: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("TELEGRAM_LOCAL_SERVER", "telegram_local_server"),
+        description="A local Bot API server (--local) lifts the 20 MB getFile cap.",
+    )
+    chunk_size: int = Field(
+        default=MAX_CHUNK_SIZE,
+        gt=0,
+        validation_alias=AliasChoices("CHUNK_SIZE", "TELEGRAM_CHUNK_SIZE_BYTES", "chunk_size"),
+    )
+    max_attempts: int = Field(
+        default=10, ge=1, le=100, validation_alias=AliasChoices("MAX_ATTEMPTS", "max_attempts")
+    )
+    sends_per_minute: int = Field(
+        default=20,
+        ge=0,
+        validation_alias=AliasChoices("SENDS_PER_MINUTE", "sends_per_minute"),
+        description="Per-bot pacing of sendDocument; 0 turns pacing off.",
+    )
+    telegram_floor_bandwidth: int = Field(
+        default=256 * 1024,
+        gt=0,
+        validation_alias=AliasChoices("TELEGRAM_FLOOR_BANDWIDTH", "telegram_floor_bandwidth"),
+        description="Bytes/s below which a transfer to Telegram counts as stalled.",
+    )
+    shutdown_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        validation_alias=AliasChoices("SHUTDOWN_GRACE_SECONDS", "shutdown_grace_seconds"),
+    )
+
+    # --- Storage --------------------------------------------------------------
+    database_url: str = Field(
+        default="sqlite+aiosqlite:///./teleuploader.db",
+        validation_alias=AliasChoices("DATABASE_URL", "database_url"),
+    )
+    migration_database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("MIGRATION_DATABASE_URL", "migration_database_url"),
+        description="Direct connection for migrations (pgbouncer's transaction pool can't).",
+    )
+    inline_threshold: int = Field(
+        default=64 * 1024,
+        ge=0,
+        validation_alias=AliasChoices("INLINE_THRESHOLD", "inline_threshold"),
+        description="Objects up to this many bytes live in the database, not in Telegram.",
+    )
+    max_upload_size: int = Field(
+        default=50 * 1024 * MiB,
+        gt=0,
+        validation_alias=AliasChoices("MAX_UPLOAD_SIZE", "max_upload_size"),
+    )
+
+    # --- HTTP -----------------------------------------------------------------
+    host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "host"))
+    port: int = Field(default=4000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "port"))
+    public_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PUBLIC_BASE_URL", "BASE_URL", "public_base_url"),
+        description="Base of the download URLs handed to clients; derived from the request if unset.",
+    )
+    require_key_for_downloads: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("REQUIRE_KEY_FOR_DOWNLOADS", "require_key_for_downloads"),
+    )
+
+    # --- Logging --------------------------------------------------------------
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
+    )
+    log_format: Literal["json", "console"] = Field(
+        default="json", validation_alias=AliasChoices("LOG_FORMAT", "log_format")
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("bot_tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: Any) -> list[BotToken]:
+        if value and all(isinstance(v, BotToken) for v in value):
+            return list(value)
+        return [BotToken.parse(text) for text in _split_csv(value)]
+
+    @field_validator("telegram_api_base")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _merge_and_check(self) -> Settings:
+        legacy = _split_csv(self.legacy_bot_token) + _split_csv(self.legacy_additional_bot_tokens)
+        tokens = list(self.bot_tokens) + [BotToken.parse(text) for text in legacy]
+        unique: dict[int, BotToken] = {}
+        for token in tokens:
+            previous = unique.get(token.bot_id)
+            if previous is not None and previous != token:
+                raise ValueError(f"two different tokens are given for bot {token.bot_id}")
+            unique[token.bot_id] = token
+        self.bot_tokens = list(unique.values())
+        self.legacy_bot_token = None
+        self.legacy_additional_bot_tokens = None
+        if self.chunk_size > MAX_CHUNK_SIZE and not self.telegram_local_server:
+            raise ValueError(
+                f"CHUNK_SIZE={self.chunk_size} is above {MAX_CHUNK_SIZE} bytes (19 MiB): "
+                "Telegram's getFile refuses files over 20 MB, so such chunks could never be "
+                "downloaded; lower it, or set TELEGRAM_LOCAL_SERVER=true for a local Bot API server"
+            )
+        return self
+
+    @property
+    def bot_ids(self) -> list[int]:
+        return [token.bot_id for token in self.bot_tokens]
+
+
+class SettingsError(Exception):
+    """Settings are invalid; the message is one line naming the variable."""
+
+
+_FIELD_TO_ENV = {
+    "bot_tokens": "BOT_TOKENS",
+    "storage_chat_id": "STORAGE_CHAT_ID",
+    "telegram_api_base": "TELEGRAM_API_BASE",
+    "chunk_size": "CHUNK_SIZE",
+    "max_attempts": "MAX_ATTEMPTS",
+}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings, turning a validation error into one clear line."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = [str(part) for part in error["loc"]]
+            name = loc[0] if loc else ""
+            env = _FIELD_TO_ENV.get(name, name.upper())
+            message = str(error["msg"]).removeprefix("Value error, ")
+            problems.append(f"{env}: {message}" if env else message)
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None

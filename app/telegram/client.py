@@ -1,0 +1,253 @@
+"""A Bot API client for one bot, on its own keep-alive `httpx.AsyncClient`.
+
+Every failure comes out as one of the typed errors in `errors.py`. The token is
+part of every URL, so nothing from httpx is passed on as is: descriptions come
+from Telegram's JSON or from the exception's type, with the token scrubbed.
+
+This client does not serialise calls; the dispatcher does (one worker per bot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from app.config import BotToken
+from app.telegram.errors import (
+    BotUnusable,
+    PermanentError,
+    RateLimited,
+    TelegramError,
+    TransientError,
+)
+from app.telegram.types import BotInfo, ChatMemberInfo, FileLocation, StoredDocument
+
+CONNECT_TIMEOUT = 10.0
+# Time Telegram may take to answer once it has the whole body (it stores the file).
+SERVER_PROCESSING_ALLOWANCE = 30.0
+# Time allowed for one read of a streamed download before it counts as stalled.
+STREAM_READ_TIMEOUT = 30.0
+
+
+class BotClient:
+    def __init__(
+        self,
+        token: BotToken,
+        *,
+        api_base: str = "https://api.telegram.org",
+        floor_bandwidth: int = 256 * 1024,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.token = token
+        self.bot_id = token.bot_id
+        self._api_base = api_base.rstrip("/")
+        self._floor_bandwidth = floor_bandwidth
+        self._http = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(CONNECT_TIMEOUT, read=60.0, write=60.0),
+            limits=httpx.Limits(max_keepalive_connections=4, keepalive_expiry=60.0),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        return f"BotClient(bot_id={self.bot_id})"
+
+    # --- Bot API methods --------------------------------------------------------
+
+    async def get_me(self) -> BotInfo:
+        result = await self._call("getMe")
+        return BotInfo(
+            id=int(result["id"]),
+            username=result.get("username"),
+            first_name=str(result.get("first_name", "")),
+        )
+
+    async def send_document(
+        self,
+        chat_id: int,
+        data: bytes,
+        filename: str,
+        *,
+        caption: str | None = None,
+    ) -> StoredDocument:
+        fields: dict[str, Any] = {
+            "chat_id": str(chat_id),
+            "disable_content_type_detection": "true",
+            "disable_notification": "true",
+        }
+        if caption:
+            fields["caption"] = caption[:1024]
+        message = await self._call(
+            "sendDocument",
+            data=fields,
+            files={"document": (filename, data, "application/octet-stream")},
+            body_size=len(data),
+        )
+        return self._stored_document(message, expected_size=len(data))
+
+    async def get_file(self, file_id: str) -> FileLocation:
+        result = await self._call("getFile", data={"file_id": file_id})
+        path = result.get("file_path")
+        if not path:
+            raise PermanentError(
+                "getFile returned no file_path", status=400, bot_id=self.bot_id
+            )
+        return FileLocation(
+            file_id=str(result["file_id"]),
+            file_unique_id=str(result.get("file_unique_id", "")),
+            file_path=str(path),
+            file_size=result.get("file_size"),
+        )
+
+    async def delete_message(self, chat_id: int, message_id: int) -> None:
+        await self._call("deleteMessage", data={"chat_id": str(chat_id), "message_id": str(message_id)})
+
+    async def forward_message(
+        self, chat_id: int, from_chat_id: int, message_id: int
+    ) -> StoredDocument:
+        """Forward a stored document so that this bot gets a file_id of its own."""
+        message = await self._call(
+            "forwardMessage",
+            data={
+                "chat_id": str(chat_id),
+                "from_chat_id": str(from_chat_id),
+                "message_id": str(message_id),
+                "disable_notification": "true",
+            },
+        )
+        return self._stored_document(message, expected_size=None)
+
+    async def get_chat_member(self, chat_id: int, user_id: int) -> ChatMemberInfo:
+        result = await self._call(
+            "getChatMember", data={"chat_id": str(chat_id), "user_id": str(user_id)}
+        )
+        return ChatMemberInfo(
+            status=str(result.get("status", "")),
+            can_post_messages=bool(result.get("can_post_messages", result.get("status") == "creator")),
+            can_delete_messages=bool(
+                result.get("can_delete_messages", result.get("status") == "creator")
+            ),
+        )
+
+    @asynccontextmanager
+    async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Stream a file's bytes. Each read has its own timeout, so a stalled
+        transfer fails as a TransientError instead of hanging."""
+        url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
+        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=STREAM_READ_TIMEOUT)
+        try:
+            async with self._http.stream("GET", url, timeout=timeout) as response:
+                if response.status_code != 200:
+                    body = await response.aread()
+                    raise self._error_from_response(response.status_code, body)
+                yield self._iter_bytes(response)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+
+    async def _iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for piece in response.aiter_bytes():
+                yield piece
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+
+    # --- plumbing ---------------------------------------------------------------
+
+    def _time_budget(self, body_size: int) -> float:
+        return CONNECT_TIMEOUT + body_size / self._floor_bandwidth + SERVER_PROCESSING_ALLOWANCE
+
+    async def _call(
+        self,
+        method: str,
+        *,
+        data: dict[str, Any] | None = None,
+        files: dict[str, Any] | None = None,
+        body_size: int = 0,
+    ) -> Any:
+        url = f"{self._api_base}/bot{self.token.value}/{method}"
+        budget = self._time_budget(body_size)
+        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=budget, write=budget, pool=CONNECT_TIMEOUT)
+        try:
+            # A real deadline on the whole call: on expiry the request task is
+            # cancelled and httpx closes the connection, so no call keeps running
+            # behind the caller's back.
+            async with asyncio.timeout(budget):
+                response = await self._http.post(url, data=data, files=files, timeout=timeout)
+        except TimeoutError:
+            raise TransientError(
+                f"{method} timed out after {budget:.0f}s", bot_id=self.bot_id
+            ) from None
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc, method) from None
+        if response.status_code == 200:
+            payload = self._json(response.content)
+            if isinstance(payload, dict) and payload.get("ok") is True:
+                return payload.get("result")
+        raise self._error_from_response(response.status_code, response.content, method)
+
+    def _stored_document(self, message: Any, *, expected_size: int | None) -> StoredDocument:
+        document = message.get("document") if isinstance(message, dict) else None
+        if not isinstance(document, dict) or "file_id" not in document:
+            raise PermanentError(
+                "Telegram's reply holds no document", status=200, bot_id=self.bot_id
+            )
+        size = int(document.get("file_size", -1))
+        if expected_size is not None and size != expected_size:
+            # A retry that re-read a consumed stream once stored a truncated chunk.
+            raise TransientError(
+                f"Telegram stored {size} bytes of a {expected_size}-byte document",
+                bot_id=self.bot_id,
+            )
+        chat = message.get("chat") or {}
+        return StoredDocument(
+            bot_id=self.bot_id,
+            file_id=str(document["file_id"]),
+            file_unique_id=str(document.get("file_unique_id", "")),
+            chat_id=int(chat.get("id", 0)),
+            message_id=int(message["message_id"]),
+            size=size,
+        )
+
+    @staticmethod
+    def _json(body: bytes) -> Any:
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    def _error_from_response(self, status: int, body: bytes, method: str = "") -> TelegramError:
+        payload = self._json(body)
+        if not isinstance(payload, dict):
+            payload = {}
+        code = int(payload.get("error_code") or status)
+        description = self._scrub(str(payload.get("description") or f"HTTP {status}"))
+        if method:
+            description = f"{method}: {description}"
+        if code == 429 or status == 429:
+            parameters = payload.get("parameters") or {}
+            retry_after = parameters.get("retry_after")
+            if retry_after is None:
+                retry_after = 5
+            return RateLimited(description, retry_after=float(retry_after), bot_id=self.bot_id)
+        if code in (401, 403) or status in (401, 403):
+            return BotUnusable(description, status=code, bot_id=self.bot_id)
+        if status >= 500 or code >= 500:
+            return TransientError(description, bot_id=self.bot_id)
+        return PermanentError(description, status=code, bot_id=self.bot_id)
+
+    def _transport_error(self, exc: httpx.HTTPError, method: str = "") -> TransientError:
+        text = self._scrub(str(exc)) or type(exc).__name__
+        prefix = f"{method}: " if method else ""
+        return TransientError(f"{prefix}{type(exc).__name__}: {text}", bot_id=self.bot_id)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.token.value, self.token.masked).replace(
+            self.token.secret, "***"
+        )
