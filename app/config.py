@@ -155,7 +155,7 @@ class Settings(BaseSettings):
     public_base_url: str | None = Field(
         default=None,
         validation_alias=AliasChoices("PUBLIC_BASE_URL", "BASE_URL", "public_base_url"),
-        description="Base of the download URLs handed to clients; derived from the request if unset.",
+        description="Base of download URLs given to clients; taken from the request if unset.",
     )
     require_key_for_downloads: bool = Field(
         default=False,

@@ -96,9 +96,7 @@ class BotClient:
         result = await self._call("getFile", data={"file_id": file_id})
         path = result.get("file_path")
         if not path:
-            raise PermanentError(
-                "getFile returned no file_path", status=400, bot_id=self.bot_id
-            )
+            raise PermanentError("getFile returned no file_path", status=400, bot_id=self.bot_id)
         return FileLocation(
             file_id=str(result["file_id"]),
             file_unique_id=str(result.get("file_unique_id", "")),
@@ -107,7 +105,9 @@ class BotClient:
         )
 
     async def delete_message(self, chat_id: int, message_id: int) -> None:
-        await self._call("deleteMessage", data={"chat_id": str(chat_id), "message_id": str(message_id)})
+        await self._call(
+            "deleteMessage", data={"chat_id": str(chat_id), "message_id": str(message_id)}
+        )
 
     async def forward_message(
         self, chat_id: int, from_chat_id: int, message_id: int
@@ -130,7 +130,9 @@ class BotClient:
         )
         return ChatMemberInfo(
             status=str(result.get("status", "")),
-            can_post_messages=bool(result.get("can_post_messages", result.get("status") == "creator")),
+            can_post_messages=bool(
+                result.get("can_post_messages", result.get("status") == "creator")
+            ),
             can_delete_messages=bool(
                 result.get("can_delete_messages", result.get("status") == "creator")
             ),
@@ -248,6 +250,4 @@ class BotClient:
         return TransientError(f"{prefix}{type(exc).__name__}: {text}", bot_id=self.bot_id)
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self.token.value, self.token.masked).replace(
-            self.token.secret, "***"
-        )
+        return text.replace(self.token.value, self.token.masked).replace(self.token.secret, "***")

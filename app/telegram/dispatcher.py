@@ -1,0 +1,599 @@
+"""The per-bot dispatcher: one asyncio worker per bot token.
+
+Why it exists: Telegram answers two concurrent calls on one token with a 429 and
+a 30-60 s wait. The predecessor picked bots round-robin inside one global queue,
+so two uploads landed on one bot, and those waits made `docker push` fail.
+
+How it works (see shared/reference/per-bot-queue-design.md, made better):
+
+* Every bot has a worker that runs **one call at a time**, so no token ever has
+  two calls in flight.
+* A new upload goes to the usable bot with the fewest queued + running jobs
+  that is not cooling down (`pick_bot`). A worker that is idle takes a waiting
+  upload from another bot's queue, so a job never waits behind a busy or
+  rate-limited bot while another bot could run it.
+* 429 on a bot: it cools down for `retry_after` seconds; the job, and every
+  upload queued behind it, moves to other bots at once. If every bot is cooling
+  down, the job waits for the one whose cooldown ends first.
+* Transient error (timeout, 5xx, connection): retry on the same bot with
+  exponential backoff, up to `TRANSIENT_TRIES_PER_BOT` tries, then another bot.
+  When every usable bot has failed the job transiently, wait ~5 s and start over.
+* Permanent error: the job fails at once with Telegram's description.
+* 401/403: the bot leaves the pool (logged once); with no usable bot left every
+  job fails fast with `NoUsableBot`.
+* At most `max_attempts` attempts per job across all bots (429s count too, so a
+  job cannot loop forever), then it fails with the last error.
+* Optional pacing: at most `sends_per_minute` uploads per bot per minute, so a
+  steady load draws few 429s in the first place.
+
+Only Bot API *method* calls go through the workers. Downloading a file's bytes
+(`/file/bot<token>/...`) is not a method call and is not rate-limited the same
+way; it uses the bot's client directly (`client_for`), so a long download does
+not stall that bot's uploads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from app.telegram.client import BotClient
+from app.telegram.errors import (
+    BotUnusable,
+    DispatcherClosed,
+    NoUsableBot,
+    RateLimited,
+    TelegramError,
+    TransientError,
+)
+from app.telegram.types import BotInfo, StoredDocument
+
+log = structlog.get_logger("app.telegram.dispatcher")
+
+T = TypeVar("T")
+
+TRANSIENT_TRIES_PER_BOT = 3
+TRANSIENT_BACKOFF_BASE = 0.5
+ALL_FAILED_PAUSE = 5.0
+PACING_WINDOW = 60.0
+
+OrphanHandler = Callable[[StoredDocument], None]
+
+
+@dataclass(eq=False)
+class Job(Generic[T]):
+    """One Telegram call, re-runnable on every attempt (its payload is bytes)."""
+
+    id: int
+    kind: str
+    run: Callable[[BotClient], Awaitable[T]]
+    future: asyncio.Future[T]
+    pinned_bot: int | None = None
+    # Uploads count against the per-bot pacing budget.
+    is_send: bool = False
+    attempts: int = 0
+    tried: set[int] = field(default_factory=set)
+    transient_tries: dict[int, int] = field(default_factory=dict)
+    last_error: BaseException | None = None
+    enqueued_at: float = 0.0
+
+    @property
+    def abandoned(self) -> bool:
+        """The caller went away (its await was cancelled) or the job is settled."""
+        return self.future.done()
+
+
+@dataclass(frozen=True, slots=True)
+class BotStatus:
+    bot_id: int
+    usable: bool
+    cooling_down_for: float
+    queued: int
+    running: bool
+    sends: int
+    bytes_sent: int
+    rate_limited: int
+    errors: dict[str, int]
+
+
+class BotWorker:
+    """State of one bot plus the loop that runs its jobs one at a time."""
+
+    def __init__(self, client: BotClient, index: int) -> None:
+        self.client = client
+        self.bot_id = client.bot_id
+        self.index = index
+        self.queue: deque[Job[Any]] = deque()
+        self.running: Job[Any] | None = None
+        self.usable = True
+        self.cooldown_until = 0.0
+        self.last_assigned = 0
+        self.send_times: deque[float] = deque()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        # Counters for /ready and /metrics.
+        self.sends = 0
+        self.bytes_sent = 0
+        self.rate_limited = 0
+        self.errors: dict[str, int] = {}
+
+    @property
+    def load(self) -> int:
+        return len(self.queue) + (1 if self.running is not None else 0)
+
+    def cooling(self, now: float) -> bool:
+        return self.cooldown_until > now
+
+    def pacing_delay(self, now: float, budget: int, window: float) -> float:
+        """Seconds until this bot may send another document (0 = now): at most
+        `budget` sends in any `window` seconds."""
+        if budget <= 0:
+            return 0.0
+        while self.send_times and self.send_times[0] <= now - window:
+            self.send_times.popleft()
+        if len(self.send_times) < budget:
+            return 0.0
+        return self.send_times[0] + window - now
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        clients: list[BotClient],
+        *,
+        chat_id: int,
+        max_attempts: int = 10,
+        sends_per_minute: int = 0,
+        on_orphan: OrphanHandler | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        transient_backoff: float = TRANSIENT_BACKOFF_BASE,
+        all_failed_pause: float = ALL_FAILED_PAUSE,
+        pacing_window: float = PACING_WINDOW,
+    ) -> None:
+        if not clients:
+            raise ValueError("the dispatcher needs at least one bot")
+        self.chat_id = chat_id
+        self.max_attempts = max_attempts
+        self.sends_per_minute = sends_per_minute
+        self.on_orphan = on_orphan
+        self._clock = clock
+        self._transient_backoff = transient_backoff
+        self._all_failed_pause = all_failed_pause
+        self._pacing_window = pacing_window
+        self.workers: dict[int, BotWorker] = {
+            c.bot_id: BotWorker(c, index) for index, c in enumerate(clients)
+        }
+        self._job_ids = itertools.count(1)
+        self._assignments = itertools.count(1)
+        self._accepting = False
+        self._delayed: set[asyncio.TimerHandle] = set()
+        self._delayed_jobs: set[Job[Any]] = set()
+        # Set whenever no job is queued, running or waiting to be re-routed.
+        self._idle = asyncio.Event()
+
+    # --- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._accepting = True
+        for worker in self.workers.values():
+            worker.task = asyncio.create_task(
+                self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
+            )
+
+    async def stop(self, grace: float = 30.0) -> None:
+        """Two-phase stop: take no new jobs, let queued and running ones finish
+        within `grace` seconds, then cancel what is left."""
+        self._accepting = False
+        self._update_idle()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
+        closed = DispatcherClosed("the dispatcher stopped before the job could run")
+        for job in list(self._delayed_jobs):
+            self._fail(job, closed)
+        self._delayed_jobs.clear()
+        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for worker in self.workers.values():
+            for job in worker.queue:
+                self._fail(job, closed)
+            worker.queue.clear()
+            await worker.client.aclose()
+        log.info("dispatcher_stopped", workers=len(tasks))
+
+    def _pending_jobs(self) -> int:
+        queued = sum(w.load for w in self.workers.values())
+        return queued + len(self._delayed_jobs)
+
+    # --- public calls -------------------------------------------------------------
+
+    async def send_document(
+        self, data: bytes, filename: str, *, caption: str | None = None
+    ) -> StoredDocument:
+        """Store `data` as a document in the storage chat through some bot."""
+        chat_id = self.chat_id
+
+        def run(client: BotClient) -> Awaitable[StoredDocument]:
+            return client.send_document(chat_id, data, filename, caption=caption)
+
+        return await self._submit("sendDocument", run, is_send=True)
+
+    async def forward_message(
+        self, from_chat_id: int, message_id: int, *, exclude: set[int] | None = None
+    ) -> StoredDocument:
+        """Forward a stored document through another bot, giving that bot a
+        file_id of its own (file_ids cannot move between bots)."""
+        chat_id = self.chat_id
+
+        def run(client: BotClient) -> Awaitable[StoredDocument]:
+            return client.forward_message(chat_id, from_chat_id, message_id)
+
+        return await self._submit("forwardMessage", run, is_send=True, exclude=exclude)
+
+    async def call(self, bot_id: int, kind: str, run: Callable[[BotClient], Awaitable[T]]) -> T:
+        """Run a call that must use one particular bot (getFile, deleteMessage...)."""
+        return await self._submit(kind, run, pinned_bot=bot_id)
+
+    async def verify_bots(self) -> dict[int, BotInfo | TelegramError]:
+        """getMe on every bot; a revoked token takes its bot out of the pool."""
+
+        async def check(bot_id: int) -> BotInfo | TelegramError:
+            try:
+                return await self.call(bot_id, "getMe", lambda c: c.get_me())
+            except TelegramError as exc:
+                return exc
+
+        ids = list(self.workers)
+        results = await asyncio.gather(*(check(bot_id) for bot_id in ids))
+        return dict(zip(ids, results, strict=True))
+
+    def client_for(self, bot_id: int) -> BotClient | None:
+        """The client of a usable bot, for streaming file downloads."""
+        worker = self.workers.get(bot_id)
+        return worker.client if worker is not None and worker.usable else None
+
+    def usable_bots(self) -> list[int]:
+        return [w.bot_id for w in self.workers.values() if w.usable]
+
+    def status(self) -> list[BotStatus]:
+        now = self._clock()
+        return [
+            BotStatus(
+                bot_id=w.bot_id,
+                usable=w.usable,
+                cooling_down_for=max(0.0, w.cooldown_until - now),
+                queued=len(w.queue),
+                running=w.running is not None,
+                sends=w.sends,
+                bytes_sent=w.bytes_sent,
+                rate_limited=w.rate_limited,
+                errors=dict(w.errors),
+            )
+            for w in self.workers.values()
+        ]
+
+    # --- routing ------------------------------------------------------------------
+
+    def pick_bot(self, exclude: set[int] | frozenset[int] = frozenset()) -> BotWorker | None:
+        """The usable, not cooling, not excluded bot with the fewest queued +
+        running jobs (ties: the one assigned least recently). None if none."""
+        now = self._clock()
+        candidates = [
+            w
+            for w in self.workers.values()
+            if w.usable and w.bot_id not in exclude and not w.cooling(now)
+        ]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda w: (w.load, w.last_assigned))
+
+    async def _submit(
+        self,
+        kind: str,
+        run: Callable[[BotClient], Awaitable[T]],
+        *,
+        pinned_bot: int | None = None,
+        is_send: bool = False,
+        exclude: set[int] | None = None,
+    ) -> T:
+        if not self._accepting:
+            raise DispatcherClosed("the dispatcher is not accepting jobs")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        job = Job(
+            id=next(self._job_ids),
+            kind=kind,
+            run=run,
+            future=future,
+            pinned_bot=pinned_bot,
+            is_send=is_send,
+            tried=set(exclude or ()),
+            enqueued_at=self._clock(),
+        )
+        self._route(job)
+        # If our caller is cancelled, awaiting the future cancels it, and a job
+        # that has not started is then dropped by the worker.
+        return await future
+
+    def _route(self, job: Job[Any]) -> None:
+        """Put a job in the queue of the bot that should run it next."""
+        if job.abandoned:
+            return
+        if job.pinned_bot is not None:
+            worker = self.workers.get(job.pinned_bot)
+            if worker is None or not worker.usable:
+                self._fail(
+                    job,
+                    BotUnusable(
+                        f"bot {job.pinned_bot} is not usable", status=0, bot_id=job.pinned_bot
+                    ),
+                )
+                return
+            self._enqueue(worker, job)
+            return
+        usable = [w for w in self.workers.values() if w.usable]
+        if not usable:
+            self._fail(job, NoUsableBot("no usable bot is left in the pool"))
+            return
+        untried = [w for w in usable if w.bot_id not in job.tried]
+        if not untried:
+            # Every usable bot failed this job: pause, forget, start over.
+            job.tried.clear()
+            delay = self._all_failed_pause * random.uniform(1.0, 1.2)
+            log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
+            self._route_later(job, delay)
+            return
+        worker = self.pick_bot(exclude=job.tried)
+        if worker is None:
+            # Every candidate is cooling down: queue on the one that frees first.
+            # Its worker waits out the cooldown; an idle bot may take it earlier.
+            worker = min(untried, key=lambda w: w.cooldown_until)
+        self._enqueue(worker, job)
+
+    def _enqueue(self, worker: BotWorker, job: Job[Any], *, front: bool = False) -> None:
+        worker.last_assigned = next(self._assignments)
+        if front:
+            worker.queue.appendleft(job)
+        else:
+            worker.queue.append(job)
+        self._wake_all()
+
+    def _route_later(self, job: Job[Any], delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._delayed_jobs.add(job)
+
+        def fire() -> None:
+            self._delayed.discard(handle)
+            self._delayed_jobs.discard(job)
+            self._route(job)
+            self._update_idle()
+
+        handle = loop.call_later(delay, fire)
+        self._delayed.add(handle)
+        self._update_idle()
+
+    def _wake_all(self) -> None:
+        for worker in self.workers.values():
+            worker.wake.set()
+        self._update_idle()
+
+    def _update_idle(self) -> None:
+        if self._pending_jobs() == 0:
+            self._idle.set()
+        else:
+            self._idle.clear()
+
+    # --- the worker loop ----------------------------------------------------------
+
+    async def _worker_loop(self, worker: BotWorker) -> None:
+        while worker.usable:
+            worker.wake.clear()
+            job, wait = self._next_job(worker)
+            if job is None:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await worker.wake.wait()
+                continue
+            await self._run_attempt(worker, job)
+
+    def _next_job(self, worker: BotWorker) -> tuple[Job[Any] | None, float | None]:
+        """The job this worker should run now, or how long to wait for one
+        (None: until something changes)."""
+        now = self._clock()
+        if worker.cooling(now):
+            # Jitter so that bots freed at the same moment do not all fire at once.
+            return None, worker.cooldown_until - now + random.uniform(0, 0.1)
+        pacing = worker.pacing_delay(now, self.sends_per_minute, self._pacing_window)
+        self._drop_abandoned(worker)
+        for job in worker.queue:
+            if not job.is_send or pacing == 0:
+                worker.queue.remove(job)
+                return job, None
+        if pacing > 0:
+            return None, pacing
+        return self._steal_for(worker), None
+
+    def _drop_abandoned(self, worker: BotWorker) -> None:
+        if any(job.abandoned for job in worker.queue):
+            worker.queue = deque(job for job in worker.queue if not job.abandoned)
+
+    def _steal_for(self, thief: BotWorker) -> Job[Any] | None:
+        """Take the oldest waiting, unpinned, not-yet-tried job from another bot."""
+        best: Job[Any] | None = None
+        owner: BotWorker | None = None
+        for other in self.workers.values():
+            if other is thief:
+                continue
+            for job in other.queue:
+                if job.pinned_bot is None and not job.abandoned and thief.bot_id not in job.tried:
+                    if best is None or job.enqueued_at < best.enqueued_at:
+                        best, owner = job, other
+                    break
+        if best is None or owner is None:
+            return None
+        owner.queue.remove(best)
+        return best
+
+    async def _run_attempt(self, worker: BotWorker, job: Job[Any]) -> None:
+        worker.running = job
+        job.attempts += 1
+        started = self._clock()
+        if job.is_send:
+            worker.send_times.append(started)
+        try:
+            try:
+                result = await job.run(worker.client)
+            except TelegramError as exc:
+                outcome = self._outcome_name(exc)
+                worker.errors[outcome] = worker.errors.get(outcome, 0) + 1
+                await self._on_error(worker, job, exc)
+            except Exception as exc:  # a bug: surface it to the caller, keep the worker
+                outcome = "crashed"
+                worker.errors[outcome] = worker.errors.get(outcome, 0) + 1
+                log.exception("job_crashed", bot_id=worker.bot_id, job_id=job.id, kind=job.kind)
+                self._fail(job, exc)
+            else:
+                outcome = "ok"
+                self._succeed(worker, job, result)
+        except asyncio.CancelledError:
+            # Only stop() cancels a worker; the caller must not wait forever.
+            self._fail(job, DispatcherClosed("the dispatcher stopped during the call"))
+            raise
+        finally:
+            worker.running = None
+            self._wake_all()
+        log.debug(
+            "job_attempt",
+            bot_id=worker.bot_id,
+            job_id=job.id,
+            kind=job.kind,
+            attempt=job.attempts,
+            outcome=outcome,
+            seconds=round(self._clock() - started, 3),
+        )
+
+    @staticmethod
+    def _outcome_name(exc: TelegramError) -> str:
+        if isinstance(exc, RateLimited):
+            return "rate_limited"
+        if isinstance(exc, TransientError):
+            return "transient"
+        if isinstance(exc, BotUnusable):
+            return "bot_unusable"
+        return "permanent"
+
+    async def _on_error(self, worker: BotWorker, job: Job[Any], exc: TelegramError) -> None:
+        if isinstance(exc, RateLimited):
+            self._on_rate_limited(worker, job, exc)
+        elif isinstance(exc, TransientError):
+            await self._on_transient(worker, job, exc)
+        elif isinstance(exc, BotUnusable):
+            self._on_unusable(worker, job, exc)
+        else:
+            self._fail(job, exc)
+
+    # --- outcomes -----------------------------------------------------------------
+
+    def _succeed(self, worker: BotWorker, job: Job[Any], result: Any) -> None:
+        if isinstance(result, StoredDocument):
+            worker.sends += 1
+            worker.bytes_sent += max(result.size, 0)
+        if job.future.done():
+            # The caller left while the call ran: the message exists but nobody
+            # will record it. Hand it to whoever deletes orphans.
+            if isinstance(result, StoredDocument):
+                log.warning("orphaned_document", bot_id=worker.bot_id, message_id=result.message_id)
+                if self.on_orphan is not None:
+                    self.on_orphan(result)
+            return
+        job.future.set_result(result)
+
+    def _fail(self, job: Job[Any], exc: BaseException) -> None:
+        if not job.future.done():
+            job.future.set_exception(exc)
+
+    def _budget_left(self, job: Job[Any], exc: TelegramError) -> bool:
+        job.last_error = exc
+        if job.attempts >= self.max_attempts:
+            log.warning(
+                "job_failed_attempts_exhausted",
+                job_id=job.id,
+                kind=job.kind,
+                attempts=job.attempts,
+                error=str(exc),
+            )
+            self._fail(job, exc)
+            return False
+        return True
+
+    def _on_rate_limited(self, worker: BotWorker, job: Job[Any], exc: RateLimited) -> None:
+        worker.rate_limited += 1
+        worker.cooldown_until = max(worker.cooldown_until, self._clock() + exc.retry_after)
+        log.warning("bot_rate_limited", bot_id=worker.bot_id, retry_after=exc.retry_after)
+        # Jobs queued behind this bot do not wait out its cooldown.
+        self._move_queue_away(worker)
+        if not self._budget_left(job, exc):
+            return
+        if job.pinned_bot is not None:
+            self._enqueue(worker, job, front=True)
+        else:
+            self._route(job)
+
+    async def _on_transient(self, worker: BotWorker, job: Job[Any], exc: TransientError) -> None:
+        log.info("bot_transient_error", bot_id=worker.bot_id, job_id=job.id, error=str(exc))
+        if not self._budget_left(job, exc):
+            return
+        tries_here = job.transient_tries.get(worker.bot_id, 0) + 1
+        job.transient_tries[worker.bot_id] = tries_here
+        if tries_here < TRANSIENT_TRIES_PER_BOT or job.pinned_bot is not None:
+            # The worker itself backs off: this bot just failed, so it takes no
+            # other job meanwhile; jobs queued behind it can be taken by idle bots.
+            delay = self._transient_backoff * 2 ** (tries_here - 1)
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            if not job.abandoned:
+                self._enqueue(worker, job, front=True)
+            return
+        job.tried.add(worker.bot_id)
+        self._route(job)
+
+    def _on_unusable(self, worker: BotWorker, job: Job[Any], exc: BotUnusable) -> None:
+        if worker.usable:
+            worker.usable = False
+            log.error(
+                "bot_removed_from_pool",
+                bot_id=worker.bot_id,
+                status=exc.status,
+                reason=exc.description,
+                usable_bots=len(self.usable_bots()),
+            )
+        self._move_queue_away(worker, include_pinned=True)
+        if job.pinned_bot is not None:
+            self._fail(job, exc)
+        elif self._budget_left(job, exc):
+            self._route(job)
+
+    def _move_queue_away(self, worker: BotWorker, *, include_pinned: bool = False) -> None:
+        """Re-route the waiting jobs of a bot that cannot serve them now."""
+        staying: deque[Job[Any]] = deque()
+        moving: list[Job[Any]] = []
+        for job in worker.queue:
+            if job.pinned_bot is None or include_pinned:
+                moving.append(job)
+            else:
+                staying.append(job)
+        worker.queue = staying
+        for job in moving:
+            self._route(job)

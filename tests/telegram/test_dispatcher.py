@@ -1,0 +1,570 @@
+"""Unit tests of the per-bot dispatcher against a mocked Bot API (respx).
+
+Each fake bot answers sendDocument through a scripted list of replies, and
+records how many calls were in flight on its token at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from app.config import BotToken
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import (
+    DispatcherClosed,
+    NoUsableBot,
+    PermanentError,
+    RateLimited,
+    TransientError,
+)
+from app.telegram.types import StoredDocument
+
+API = "https://api.telegram.org"
+CHAT_ID = -1001
+
+
+def token(bot_id: int) -> BotToken:
+    return BotToken(bot_id=bot_id, secret=f"secret{bot_id}" + "x" * 30)
+
+
+def ok_message(bot_id: int, message_id: int, size: int) -> httpx.Response:
+    return httpx.Response(
+        200,
+        json={
+            "ok": True,
+            "result": {
+                "message_id": message_id,
+                "chat": {"id": CHAT_ID, "type": "channel"},
+                "document": {
+                    "file_id": f"file-{bot_id}-{message_id}",
+                    "file_unique_id": f"uniq-{message_id}",
+                    "file_size": size,
+                },
+            },
+        },
+    )
+
+
+def error(status: int, description: str, retry_after: int | None = None) -> httpx.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if retry_after is not None:
+        body["parameters"] = {"retry_after": retry_after}
+    return httpx.Response(status, json=body)
+
+
+def too_many(retry_after: int = 1) -> httpx.Response:
+    return error(429, f"Too Many Requests: retry after {retry_after}", retry_after)
+
+
+@dataclass
+class FakeBot:
+    """Scripted replies for one bot; `None` in the script means success."""
+
+    bot_id: int
+    script: list[Callable[[], httpx.Response] | None] = field(default_factory=list)
+    delay: float = 0.0
+    calls: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    gate: asyncio.Event | None = None
+
+
+class FakeTelegram:
+    def __init__(self, router: respx.MockRouter, bot_ids: list[int]) -> None:
+        self.bots = {bot_id: FakeBot(bot_id) for bot_id in bot_ids}
+        self.order: list[tuple[int, str]] = []
+        self.messages = defaultdict(int)
+        for bot in self.bots.values():
+            router.post(f"{API}/bot{token(bot.bot_id).value}/sendDocument").mock(
+                side_effect=self._handler(bot)
+            )
+
+    def _handler(self, bot: FakeBot) -> Callable[[httpx.Request], Any]:
+        async def handle(request: httpx.Request) -> httpx.Response:
+            bot.calls += 1
+            bot.in_flight += 1
+            bot.max_in_flight = max(bot.max_in_flight, bot.in_flight)
+            try:
+                if bot.gate is not None:
+                    await bot.gate.wait()
+                if bot.delay:
+                    await asyncio.sleep(bot.delay)
+                caption = _caption(request)
+                self.order.append((bot.bot_id, caption))
+                step = bot.script.pop(0) if bot.script else None
+                if step is not None:
+                    return step()
+                self.messages[bot.bot_id] += 1
+                return ok_message(bot.bot_id, bot.calls, _document_size(request))
+            finally:
+                bot.in_flight -= 1
+
+        return handle
+
+
+def _caption(request: httpx.Request) -> str:
+    marker = b'name="caption"\r\n\r\n'
+    content = request.content
+    start = content.find(marker)
+    if start < 0:
+        return ""
+    start += len(marker)
+    return content[start : content.find(b"\r\n", start)].decode()
+
+
+def _document_size(request: httpx.Request) -> int:
+    content = request.content
+    head = content.find(b'name="document"')
+    start = content.find(b"\r\n\r\n", head) + 4
+    boundary = request.headers["content-type"].split("boundary=")[1].encode()
+    end = content.find(b"\r\n--" + boundary, start)
+    return end - start
+
+
+@pytest.fixture
+def mock_api() -> respx.MockRouter:
+    with respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+async def make_dispatcher(bot_ids: list[int], **options: Any) -> tuple[Dispatcher, list[BotClient]]:
+    clients = [BotClient(token(bot_id), api_base=API) for bot_id in bot_ids]
+    options.setdefault("transient_backoff", 0.01)
+    options.setdefault("all_failed_pause", 0.2)
+    dispatcher = Dispatcher(clients, chat_id=CHAT_ID, **options)
+    await dispatcher.start()
+    return dispatcher, clients
+
+
+@pytest.fixture
+async def stopper() -> AsyncIterator[list[Dispatcher]]:
+    started: list[Dispatcher] = []
+    yield started
+    for dispatcher in started:
+        await dispatcher.stop(grace=1)
+
+
+async def send(dispatcher: Dispatcher, n: int, size: int = 64) -> list[StoredDocument]:
+    return await asyncio.gather(
+        *(dispatcher.send_document(b"x" * size, f"c{i}", caption=f"job{i}") for i in range(n))
+    )
+
+
+# --- the pick -------------------------------------------------------------------
+
+
+async def test_pick_returns_bot_with_fewest_pending_jobs(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    FakeTelegram(mock_api, [1, 2, 3])
+    dispatcher, _ = await make_dispatcher([1, 2, 3])
+    stopper.append(dispatcher)
+    # Load the bots unevenly by hand: bot 1 has 2 jobs waiting, bot 3 has 1.
+    w1, w2, w3 = dispatcher.workers[1], dispatcher.workers[2], dispatcher.workers[3]
+    w1.queue.extend([object(), object()])  # type: ignore[list-item]
+    w3.queue.append(object())  # type: ignore[arg-type]
+    assert dispatcher.pick_bot() is w2
+    w2.queue.extend([object(), object(), object()])  # type: ignore[list-item]
+    assert dispatcher.pick_bot() is w3
+    for worker in (w1, w2, w3):
+        worker.queue.clear()
+
+
+async def test_pick_skips_rate_limited_and_unusable_bots(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    FakeTelegram(mock_api, [1, 2, 3])
+    dispatcher, _ = await make_dispatcher([1, 2, 3])
+    stopper.append(dispatcher)
+    dispatcher.workers[1].cooldown_until = float("inf")
+    dispatcher.workers[2].usable = False
+    assert dispatcher.pick_bot() is dispatcher.workers[3]
+    dispatcher.workers[3].cooldown_until = float("inf")
+    assert dispatcher.pick_bot() is None
+
+
+# --- spreading and serialising ------------------------------------------------------
+
+
+async def test_each_bot_runs_one_call_at_a_time_and_load_is_spread(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2, 3])
+    for bot in fake.bots.values():
+        bot.delay = 0.02
+    dispatcher, _ = await make_dispatcher([1, 2, 3])
+    stopper.append(dispatcher)
+
+    docs = await send(dispatcher, 30)
+
+    assert len(docs) == 30
+    assert all(bot.max_in_flight == 1 for bot in fake.bots.values())
+    assert all(bot.calls >= 5 for bot in fake.bots.values()), [b.calls for b in fake.bots.values()]
+    assert {doc.bot_id for doc in docs} == {1, 2, 3}
+
+
+async def test_one_bot_runs_its_jobs_sequentially(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [7])
+    fake.bots[7].delay = 0.01
+    dispatcher, _ = await make_dispatcher([7])
+    stopper.append(dispatcher)
+
+    await send(dispatcher, 5)
+
+    assert fake.bots[7].calls == 5
+    assert fake.bots[7].max_in_flight == 1
+
+
+async def test_result_names_the_uploading_bot_and_message(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    FakeTelegram(mock_api, [5])
+    dispatcher, _ = await make_dispatcher([5])
+    stopper.append(dispatcher)
+
+    (doc,) = await send(dispatcher, 1, size=100)
+
+    assert doc.bot_id == 5
+    assert doc.file_id == "file-5-1"
+    assert doc.chat_id == CHAT_ID
+    assert doc.message_id == 1
+    assert doc.size == 100
+
+
+# --- rate limits ------------------------------------------------------------------
+
+
+async def test_429_on_one_bot_moves_the_job_to_another(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: too_many(30)]
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+    # Make sure the first pick is bot 1.
+    dispatcher.workers[2].last_assigned = 10**9
+
+    (doc,) = await send(dispatcher, 1)
+
+    assert doc.bot_id == 2
+    assert fake.bots[1].calls == 1
+    status = {s.bot_id: s for s in dispatcher.status()}
+    assert status[1].cooling_down_for > 25
+    assert status[1].rate_limited == 1
+
+
+async def test_jobs_queued_behind_a_rate_limited_bot_move_to_others(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    gate = asyncio.Event()
+    fake.bots[1].gate = gate
+    fake.bots[1].script = [lambda: too_many(60)]
+    fake.bots[2].gate = gate
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+
+    tasks = [asyncio.create_task(dispatcher.send_document(b"x" * 8, f"c{i}")) for i in range(6)]
+    await asyncio.sleep(0.05)
+    # Both bots are busy, and jobs wait in both queues.
+    assert len(dispatcher.workers[1].queue) >= 1
+    gate.set()
+    done = await asyncio.wait_for(asyncio.gather(*tasks), timeout=5)
+
+    # Bot 1 cools down for 60 s, yet all jobs finished at once on bot 2.
+    assert len(done) == 6
+    assert fake.bots[1].calls == 1
+    assert all(doc.bot_id == 2 for doc in done)
+
+
+async def test_all_bots_rate_limited_waits_then_succeeds(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: too_many(1)]
+    fake.bots[2].script = [lambda: too_many(1)]
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    (doc,) = await send(dispatcher, 1)
+
+    assert doc.bot_id in (1, 2)
+    assert fake.bots[1].calls + fake.bots[2].calls == 3
+    # It waited for a cooldown to end rather than hammering the bots.
+    assert loop.time() - started >= 0.9
+
+
+# --- errors -----------------------------------------------------------------------
+
+
+async def test_transient_error_retries_on_the_same_bot(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: error(502, "Bad Gateway")]
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+    dispatcher.workers[2].last_assigned = 10**9
+
+    (doc,) = await send(dispatcher, 1)
+
+    assert doc.bot_id == 1
+    assert fake.bots[1].calls == 2
+    assert fake.bots[2].calls == 0
+
+
+async def test_repeated_transient_errors_move_to_another_bot(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: error(500, "Internal Server Error")] * 3
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+    dispatcher.workers[2].last_assigned = 10**9
+
+    (doc,) = await send(dispatcher, 1)
+
+    assert doc.bot_id == 2
+    assert fake.bots[1].calls == 3
+
+
+async def test_connection_error_is_transient(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+
+    def refuse() -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    fake.bots[1].script = [refuse]
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+
+    (doc,) = await send(dispatcher, 1)
+
+    assert doc.bot_id == 1
+    assert fake.bots[1].calls == 2
+
+
+async def test_permanent_error_fails_at_once_with_telegrams_description(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: error(400, "Bad Request: chat not found")]
+    fake.bots[2].script = [lambda: error(400, "Bad Request: chat not found")]
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+
+    with pytest.raises(PermanentError, match="chat not found"):
+        await send(dispatcher, 1)
+    assert fake.bots[1].calls + fake.bots[2].calls == 1
+
+
+async def test_attempt_budget_exhausted_raises_the_last_error(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    for bot in fake.bots.values():
+        bot.script = [lambda: error(503, "Service Unavailable")] * 20
+    dispatcher, _ = await make_dispatcher([1, 2], max_attempts=4)
+    stopper.append(dispatcher)
+
+    with pytest.raises(TransientError, match="Service Unavailable"):
+        await send(dispatcher, 1)
+    assert fake.bots[1].calls + fake.bots[2].calls == 4
+
+
+async def test_rate_limits_count_against_the_attempt_budget(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2, 3])
+    for bot in fake.bots.values():
+        bot.script = [lambda: too_many(0)] * 20
+    dispatcher, _ = await make_dispatcher([1, 2, 3], max_attempts=5)
+    stopper.append(dispatcher)
+
+    with pytest.raises(RateLimited):
+        await send(dispatcher, 1)
+    assert sum(bot.calls for bot in fake.bots.values()) == 5
+
+
+async def test_revoked_token_takes_the_bot_out_of_the_pool(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1, 2])
+    fake.bots[1].script = [lambda: error(401, "Unauthorized")]
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+    dispatcher.workers[2].last_assigned = 10**9
+
+    docs = await send(dispatcher, 4)
+
+    assert all(doc.bot_id == 2 for doc in docs)
+    assert fake.bots[1].calls == 1
+    assert dispatcher.usable_bots() == [2]
+
+
+async def test_no_usable_bot_left_fails_fast(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    fake.bots[1].script = [lambda: error(403, "Forbidden: bot was kicked from the channel chat")]
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+
+    with pytest.raises(NoUsableBot):
+        await send(dispatcher, 1)
+    with pytest.raises(NoUsableBot):
+        await asyncio.wait_for(send(dispatcher, 1), timeout=1)
+    assert fake.bots[1].calls == 1
+
+
+async def test_errors_never_contain_the_token(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    secret = token(1).secret
+    fake.bots[1].script = [lambda: error(400, f"Bad Request: weird {token(1).value}")]
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+
+    with pytest.raises(PermanentError) as caught:
+        await send(dispatcher, 1)
+    assert secret not in str(caught.value)
+    assert "1:***" in str(caught.value)
+
+
+# --- callers that leave, and stopping ------------------------------------------------
+
+
+async def test_job_of_a_caller_that_left_is_dropped_before_it_starts(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    gate = asyncio.Event()
+    fake.bots[1].gate = gate
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+
+    first = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a", caption="first"))
+    second = asyncio.create_task(dispatcher.send_document(b"x" * 8, "b", caption="second"))
+    await asyncio.sleep(0.05)
+    second.cancel()
+    gate.set()
+    await first
+
+    await asyncio.sleep(0.05)
+    assert [caption for _, caption in fake.order] == ["first"]
+
+
+async def test_a_document_whose_caller_left_mid_call_is_handed_to_the_orphan_handler(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    gate = asyncio.Event()
+    fake.bots[1].gate = gate
+    orphans: list[StoredDocument] = []
+    dispatcher, _ = await make_dispatcher([1], on_orphan=orphans.append)
+    stopper.append(dispatcher)
+
+    task = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    gate.set()
+    await asyncio.sleep(0.1)
+
+    assert len(orphans) == 1
+    assert orphans[0].bot_id == 1
+
+
+async def test_stop_finishes_running_jobs_and_refuses_new_ones(
+    mock_api: respx.MockRouter,
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    fake.bots[1].delay = 0.2
+    dispatcher, _ = await make_dispatcher([1])
+
+    running = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
+    await asyncio.sleep(0.05)
+    await dispatcher.stop(grace=5)
+
+    assert (await running).bot_id == 1
+    with pytest.raises(DispatcherClosed):
+        await dispatcher.send_document(b"x" * 8, "b")
+
+
+async def test_stop_cancels_what_outlives_the_grace_period(
+    mock_api: respx.MockRouter,
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    fake.bots[1].gate = asyncio.Event()  # never opens
+    dispatcher, _ = await make_dispatcher([1])
+
+    running = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
+    queued = asyncio.create_task(dispatcher.send_document(b"x" * 8, "b"))
+    await asyncio.sleep(0.05)
+    await dispatcher.stop(grace=0.1)
+
+    for task in (running, queued):
+        with pytest.raises(DispatcherClosed):
+            await task
+
+
+# --- pacing -------------------------------------------------------------------------
+
+
+async def test_pacing_spreads_sends_over_the_window(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    times: list[float] = []
+    loop = asyncio.get_running_loop()
+    dispatcher, _ = await make_dispatcher([1], sends_per_minute=2, pacing_window=0.4)
+    stopper.append(dispatcher)
+
+    async def timed(i: int) -> None:
+        await dispatcher.send_document(b"x" * 8, f"c{i}")
+        times.append(loop.time())
+
+    await asyncio.gather(*(timed(i) for i in range(4)))
+
+    times.sort()
+    # Two sends fit in a window; the third has to wait for the window to move.
+    assert times[2] - times[0] >= 0.35
+    assert fake.bots[1].calls == 4
+
+
+async def test_get_file_is_pinned_to_the_bot_that_owns_the_file(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    FakeTelegram(mock_api, [1, 2])
+    route = mock_api.post(f"{API}/bot{token(2).value}/getFile").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "ok": True,
+                "result": {"file_id": "f", "file_unique_id": "u", "file_path": "documents/1"},
+            },
+        )
+    )
+    dispatcher, _ = await make_dispatcher([1, 2])
+    stopper.append(dispatcher)
+
+    location = await dispatcher.call(2, "getFile", lambda c: c.get_file("f"))
+
+    assert location.file_path == "documents/1"
+    assert route.call_count == 1
+    assert b"file_id=f" in route.calls.last.request.content
