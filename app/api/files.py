@@ -1,0 +1,255 @@
+"""The native file API (the predecessor's public routes, so existing links and
+scripts keep working).
+
+Upload bodies are read as streams and handed to the object store chunk by
+chunk; downloads stream the chunks back with Range and conditional support.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import secrets
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import ReadAccess, SettingsDep, StoreDep, WriteKey
+from app.api.errors import ApiError
+from app.api.forms import StreamingForm
+from app.api.http_ranges import (
+    RangeNotSatisfiable,
+    content_disposition,
+    http_date,
+    not_modified,
+    parse_range,
+    range_applies,
+)
+from app.api.schemas import FileList, FileOut
+from app.config import Settings
+from app.store.service import ObjectInfo
+
+router = APIRouter(tags=["files"])
+
+# The bucket the native API keeps its objects in. S3 bucket names cannot start
+# with "_", so it can never collide with a bucket created through S3.
+NATIVE_BUCKET = "_native"
+# A multipart body carries boundaries and part headers besides the file.
+FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
+MAX_NAME_LENGTH = 255
+
+
+def _download_url(request: Request, settings: Settings, public_id: str) -> str:
+    base = settings.public_base_url or str(request.base_url)
+    return f"{base.rstrip('/')}/f/{public_id}"
+
+
+def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut:
+    return FileOut(
+        public_id=info.public_id,
+        file_name=info.name,
+        mime_type=info.content_type,
+        size_bytes=info.size,
+        sha256=info.sha256,
+        etag=info.etag,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+        download_url=_download_url(request, settings, info.public_id),
+    )
+
+
+def _check_declared_length(request: Request, limit: int) -> None:
+    """Refuse a body whose declared length is over the limit before reading it."""
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return
+    if not declared.isdigit():
+        raise ApiError(400, "bad_request", "Content-Length is not a number")
+    if int(declared) > limit:
+        raise ApiError(
+            413,
+            "payload_too_large",
+            f"the upload is larger than the limit of {limit} bytes",
+            {"Connection": "close"},
+        )
+
+
+def _clean_name(name: str | None, fallback: str) -> str:
+    cleaned = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f").strip()
+    # Browsers on Windows send a full path as the file name.
+    cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
+    return (cleaned or fallback)[:MAX_NAME_LENGTH]
+
+
+def _guess_type(name: str, declared: str | None) -> str:
+    if (
+        declared
+        and declared.strip()
+        and declared.split(";")[0].strip() != "application/octet-stream"
+    ):
+        return declared.strip()
+    guessed, _ = mimetypes.guess_type(name)
+    return guessed or "application/octet-stream"
+
+
+# --- uploads --------------------------------------------------------------------
+
+
+@router.post(
+    "/api/upload",
+    status_code=201,
+    response_model=FileOut,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["file"],
+                        "properties": {
+                            "file": {"type": "string", "format": "binary"},
+                            "fileName": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
+async def upload_form(
+    request: Request, store: StoreDep, settings: SettingsDep, _key: WriteKey
+) -> FileOut:
+    """Upload a file as the multipart field `file` (an optional `fileName`
+    field overrides its name). Every upload makes a new file."""
+    content_type = request.headers.get("content-type", "")
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            "send the file as multipart/form-data in the field `file` "
+            "(or use PUT /api/files/{name} for a raw body)",
+        )
+    _check_declared_length(request, settings.max_upload_size + FORM_OVERHEAD_ALLOWANCE)
+    form = StreamingForm(content_type)
+    content = await store.write_content(
+        form.file_bytes(request.stream()), max_size=settings.max_upload_size, label="upload"
+    )
+    if not form.file_seen:
+        await store.discard(content)
+        raise ApiError(400, "bad_request", "the multipart field `file` is missing")
+    name = _clean_name(form.fields.get("fileName") or form.filename, "file")
+    info = await store.commit(
+        content,
+        bucket=NATIVE_BUCKET,
+        key=f"upload/{secrets.token_urlsafe(18)}",
+        name=name,
+        content_type=_guess_type(name, form.content_type),
+    )
+    return _file_out(request, settings, info)
+
+
+@router.put("/api/files/{name:path}", status_code=201, response_model=FileOut)
+async def upload_raw(
+    name: str, request: Request, store: StoreDep, settings: SettingsDep, _key: WriteKey
+) -> FileOut:
+    """Upload the raw request body (`curl -T file URL`). Uploading again under
+    the same name replaces the content; the public id stays the same."""
+    clean = _clean_name(name, "")
+    if not clean:
+        raise ApiError(400, "bad_request", "the file name is empty")
+    _check_declared_length(request, settings.max_upload_size)
+    info = await store.put_stream(
+        request.stream(),
+        bucket=NATIVE_BUCKET,
+        key=f"named/{name}",
+        name=clean,
+        content_type=_guess_type(clean, request.headers.get("content-type")),
+        max_size=settings.max_upload_size,
+        keep_public_id=True,
+    )
+    return _file_out(request, settings, info)
+
+
+# --- downloads ------------------------------------------------------------------
+
+
+async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
+    info = await store.get_by_public_id(public_id) if len(public_id) <= 64 else None
+    if info is None:
+        raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
+    return info
+
+
+@router.api_route("/f/{public_id}", methods=["GET", "HEAD"], response_class=StreamingResponse)
+async def download(
+    public_id: str, request: Request, store: StoreDep, _access: ReadAccess
+) -> Response:
+    """Stream a file. Supports a single `Range` (206), `If-None-Match` /
+    `If-Modified-Since` (304) and `If-Range`; HEAD gives the same headers."""
+    info = await _find(store, public_id)
+    headers = {
+        "ETag": info.etag,
+        "Last-Modified": http_date(info.updated_at),
+        "Accept-Ranges": "bytes",
+        "Content-Disposition": content_disposition(info.name),
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private, max-age=0, must-revalidate",
+    }
+    if not_modified(request.headers, etag=info.etag, last_modified=info.updated_at):
+        return Response(status_code=304, headers=headers)
+    byte_range = None
+    if range_applies(request.headers, etag=info.etag, last_modified=info.updated_at):
+        try:
+            byte_range = parse_range(request.headers.get("range"), info.size)
+        except RangeNotSatisfiable as exc:
+            raise ApiError(
+                416,
+                "range_not_satisfiable",
+                exc.detail,
+                {"Content-Range": f"bytes */{info.size}"},
+            ) from None
+    start, end, status = 0, info.size, 200
+    if byte_range is not None:
+        start, end, status = byte_range.start, byte_range.end, 206
+        headers["Content-Range"] = byte_range.content_range(info.size)
+    headers["Content-Length"] = str(end - start)
+    if request.method == "HEAD":
+        return Response(status_code=status, headers=headers, media_type=info.content_type)
+    body = await store.open_range(info, start, end)
+    return StreamingResponse(
+        body, status_code=status, headers=headers, media_type=info.content_type
+    )
+
+
+@router.get("/file/{public_id}/info", response_model=FileOut)
+async def file_info(
+    public_id: str, request: Request, store: StoreDep, settings: SettingsDep, _access: ReadAccess
+) -> FileOut:
+    """A file's metadata."""
+    return _file_out(request, settings, await _find(store, public_id))
+
+
+@router.get("/api/files", response_model=FileList)
+async def list_files(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    _key: WriteKey,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=2048)] = None,
+) -> FileList:
+    """All files, a page at a time (pass `next_cursor` back as `cursor`).
+    Needs a key: a listing reveals every public id."""
+    items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1)
+    page = items[:limit]
+    next_cursor = page[-1].key if len(items) > limit else None
+    return FileList(items=[_file_out(request, settings, i) for i in page], next_cursor=next_cursor)
+
+
+@router.delete("/api/files/{public_id}", status_code=204)
+async def delete_file(public_id: str, store: StoreDep, _key: WriteKey) -> Response:
+    """Delete a file; its chunks are deleted from Telegram once nothing else uses them."""
+    if not await store.delete_by_public_id(public_id):
+        raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
+    return Response(status_code=204)

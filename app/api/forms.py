@@ -1,0 +1,142 @@
+"""A streaming multipart/form-data reader for uploads.
+
+Starlette's `UploadFile` parses the whole body before the handler runs and
+spools big parts to /tmp. Here the body is fed to python-multipart's low-level
+parser as it arrives, and the bytes of the `file` field come out as an async
+stream that the upload pipeline consumes chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+MAX_TEXT_FIELD = 64 * 1024
+
+
+class FormError(Exception):
+    """The body is not a usable multipart form; the message says why."""
+
+
+@dataclass
+class _Part:
+    name: str = ""
+    filename: str | None = None
+    content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class StreamingForm:
+    """Reads one file field (`file_field`) and small text fields from a body.
+
+    Iterate `file_bytes()` to get the file's content; afterwards `fields` holds
+    the text fields (even those sent after the file), `file_seen` tells whether
+    the file field was present, and `filename` / `content_type` describe it.
+    """
+
+    def __init__(self, content_type_header: str, *, file_field: str = "file") -> None:
+        kind, params = parse_options_header(content_type_header)
+        boundary = params.get(b"boundary")
+        if kind != b"multipart/form-data" or not boundary:
+            raise FormError("expected a multipart/form-data body with a boundary")
+        self.file_field = file_field
+        self.fields: dict[str, str] = {}
+        self.file_seen = False
+        self.filename: str | None = None
+        self.content_type: str | None = None
+        self._out: list[bytes] = []
+        self._part = _Part()
+        self._header_name = b""
+        self._header_value = b""
+        self._text = bytearray()
+        self._in_file = False
+        self._done_with_file = False
+        self._finished = False
+        self._parser = MultipartParser(
+            boundary,
+            callbacks={
+                "on_part_begin": self._on_part_begin,
+                "on_part_data": self._on_part_data,
+                "on_part_end": self._on_part_end,
+                "on_header_field": self._on_header_field,
+                "on_header_value": self._on_header_value,
+                "on_header_end": self._on_header_end,
+                "on_headers_finished": self._on_headers_finished,
+                "on_end": self._on_end,
+            },
+        )
+
+    async def file_bytes(self, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for data in body:
+            try:
+                self._parser.write(data)
+            except MultipartParseError as exc:
+                raise FormError(f"malformed multipart body: {exc}") from None
+            if self._out:
+                out, self._out = self._out, []
+                for piece in out:
+                    yield piece
+        try:
+            self._parser.finalize()
+        except MultipartParseError as exc:
+            raise FormError(f"malformed multipart body: {exc}") from None
+        if not self._finished:
+            raise FormError("the multipart body ended before its closing boundary")
+        for piece in self._out:
+            yield piece
+        self._out = []
+
+    # --- parser callbacks ---------------------------------------------------------
+
+    def _on_part_begin(self) -> None:
+        self._part = _Part()
+        self._text = bytearray()
+
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def _on_header_end(self) -> None:
+        name = self._header_name.decode("latin-1").lower()
+        self._part.headers[name] = self._header_value.decode("utf-8", "replace")
+        self._header_name = b""
+        self._header_value = b""
+
+    def _on_headers_finished(self) -> None:
+        disposition = self._part.headers.get("content-disposition", "")
+        _, params = parse_options_header(disposition)
+        self._part.name = params.get(b"name", b"").decode("utf-8", "replace")
+        raw_filename = params.get(b"filename")
+        self._part.filename = (
+            raw_filename.decode("utf-8", "replace") if raw_filename is not None else None
+        )
+        self._part.content_type = self._part.headers.get("content-type")
+        # Only the first file field is the upload; later ones are read and dropped.
+        self._in_file = self._part.name == self.file_field and not self._done_with_file
+        if self._in_file:
+            self.file_seen = True
+            self.filename = self._part.filename
+            self.content_type = self._part.content_type
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._in_file:
+            self._out.append(bytes(data[start:end]))
+        elif self._part.filename is None:
+            if len(self._text) + (end - start) > MAX_TEXT_FIELD:
+                raise FormError(f"form field {self._part.name!r} is over {MAX_TEXT_FIELD} bytes")
+            self._text += data[start:end]
+
+    def _on_part_end(self) -> None:
+        if self._in_file:
+            self._in_file = False
+            self._done_with_file = True
+        elif self._part.filename is None and self._part.name:
+            self.fields[self._part.name] = self._text.decode("utf-8", "replace")
+
+    def _on_end(self) -> None:
+        self._finished = True

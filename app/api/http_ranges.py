@@ -1,0 +1,118 @@
+"""HTTP Range and conditional-request rules (RFC 9110), shared by the native
+and S3 download routes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import format_datetime, parsedate_to_datetime
+from urllib.parse import quote
+
+_RANGE_RE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
+
+
+class RangeNotSatisfiable(Exception):
+    def __init__(self, size: int, detail: str) -> None:
+        super().__init__(detail)
+        self.size = size
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRange:
+    """Bytes [start, end) of an object."""
+
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def content_range(self, size: int) -> str:
+        return f"bytes {self.start}-{self.end - 1}/{size}"
+
+
+def parse_range(header: str | None, size: int) -> ByteRange | None:
+    """The single byte range asked for, or None for the whole object.
+
+    Several ranges in one header are answered with the whole object, which
+    RFC 9110 allows. A malformed or unsatisfiable range raises
+    RangeNotSatisfiable (answered with 416 and `Content-Range: bytes */size`).
+    """
+    if header is None or not header.strip():
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or not spec.strip():
+        raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
+    if "," in spec:
+        return None
+    match = _RANGE_RE.match(spec)
+    if match is None or (match.group(1) == "" and match.group(2) == ""):
+        raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
+    first, last = match.group(1), match.group(2)
+    if first == "":
+        suffix = int(last)
+        if suffix == 0 or size == 0:
+            raise RangeNotSatisfiable(size, f"range {spec} is not satisfiable for {size} bytes")
+        return ByteRange(max(0, size - suffix), size)
+    start = int(first)
+    end = size if last == "" else min(int(last) + 1, size)
+    if last != "" and int(last) < start:
+        raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
+    if start >= size:
+        raise RangeNotSatisfiable(size, f"range {spec} is not satisfiable for {size} bytes")
+    return ByteRange(start, end)
+
+
+def http_date(moment: datetime) -> str:
+    return format_datetime(moment.replace(microsecond=0), usegmt=True)
+
+
+def parse_http_date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def etag_matches(header: str, etag: str) -> bool:
+    """Whether an If-Match / If-None-Match list names this ETag (weak compare)."""
+    if header.strip() == "*":
+        return True
+    wanted = etag.removeprefix("W/")
+    return any(tag.strip().removeprefix("W/") == wanted for tag in header.split(","))
+
+
+def not_modified(headers: Mapping[str, str], *, etag: str, last_modified: datetime) -> bool:
+    """True when If-None-Match / If-Modified-Since say the client's copy is current."""
+    if_none_match = headers.get("if-none-match")
+    if if_none_match is not None:
+        return etag_matches(if_none_match, etag)
+    since = parse_http_date(headers.get("if-modified-since"))
+    return since is not None and last_modified.replace(microsecond=0) <= since
+
+
+def range_applies(headers: Mapping[str, str], *, etag: str, last_modified: datetime) -> bool:
+    """If-Range: serve the range only if the client's copy is still current."""
+    value = headers.get("if-range")
+    if value is None:
+        return True
+    if value.strip().startswith(('"', "W/")):
+        return value.strip() == etag
+    moment = parse_http_date(value)
+    return moment is not None and last_modified.replace(microsecond=0) <= moment
+
+
+def content_disposition(filename: str, disposition: str = "attachment") -> str:
+    """RFC 6266: an ASCII fallback plus `filename*` when the name is not ASCII."""
+    cleaned = "".join(ch for ch in filename if ch >= " " and ch != "\x7f") or "download"
+    fallback = "".join(ch if ch.isascii() and ch not in '"\\' else "_" for ch in cleaned)
+    value = f'{disposition}; filename="{fallback}"'
+    if fallback != cleaned:
+        value += f"; filename*=UTF-8''{quote(cleaned, safe='')}"
+    return value

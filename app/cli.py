@@ -1,0 +1,309 @@
+"""The `teleuploader` command.
+
+Every failure a user can cause ends in one line on stderr (`teleuploader:
+error: ...`) and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+from app.config import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+EXIT_USAGE = 2
+T = TypeVar("T")
+
+
+class CliError(Exception):
+    """A problem to report in one line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        message = _one_line(exc)
+        if message is None:
+            raise
+        print(f"teleuploader: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _one_line(exc: Exception) -> str | None:
+    """The message of an error a user can fix, or None for a bug (traceback)."""
+    from app.db.migrations import SchemaOutOfDate
+    from app.services import StartupError
+
+    if isinstance(exc, (CliError, SettingsError, StartupError, SchemaOutOfDate)):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})".strip()
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="teleuploader",
+        description="Store files in a private Telegram channel through a pool of bots.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service (settings come from the environment / .env)"
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="bring the database schema up to date (uses MIGRATION_DATABASE_URL if set)",
+    )
+    migrate.set_defaults(handler=cmd_migrate)
+
+    demo = commands.add_parser(
+        "demo",
+        help="run the service against an in-process Telegram simulator (no tokens needed)",
+    )
+    demo.add_argument("--port", type=int, default=4000, help="port of the service (4000)")
+    demo.add_argument("--bots", type=int, default=4, help="simulated bots (4)")
+    demo.add_argument("--data-dir", default=None, help="where the demo database lives (a temp dir)")
+    demo.set_defaults(handler=cmd_demo)
+
+    sim = commands.add_parser(
+        "telegram-sim", help="run the Telegram Bot API simulator as an HTTP server"
+    )
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8081)
+    sim.add_argument("--bots", type=int, default=6, help="how many bot tokens it accepts (6)")
+    sim.add_argument("--chat-id", type=int, default=-1001000000001, help="the storage chat")
+    sim.add_argument("--tokens-file", default=None, help="also write the tokens to this file")
+    sim.add_argument(
+        "--concurrency-limit",
+        type=int,
+        default=1,
+        help="concurrent uploads per bot before a 429 (1)",
+    )
+    sim.add_argument(
+        "--collision-retry-after", type=int, default=30, help="retry_after of a collision 429"
+    )
+    sim.add_argument("--sends-per-minute", type=int, default=None, help="per-bot budget")
+    sim.add_argument("--latency", type=float, default=0.0, help="seconds added to every call")
+    sim.add_argument(
+        "--upload-bandwidth", type=float, default=None, help="bytes/s per upload connection"
+    )
+    sim.add_argument("--download-bandwidth", type=float, default=None, help="bytes/s per download")
+    sim.add_argument("--fault-5xx-rate", type=float, default=0.0)
+    sim.add_argument("--fault-drop-rate", type=float, default=0.0)
+    sim.add_argument("--fault-429-rate", type=float, default=0.0)
+    sim.add_argument("--seed", type=int, default=None)
+    sim.set_defaults(handler=cmd_telegram_sim)
+
+    keys = commands.add_parser("keys", help="manage API keys")
+    key_commands = keys.add_subparsers(title="key commands", metavar="ACTION")
+    create = key_commands.add_parser("create", help="create a key and print it (shown once)")
+    create.add_argument("name")
+    create.set_defaults(handler=cmd_keys_create)
+    listing = key_commands.add_parser("list", help="list keys (never their secret part)")
+    listing.set_defaults(handler=cmd_keys_list)
+    revoke = key_commands.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("name")
+    revoke.set_defaults(handler=cmd_keys_revoke)
+    keys.set_defaults(handler=lambda _args: _usage(keys))
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_USAGE
+
+
+# --- serve / migrate ----------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.logging import configure_logging
+    from app.main import create_app
+
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    asyncio.run(_precheck(settings))
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        proxy_headers=True,
+        forwarded_allow_ips="127.0.0.1",
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) + 5,
+    )
+    return 0
+
+
+async def _precheck(settings: Settings) -> None:
+    """What can be checked before the server starts, so it fails in one line."""
+    from app.db.engine import create_engine
+    from app.db.migrations import check_schema
+    from app.services import StartupError
+
+    if not settings.bot_tokens:
+        raise StartupError("BOT_TOKENS is not set: give at least one bot token")
+    if settings.storage_chat_id is None:
+        raise StartupError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    engine = create_engine(settings.database_url)
+    try:
+        await check_schema(engine)
+    finally:
+        await engine.dispose()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from app.db.migrations import upgrade
+
+    settings = load_settings()
+    url = settings.migration_database_url or settings.database_url
+    upgrade(url)
+    print("database schema is up to date")
+    return 0
+
+
+# --- keys -----------------------------------------------------------------------------
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from app.db.api_keys import ApiKeyNameTaken, ApiKeyRepository
+
+    async def run(session_factory: _Sessions) -> str:
+        async with session_factory() as session:
+            try:
+                _key, plaintext = await ApiKeyRepository(session).create(args.name)
+            except ApiKeyNameTaken as exc:
+                raise CliError(str(exc)) from None
+        return plaintext
+
+    plaintext = _with_database(run)
+    print(plaintext)
+    print(f"(key {args.name!r} created; it is shown only this once)", file=sys.stderr)
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    from app.db.api_keys import ApiKeyRepository
+
+    async def run(session_factory: _Sessions) -> list[tuple[str, str, str, str]]:
+        async with session_factory() as session:
+            keys = await ApiKeyRepository(session).list()
+            return [
+                (
+                    key.name,
+                    key.prefix + "…",
+                    key.created_at.strftime("%Y-%m-%d %H:%M"),
+                    "revoked" if key.revoked else "active",
+                )
+                for key in keys
+            ]
+
+    rows = _with_database(run)
+    if not rows:
+        print("no API keys; create one with `teleuploader keys create NAME`")
+    for name, prefix, created, state in rows:
+        print(f"{name:<24} {prefix:<14} {created}  {state}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    from app.db.api_keys import ApiKeyRepository
+
+    async def run(session_factory: _Sessions) -> bool:
+        async with session_factory() as session:
+            return await ApiKeyRepository(session).revoke(args.name)
+
+    if not _with_database(run):
+        raise CliError(f"no active key is named {args.name!r}")
+    print(f"key {args.name!r} revoked")
+    return 0
+
+
+class _Sessions:
+    """Opens sessions that commit when their block ends without error."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.db.engine import create_engine, create_sessionmaker
+
+        self.engine = create_engine(settings.database_url)
+        self._maker = create_sessionmaker(self.engine)
+
+    def __call__(self) -> AbstractAsyncContextManager[AsyncSession]:
+        from app.db.session import session_scope
+
+        return session_scope(self._maker)
+
+
+def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
+    """Run `run` against the configured database (its schema must be current)."""
+    from app.db.migrations import check_schema
+
+    settings = load_settings()
+
+    async def go() -> T:
+        sessions = _Sessions(settings)
+        try:
+            await check_schema(sessions.engine)
+            return await run(sessions)
+        finally:
+            await sessions.engine.dispose()
+
+    return asyncio.run(go())
+
+
+# --- simulator / demo -------------------------------------------------------------------
+
+
+def cmd_telegram_sim(args: argparse.Namespace) -> int:
+    from app.telegram.simulator import main_simulator
+
+    main_simulator(
+        host=args.host,
+        port=args.port,
+        bots=args.bots,
+        chat_id=args.chat_id,
+        tokens_file=args.tokens_file,
+        max_concurrent_uploads_per_bot=args.concurrency_limit,
+        collision_retry_after=args.collision_retry_after,
+        sends_per_minute=args.sends_per_minute,
+        latency=args.latency,
+        upload_bandwidth=args.upload_bandwidth,
+        download_bandwidth=args.download_bandwidth,
+        fault_5xx_rate=args.fault_5xx_rate,
+        fault_drop_rate=args.fault_drop_rate,
+        fault_429_rate=args.fault_429_rate,
+        seed=args.seed,
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    asyncio.run(run_demo(port=args.port, bots=args.bots, data_dir=args.data_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The FastAPI application.
+
+`create_app(settings)` wires the routers and error handlers; its lifespan
+starts the services (database, bot pool, GC, object store) and stops them on
+shutdown, handing them to every request as `request.state.services`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TypedDict
+
+from fastapi import FastAPI
+
+from app.api import files, health
+from app.api.errors import install_error_handlers
+from app.config import Settings
+from app.services import Services, start_services
+
+
+class State(TypedDict):
+    services: Services
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        services = await start_services(settings)
+        try:
+            yield {"services": services}
+        finally:
+            await services.close()
+
+    app = FastAPI(
+        title="TeleUploader",
+        summary="Files stored in a private Telegram channel through a pool of bots.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(files.router)
+    return app

@@ -1,0 +1,134 @@
+"""Building and tearing down everything the service runs on.
+
+`start_services` is what the app's lifespan calls: database (schema checked),
+bot clients, the dispatcher (bots verified with getMe), the GC and the object
+store. `Services.close` stops them in the reverse order, letting in-flight work
+finish first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.migrations import check_schema
+from app.store.gc import GarbageCollector
+from app.store.locator import ChunkLocator
+from app.store.reader import RangeReader
+from app.store.service import ObjectStore
+from app.store.writer import ChunkWriter
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import TelegramError
+from app.telegram.types import BotInfo, StoredDocument
+
+log = structlog.get_logger("app.services")
+
+
+class StartupError(Exception):
+    """The service cannot start; the message says what to fix."""
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    dispatcher: Dispatcher
+    gc: GarbageCollector
+    store: ObjectStore
+    bots: dict[int, BotInfo] = field(default_factory=dict)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    async def database_ok(self) -> bool:
+        try:
+            async with self.engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+        except Exception:
+            return False
+        return True
+
+    async def close(self) -> None:
+        await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
+        await self.gc.stop()
+        await self.engine.dispose()
+        log.info("services_stopped")
+
+
+async def start_services(settings: Settings) -> Services:
+    if not settings.bot_tokens:
+        raise StartupError("BOT_TOKENS is not set: give at least one bot token")
+    if settings.storage_chat_id is None:
+        raise StartupError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    started_at = datetime.now(UTC)
+
+    engine = create_engine(settings.database_url)
+    try:
+        await check_schema(engine)
+    except Exception:
+        await engine.dispose()
+        raise
+    sessionmaker = create_sessionmaker(engine)
+
+    clients = [
+        BotClient(
+            token,
+            api_base=settings.telegram_api_base,
+            floor_bandwidth=settings.telegram_floor_bandwidth,
+        )
+        for token in settings.bot_tokens
+    ]
+    dispatcher = Dispatcher(
+        clients,
+        chat_id=settings.storage_chat_id,
+        max_attempts=settings.max_attempts,
+        sends_per_minute=settings.sends_per_minute,
+    )
+    gc = GarbageCollector(dispatcher, sessionmaker)
+
+    def on_orphan(document: StoredDocument) -> None:
+        # A send finished after its upload was abandoned: the message must go.
+        gc.enqueue_document(document, reason="failed_upload")
+
+    dispatcher.on_orphan = on_orphan
+    await dispatcher.start()
+
+    bots: dict[int, BotInfo] = {}
+    for bot_id, result in (await dispatcher.verify_bots()).items():
+        if isinstance(result, TelegramError):
+            log.error("bot_check_failed", bot_id=bot_id, error=str(result))
+        else:
+            bots[bot_id] = result
+    if not dispatcher.usable_bots():
+        await dispatcher.stop(grace=0)
+        await engine.dispose()
+        raise StartupError("no bot token works (every getMe failed); run `teleuploader check`")
+    log.info("bots_ready", usable=len(dispatcher.usable_bots()), configured=len(clients))
+
+    await gc.sweep_orphans(before=started_at)
+    gc.start()
+    writer = ChunkWriter(
+        dispatcher,
+        sessionmaker,
+        gc,
+        chunk_size=settings.chunk_size,
+        inline_threshold=settings.inline_threshold,
+    )
+    reader = RangeReader(ChunkLocator(dispatcher, gc))
+    store = ObjectStore(sessionmaker, writer, reader, gc)
+    return Services(
+        settings=settings,
+        engine=engine,
+        sessionmaker=sessionmaker,
+        dispatcher=dispatcher,
+        gc=gc,
+        store=store,
+        bots=bots,
+        started_at=started_at,
+    )

@@ -1,0 +1,21 @@
+"""Errors of the object store, each with what a client should be told."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of object-store errors; `str()` is safe to show a client."""
+
+
+class UploadTooLarge(StoreError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the upload is larger than the limit of {limit} bytes")
+        self.limit = limit
+
+
+class ObjectNotFound(StoreError):
+    pass
+
+
+class ContentUnavailable(StoreError):
+    """A chunk could not be read back from Telegram (after retries)."""

@@ -1,0 +1,205 @@
+"""The garbage collector: deletes Telegram messages nothing references any more.
+
+Telegram lets a bot delete a channel post only while it is younger than 48
+hours, so failed, aborted, overwritten and deleted uploads are cleaned up
+promptly. The work list is the `gc_ledger` table, so it survives restarts; a
+document that could not even be written to the ledger (the database was down)
+is kept in memory and written on the next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.chunks import ChunkRepository
+from app.db.gc import GcRepository
+from app.db.models import GcReason
+from app.db.session import session_scope
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import PermanentError, TelegramError
+from app.telegram.types import StoredDocument
+
+log = structlog.get_logger("app.store.gc")
+
+# Telegram's wording when the message is already gone: nothing left to do.
+_ALREADY_GONE = "message to delete not found"
+MAX_DELETE_ATTEMPTS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    settled: bool  # True: drop the ledger entry
+    error: str | None = None
+
+
+class GarbageCollector:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        interval: float = 2.0,
+        batch: int = 50,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._sessionmaker = sessionmaker
+        self._interval = interval
+        self._batch = batch
+        self._unrecorded: list[tuple[StoredDocument, GcReason]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.deleted = 0
+
+    # --- feeding the ledger -----------------------------------------------------
+
+    def enqueue_document(self, document: StoredDocument, *, reason: GcReason) -> None:
+        """Record a message that has no chunk row (an orphaned send). Sync, so
+        the dispatcher can call it from its worker."""
+        self._unrecorded.append((document, reason))
+        task = asyncio.get_running_loop().create_task(self._record_unrecorded())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def release_chunks(self, chunk_ids: list[int], *, reason: GcReason) -> None:
+        """Chunks no longer needed by their upload: ledger the unreferenced ones."""
+        async with session_scope(self._sessionmaker) as session:
+            await ChunkRepository(session).release(chunk_ids, reason)
+        self.wake()
+
+    async def sweep_orphans(self, before: datetime) -> int:
+        """Pending chunks older than this process belong to uploads that died
+        with a previous process: ledger them."""
+        async with session_scope(self._sessionmaker) as session:
+            count = await ChunkRepository(session).collect_pending_orphans(before)
+        if count:
+            log.warning("orphaned_chunks_collected", count=count)
+            self.wake()
+        return count
+
+    async def _record_unrecorded(self) -> None:
+        if not self._unrecorded:
+            return
+        batch, self._unrecorded = self._unrecorded, []
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                repo = GcRepository(session)
+                for document, reason in batch:
+                    await repo.add(
+                        bot_id=document.bot_id,
+                        chat_id=document.chat_id,
+                        message_id=document.message_id,
+                        file_unique_id=document.file_unique_id,
+                        reason=reason,
+                    )
+        except Exception:
+            self._unrecorded = batch + self._unrecorded
+            log.warning("gc_ledger_write_failed", pending=len(self._unrecorded))
+            return
+        self.wake()
+
+    # --- the loop ---------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="gc")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._record_unrecorded()
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self._record_unrecorded()
+                done = await self.run_once()
+            except Exception:
+                log.exception("gc_round_failed")
+                done = 0
+            if done < self._batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._interval):
+                        await self._wake.wait()
+
+    async def run_once(self) -> int:
+        """Delete one batch of due messages; returns how many entries were settled."""
+        now = datetime.now(UTC)
+        async with session_scope(self._sessionmaker) as session:
+            entries = [
+                (e.id, e.bot_id, e.chat_id, e.message_id, e.attempts)
+                for e in await GcRepository(session).due(self._batch, now)
+            ]
+        if not entries:
+            return 0
+        outcomes = await asyncio.gather(
+            *(
+                self._delete(bot_id, chat_id, message_id)
+                for _, bot_id, chat_id, message_id, _ in entries
+            )
+        )
+        settled = 0
+        async with session_scope(self._sessionmaker) as session:
+            repo = GcRepository(session)
+            for (entry_id, bot_id, _, message_id, attempts), outcome in zip(
+                entries, outcomes, strict=True
+            ):
+                if outcome.settled:
+                    await repo.done(entry_id)
+                    settled += 1
+                    if outcome.error is None:
+                        self.deleted += 1
+                    else:
+                        log.error(
+                            "gc_message_not_deletable",
+                            bot_id=bot_id,
+                            message_id=message_id,
+                            error=outcome.error,
+                        )
+                elif attempts + 1 >= MAX_DELETE_ATTEMPTS:
+                    log.error(
+                        "gc_gave_up", bot_id=bot_id, message_id=message_id, error=outcome.error
+                    )
+                    await repo.done(entry_id)
+                    settled += 1
+                else:
+                    delay = timedelta(seconds=min(600, 5 * 2**attempts))
+                    await repo.failed(entry_id, outcome.error or "", now + delay)
+        return settled
+
+    async def backlog(self) -> int:
+        async with session_scope(self._sessionmaker) as session:
+            return await GcRepository(session).backlog() + len(self._unrecorded)
+
+    async def _delete(self, bot_id: int, chat_id: int, message_id: int) -> _Outcome:
+        # The bot that posted it if it can still work, else any admin bot of the
+        # chat (channel admins with can_delete_messages may delete any post).
+        usable = self._dispatcher.usable_bots()
+        if not usable:
+            return _Outcome(settled=False, error="no usable bot")
+        deleter = bot_id if bot_id in usable else usable[message_id % len(usable)]
+        try:
+            await self._dispatcher.call(
+                deleter, "deleteMessage", lambda c: c.delete_message(chat_id, message_id)
+            )
+        except PermanentError as exc:
+            if _ALREADY_GONE in exc.description:
+                return _Outcome(settled=True)
+            # E.g. older than 48 hours: retrying cannot help. Say so loudly.
+            return _Outcome(settled=True, error=str(exc))
+        except TelegramError as exc:
+            return _Outcome(settled=False, error=str(exc))
+        return _Outcome(settled=True)

@@ -1,0 +1,106 @@
+"""Finding where a chunk's bytes can be downloaded from.
+
+A `file_id` works only with the bot that received it, so a chunk is read through
+its uploading bot: `getFile` (lazily, cached for less than the hour Telegram
+keeps a file_path valid) and then the file URL. If that bot is gone (removed
+from the config, token revoked, kicked), another bot forwards the stored message
+and reads the chunk through the file_id it gets; that file_id is cached too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import structlog
+
+from app.store.gc import GarbageCollector
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import BotUnusable, PermanentError, TelegramError
+
+log = structlog.get_logger("app.store.locator")
+
+FILE_PATH_TTL = 50 * 60  # Telegram keeps a file_path valid for at least an hour.
+CACHE_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """What the database knows about a stored chunk."""
+
+    chunk_id: int
+    bot_id: int
+    file_id: str
+    chat_id: int
+    message_id: int
+    size: int
+
+
+class ChunkLocator:
+    def __init__(self, dispatcher: Dispatcher, gc: GarbageCollector) -> None:
+        self._dispatcher = dispatcher
+        self._gc = gc
+        # chunk_id -> (bot_id, file_id) of another bot, when the uploader is gone.
+        self._rehomed: OrderedDict[int, tuple[int, str]] = OrderedDict()
+        # (bot_id, file_id) -> (file_path, expires_at)
+        self._paths: OrderedDict[tuple[int, str], tuple[str, float]] = OrderedDict()
+
+    async def locate(self, chunk: ChunkRef) -> tuple[BotClient, str]:
+        """A client and a file_path from which the chunk can be downloaded now."""
+        bot_id, file_id = self._rehomed.get(chunk.chunk_id, (chunk.bot_id, chunk.file_id))
+        client = self._dispatcher.client_for(bot_id)
+        if client is not None:
+            try:
+                return client, await self._file_path(bot_id, file_id)
+            except BotUnusable:
+                pass
+            except PermanentError as exc:
+                if "wrong file_id" not in exc.description:
+                    raise
+        return await self._rehome(chunk)
+
+    def forget(self, chunk: ChunkRef) -> None:
+        """Drop cached paths for a chunk whose read failed (the path may be stale)."""
+        bot_id, file_id = self._rehomed.get(chunk.chunk_id, (chunk.bot_id, chunk.file_id))
+        self._paths.pop((bot_id, file_id), None)
+
+    async def _file_path(self, bot_id: int, file_id: str) -> str:
+        key = (bot_id, file_id)
+        cached = self._paths.get(key)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            self._paths.move_to_end(key)
+            return cached[0]
+        location = await self._dispatcher.call(
+            bot_id, "getFile", lambda client: client.get_file(file_id)
+        )
+        self._paths[key] = (location.file_path, now + FILE_PATH_TTL)
+        while len(self._paths) > CACHE_ENTRIES:
+            self._paths.popitem(last=False)
+        return location.file_path
+
+    async def _rehome(self, chunk: ChunkRef) -> tuple[BotClient, str]:
+        """Read the chunk through another bot: forward its message, use the new file_id."""
+        try:
+            document = await self._dispatcher.forward_message(
+                chunk.chat_id, chunk.message_id, exclude={chunk.bot_id}
+            )
+        except TelegramError:
+            log.error("chunk_unreachable", chunk_id=chunk.chunk_id, bot_id=chunk.bot_id)
+            raise
+        # The forwarded copy is only a way to get a file_id; its post can go.
+        self._gc.enqueue_document(document, reason="orphaned")
+        self._rehomed[chunk.chunk_id] = (document.bot_id, document.file_id)
+        while len(self._rehomed) > CACHE_ENTRIES:
+            self._rehomed.popitem(last=False)
+        log.info(
+            "chunk_rehomed", chunk_id=chunk.chunk_id, from_bot=chunk.bot_id, to_bot=document.bot_id
+        )
+        client = self._dispatcher.client_for(document.bot_id)
+        if client is None:
+            raise BotUnusable(
+                f"bot {document.bot_id} left the pool", status=0, bot_id=document.bot_id
+            )
+        return client, await self._file_path(document.bot_id, document.file_id)

@@ -1,0 +1,238 @@
+"""The object store: what the HTTP layers (native API, S3) call.
+
+Writing is two steps, so a caller can learn things from the stream before it
+names the object (a form's `fileName` field may come after the file):
+
+1. `write_content(stream)` stores the bytes (chunks in Telegram, or inline when
+   small) and returns their hashes and pieces; nothing is visible yet.
+2. `commit(...)` makes the object visible in one transaction, replacing any
+   object under the same key (last writer wins).
+
+If step 2 fails or never happens, `discard(content)` releases the chunks to the
+GC ledger. Reading resolves only the pieces a byte range touches and streams
+them through the `RangeReader`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import StoredObject
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.session import session_scope
+from app.store.errors import ObjectNotFound
+from app.store.gc import GarbageCollector
+from app.store.locator import ChunkRef
+from app.store.reader import PieceSpan, RangeReader
+from app.store.writer import ChunkWriter, WrittenContent
+
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """A snapshot of an object's row, safe to use after its session closed."""
+
+    id: int
+    bucket: str
+    key: str
+    public_id: str
+    name: str
+    content_type: str
+    size: int
+    etag: str
+    md5: str | None
+    sha256: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    inline_data: bytes | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
+        return cls(
+            id=row.id,
+            bucket=row.bucket,
+            key=row.key,
+            public_id=row.public_id,
+            name=row.name,
+            content_type=row.content_type,
+            size=row.size,
+            etag=row.etag,
+            md5=row.md5,
+            sha256=row.sha256,
+            metadata=dict(row.user_metadata or {}),
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            inline_data=row.inline_data if with_content else None,
+        )
+
+
+class ObjectStore:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        writer: ChunkWriter,
+        reader: RangeReader,
+        gc: GarbageCollector,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._writer = writer
+        self._reader = reader
+        self._gc = gc
+
+    # --- writing ------------------------------------------------------------------
+
+    async def write_content(
+        self, stream: AsyncIterator[bytes], *, max_size: int | None = None, label: str = ""
+    ) -> WrittenContent:
+        return await self._writer.write(stream, max_size=max_size, label=label)
+
+    async def commit(
+        self,
+        content: WrittenContent,
+        *,
+        bucket: str,
+        key: str,
+        name: str,
+        content_type: str | None,
+        metadata: Mapping[str, Any] | None = None,
+        keep_public_id: bool = False,
+    ) -> ObjectInfo:
+        spec = ObjectSpec(
+            bucket=bucket,
+            key=key,
+            name=name,
+            content_type=content_type or DEFAULT_CONTENT_TYPE,
+            size=content.size,
+            etag=f'"{content.md5_hex}"',
+            md5=content.md5_hex,
+            sha256=content.sha256_hex,
+            user_metadata=dict(metadata or {}),
+            inline_data=content.inline_data,
+            pieces=[PieceSpec(p.chunk_id, p.offset, p.length) for p in content.pieces],
+        )
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                row = await ObjectRepository(session).put(spec, keep_public_id=keep_public_id)
+                info = ObjectInfo.from_row(row, with_content=False)
+        except BaseException:
+            await self.discard(content)
+            raise
+        # The replaced object's chunks (if any) are in the ledger now.
+        self._gc.wake()
+        return info
+
+    async def discard(self, content: WrittenContent) -> None:
+        """Release the chunks of content that will not be committed."""
+        if content.chunk_ids:
+            # Shielded: this often runs while the caller is being cancelled.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self._gc.release_chunks(content.chunk_ids, reason="failed_upload")
+                )
+
+    async def put_stream(
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        bucket: str,
+        key: str,
+        name: str,
+        content_type: str | None,
+        metadata: Mapping[str, Any] | None = None,
+        max_size: int | None = None,
+        keep_public_id: bool = False,
+    ) -> ObjectInfo:
+        content = await self.write_content(stream, max_size=max_size, label=key)
+        return await self.commit(
+            content,
+            bucket=bucket,
+            key=key,
+            name=name,
+            content_type=content_type,
+            metadata=metadata,
+            keep_public_id=keep_public_id,
+        )
+
+    # --- reading ------------------------------------------------------------------
+
+    async def get(self, bucket: str, key: str) -> ObjectInfo | None:
+        async with session_scope(self._sessionmaker) as session:
+            row = await ObjectRepository(session).get(bucket, key)
+            return ObjectInfo.from_row(row) if row is not None else None
+
+    async def get_by_public_id(self, public_id: str) -> ObjectInfo | None:
+        async with session_scope(self._sessionmaker) as session:
+            row = await ObjectRepository(session).get_by_public_id(public_id)
+            return ObjectInfo.from_row(row) if row is not None else None
+
+    async def list(
+        self, bucket: str, *, prefix: str = "", after_key: str | None = None, limit: int = 1000
+    ) -> list[ObjectInfo]:
+        async with session_scope(self._sessionmaker) as session:
+            rows = await ObjectRepository(session).list(bucket, prefix, after_key, limit)
+            return [ObjectInfo.from_row(row, with_content=False) for row in rows]
+
+    async def open_range(self, info: ObjectInfo, start: int, end: int) -> AsyncIterator[bytes]:
+        """The bytes [start, end) of an object, as a stream.
+
+        The pieces are resolved now (a replaced object raises ObjectNotFound
+        before any header is sent); the bytes are fetched as the stream is read.
+        """
+        if end <= start:
+            return _from_bytes(b"")
+        if info.inline_data is not None or info.size <= 0:
+            return _from_bytes((info.inline_data or b"")[start:end])
+        async with session_scope(self._sessionmaker) as session:
+            rows = await ObjectRepository(session).pieces(info.id, start, end)
+            spans = []
+            covered = 0
+            for piece, chunk in rows:
+                first = max(start, piece.start)
+                last = min(end, piece.start + piece.length)
+                covered += last - first
+                spans.append(
+                    PieceSpan(
+                        chunk=ChunkRef(
+                            chunk_id=chunk.id,
+                            bot_id=chunk.bot_id,
+                            file_id=chunk.file_id,
+                            chat_id=chunk.chat_id,
+                            message_id=chunk.message_id,
+                            size=chunk.size,
+                        ),
+                        offset=piece.offset + (first - piece.start),
+                        length=last - first,
+                    )
+                )
+        if covered != end - start:
+            # The object was replaced or deleted after `info` was read.
+            raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")
+        return self._reader.stream(spans)
+
+    # --- deleting -----------------------------------------------------------------
+
+    async def delete(self, bucket: str, key: str) -> bool:
+        async with session_scope(self._sessionmaker) as session:
+            deleted = await ObjectRepository(session).delete(bucket, key)
+        self._gc.wake()
+        return deleted
+
+    async def delete_by_public_id(self, public_id: str) -> bool:
+        async with session_scope(self._sessionmaker) as session:
+            deleted = await ObjectRepository(session).delete_by_public_id(public_id)
+        self._gc.wake()
+        return deleted
+
+
+async def _from_bytes(data: bytes) -> AsyncIterator[bytes]:
+    if data:
+        yield data

@@ -1,0 +1,177 @@
+"""The upload pipeline: cut a byte stream into chunks and store them in Telegram.
+
+Several chunks of one stream are in flight at once (one per usable bot), while
+MD5 and SHA-256 are computed incrementally. Reading from the stream pauses while
+every slot is busy, so memory stays near (parallelism + 1) x chunk size whatever
+the size of the stream, and nothing is written to disk.
+
+Every chunk is recorded in the database as *pending* the moment Telegram has it.
+If the stream fails (client gone, size limit, Telegram error), the chunks already
+stored are released to the GC ledger, so no Telegram message is left behind. If
+the process dies instead, the pending rows are swept into the ledger at the next
+start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.chunks import ChunkRepository
+from app.db.session import session_scope
+from app.store.errors import UploadTooLarge
+from app.store.gc import GarbageCollector
+from app.telegram.dispatcher import Dispatcher
+
+log = structlog.get_logger("app.store.writer")
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenPiece:
+    """A run of bytes inside a stored chunk."""
+
+    chunk_id: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenContent:
+    """What a finished stream became: hashes plus either pieces or inline bytes."""
+
+    size: int
+    md5_hex: str
+    sha256_hex: str
+    pieces: list[WrittenPiece]
+    inline_data: bytes | None
+
+    @property
+    def chunk_ids(self) -> list[int]:
+        return [piece.chunk_id for piece in self.pieces]
+
+
+class ChunkWriter:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        gc: GarbageCollector,
+        *,
+        chunk_size: int,
+        inline_threshold: int,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._sessionmaker = sessionmaker
+        self._gc = gc
+        self.chunk_size = chunk_size
+        self.inline_threshold = inline_threshold
+
+    def parallelism(self) -> int:
+        """Chunks of one stream in flight at once: one per usable bot."""
+        return max(1, len(self._dispatcher.usable_bots()))
+
+    async def write(
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        max_size: int | None = None,
+        label: str = "",
+    ) -> WrittenContent:
+        """Store a whole stream. On any failure, nothing stays in Telegram."""
+        md5 = hashlib.md5(usedforsecurity=False)
+        sha256 = hashlib.sha256()
+        buffer = bytearray()
+        total = 0
+        slots = asyncio.Semaphore(self.parallelism())
+        tasks: list[asyncio.Task[WrittenPiece]] = []
+        try:
+            async for data in stream:
+                if not data:
+                    continue
+                total += len(data)
+                if max_size is not None and total > max_size:
+                    raise UploadTooLarge(max_size)
+                md5.update(data)
+                sha256.update(data)
+                buffer += data
+                # Hold back while the content could still be small enough to
+                # live inline in the database.
+                while len(buffer) >= self.chunk_size and total > self.inline_threshold:
+                    await self._start_chunk(tasks, slots, bytes(buffer[: self.chunk_size]), label)
+                    del buffer[: self.chunk_size]
+            if not tasks and total <= self.inline_threshold:
+                return WrittenContent(
+                    size=total,
+                    md5_hex=md5.hexdigest(),
+                    sha256_hex=sha256.hexdigest(),
+                    pieces=[],
+                    inline_data=bytes(buffer),
+                )
+            while buffer:
+                await self._start_chunk(tasks, slots, bytes(buffer[: self.chunk_size]), label)
+                del buffer[: self.chunk_size]
+            pieces = list(await asyncio.gather(*tasks))
+        except BaseException:
+            await self._abandon(tasks)
+            raise
+        return WrittenContent(
+            size=total,
+            md5_hex=md5.hexdigest(),
+            sha256_hex=sha256.hexdigest(),
+            pieces=pieces,
+            inline_data=None,
+        )
+
+    async def _start_chunk(
+        self,
+        tasks: list[asyncio.Task[WrittenPiece]],
+        slots: asyncio.Semaphore,
+        data: bytes,
+        label: str,
+    ) -> None:
+        # Waiting for a slot is the backpressure: the stream is not read meanwhile.
+        await slots.acquire()
+        for task in tasks:
+            # A chunk that already failed fails the whole stream now, not at the end.
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                slots.release()
+                raise task.exception()  # type: ignore[misc]
+        tasks.append(asyncio.create_task(self._store_chunk(data, slots, label, len(tasks))))
+
+    async def _store_chunk(
+        self, data: bytes, slots: asyncio.Semaphore, label: str, index: int
+    ) -> WrittenPiece:
+        try:
+            filename = f"{secrets.token_hex(8)}.bin"
+            caption = f"{label} #{index}" if label else None
+            document = await self._dispatcher.send_document(data, filename, caption=caption)
+            digest = hashlib.sha256(data).hexdigest()
+            try:
+                async with session_scope(self._sessionmaker) as session:
+                    chunk = await ChunkRepository(session).add_pending(document, digest)
+            except BaseException:
+                # Telegram has it but the database does not: it must not stay.
+                self._gc.enqueue_document(document, reason="failed_upload")
+                raise
+            return WrittenPiece(chunk_id=chunk.id, offset=0, length=len(data))
+        finally:
+            slots.release()
+
+    async def _abandon(self, tasks: list[asyncio.Task[WrittenPiece]]) -> None:
+        """Cancel chunks still in flight and release the stored ones to GC."""
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        stored = [r.chunk_id for r in results if isinstance(r, WrittenPiece)]
+        if stored:
+            # Shielded: this runs while the caller is being cancelled.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._gc.release_chunks(stored, reason="failed_upload"))
+            log.info("upload_abandoned", chunks_released=len(stored))
