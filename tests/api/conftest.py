@@ -1,0 +1,106 @@
+"""A running TeleUploader (real HTTP, real database) in front of the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.config import BotToken, Settings
+from app.demo import create_api_key
+from app.main import create_app
+from app.serving import serve_in_task
+from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+from tests.db.conftest import (  # noqa: F401 - fixtures shared with the db tests
+    Database,
+    database,
+    engine,
+    postgres_database,
+    sqlite_template,
+)
+
+CHAT_ID = -1001987654321
+CHUNK = 64 * 1024
+INLINE = 1024
+
+
+@dataclass
+class Service:
+    url: str
+    key: str
+    sim: TelegramSimulator
+    settings: Settings
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def client(self, **options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, timeout=30, **options)
+
+    def live_messages(self) -> list[int]:
+        return self.sim.live_messages(CHAT_ID)
+
+
+def make_settings(database: Database, telegram_url: str, tokens: list[str], **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "bot_tokens": [BotToken.parse(token) for token in tokens],
+        "storage_chat_id": CHAT_ID,
+        "telegram_api_base": telegram_url,
+        "database_url": database.url,
+        "chunk_size": CHUNK,
+        "inline_threshold": INLINE,
+        "max_upload_size": 4 * 1024 * 1024,
+        "sends_per_minute": 0,
+        "shutdown_grace_seconds": 5,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+ServiceFactory = Callable[..., Awaitable[Service]]
+
+
+@pytest.fixture
+async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
+    """Starts a service with setting overrides; everything stops at teardown.
+
+    (`engine` empties the tables of the shared Postgres test database.)"""
+    stack: list[Any] = []
+
+    async def start(bots: int = 3, **overrides: Any) -> Service:
+        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
+        sim_cm = run_simulator(sim)
+        telegram_url = await sim_cm.__aenter__()
+        stack.append(sim_cm)
+        settings = make_settings(database, telegram_url, sim.tokens, **overrides)
+        key = await create_api_key(database.url, name=f"test-{len(stack)}")
+        app_cm = serve_in_task(create_app(settings))
+        url = await app_cm.__aenter__()
+        stack.append(app_cm)
+        return Service(url=url, key=key, sim=sim, settings=settings)
+
+    yield start
+    for cm in reversed(stack):
+        await cm.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def service(start_service: ServiceFactory) -> Service:
+    return await start_service()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    """Wait until `check()` holds (background work such as GC), or fail."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,484 @@
+"""The native HTTP API end to end: real HTTP, a real database (SQLite and
+Postgres through pgbouncer), and the Telegram simulator behind the bots."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from tests.api.conftest import CHUNK, INLINE, Service, ServiceFactory, eventually
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    """Deterministic bytes that differ from chunk to chunk."""
+    out = bytearray()
+    counter = 0
+    while len(out) < size:
+        out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:size])
+
+
+async def put(service: Service, name: str, data: bytes) -> dict[str, object]:
+    async with service.client() as http:
+        response = await http.put(f"/api/files/{name}", content=data, headers=service.auth)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def download(service: Service, public_id: str, **headers: str) -> httpx.Response:
+    async with service.client() as http:
+        return await http.get(f"/f/{public_id}", headers=headers)
+
+
+SIZES = [0, 1, INLINE, INLINE + 1, CHUNK, CHUNK + 1, 10 * CHUNK + 123]
+
+
+# --- round trips ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_raw_put_round_trip(service: Service, size: int) -> None:
+    data = payload(size, seed=size)
+
+    body = await put(service, "data.bin", data)
+
+    assert body["size_bytes"] == size
+    assert body["sha256"] == hashlib.sha256(data).hexdigest()
+    assert body["etag"] == f'"{hashlib.md5(data).hexdigest()}"'
+    assert str(body["download_url"]).endswith(f"/f/{body['public_id']}")
+    assert len(str(body["public_id"])) >= 20
+    response = await download(service, str(body["public_id"]))
+    assert response.status_code == 200
+    assert response.content == data
+    assert response.headers["content-length"] == str(size)
+    assert response.headers["etag"] == body["etag"]
+    # Small content lives in the database; only bigger content reaches Telegram.
+    expected_messages = 0 if size <= INLINE else -(-size // CHUNK)
+    assert len(service.live_messages()) == expected_messages
+
+
+@pytest.mark.parametrize("size", [0, 5, CHUNK + 1, 5 * CHUNK])
+async def test_multipart_upload_round_trip(service: Service, size: int) -> None:
+    data = payload(size, seed=7)
+    async with service.client() as http:
+        response = await http.post(
+            "/api/upload",
+            files={"file": ("report.pdf", data, "application/pdf")},
+            headers=service.auth,
+        )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["file_name"] == "report.pdf"
+    assert body["mime_type"] == "application/pdf"
+    assert body["size_bytes"] == size
+    got = await download(service, body["public_id"])
+    assert got.content == data
+    assert got.headers["content-type"] == "application/pdf"
+    assert got.headers["content-disposition"] == 'attachment; filename="report.pdf"'
+
+
+async def test_multipart_file_name_field_overrides_and_may_come_after_the_file(
+    service: Service,
+) -> None:
+    # Hand-built body: the fileName field follows the file part.
+    boundary = "XyZ123"
+    data = payload(3 * CHUNK, seed=3)
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.bin"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode() + data + (
+        f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="fileName"\r\n\r\n'
+        f"Отчёт 2026.txt\r\n--{boundary}--\r\n"
+    ).encode()
+    async with service.client() as http:
+        response = await http.post(
+            "/api/upload",
+            content=body,
+            headers={**service.auth, "Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
+    assert response.status_code == 201, response.text
+    info = response.json()
+    assert info["file_name"] == "Отчёт 2026.txt"
+    assert info["mime_type"] == "text/plain"
+    got = await download(service, info["public_id"])
+    assert got.content == data
+    disposition = got.headers["content-disposition"]
+    assert "filename*=UTF-8''%D0%9E%D1%82%D1%87%D1%91%D1%82%202026.txt" in disposition
+    assert disposition.isascii()
+
+
+async def test_chunks_of_one_file_go_to_several_bots_one_call_at_a_time(
+    service: Service,
+) -> None:
+    data = payload(12 * CHUNK, seed=11)
+
+    await put(service, "big.bin", data)
+
+    stats = service.sim.stats()
+    senders = [bot_id for bot_id, s in stats.items() if s.calls.get("sendDocument", 0) > 0]
+    assert len(senders) >= 2
+    assert all(s.max_concurrent_calls <= 1 for s in stats.values())
+
+
+async def test_concurrent_uploads_all_come_back_intact(service: Service) -> None:
+    files = {f"file-{i}.bin": payload(3 * CHUNK + i * 1000, seed=100 + i) for i in range(10)}
+
+    results = await asyncio.gather(*(put(service, name, data) for name, data in files.items()))
+
+    for (_name, data), body in zip(files.items(), results, strict=True):
+        assert (await download(service, str(body["public_id"]))).content == data
+    assert all(s.max_concurrent_calls <= 1 for s in service.sim.stats().values())
+
+
+# --- ranges and conditional requests --------------------------------------------------
+
+RANGE_SIZE = 3 * CHUNK + 500
+
+
+@pytest.fixture
+async def stored(service: Service) -> tuple[Service, str, bytes]:
+    data = payload(RANGE_SIZE, seed=42)
+    body = await put(service, "ranged.bin", data)
+    return service, str(body["public_id"]), data
+
+
+@pytest.mark.parametrize(
+    ("header", "start", "end"),
+    [
+        ("bytes=0-0", 0, 1),
+        ("bytes=0-99", 0, 100),
+        ("bytes=100-", 100, RANGE_SIZE),
+        ("bytes=-10", RANGE_SIZE - 10, RANGE_SIZE),
+        (f"bytes={CHUNK - 5}-{CHUNK + 4}", CHUNK - 5, CHUNK + 5),  # across two chunks
+        (f"bytes={CHUNK}-{3 * CHUNK}", CHUNK, 3 * CHUNK + 1),  # whole middle chunks
+        (f"bytes=10-{RANGE_SIZE + 1000}", 10, RANGE_SIZE),  # end past the size is clipped
+        (f"bytes=-{RANGE_SIZE + 10}", 0, RANGE_SIZE),
+    ],
+)
+async def test_single_range_gives_206_with_exact_bytes(
+    stored: tuple[Service, str, bytes], header: str, start: int, end: int
+) -> None:
+    service, public_id, data = stored
+
+    response = await download(service, public_id, Range=header)
+
+    assert response.status_code == 206
+    assert response.content == data[start:end]
+    assert response.headers["content-range"] == f"bytes {start}-{end - 1}/{RANGE_SIZE}"
+    assert response.headers["content-length"] == str(end - start)
+
+
+@pytest.mark.parametrize(
+    "header", [f"bytes={RANGE_SIZE}-", "bytes=-0", "bytes=abc", "bytes=5-2", "items=0-1"]
+)
+async def test_unsatisfiable_or_malformed_range_gives_416(
+    stored: tuple[Service, str, bytes], header: str
+) -> None:
+    service, public_id, _ = stored
+
+    response = await download(service, public_id, Range=header)
+
+    assert response.status_code == 416
+    assert response.headers["content-range"] == f"bytes */{RANGE_SIZE}"
+    assert response.json()["error"] == "range_not_satisfiable"
+
+
+async def test_several_ranges_get_the_whole_file(stored: tuple[Service, str, bytes]) -> None:
+    service, public_id, data = stored
+
+    response = await download(service, public_id, Range="bytes=0-1,5-6")
+
+    assert response.status_code == 200
+    assert response.content == data
+
+
+async def test_if_range_with_a_stale_etag_gets_the_whole_file(
+    stored: tuple[Service, str, bytes],
+) -> None:
+    service, public_id, data = stored
+
+    response = await download(service, public_id, Range="bytes=0-9", **{"If-Range": '"stale"'})
+
+    assert response.status_code == 200
+    assert response.content == data
+
+
+async def test_conditional_get_answers_304(stored: tuple[Service, str, bytes]) -> None:
+    service, public_id, _ = stored
+    first = await download(service, public_id)
+    etag, modified = first.headers["etag"], first.headers["last-modified"]
+
+    by_etag = await download(service, public_id, **{"If-None-Match": etag})
+    by_date = await download(service, public_id, **{"If-Modified-Since": modified})
+    changed = await download(service, public_id, **{"If-None-Match": '"other"'})
+
+    assert by_etag.status_code == 304
+    assert by_etag.headers["etag"] == etag
+    assert by_etag.content == b""
+    assert by_date.status_code == 304
+    assert changed.status_code == 200
+
+
+async def test_head_gives_the_same_headers_without_a_body(
+    stored: tuple[Service, str, bytes],
+) -> None:
+    service, public_id, _ = stored
+    async with service.client() as http:
+        head = await http.head(f"/f/{public_id}")
+        get = await http.get(f"/f/{public_id}")
+
+    assert head.status_code == 200
+    assert head.content == b""
+    for name in ("content-length", "etag", "last-modified", "accept-ranges", "content-type"):
+        assert head.headers[name] == get.headers[name]
+
+
+# --- replacing, deleting, listing ------------------------------------------------------
+
+
+async def test_put_again_replaces_the_content_and_keeps_the_link(service: Service) -> None:
+    old, new = payload(4 * CHUNK, seed=1), payload(2 * CHUNK + 7, seed=2)
+    first = await put(service, "report.bin", old)
+    old_messages = set(service.live_messages())
+
+    second = await put(service, "report.bin", new)
+
+    assert second["public_id"] == first["public_id"]
+    assert (await download(service, str(first["public_id"]))).content == new
+
+    async def old_chunks_deleted() -> bool:
+        return not (old_messages & set(service.live_messages()))
+
+    await eventually(old_chunks_deleted)
+    assert len(service.live_messages()) == 3
+
+
+async def test_delete_removes_the_file_and_its_telegram_messages(service: Service) -> None:
+    body = await put(service, "gone.bin", payload(3 * CHUNK))
+    async with service.client() as http:
+        deleted = await http.delete(f"/api/files/{body['public_id']}", headers=service.auth)
+        again = await http.delete(f"/api/files/{body['public_id']}", headers=service.auth)
+    assert deleted.status_code == 204
+    assert again.status_code == 404
+    assert (await download(service, str(body["public_id"]))).status_code == 404
+
+    async def no_messages() -> bool:
+        return service.live_messages() == []
+
+    await eventually(no_messages)
+
+
+async def test_list_pages_through_every_file(service: Service) -> None:
+    ids = {str((await put(service, f"f{i:02}.txt", b"x" * i))["public_id"]) for i in range(7)}
+    seen: list[str] = []
+    cursor = None
+    async with service.client() as http:
+        for _ in range(10):
+            params = {"limit": 3} | ({"cursor": cursor} if cursor else {})
+            page = (await http.get("/api/files", params=params, headers=service.auth)).json()
+            seen += [item["public_id"] for item in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    assert sorted(seen) == sorted(ids)
+    assert len(seen) == 7
+
+
+async def test_info_describes_the_file(service: Service) -> None:
+    body = await put(service, "notes.md", b"# hello\n")
+    async with service.client() as http:
+        info = (await http.get(f"/file/{body['public_id']}/info")).json()
+    assert info["file_name"] == "notes.md"
+    assert info["mime_type"] == "text/markdown"
+    assert info["size_bytes"] == 8
+
+
+# --- auth -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer wrong-key", "Basic abc"])
+async def test_writes_need_a_valid_key(service: Service, header: str | None) -> None:
+    headers = {"Authorization": header} if header is not None else {}
+    async with service.client() as http:
+        put_response = await http.put("/api/files/x.txt", content=b"data", headers=headers)
+        post_response = await http.post("/api/upload", files={"file": b"x"}, headers=headers)
+        list_response = await http.get("/api/files", headers=headers)
+    for response in (put_response, post_response, list_response):
+        assert response.status_code == 401
+        assert response.json()["error"] == "unauthorized"
+    assert service.sim.message_count(-1001987654321) == 0
+
+
+async def test_downloads_are_public_unless_configured(start_service: ServiceFactory) -> None:
+    service = await start_service(require_key_for_downloads=True)
+    body = await put(service, "secret.txt", b"top secret")
+    async with service.client() as http:
+        anonymous = await http.get(f"/f/{body['public_id']}")
+        keyed = await http.get(f"/f/{body['public_id']}", headers=service.auth)
+    assert anonymous.status_code == 401
+    assert keyed.content == b"top secret"
+
+
+# --- bad input ---------------------------------------------------------------------------
+
+
+async def test_missing_file_field_is_a_clear_400(service: Service) -> None:
+    async with service.client() as http:
+        response = await http.post(
+            "/api/upload", files={"other": ("a.txt", b"abc")}, headers=service.auth
+        )
+    assert response.status_code == 400
+    assert "`file` is missing" in response.json()["detail"]
+
+
+async def test_wrong_content_type_is_415(service: Service) -> None:
+    async with service.client() as http:
+        response = await http.post(
+            "/api/upload", content=b"{}", headers={**service.auth, "Content-Type": "application/json"}
+        )
+    assert response.status_code == 415
+    assert "multipart/form-data" in response.json()["detail"]
+
+
+async def test_declared_oversized_body_is_refused_before_reading(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(max_upload_size=3 * CHUNK)
+    async with service.client() as http:
+        response = await http.put(
+            "/api/files/big.bin", content=payload(3 * CHUNK + 1), headers=service.auth
+        )
+    assert response.status_code == 413
+    assert str(3 * CHUNK) in response.json()["detail"]
+    assert service.sim.message_count(-1001987654321) == 0
+
+
+async def test_streamed_oversized_body_is_cut_off_and_leaves_nothing(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(max_upload_size=3 * CHUNK)
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(8):
+            yield payload(CHUNK)
+
+    async with service.client() as http:
+        response = await http.put("/api/files/big.bin", content=body(), headers=service.auth)
+        listing = (await http.get("/api/files", headers=service.auth)).json()
+    assert response.status_code == 413
+    assert listing["items"] == []
+
+    async def no_messages() -> bool:
+        return service.live_messages() == []
+
+    await eventually(no_messages)
+
+
+async def test_unknown_id_is_404(service: Service) -> None:
+    async with service.client() as http:
+        response = await http.get("/f/nope-nope-nope-nope-nope")
+        info = await http.get("/file/nope/info")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "no file has the id 'nope-nope-nope-nope-nope'"}
+    assert info.status_code == 404
+
+
+# --- failures in the middle of an upload ---------------------------------------------------
+
+
+async def test_client_disconnect_mid_upload_leaves_nothing(service: Service) -> None:
+    host, port = service.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        (
+            "PUT /api/files/cut.bin HTTP/1.1\r\n"
+            f"Host: {host}\r\nAuthorization: Bearer {service.key}\r\n"
+            f"Content-Length: {20 * CHUNK}\r\n\r\n"
+        ).encode()
+    )
+    writer.write(payload(5 * CHUNK))
+    await writer.drain()
+
+    async def some_chunks_sent() -> bool:
+        return service.sim.message_count(-1001987654321) >= 2
+
+    await eventually(some_chunks_sent)
+    writer.close()
+    await writer.wait_closed()
+
+    async def all_deleted() -> bool:
+        return service.live_messages() == []
+
+    await eventually(all_deleted)
+    async with service.client() as http:
+        listing = (await http.get("/api/files", headers=service.auth)).json()
+    assert listing["items"] == []
+
+
+async def test_telegram_failure_mid_upload_is_a_clean_error_and_leaves_nothing(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(max_attempts=2)
+    chat = -1001987654321
+
+    async def body() -> AsyncIterator[bytes]:
+        for index in range(10):
+            if index == 4:
+                # Telegram starts failing after the first chunks went through.
+                async def some_sent() -> bool:
+                    return service.sim.message_count(chat) >= 2
+
+                await eventually(some_sent)
+                service.sim.configure(fault_5xx_rate=1.0)
+            yield payload(CHUNK, seed=index)
+
+    async with service.client() as http:
+        response = await http.put("/api/files/doomed.bin", content=body(), headers=service.auth)
+        listing = (await http.get("/api/files", headers=service.auth)).json()
+    assert response.status_code == 502
+    assert response.json()["error"] == "telegram_error"
+    assert listing["items"] == []
+
+    service.sim.configure(fault_5xx_rate=0.0)
+
+    async def all_deleted() -> bool:
+        return service.live_messages() == []
+
+    await eventually(all_deleted, timeout=20)
+
+
+# --- health, readiness, secrets ------------------------------------------------------------
+
+
+async def test_health_and_ready(service: Service) -> None:
+    async with service.client() as http:
+        health = await http.get("/health")
+        ready = await http.get("/ready")
+    assert health.json() == {"status": "ok"}
+    body = ready.json()
+    assert ready.status_code == 200
+    assert body["database"] is True
+    assert body["usable_bots"] == 3
+    assert {bot["bot_id"] for bot in body["bots"]} == set(service.sim.bot_ids)
+    assert all(bot["username"] for bot in body["bots"])
+
+
+async def test_no_response_reveals_a_token(service: Service) -> None:
+    data = payload(2 * CHUNK)
+    body = await put(service, "t.bin", data)
+    async with service.client() as http:
+        responses = [
+            await http.get(f"/f/{body['public_id']}"),
+            await http.get("/ready"),
+            await http.get(f"/file/{body['public_id']}/info"),
+            await http.get("/openapi.json"),
+        ]
+    secrets = [token.split(":", 1)[1] for token in service.sim.tokens]
+    for response in responses:
+        text = response.content.decode("latin-1") + str(response.headers)
+        assert not any(secret in text for secret in secrets)
