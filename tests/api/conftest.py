@@ -47,7 +47,9 @@ class Service:
         return self.sim.live_messages(CHAT_ID)
 
 
-def make_settings(database: Database, telegram_url: str, tokens: list[str], **overrides: Any) -> Settings:
+def make_settings(
+    database: Database, telegram_url: str, tokens: list[str], **overrides: Any
+) -> Settings:
     values: dict[str, Any] = {
         "bot_tokens": [BotToken.parse(token) for token in tokens],
         "storage_chat_id": CHAT_ID,
@@ -96,10 +98,10 @@ async def service(start_service: ServiceFactory) -> Service:
     return await start_service()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
     """Wait until `check()` holds (background work such as GC), or fail."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within
     while not await check():
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")

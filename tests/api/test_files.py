@@ -89,12 +89,16 @@ async def test_multipart_file_name_field_overrides_and_may_come_after_the_file(
     boundary = "XyZ123"
     data = payload(3 * CHUNK, seed=3)
     body = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.bin"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + data + (
-        f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="fileName"\r\n\r\n'
-        f"Отчёт 2026.txt\r\n--{boundary}--\r\n"
-    ).encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.bin"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + (
+            f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="fileName"\r\n\r\n'
+            f"Отчёт 2026.txt\r\n--{boundary}--\r\n"
+        ).encode()
+    )
     async with service.client() as http:
         response = await http.post(
             "/api/upload",
@@ -339,7 +343,9 @@ async def test_missing_file_field_is_a_clear_400(service: Service) -> None:
 async def test_wrong_content_type_is_415(service: Service) -> None:
     async with service.client() as http:
         response = await http.post(
-            "/api/upload", content=b"{}", headers={**service.auth, "Content-Type": "application/json"}
+            "/api/upload",
+            content=b"{}",
+            headers={**service.auth, "Content-Type": "application/json"},
         )
     assert response.status_code == 415
     assert "multipart/form-data" in response.json()["detail"]
@@ -384,7 +390,10 @@ async def test_unknown_id_is_404(service: Service) -> None:
         response = await http.get("/f/nope-nope-nope-nope-nope")
         info = await http.get("/file/nope/info")
     assert response.status_code == 404
-    assert response.json() == {"error": "not_found", "detail": "no file has the id 'nope-nope-nope-nope-nope'"}
+    assert response.json() == {
+        "error": "not_found",
+        "detail": "no file has the id 'nope-nope-nope-nope-nope'",
+    }
     assert info.status_code == 404
 
 
@@ -393,7 +402,7 @@ async def test_unknown_id_is_404(service: Service) -> None:
 
 async def test_client_disconnect_mid_upload_leaves_nothing(service: Service) -> None:
     host, port = service.url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    _reader, writer = await asyncio.open_connection(host, int(port))
     writer.write(
         (
             "PUT /api/files/cut.bin HTTP/1.1\r\n"
@@ -449,7 +458,7 @@ async def test_telegram_failure_mid_upload_is_a_clean_error_and_leaves_nothing(
     async def all_deleted() -> bool:
         return service.live_messages() == []
 
-    await eventually(all_deleted, timeout=20)
+    await eventually(all_deleted, within=20)
 
 
 # --- health, readiness, secrets ------------------------------------------------------------
