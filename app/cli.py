@@ -299,9 +299,10 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from app.demo import run_demo
+    from app.demo import demo_directory, run_demo
 
-    asyncio.run(run_demo(port=args.port, bots=args.bots, data_dir=args.data_dir))
+    directory = demo_directory(args.data_dir)
+    asyncio.run(run_demo(port=args.port, bots=args.bots, directory=directory))
     return 0
 
 

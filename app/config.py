@@ -162,6 +162,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("REQUIRE_KEY_FOR_DOWNLOADS", "require_key_for_downloads"),
     )
 
+    metrics_access: Literal["off", "public", "key"] = Field(
+        default="key",
+        validation_alias=AliasChoices("METRICS_ACCESS", "metrics_access"),
+        description="/metrics: off (404), public, or key (needs an API key).",
+    )
+
     # --- Logging --------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")

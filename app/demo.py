@@ -34,10 +34,14 @@ async def create_api_key(database_url: str, name: str = "demo") -> str:
     return plaintext
 
 
-async def run_demo(*, port: int, bots: int, data_dir: str | None) -> None:
-    configure_logging("WARNING", "console")
+def demo_directory(data_dir: str | None) -> Path:
     directory = Path(data_dir or tempfile.mkdtemp(prefix="teleuploader-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+async def run_demo(*, port: int, bots: int, directory: Path) -> None:
+    configure_logging("WARNING", "console")
     database_url = f"sqlite+aiosqlite:///{directory / 'demo.db'}"
     await asyncio.to_thread(upgrade, database_url)
     key = await create_api_key(database_url)

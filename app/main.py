@@ -12,10 +12,13 @@ from contextlib import asynccontextmanager
 from typing import TypedDict
 
 from fastapi import FastAPI
+from starlette.types import Scope
 
 from app.api import files, health
 from app.api.errors import install_error_handlers
+from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
+from app.metrics import Metrics
 from app.services import Services, start_services
 
 
@@ -39,6 +42,12 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware, metrics=_metrics_of)
     app.include_router(health.router)
     app.include_router(files.router)
     return app
+
+
+def _metrics_of(scope: Scope) -> Metrics | None:
+    services: Services | None = scope.get("state", {}).get("services")
+    return services.metrics if services is not None else None

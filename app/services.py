@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
+from app.metrics import Metrics
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
 from app.store.reader import RangeReader
@@ -43,6 +44,7 @@ class Services:
     dispatcher: Dispatcher
     gc: GarbageCollector
     store: ObjectStore
+    metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -84,11 +86,13 @@ async def start_services(settings: Settings) -> Services:
         )
         for token in settings.bot_tokens
     ]
+    metrics = Metrics()
     dispatcher = Dispatcher(
         clients,
         chat_id=settings.storage_chat_id,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
+        on_attempt=metrics.observe_attempt,
     )
     gc = GarbageCollector(dispatcher, sessionmaker)
 
@@ -119,11 +123,18 @@ async def start_services(settings: Settings) -> Services:
         gc,
         chunk_size=settings.chunk_size,
         inline_threshold=settings.inline_threshold,
+        on_bytes=metrics.bytes_uploaded.inc,
     )
-    reader = RangeReader(ChunkLocator(dispatcher, gc))
+    reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
     store = ObjectStore(sessionmaker, writer, reader, gc)
+    metrics.watch(
+        bots=dispatcher.status,
+        gc_backlog=lambda: gc.last_backlog,
+        db_pool=lambda: _pool_usage(engine),
+    )
     return Services(
         settings=settings,
+        metrics=metrics,
         engine=engine,
         sessionmaker=sessionmaker,
         dispatcher=dispatcher,
@@ -132,3 +143,12 @@ async def start_services(settings: Settings) -> Services:
         bots=bots,
         started_at=started_at,
     )
+
+
+def _pool_usage(engine: AsyncEngine) -> tuple[int, int]:
+    """(connections in use, pool size); pools without a size report (in use, 0)."""
+    pool = engine.sync_engine.pool
+    checked_out = getattr(pool, "checkedout", None)
+    size = getattr(pool, "size", None)
+    in_use = int(checked_out()) if callable(checked_out) else 0
+    return in_use, int(size()) if callable(size) else 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -20,7 +20,11 @@ class ServerStartFailed(RuntimeError):
 
 @asynccontextmanager
 async def serve_in_task(
-    app: Any, *, host: str = "127.0.0.1", port: int = 0, lifespan: str = "on"
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    lifespan: Literal["auto", "on", "off"] = "on",
 ) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL."""
     config = uvicorn.Config(

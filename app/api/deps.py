@@ -45,7 +45,7 @@ def _bearer(request: Request) -> str | None:
     return credentials.strip()
 
 
-async def _verify_key(request: Request, services: Services) -> ApiKey:
+async def verify_key(request: Request, services: Services) -> ApiKey:
     key = _bearer(request)
     if key is None:
         raise ApiError(
@@ -67,7 +67,7 @@ async def _verify_key(request: Request, services: Services) -> ApiKey:
 
 
 async def require_write_key(request: Request, services: ServicesDep) -> ApiKey:
-    return await _verify_key(request, services)
+    return await verify_key(request, services)
 
 
 async def require_read_access(request: Request, services: ServicesDep) -> ApiKey | None:
@@ -75,7 +75,7 @@ async def require_read_access(request: Request, services: ServicesDep) -> ApiKey
     REQUIRE_KEY_FOR_DOWNLOADS setting says otherwise."""
     if not services.settings.require_key_for_downloads:
         return None
-    return await _verify_key(request, services)
+    return await verify_key(request, services)
 
 
 WriteKey = Annotated[ApiKey, Depends(require_write_key)]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
 
-from app.api.deps import ServicesDep
+from app.api.deps import ServicesDep, verify_key
+from app.api.errors import ApiError
 from app.api.schemas import BotReadiness, Readiness
+from app.metrics import CONTENT_TYPE
 
 router = APIRouter(tags=["health"])
 
@@ -42,3 +44,15 @@ async def ready(services: ServicesDep) -> JSONResponse:
         bots=bots,
     )
     return JSONResponse(body.model_dump(), status_code=200 if is_ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request, services: ServicesDep) -> Response:
+    """Prometheus metrics. METRICS_ACCESS: `key` (default; send an API key),
+    `public`, or `off`."""
+    access = services.settings.metrics_access
+    if access == "off":
+        raise ApiError(404, "not_found", "metrics are turned off (METRICS_ACCESS=off)")
+    if access == "key":
+        await verify_key(request, services)
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE)

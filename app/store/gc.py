@@ -56,6 +56,8 @@ class GarbageCollector:
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.deleted = 0
+        # Refreshed every round, for /metrics (a scrape cannot await the database).
+        self.last_backlog = 0
 
     # --- feeding the ledger -----------------------------------------------------
 
@@ -127,6 +129,7 @@ class GarbageCollector:
             try:
                 await self._record_unrecorded()
                 done = await self.run_once()
+                self.last_backlog = await self.backlog()
             except Exception:
                 log.exception("gc_round_failed")
                 done = 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -54,8 +54,10 @@ class RangeReader:
         prefetch: int = 2,
         buffer_bytes: int = 8 * 1024 * 1024,
         retry_delay: float = 0.5,
+        on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._locator = locator
+        self._on_bytes = on_bytes
         self._prefetch = max(0, prefetch)
         self._queue_blocks = max(1, buffer_bytes // READ_BLOCK)
         self._retry_delay = retry_delay
@@ -81,6 +83,8 @@ class RangeReader:
                         break
                     if isinstance(item, BaseException):
                         raise item
+                    if self._on_bytes is not None:
+                        self._on_bytes(len(item))
                     yield item
                 # This piece is done: start the next one in the prefetch window.
                 following = index + self._prefetch + 1

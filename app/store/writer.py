@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -66,8 +66,10 @@ class ChunkWriter:
         *,
         chunk_size: int,
         inline_threshold: int,
+        on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
         self._gc = gc
         self.chunk_size = chunk_size
@@ -100,6 +102,8 @@ class ChunkWriter:
                     raise UploadTooLarge(max_size)
                 md5.update(data)
                 sha256.update(data)
+                if self._on_bytes is not None:
+                    self._on_bytes(len(data))
                 buffer += data
                 # Hold back while the content could still be small enough to
                 # live inline in the database.

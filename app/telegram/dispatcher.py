@@ -67,6 +67,8 @@ ALL_FAILED_PAUSE = 5.0
 PACING_WINDOW = 60.0
 
 OrphanHandler = Callable[[StoredDocument], None]
+# (bot_id, method, outcome, seconds) after every attempt, for metrics.
+AttemptObserver = Callable[[int, str, str, float], None]
 
 
 @dataclass(eq=False)
@@ -154,6 +156,7 @@ class Dispatcher:
         max_attempts: int = 10,
         sends_per_minute: int = 0,
         on_orphan: OrphanHandler | None = None,
+        on_attempt: AttemptObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         transient_backoff: float = TRANSIENT_BACKOFF_BASE,
         all_failed_pause: float = ALL_FAILED_PAUSE,
@@ -165,6 +168,7 @@ class Dispatcher:
         self.max_attempts = max_attempts
         self.sends_per_minute = sends_per_minute
         self.on_orphan = on_orphan
+        self.on_attempt = on_attempt
         self._clock = clock
         self._transient_backoff = transient_backoff
         self._all_failed_pause = all_failed_pause
@@ -475,6 +479,7 @@ class Dispatcher:
         finally:
             worker.running = None
             self._wake_all()
+        seconds = self._clock() - started
         log.debug(
             "job_attempt",
             bot_id=worker.bot_id,
@@ -482,8 +487,10 @@ class Dispatcher:
             kind=job.kind,
             attempt=job.attempts,
             outcome=outcome,
-            seconds=round(self._clock() - started, 3),
+            seconds=round(seconds, 3),
         )
+        if self.on_attempt is not None:
+            self.on_attempt(worker.bot_id, job.kind, outcome, seconds)
 
     @staticmethod
     def _outcome_name(exc: TelegramError) -> str:

@@ -1,0 +1,75 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it buffers and breaks
+cancellation on streaming routes).
+
+Every request gets a request id (the client's `X-Request-ID` when it is sane,
+else a new one) that is bound to every log line of the request and returned in
+the response; the request is counted and timed for /metrics by its route
+template, and logged once when its response ends.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.metrics import Metrics
+
+log = structlog.get_logger("app.http")
+
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Callable[[Scope], Metrics | None]) -> None:
+        self.app = app
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _request_id(scope)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                seconds = time.perf_counter() - started
+                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                method = scope["method"]
+                metrics = self._metrics(scope)
+                if metrics is not None:
+                    metrics.http_requests.labels(route, method, str(status)).inc()
+                    metrics.http_duration.labels(route, method).observe(seconds)
+                log.info(
+                    "http_request",
+                    method=method,
+                    route=route,
+                    status=status,
+                    seconds=round(seconds, 4),
+                )
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope.get("headers", []):
+        if name == b"x-request-id":
+            text: str = value.decode("latin-1")
+            if _SANE_ID.match(text):
+                return text
+    return uuid.uuid4().hex

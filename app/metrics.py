@@ -1,0 +1,150 @@
+"""Prometheus metrics (prometheus-client), one registry per running service.
+
+Counters and histograms are updated where things happen (HTTP middleware,
+dispatcher attempts, upload and download byte counts); per-bot gauges, the GC
+backlog and database pool usage are read from the live objects at scrape time.
+Bots are labelled by their numeric id, never by token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from app.telegram.dispatcher import BotStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http_requests = Counter(
+            "teleuploader_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.http_duration = Histogram(
+            "teleuploader_http_request_duration_seconds",
+            "Time from request start to the end of the response body.",
+            ["route", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.bytes_uploaded = Counter(
+            "teleuploader_uploaded_bytes",
+            "Bytes of object content received from clients (stored or not).",
+            registry=self.registry,
+        )
+        self.bytes_downloaded = Counter(
+            "teleuploader_downloaded_bytes",
+            "Bytes of object content sent to clients.",
+            registry=self.registry,
+        )
+        self.telegram_call_duration = Histogram(
+            "teleuploader_telegram_call_duration_seconds",
+            "Duration of one Telegram Bot API call (one attempt), by bot, method and outcome.",
+            ["bot_id", "method", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_attempt(self, bot_id: int, method: str, outcome: str, seconds: float) -> None:
+        self.telegram_call_duration.labels(str(bot_id), method, outcome).observe(seconds)
+
+    def watch(
+        self,
+        *,
+        bots: Callable[[], list[BotStatus]],
+        gc_backlog: Callable[[], int],
+        db_pool: Callable[[], tuple[int, int]],
+    ) -> None:
+        """Read live state at scrape time: per-bot status, GC backlog, DB pool."""
+        self.registry.register(_LiveCollector(bots, gc_backlog, db_pool))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _LiveCollector(Collector):
+    def __init__(
+        self,
+        bots: Callable[[], list[BotStatus]],
+        gc_backlog: Callable[[], int],
+        db_pool: Callable[[], tuple[int, int]],
+    ) -> None:
+        self._bots = bots
+        self._gc_backlog = gc_backlog
+        self._db_pool = db_pool
+
+    def collect(self) -> Iterator[Metric]:
+        statuses = self._bots()
+        gauges = {
+            "queue": GaugeMetricFamily(
+                "teleuploader_bot_queue_depth", "Jobs waiting in a bot's queue.", labels=["bot_id"]
+            ),
+            "in_flight": GaugeMetricFamily(
+                "teleuploader_bot_in_flight",
+                "Telegram calls running on a bot (0 or 1).",
+                labels=["bot_id"],
+            ),
+            "cooldown": GaugeMetricFamily(
+                "teleuploader_bot_cooldown_seconds",
+                "Seconds left of a bot's cooldown after a 429.",
+                labels=["bot_id"],
+            ),
+            "usable": GaugeMetricFamily(
+                "teleuploader_bot_usable",
+                "1 while a bot is in the pool, 0 once removed.",
+                labels=["bot_id"],
+            ),
+        }
+        sends = CounterMetricFamily(
+            "teleuploader_bot_sends", "Documents stored by a bot.", labels=["bot_id"]
+        )
+        sent_bytes = CounterMetricFamily(
+            "teleuploader_bot_sent_bytes", "Bytes stored by a bot.", labels=["bot_id"]
+        )
+        limited = CounterMetricFamily(
+            "teleuploader_bot_rate_limited", "429 answers a bot received.", labels=["bot_id"]
+        )
+        errors = CounterMetricFamily(
+            "teleuploader_bot_errors",
+            "Failed Telegram calls by kind (rate_limited, transient, permanent, bot_unusable).",
+            labels=["bot_id", "kind"],
+        )
+        for status in statuses:
+            bot = str(status.bot_id)
+            gauges["queue"].add_metric([bot], status.queued)
+            gauges["in_flight"].add_metric([bot], 1 if status.running else 0)
+            gauges["cooldown"].add_metric([bot], status.cooling_down_for)
+            gauges["usable"].add_metric([bot], 1 if status.usable else 0)
+            sends.add_metric([bot], status.sends)
+            sent_bytes.add_metric([bot], status.bytes_sent)
+            limited.add_metric([bot], status.rate_limited)
+            for kind, count in status.errors.items():
+                errors.add_metric([bot, kind], count)
+        yield from gauges.values()
+        yield from (sends, sent_bytes, limited, errors)
+        yield GaugeMetricFamily(
+            "teleuploader_gc_backlog",
+            "Telegram messages waiting to be deleted (GC ledger).",
+            value=self._gc_backlog(),
+        )
+        in_use, size = self._db_pool()
+        pool = GaugeMetricFamily(
+            "teleuploader_db_pool_connections", "Database pool connections.", labels=["state"]
+        )
+        pool.add_metric(["in_use"], in_use)
+        pool.add_metric(["size"], size)
+        yield pool
