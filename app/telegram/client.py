@@ -141,17 +141,28 @@ class BotClient:
     @asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a file's bytes. Each read has its own timeout, so a stalled
-        transfer fails as a TransientError instead of hanging."""
+        transfer fails as a TransientError instead of hanging. A 404 means the
+        file_path expired: call getFile again."""
         url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
-        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=STREAM_READ_TIMEOUT)
+        request = self._http.build_request(
+            "GET", url, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=STREAM_READ_TIMEOUT)
+        )
         try:
-            async with self._http.stream("GET", url, timeout=timeout) as response:
-                if response.status_code != 200:
-                    body = await response.aread()
-                    raise self._error_from_response(response.status_code, body)
-                yield self._iter_bytes(response)
+            response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
+        try:
+            if response.status_code != 200:
+                try:
+                    body = await response.aread()
+                except httpx.HTTPError as exc:
+                    raise self._transport_error(exc) from None
+                raise self._error_from_response(response.status_code, body)
+            # Only reading the body is guarded: errors of the caller's own code
+            # inside the `async with` are not this bot's.
+            yield self._iter_bytes(response)
+        finally:
+            await response.aclose()
 
     async def _iter_bytes(self, response: httpx.Response) -> AsyncIterator[bytes]:
         try:
@@ -200,8 +211,10 @@ class BotClient:
             raise PermanentError(
                 "Telegram's reply holds no document", status=200, bot_id=self.bot_id
             )
-        size = int(document.get("file_size", -1))
-        if expected_size is not None and size != expected_size:
+        reported = document.get("file_size")
+        size = int(reported) if reported is not None else (expected_size or 0)
+        # file_size is optional in the Bot API; when present it must match.
+        if expected_size is not None and reported is not None and size != expected_size:
             # A retry that re-read a consumed stream once stored a truncated chunk.
             raise TransientError(
                 f"Telegram stored {size} bytes of a {expected_size}-byte document",
@@ -228,7 +241,8 @@ class BotClient:
         payload = self._json(body)
         if not isinstance(payload, dict):
             payload = {}
-        code = int(payload.get("error_code") or status)
+        raw_code = payload.get("error_code")
+        code = raw_code if isinstance(raw_code, int) else status
         description = self._scrub(str(payload.get("description") or f"HTTP {status}"))
         if method:
             description = f"{method}: {description}"
