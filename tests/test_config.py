@@ -1,0 +1,100 @@
+"""Settings: validation, aliases of the predecessor's names, secrets masked."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import MAX_CHUNK_SIZE, BotToken, SettingsError, load_settings
+
+T1 = "123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
+T2 = "654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbw"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory) -> None:
+    for name in (
+        "BOT_TOKENS",
+        "BOT_TOKEN",
+        "ADDITIONAL_BOT_TOKENS",
+        "STORAGE_CHAT_ID",
+        "STORAGE_CHANNEL_ID",
+        "CHUNK_SIZE",
+        "TELEGRAM_CHUNK_SIZE_BYTES",
+        "BASE_URL",
+        "PUBLIC_BASE_URL",
+        "TELEGRAM_LOCAL_SERVER",
+        "LOG_LEVEL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no stray .env
+
+
+def test_defaults() -> None:
+    settings = load_settings()
+    assert settings.port == 4000
+    assert settings.chunk_size == MAX_CHUNK_SIZE == 19_922_944
+    assert settings.max_attempts == 10
+    assert settings.database_url == "sqlite+aiosqlite:///./teleuploader.db"
+    assert settings.telegram_api_base == "https://api.telegram.org"
+
+
+def test_tokens_are_parsed_deduplicated_and_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOT_TOKENS", f"{T1}, {T2},{T1}")
+    settings = load_settings()
+    assert settings.bot_ids == [123456, 654321]
+    dump = repr(settings) + str(settings.model_dump())
+    assert "AAHdq" not in repr(settings)
+    assert "123456:***" in dump
+
+
+def test_predecessor_names_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOT_TOKEN", T1)
+    monkeypatch.setenv("ADDITIONAL_BOT_TOKENS", T2)
+    monkeypatch.setenv("STORAGE_CHANNEL_ID", "-1001234")
+    monkeypatch.setenv("TELEGRAM_CHUNK_SIZE_BYTES", "1048576")
+    monkeypatch.setenv("BASE_URL", "https://files.example.com")
+    settings = load_settings()
+    assert settings.bot_ids == [123456, 654321]
+    assert settings.storage_chat_id == -1001234
+    assert settings.chunk_size == 1048576
+    assert settings.public_base_url == "https://files.example.com"
+
+
+@pytest.mark.parametrize("bad", ["nonsense", "12:short", "abc:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"])
+def test_a_malformed_token_is_one_clear_line_without_the_secret(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv("BOT_TOKENS", bad)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith("invalid settings: BOT_TOKENS:")
+    assert "\n" not in message
+    assert bad.split(":")[-1] not in message
+
+
+def test_two_tokens_for_one_bot_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOT_TOKENS", f"{T1},123456:ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")
+    with pytest.raises(SettingsError, match="two different tokens are given for bot 123456"):
+        load_settings()
+
+
+def test_chunks_too_big_to_download_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUNK_SIZE", str(MAX_CHUNK_SIZE + 1))
+    with pytest.raises(SettingsError, match="CHUNK_SIZE=19922945 is above 19922944"):
+        load_settings()
+    monkeypatch.setenv("TELEGRAM_LOCAL_SERVER", "true")
+    assert load_settings().chunk_size == MAX_CHUNK_SIZE + 1
+
+
+def test_a_bad_number_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUNK_SIZE", "lots")
+    with pytest.raises(SettingsError, match=r"^invalid settings: CHUNK_SIZE: "):
+        load_settings()
+
+
+def test_token_parse_keeps_only_the_id_in_text() -> None:
+    token = BotToken.parse(T1)
+    assert token.bot_id == 123456
+    assert token.value == T1
+    assert str(token) == repr(token).removeprefix("BotToken(").removesuffix(")") == "123456:***"
