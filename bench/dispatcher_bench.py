@@ -1,0 +1,666 @@
+"""Upload benchmark: the predecessor's round-robin pool against our per-bot dispatcher.
+
+It starts the Telegram Bot API simulator as a separate process (so that the
+server's work does not share an event loop, or a CPU, with the client's), with
+a per-connection upload bandwidth, a per-bot concurrency limit of 1 and short
+collision 429s, then pushes the same chunks from many concurrent producers
+through two contenders, one after the other, on the same simulator:
+
+(a) ``round-robin``: the predecessor's design. One global semaphore of N slots
+    (N = number of bots); every attempt takes a slot, then a bot index from a
+    counter mod N (``claimBotIndex()``), and calls ``BotClient.send_document``
+    directly. On 429 it releases the slot, sleeps ``retry_after`` and tries
+    again on the next round-robin index; transient errors are retried too; at
+    most 10 attempts per chunk.
+(b) ``dispatcher``: ``app.telegram.dispatcher.Dispatcher`` (one worker per
+    token, least-loaded pick, 429 cooldown with job migration).
+
+Per contender it reports wall time, goodput, goodput as a share of the ideal
+(N bots x per-upload bandwidth), 429s and the largest number of concurrent
+calls on one token (both as counted by the simulator), and p50/p99 job latency
+(from submit to result).
+
+The exit status is non-zero only when something is broken: a job failed (or
+did not finish within --timeout), a document came back with the wrong size, or
+the dispatcher had two calls in flight on one token. Timing targets are
+reported but never fail the run: CI machines vary.
+
+With chunks of one size every simulated upload takes the same time, so uploads
+finish in the order they started and the round-robin counter rarely lands on a
+busy bot; ``--size-spread 0.5`` (chunks of 50-100 % of --chunk-size, the same
+sequence for both) makes them finish out of order, as real traffic does.
+
+    .venv/bin/python bench/dispatcher_bench.py                    # 300 x 1 MiB, 24 producers
+    .venv/bin/python bench/dispatcher_bench.py --size-spread 0.5  # uneven chunks
+    .venv/bin/python bench/dispatcher_bench.py --small            # quick, for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+
+from app.config import BotToken
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import RateLimited, TransientError
+from app.telegram.types import StoredDocument
+
+KiB = 1024
+MiB = 1024 * 1024
+CHAT_ID = -1001000000001
+TARGET_SHARE_OF_IDEAL = 0.90
+# Distinct payloads generated before the clock starts; chunk i sends POOL[i % len].
+PAYLOAD_POOL = 16
+
+SendFn = Callable[[bytes, str], Awaitable[StoredDocument]]
+
+
+# --- settings -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preset:
+    chunks: int
+    chunk_size: int
+    producers: int
+
+
+FULL = Preset(chunks=300, chunk_size=1 * MiB, producers=24)
+SMALL = Preset(chunks=36, chunk_size=256 * KiB, producers=24)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    chunks: int
+    chunk_size: int
+    producers: int
+    bots: int
+    bandwidth: int  # bytes/s per upload connection
+    retry_after: int  # seconds, the simulator's collision 429
+    timeout: float  # seconds allowed per contender
+    small: bool
+    # Chunk i is chunk_size minus a random 0..size_spread share of it (0: all equal).
+    size_spread: float = 0.0
+    seed: int = 1
+
+    @property
+    def ideal_bytes_per_s(self) -> float:
+        return float(self.bots * self.bandwidth)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, Path | None]:
+    parser = argparse.ArgumentParser(
+        description="Round-robin pool (predecessor) vs per-bot dispatcher, on the simulator.",
+    )
+    parser.add_argument("--chunks", type=int, help=f"chunks to upload ({FULL.chunks})")
+    parser.add_argument(
+        "--chunk-size", type=int, help=f"bytes per chunk ({FULL.chunk_size} = 1 MiB)"
+    )
+    parser.add_argument("--producers", type=int, help=f"concurrent producers ({FULL.producers})")
+    parser.add_argument("--bots", type=int, default=6, help="bot tokens in the pool (6)")
+    parser.add_argument(
+        "--bandwidth",
+        type=int,
+        default=4 * MiB,
+        help="simulated upload bandwidth per connection, bytes/s (4 MiB/s)",
+    )
+    parser.add_argument(
+        "--retry-after", type=int, default=3, help="retry_after of a collision 429, seconds (3)"
+    )
+    parser.add_argument(
+        "--size-spread",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="make chunk sizes vary: each is --chunk-size minus a random share of up to "
+        "FRACTION of it, the same sequence for both contenders (0 = all equal)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the chunk sizes (1)")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds allowed per contender (600)"
+    )
+    parser.add_argument(
+        "--small",
+        action="store_true",
+        help=f"quick run for CI: {SMALL.chunks} chunks of {SMALL.chunk_size // KiB} KiB "
+        "(explicit flags still win)",
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
+    args = parser.parse_args(argv)
+    preset = SMALL if args.small else FULL
+    config = BenchConfig(
+        chunks=args.chunks if args.chunks is not None else preset.chunks,
+        chunk_size=args.chunk_size if args.chunk_size is not None else preset.chunk_size,
+        producers=args.producers if args.producers is not None else preset.producers,
+        bots=args.bots,
+        bandwidth=args.bandwidth,
+        retry_after=args.retry_after,
+        timeout=args.timeout,
+        small=args.small,
+        size_spread=args.size_spread,
+        seed=args.seed,
+    )
+    for name in ("chunks", "chunk_size", "producers", "bots", "bandwidth", "retry_after"):
+        if getattr(config, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0.0 <= config.size_spread < 1.0:
+        parser.error("--size-spread must be at least 0 and below 1")
+    return config, args.json
+
+
+# --- the workload ------------------------------------------------------------------------
+
+
+class Workload:
+    """The chunks both contenders upload: same sizes, same bytes, made before timing."""
+
+    def __init__(self, config: BenchConfig) -> None:
+        rng = random.Random(config.seed)
+        spread = int(config.chunk_size * config.size_spread)
+        self.sizes = [
+            config.chunk_size - (rng.randint(0, spread) if spread else 0)
+            for _ in range(config.chunks)
+        ]
+        self._pool = [
+            os.urandom(config.chunk_size) for _ in range(min(PAYLOAD_POOL, config.chunks))
+        ]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes)
+
+    def chunk(self, index: int) -> bytes:
+        data = self._pool[index % len(self._pool)]
+        size = self.sizes[index]
+        return data if size == len(data) else data[:size]
+
+
+# --- the simulator as a separate process ----------------------------------------------
+
+
+@dataclass
+class SimulatorProcess:
+    url: str
+    tokens: list[str]
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _teleuploader_command() -> list[str]:
+    script = Path(sys.executable).with_name("teleuploader")
+    if script.exists():
+        return [str(script)]
+    # Not installed as a console script: run the same entry point through Python.
+    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
+
+
+@contextlib.contextmanager
+def simulator_process(config: BenchConfig, workdir: Path) -> Iterator[SimulatorProcess]:
+    """Start `teleuploader telegram-sim` on a free port; stop it on the way out."""
+    tokens_file = workdir / "tokens.txt"
+    log_path = workdir / "simulator.log"
+    port = _free_port()
+    command = [
+        *_teleuploader_command(),
+        "telegram-sim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--bots",
+        str(config.bots),
+        "--chat-id",
+        str(CHAT_ID),
+        "--tokens-file",
+        str(tokens_file),
+        "--concurrency-limit",
+        "1",
+        "--collision-retry-after",
+        str(config.retry_after),
+        "--upload-bandwidth",
+        str(config.bandwidth),
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=log_file, stdin=subprocess.DEVNULL
+        )
+        try:
+            _wait_until_answering(process, url, log_path)
+            tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line]
+            yield SimulatorProcess(url=url, tokens=tokens, process=process, log_path=log_path)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_until_answering(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"the simulator exited with {process.returncode}:\n{log_path.read_text()}"
+            )
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/_sim/stats", timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"the simulator did not answer within 30 s:\n{log_path.read_text()}")
+
+
+async def sim_stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        response = await http.get(f"{url}/_sim/stats")
+        response.raise_for_status()
+        stats: dict[str, Any] = response.json()
+        return stats
+
+
+async def sim_reset_stats(url: str) -> None:
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        response = await http.post(f"{url}/_sim/reset-stats")
+        response.raise_for_status()
+
+
+def make_clients(sim: SimulatorProcess) -> list[BotClient]:
+    return [BotClient(BotToken.parse(token), api_base=sim.url) for token in sim.tokens]
+
+
+# --- contender (a): the predecessor's round-robin pool ------------------------------
+
+
+class RoundRobinPool:
+    """The design the dispatcher replaced, written as it worked.
+
+    A global queue with concurrency N (here an `asyncio.Semaphore(N)`) runs the
+    uploads; each one, when it starts, takes the next bot index from a shared
+    counter (`claimBotIndex()`: counter mod N) and calls that bot directly.
+    Nothing stops two running uploads from holding the same index: as soon as
+    uploads finish out of order, the counter wraps onto a bot that is still busy.
+
+    On 429 the attempt gives its slot back, sleeps `retry_after` (as Telegram
+    asks) and tries again with a fresh index; transient errors (timeouts, 5xx,
+    dropped connections) are retried after a short pause; anything else
+    propagates. At most `max_attempts` attempts per upload. Giving the slot
+    back while sleeping is the kinder reading of the old code: sleeping inside
+    the slot would idle a whole upload lane for every 429.
+    """
+
+    def __init__(
+        self,
+        clients: list[BotClient],
+        *,
+        chat_id: int,
+        max_attempts: int = 10,
+        transient_pause: float = 0.5,
+    ) -> None:
+        self.clients = clients
+        self.chat_id = chat_id
+        self.max_attempts = max_attempts
+        self.transient_pause = transient_pause
+        self._slots = asyncio.Semaphore(len(clients))
+        self._counter = itertools.count()
+        self.attempts = 0
+        self.rate_limited = 0
+        self.transient = 0
+
+    def claim_bot_index(self) -> int:
+        return next(self._counter) % len(self.clients)
+
+    async def send_document(self, data: bytes, filename: str) -> StoredDocument:
+        last_error: Exception | None = None
+        for _attempt in range(self.max_attempts):
+            async with self._slots:
+                client = self.clients[self.claim_bot_index()]
+                self.attempts += 1
+                try:
+                    return await client.send_document(self.chat_id, data, filename)
+                except RateLimited as exc:
+                    self.rate_limited += 1
+                    last_error, pause = exc, exc.retry_after
+                except TransientError as exc:
+                    self.transient += 1
+                    last_error, pause = exc, self.transient_pause
+            await asyncio.sleep(pause)
+        assert last_error is not None
+        raise last_error
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(client.aclose() for client in self.clients))
+
+
+# --- driving a contender ------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    wall_s: float
+    chunks_ok: int
+    chunks_failed: int  # failed or unfinished
+    goodput_mib_s: float
+    share_of_ideal: float
+    rate_limited: int  # 429s given, per the simulator
+    max_calls_per_token: int  # max concurrent Bot API calls on one token, per the simulator
+    max_uploads_per_token: int  # max concurrent uploads holding the upload slot
+    send_document_calls: int
+    messages_stored: int
+    latency_p50_s: float
+    latency_p99_s: float
+    latency_max_s: float
+    failures: list[str] = field(default_factory=list)
+    client_side: dict[str, Any] = field(default_factory=dict)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n*q/100), at least 1
+    return ordered[int(rank) - 1]
+
+
+@dataclass
+class DriveOutcome:
+    wall_s: float
+    latencies: list[float]
+    failures: list[str]
+    bytes: int  # payload bytes of the chunks that were stored
+
+
+async def drive(send: SendFn, config: BenchConfig, workload: Workload, label: str) -> DriveOutcome:
+    """`config.producers` producers take the next chunk number, send it, wait for it."""
+    next_chunk = itertools.count()
+    latencies: list[float] = []
+    failures: list[str] = []
+    stored_bytes = 0
+
+    async def producer() -> None:
+        while (index := next(next_chunk)) < config.chunks:
+            data = workload.chunk(index)
+            submitted = time.perf_counter()
+            try:
+                document = await send(data, f"{label}-chunk-{index:05d}.bin")
+            except Exception as exc:  # any failure is a broken run, reported below
+                failures.append(f"chunk {index}: {type(exc).__name__}: {exc}")
+                continue
+            latencies.append(time.perf_counter() - submitted)
+            nonlocal stored_bytes
+            stored_bytes += len(data)
+            if document.size != len(data):
+                failures.append(f"chunk {index}: stored {document.size} of {len(data)} bytes")
+
+    started = time.perf_counter()
+    tasks = [asyncio.create_task(producer()) for _ in range(config.producers)]
+    try:
+        async with asyncio.timeout(config.timeout):
+            await asyncio.gather(*tasks)
+    except TimeoutError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        unfinished = config.chunks - len(latencies) - len(failures)
+        failures.append(
+            f"timed out after {config.timeout:.0f} s with {unfinished} chunks unfinished"
+        )
+    wall = time.perf_counter() - started
+    return DriveOutcome(wall_s=wall, latencies=latencies, failures=failures, bytes=stored_bytes)
+
+
+def summarise(
+    name: str,
+    config: BenchConfig,
+    outcome: DriveOutcome,
+    stats: dict[str, Any],
+    messages_before: int,
+    client_side: dict[str, Any],
+) -> Result:
+    bots = stats["bots"].values()
+    messages = _messages(stats) - messages_before
+    ok = len(outcome.latencies)
+    goodput = outcome.bytes / outcome.wall_s if outcome.wall_s > 0 else 0.0
+    return Result(
+        name=name,
+        wall_s=outcome.wall_s,
+        chunks_ok=ok,
+        chunks_failed=config.chunks - ok,
+        goodput_mib_s=goodput / MiB,
+        share_of_ideal=goodput / config.ideal_bytes_per_s,
+        rate_limited=sum(int(b["rate_limited"]) for b in bots),
+        max_calls_per_token=max(int(b["max_concurrent_calls"]) for b in bots),
+        max_uploads_per_token=max(int(b["max_concurrent_uploads"]) for b in bots),
+        send_document_calls=sum(int(b["calls"].get("sendDocument", 0)) for b in bots),
+        messages_stored=messages,
+        latency_p50_s=percentile(outcome.latencies, 50),
+        latency_p99_s=percentile(outcome.latencies, 99),
+        latency_max_s=max(outcome.latencies, default=float("nan")),
+        failures=outcome.failures,
+        client_side=client_side,
+    )
+
+
+def _messages(stats: dict[str, Any]) -> int:
+    return sum(int(chat["messages"]) for chat in stats["chats"].values())
+
+
+async def run_round_robin(sim: SimulatorProcess, config: BenchConfig, workload: Workload) -> Result:
+    pool = RoundRobinPool(make_clients(sim), chat_id=CHAT_ID)
+    try:
+        # Same warm-up as the dispatcher gets: one getMe per bot opens its connection.
+        await asyncio.gather(*(client.get_me() for client in pool.clients))
+        await sim_reset_stats(sim.url)
+        before = _messages(await sim_stats(sim.url))
+        outcome = await drive(pool.send_document, config, workload, "rr")
+        stats = await sim_stats(sim.url)
+    finally:
+        await pool.aclose()
+    client_side = {
+        "attempts": pool.attempts,
+        "rate_limited": pool.rate_limited,
+        "transient": pool.transient,
+    }
+    return summarise("round-robin (predecessor)", config, outcome, stats, before, client_side)
+
+
+async def run_dispatcher(sim: SimulatorProcess, config: BenchConfig, workload: Workload) -> Result:
+    dispatcher = Dispatcher(make_clients(sim), chat_id=CHAT_ID, sends_per_minute=0)
+    await dispatcher.start()
+    try:
+        checked = await dispatcher.verify_bots()
+        broken = {bot: str(err) for bot, err in checked.items() if isinstance(err, Exception)}
+        if broken:
+            raise RuntimeError(f"getMe failed on the simulator: {broken}")
+        await sim_reset_stats(sim.url)
+        before = _messages(await sim_stats(sim.url))
+        outcome = await drive(dispatcher.send_document, config, workload, "pb")
+        stats = await sim_stats(sim.url)
+        status = dispatcher.status()
+    finally:
+        await dispatcher.stop(grace=5.0)
+    client_side = {
+        "sends": sum(s.sends for s in status),
+        "rate_limited": sum(s.rate_limited for s in status),
+        "errors": {
+            kind: sum(s.errors.get(kind, 0) for s in status)
+            for kind in sorted({k for s in status for k in s.errors})
+        },
+        "sends_per_bot": {str(s.bot_id): s.sends for s in status},
+    }
+    return summarise("per-bot dispatcher (ours)", config, outcome, stats, before, client_side)
+
+
+# --- reporting --------------------------------------------------------------------------
+
+
+def markdown_table(results: list[Result]) -> str:
+    header = (
+        "| contender | wall (s) | goodput (MiB/s) | of ideal | 429s | max calls/token "
+        "| p50 latency (s) | p99 latency (s) | failed chunks |"
+    )
+    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    rows = [
+        f"| {r.name} | {r.wall_s:.2f} | {r.goodput_mib_s:.2f} | {r.share_of_ideal:.3f} "
+        f"| {r.rate_limited} | {r.max_calls_per_token} | {r.latency_p50_s:.2f} "
+        f"| {r.latency_p99_s:.2f} | {r.chunks_failed} |"
+        for r in results
+    ]
+    return "\n".join([header, rule, *rows])
+
+
+def describe(config: BenchConfig, workload: Workload) -> str:
+    sizes = f"{config.chunk_size / MiB:g} MiB"
+    if config.size_spread:
+        sizes = f"{min(workload.sizes) / MiB:.2f}..{max(workload.sizes) / MiB:.2f} MiB"
+    return (
+        f"{config.chunks} chunks x {sizes} ({workload.total_bytes / MiB:g} MiB), "
+        f"{config.producers} producers, {config.bots} bots, "
+        f"{config.bandwidth / MiB:g} MiB/s per upload, "
+        f"collision retry_after {config.retry_after} s; "
+        f"ideal {config.ideal_bytes_per_s / MiB:g} MiB/s = "
+        f"{workload.total_bytes / config.ideal_bytes_per_s:.2f} s"
+    )
+
+
+def problems(round_robin: Result, ours: Result, config: BenchConfig) -> list[str]:
+    """What makes the run broken (non-zero exit); timings never do."""
+    found: list[str] = []
+    for result in (round_robin, ours):
+        found += [f"{result.name}: {failure}" for failure in result.failures[:10]]
+        if len(result.failures) > 10:
+            found.append(f"{result.name}: ... {len(result.failures) - 10} more failures")
+        if not result.failures and result.messages_stored < config.chunks:
+            found.append(
+                f"{result.name}: the simulator holds {result.messages_stored} new messages "
+                f"for {config.chunks} chunks"
+            )
+    if ours.max_calls_per_token >= 2:
+        found.append(
+            f"{ours.name}: {ours.max_calls_per_token} calls were in flight on one token at once"
+        )
+    return found
+
+
+async def race(
+    sim: SimulatorProcess, config: BenchConfig, workload: Workload
+) -> tuple[Result, Result]:
+    """Both contenders, one after the other, on the same simulator."""
+    round_robin = await run_round_robin(sim, config, workload)
+    print(f"  done: {round_robin.name} in {round_robin.wall_s:.2f} s", flush=True)
+    ours = await run_dispatcher(sim, config, workload)
+    print(f"  done: {ours.name} in {ours.wall_s:.2f} s", flush=True)
+    return round_robin, ours
+
+
+def report(
+    config: BenchConfig,
+    workload: Workload,
+    round_robin: Result,
+    ours: Result,
+    json_path: Path | None,
+) -> int:
+    """Print the table and the verdicts; write the JSON; return the exit status."""
+    print()
+    print(markdown_table([round_robin, ours]))
+    print()
+    target_met = ours.share_of_ideal >= TARGET_SHARE_OF_IDEAL and ours.rate_limited == 0
+    print(
+        f"target (ours >= {TARGET_SHARE_OF_IDEAL:.2f} of ideal and zero 429s): "
+        f"{'met' if target_met else 'NOT met'} "
+        f"({ours.share_of_ideal:.3f} of ideal, {ours.rate_limited} 429s)"
+    )
+    if round_robin.goodput_mib_s > 0:
+        speedup = ours.goodput_mib_s / round_robin.goodput_mib_s
+        print(f"goodput of ours / predecessor's: {speedup:.2f}x")
+    found = problems(round_robin, ours, config)
+    for problem in found:
+        print(f"BROKEN: {problem}", file=sys.stderr)
+    if json_path is not None:
+        document = {
+            "config": asdict(config),
+            "total_bytes": workload.total_bytes,
+            "ideal_mib_s": config.ideal_bytes_per_s / MiB,
+            "target": {"share_of_ideal": TARGET_SHARE_OF_IDEAL, "max_429s": 0, "met": target_met},
+            "results": [asdict(round_robin), asdict(ours)],
+            "broken": found,
+        }
+        json_path.write_text(json.dumps(_no_nan(document), indent=2, allow_nan=False) + "\n")
+        print(f"numbers written to {json_path}")
+    return 1 if found else 0
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (a percentile of no values) as JSON null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _no_nan(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(item) for item in value]
+    return value
+
+
+def configure_logging() -> None:
+    """Warnings and errors only, on stderr (stdout carries the table)."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+    # httpx logs request URLs (which carry the bot token) at INFO.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, json_path = parse_args(argv)
+    configure_logging()
+    workload = Workload(config)
+    print(describe(config, workload), flush=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="dispatcher-bench-") as tmp,
+        simulator_process(config, Path(tmp)) as sim,
+    ):
+        print(f"simulator: pid {sim.process.pid} at {sim.url}", flush=True)
+        round_robin, ours = asyncio.run(race(sim, config, workload))
+        if sim.process.poll() is not None:
+            print(f"the simulator died:\n{sim.log_path.read_text()}", file=sys.stderr)
+            return 1
+    return report(config, workload, round_robin, ours, json_path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
