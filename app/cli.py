@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -47,10 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
+    from app.client_cli import ClientError
     from app.db.migrations import SchemaOutOfDate
     from app.services import StartupError
 
-    if isinstance(exc, (CliError, SettingsError, StartupError, SchemaOutOfDate)):
+    if isinstance(exc, (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate)):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})".strip()
@@ -113,6 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=None)
     sim.set_defaults(handler=cmd_telegram_sim)
 
+    check = commands.add_parser(
+        "check",
+        help="check every bot token: getMe, then its rights in the storage chat",
+    )
+    check.set_defaults(handler=cmd_check)
+
+    up = commands.add_parser("upload", help="upload files to a running TeleUploader")
+    up.add_argument("files", nargs="+", metavar="FILE")
+    _client_options(up)
+    up.set_defaults(handler=cmd_upload)
+
+    down = commands.add_parser("download", help="download a file by public id or URL")
+    down.add_argument("public_id", metavar="PUBLIC_ID")
+    down.add_argument("-o", "--output", help="where to save (default: the file's name)")
+    _client_options(down)
+    down.set_defaults(handler=cmd_download)
+
     keys = commands.add_parser("keys", help="manage API keys")
     key_commands = keys.add_subparsers(title="key commands", metavar="ACTION")
     create = key_commands.add_parser("create", help="create a key and print it (shown once)")
@@ -125,6 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(handler=cmd_keys_revoke)
     keys.set_defaults(handler=lambda _args: _usage(keys))
     return parser
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("TELEUPLOADER_URL", "http://127.0.0.1:4000"),
+        help="the service (env TELEUPLOADER_URL; default http://127.0.0.1:4000)",
+    )
+    parser.add_argument(
+        "--key",
+        default=os.environ.get("TELEUPLOADER_KEY"),
+        help="API key (env TELEUPLOADER_KEY)",
+    )
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -142,8 +174,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
 
     settings = load_settings()
-    configure_logging(settings.log_level, settings.log_format)
     asyncio.run(_precheck(settings))
+    configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -270,6 +302,49 @@ def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
             await sessions.engine.dispose()
 
     return asyncio.run(go())
+
+
+# --- client commands and checks ------------------------------------------------------
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from app.client_cli import upload
+
+    upload(args.files, url=args.url, key=args.key, console=Console(stderr=True))
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from app.client_cli import download
+
+    download(
+        args.public_id, url=args.url, key=args.key, output=args.output, console=Console(stderr=True)
+    )
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from app.client_cli import check_bots, inspect_bots
+
+    settings = load_settings()
+    if not settings.bot_tokens:
+        raise CliError("BOT_TOKENS is not set: give at least one bot token")
+    if settings.storage_chat_id is None:
+        raise CliError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    rows = asyncio.run(
+        inspect_bots(
+            settings.bot_tokens,
+            chat_id=settings.storage_chat_id,
+            api_base=settings.telegram_api_base,
+        )
+    )
+    return 0 if check_bots(rows, Console()) else 1
 
 
 # --- simulator / demo -------------------------------------------------------------------

@@ -1,0 +1,223 @@
+"""The client side of the `teleuploader` command: upload, download, check.
+
+Uploads and downloads stream (a file is never read whole into memory) and show
+a rich progress bar with bytes, rate and ETA.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import quote, unquote
+
+import httpx
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+DEFAULT_URL = "http://127.0.0.1:4000"
+BLOCK = 1024 * 1024
+
+
+class ClientError(Exception):
+    """A failure to report in one line."""
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _explain(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        detail = f"{body.get('error')}: {body.get('detail')}"
+    except ValueError:
+        detail = response.text[:200]
+    return f"the server answered {response.status_code} ({detail})"
+
+
+class _ProgressFile:
+    """A file whose reads advance a progress bar (httpx reads it in blocks)."""
+
+    def __init__(self, file: BinaryIO, progress: Progress, task: TaskID) -> None:
+        self._file = file
+        self._progress = progress
+        self._task = task
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._file.read(size if size and size > 0 else BLOCK)
+        self._progress.advance(self._task, len(data))
+        return data
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+
+def upload(paths: list[str], *, url: str, key: str | None, console: Console) -> list[str]:
+    """Upload files as new files (POST /api/upload); returns their download URLs."""
+    if not key:
+        raise ClientError("an API key is needed: pass --key or set TELEUPLOADER_KEY")
+    links = []
+    with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=None, write=None)) as http:
+        for name in paths:
+            path = Path(name)
+            if not path.is_file():
+                raise ClientError(f"{name}: no such file")
+            size = path.stat().st_size
+            mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            with _progress(console) as progress, path.open("rb") as file:
+                task = progress.add_task(f"upload {path.name}", total=size)
+                wrapped: Any = _ProgressFile(file, progress, task)
+                try:
+                    response = http.post(
+                        "/api/upload",
+                        files={"file": (path.name, wrapped, mime)},
+                        headers={"Authorization": f"Bearer {key}"},
+                    )
+                except httpx.HTTPError as exc:
+                    raise ClientError(f"upload of {name} to {url} failed: {exc}") from None
+            if response.status_code != 201:
+                raise ClientError(f"upload of {name}: {_explain(response)}")
+            link = str(response.json()["download_url"])
+            console.print(f"{path.name}: {link}")
+            links.append(link)
+    return links
+
+
+def _public_id(reference: str) -> str:
+    """Accept a public id or a whole download URL."""
+    match = re.search(r"/f/([A-Za-z0-9_-]+)", reference)
+    return match.group(1) if match else reference
+
+
+def _filename(response: httpx.Response, fallback: str) -> str:
+    header = response.headers.get("content-disposition", "")
+    match = re.search(r"filename\*=UTF-8''([^;]+)", header) or re.search(
+        r'filename="([^"]*)"', header
+    )
+    name = unquote(match.group(1)) if match else fallback
+    # Never let the server pick a path outside the current directory.
+    return os.path.basename(name) or fallback
+
+
+def download(
+    reference: str, *, url: str, key: str | None, output: str | None, console: Console
+) -> Path:
+    public_id = _public_id(reference)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=120)) as http:
+        try:
+            info = http.get(f"/file/{quote(public_id)}/info", headers=headers)
+            if info.status_code != 200:
+                raise ClientError(f"{public_id}: {_explain(info)}")
+            expected = info.json().get("sha256")
+            with http.stream("GET", f"/f/{quote(public_id)}", headers=headers) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise ClientError(f"{public_id}: {_explain(response)}")
+                target = Path(output or _filename(response, public_id))
+                total = int(response.headers.get("content-length", 0)) or None
+                digest = hashlib.sha256()
+                with _progress(console) as progress, target.open("wb") as file:
+                    task = progress.add_task(f"download {target.name}", total=total)
+                    for block in _blocks(response):
+                        file.write(block)
+                        digest.update(block)
+                        progress.advance(task, len(block))
+        except httpx.HTTPError as exc:
+            raise ClientError(f"download of {public_id} from {url} failed: {exc}") from None
+    if expected and digest.hexdigest() != expected:
+        raise ClientError(f"{target}: SHA-256 does not match the server's ({expected})")
+    console.print(f"saved {target} (SHA-256 verified)" if expected else f"saved {target}")
+    return target
+
+
+def _blocks(response: httpx.Response) -> Iterator[bytes]:
+    yield from response.iter_bytes(BLOCK)
+
+
+def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
+    """Print the bot table; True when every bot can work."""
+    table = Table(title="Bots in the storage chat")
+    for column in ("bot id", "username", "admin", "can post", "can delete", "problem"):
+        table.add_column(column)
+    ok = True
+    for row in rows:
+        usable = row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]
+        ok = ok and bool(usable)
+        table.add_row(
+            str(row["bot_id"]),
+            row["username"] or "-",
+            _yes(row["admin"]),
+            _yes(row["can_post"]),
+            _yes(row["can_delete"]),
+            row["problem"] or "",
+        )
+    console.print(table)
+    return ok
+
+
+def _yes(value: object) -> str:
+    return "yes" if value else "NO"
+
+
+async def inspect_bots(tokens: list[Any], *, chat_id: int, api_base: str) -> list[dict[str, Any]]:
+    """getMe, then getChatMember in the storage chat, for every token."""
+    import asyncio
+
+    from app.telegram.client import BotClient
+    from app.telegram.errors import TelegramError
+
+    async def one(token: Any) -> dict[str, Any]:
+        client = BotClient(token, api_base=api_base)
+        row: dict[str, Any] = {
+            "bot_id": token.bot_id,
+            "username": None,
+            "admin": False,
+            "can_post": False,
+            "can_delete": False,
+            "problem": None,
+        }
+        try:
+            me = await client.get_me()
+            row["username"] = f"@{me.username}" if me.username else None
+            member = await client.get_chat_member(chat_id, token.bot_id)
+            row["admin"] = member.is_admin
+            row["can_post"] = member.can_post_messages
+            row["can_delete"] = member.can_delete_messages
+            if not member.is_admin:
+                row["problem"] = f"not an admin of the chat (status {member.status})"
+        except TelegramError as exc:
+            row["problem"] = exc.description
+        finally:
+            await client.aclose()
+        return row
+
+    return list(await asyncio.gather(*(one(token) for token in tokens)))
