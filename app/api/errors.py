@@ -10,6 +10,8 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -35,6 +37,16 @@ def error_response(
     status: int, error: str, detail: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
+
+
+def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database_unavailable", path=request.url.path, error=type(exc).__name__)
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database cannot be reached right now; try again shortly",
+        {"Retry-After": "5"},
+    )
 
 
 _STATUS_NAMES = {
@@ -103,6 +115,23 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ContentUnavailable)
     async def _unavailable(request: Request, exc: ContentUnavailable) -> JSONResponse:
         return error_response(502, "content_unavailable", str(exc))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        if exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError)):
+            return _database_unavailable(request, exc)
+        log.exception("database_error", path=request.url.path)
+        return error_response(500, "internal_error", "an internal error occurred; see the logs")
+
+    @app.exception_handler(ConnectionError)
+    async def _connection(request: Request, exc: ConnectionError) -> JSONResponse:
+        # Telegram's connection errors are wrapped by the client; a bare one
+        # comes from connecting to the database (or pgbouncer).
+        return _database_unavailable(request, exc)
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool(request: Request, exc: PoolTimeout) -> JSONResponse:
+        return _database_unavailable(request, exc)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,28 +71,33 @@ def make_settings(
 ServiceFactory = Callable[..., Awaitable[Service]]
 
 
+class ServiceLauncher:
+    """Starts simulators and services; `aclose` stops all of them."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._stack = AsyncExitStack()
+
+    async def start(self, bots: int = 3, **overrides: Any) -> Service:
+        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
+        telegram_url = await self._stack.enter_async_context(run_simulator(sim))
+        settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
+        key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
+        url = await self._stack.enter_async_context(serve_in_task(create_app(settings)))
+        return Service(url=url, key=key, sim=sim, settings=settings)
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+
+
 @pytest.fixture
 async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
     """Starts a service with setting overrides; everything stops at teardown.
 
     (`engine` empties the tables of the shared Postgres test database.)"""
-    stack: list[Any] = []
-
-    async def start(bots: int = 3, **overrides: Any) -> Service:
-        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
-        sim_cm = run_simulator(sim)
-        telegram_url = await sim_cm.__aenter__()
-        stack.append(sim_cm)
-        settings = make_settings(database, telegram_url, sim.tokens, **overrides)
-        key = await create_api_key(database.url, name=f"test-{len(stack)}")
-        app_cm = serve_in_task(create_app(settings))
-        url = await app_cm.__aenter__()
-        stack.append(app_cm)
-        return Service(url=url, key=key, sim=sim, settings=settings)
-
-    yield start
-    for cm in reversed(stack):
-        await cm.__aexit__(None, None, None)
+    launcher = ServiceLauncher(database)
+    yield launcher.start
+    await launcher.aclose()
 
 
 @pytest.fixture
