@@ -1,0 +1,166 @@
+"""S3 error codes and the exception that carries one.
+
+Every failure of the S3 protocol layer is an :class:`S3Error`. It knows its S3
+``Code``, the HTTP status and a message that is safe to send to the client (no
+secret, no signing key, no internal detail). ``details`` holds extra elements
+for the ``<Error>`` document, exactly as AWS adds them (for example
+``StringToSign``/``CanonicalRequest`` on ``SignatureDoesNotMatch``, ``Region`` on
+a wrong-region ``AuthorizationHeaderMalformed`` -- minio-go reads that one to
+retry in the right region). They are built from what the client itself sent and
+contain no secret either.
+
+Use::
+
+    raise S3Error("NoSuchKey", resource="/bucket/key")
+    raise S3Error("InvalidArgument", "max-keys must be a non-negative integer")
+
+``app.s3.xml.error_xml(err, ...)`` renders it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+#: code -> (HTTP status, default message). Messages follow AWS's wording.
+ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
+    # 3xx (conditional requests; rendered without a body by the routes)
+    "NotModified": (304, "Not Modified"),
+    # 400
+    "AuthorizationHeaderMalformed": (400, "The authorization header is malformed."),
+    "AuthorizationQueryParametersError": (
+        400,
+        "Error parsing the X-Amz-Credential parameter or other presigned query parameters.",
+    ),
+    "BadDigest": (400, "The Content-MD5 or checksum you specified did not match what we received."),
+    "EntityTooLarge": (400, "Your proposed upload exceeds the maximum allowed object size."),
+    "EntityTooSmall": (
+        400,
+        "Your proposed upload is smaller than the minimum allowed object size.",
+    ),
+    "IncompleteBody": (
+        400,
+        "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+    ),
+    "InvalidArgument": (400, "Invalid Argument"),
+    "InvalidBucketName": (400, "The specified bucket is not valid."),
+    "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
+    "InvalidPart": (
+        400,
+        "One or more of the specified parts could not be found. The part may not have been "
+        "uploaded, or the specified entity tag may not match the part's entity tag.",
+    ),
+    "InvalidPartOrder": (
+        400,
+        "The list of parts was not in ascending order. Parts must be ordered by part number.",
+    ),
+    "InvalidRequest": (400, "Invalid Request"),
+    "InvalidURI": (400, "Couldn't parse the specified URI."),
+    "KeyTooLongError": (400, "Your key is too long."),
+    "MalformedXML": (
+        400,
+        "The XML you provided was not well-formed or did not validate against our published "
+        "schema.",
+    ),
+    "MetadataTooLarge": (
+        400,
+        "Your metadata headers exceed the maximum allowed metadata size.",
+    ),
+    "MissingRequestBodyError": (400, "Request Body is empty."),
+    "RequestTimeout": (
+        400,
+        "Your socket connection to the server was not read from or written to within the "
+        "timeout period.",
+    ),
+    "XAmzContentSHA256Mismatch": (
+        400,
+        "The provided 'x-amz-content-sha256' header does not match what was computed.",
+    ),
+    # 403
+    "AccessDenied": (403, "Access Denied"),
+    "InvalidAccessKeyId": (
+        403,
+        "The AWS Access Key Id you provided does not exist in our records.",
+    ),
+    "RequestTimeTooSkewed": (
+        403,
+        "The difference between the request time and the current time is too large.",
+    ),
+    "SignatureDoesNotMatch": (
+        403,
+        "The request signature we calculated does not match the signature you provided. "
+        "Check your key and signing method.",
+    ),
+    # 404
+    "NoSuchBucket": (404, "The specified bucket does not exist."),
+    "NoSuchKey": (404, "The specified key does not exist."),
+    "NoSuchUpload": (
+        404,
+        "The specified multipart upload does not exist. The upload ID may be invalid, or the "
+        "upload may have been aborted or completed.",
+    ),
+    # 405, 409, 411, 412, 416
+    "MethodNotAllowed": (405, "The specified method is not allowed against this resource."),
+    "BucketAlreadyExists": (
+        409,
+        "The requested bucket name is not available. Please select a different name and try again.",
+    ),
+    "BucketAlreadyOwnedByYou": (
+        409,
+        "Your previous request to create the named bucket succeeded and you already own it.",
+    ),
+    "BucketNotEmpty": (409, "The bucket you tried to delete is not empty."),
+    "MissingContentLength": (411, "You must provide the Content-Length HTTP header."),
+    "PreconditionFailed": (
+        412,
+        "At least one of the preconditions you specified did not hold.",
+    ),
+    "InvalidRange": (416, "The requested range is not satisfiable."),
+    # 5xx
+    "InternalError": (500, "We encountered an internal error. Please try again."),
+    "NotImplemented": (
+        501,
+        "A header you provided implies functionality that is not implemented.",
+    ),
+    "ServiceUnavailable": (503, "Please reduce your request rate."),
+    "SlowDown": (503, "Please reduce your request rate."),
+}
+
+
+class S3Error(Exception):
+    """An S3 error response: ``code`` (e.g. ``NoSuchKey``), ``status``, ``message``.
+
+    ``message`` and ``status`` default to the table entry of ``code``; an unknown
+    code without an explicit status is a programming error (``KeyError``).
+    ``resource`` is the ``<Resource>`` of the error document (usually the request
+    path); ``details`` adds further elements (``{"Region": "eu-west-1"}``);
+    ``headers`` are response headers the routes should add (rarely needed).
+
+    ``str(err)`` is ``"Code: message"`` and, like ``message``, safe to log and to
+    show a client.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        status: int | None = None,
+        *,
+        resource: str | None = None,
+        details: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if status is None or message is None:
+            default_status, default_message = ERROR_TABLE[code]
+            status = default_status if status is None else status
+            message = default_message if message is None else message
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.resource = resource
+        self.details: dict[str, str] = dict(details or {})
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def __repr__(self) -> str:
+        return f"S3Error({self.code!r}, {self.message!r}, {self.status})"
