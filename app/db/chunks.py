@@ -1,0 +1,152 @@
+"""Chunks: Telegram documents, from upload to release into the GC ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.locking import batches, lock_database_for_write
+from app.db.models import Chunk, GcEntry, GcReason, Piece
+from app.db.types import utcnow
+from app.telegram.types import StoredDocument
+
+
+class ChunksMissing(Exception):
+    """Chunks an object was to reference no longer exist (released or collected)."""
+
+    def __init__(self, chunk_ids: Iterable[int]) -> None:
+        self.chunk_ids = sorted(chunk_ids)
+        super().__init__(f"chunks no longer exist: {self.chunk_ids}")
+
+
+class ChunkRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def add_pending(self, doc: StoredDocument, sha256: str) -> Chunk:
+        """Record a freshly uploaded document. It stays 'pending' until `mark_live`."""
+        chunk = Chunk(
+            size=doc.size,
+            sha256=sha256,
+            bot_id=doc.bot_id,
+            file_id=doc.file_id,
+            file_unique_id=doc.file_unique_id,
+            chat_id=doc.chat_id,
+            message_id=doc.message_id,
+            state="pending",
+            created_at=utcnow(),
+        )
+        self._session.add(chunk)
+        await self._session.flush()
+        return chunk
+
+    async def get(self, chunk_id: int) -> Chunk | None:
+        return await self._session.get(Chunk, chunk_id)
+
+    async def mark_live(self, chunk_ids: Iterable[int]) -> None:
+        """Mark chunks as referenced, locking them against a concurrent release.
+
+        Raises ChunksMissing if any is gone; the caller must then not insert
+        pieces pointing at it (the foreign key would refuse them anyway).
+        """
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return
+        await lock_database_for_write(self._session)
+        found: set[int] = set()
+        for batch in batches(ids):
+            # FOR SHARE: blocks `release` (FOR UPDATE) of these rows until we
+            # commit, while other copies referencing the same chunk proceed.
+            locked = await self._session.scalars(
+                select(Chunk.id).where(Chunk.id.in_(batch)).with_for_update(read=True)
+            )
+            found.update(locked)
+            await self._session.execute(
+                update(Chunk)
+                .where(Chunk.id.in_(batch), Chunk.state == "pending")
+                .values(state="live")
+                .execution_options(synchronize_session=False)
+            )
+        if missing := set(ids) - found:
+            raise ChunksMissing(missing)
+
+    async def release(self, chunk_ids: Iterable[int], reason: GcReason) -> int:
+        """Retire the chunks that no piece references any more; return how many.
+
+        Each retired chunk's message goes to the GC ledger and its row is
+        deleted; a chunk another object still references is kept.
+        """
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return 0
+        await lock_database_for_write(self._session)
+        released = 0
+        for batch in batches(ids):
+            # Locked in id order, so two releases cannot deadlock each other;
+            # a concurrent `mark_live` of one of them waits for our commit and
+            # then finds it gone.
+            chunks = (
+                await self._session.scalars(
+                    select(Chunk).where(Chunk.id.in_(batch)).order_by(Chunk.id).with_for_update()
+                )
+            ).all()
+            referenced = set(
+                await self._session.scalars(
+                    select(Piece.chunk_id).where(Piece.chunk_id.in_(batch)).distinct()
+                )
+            )
+            released += await self._retire([c for c in chunks if c.id not in referenced], reason)
+        return released
+
+    async def collect_pending_orphans(self, before: datetime) -> int:
+        """Retire pending chunks created before `before`; return how many.
+
+        Meant for startup: an upload that was running when the process died
+        left its chunks pending forever. Pick `before` older than any upload
+        still running elsewhere (several instances may share the database).
+        """
+        await lock_database_for_write(self._session)
+        unreferenced = ~exists().where(Piece.chunk_id == Chunk.id)
+        chunks = (
+            await self._session.scalars(
+                select(Chunk)
+                .where(Chunk.state == "pending", Chunk.created_at < before, unreferenced)
+                .order_by(Chunk.id)
+                .with_for_update(skip_locked=True)
+            )
+        ).all()
+        return await self._retire(chunks, "orphaned")
+
+    async def _retire(self, chunks: Sequence[Chunk], reason: GcReason) -> int:
+        """Ledger entry + row deletion, in the caller's transaction."""
+        if not chunks:
+            return 0
+        now = utcnow()
+        await self._session.execute(
+            insert(GcEntry),
+            [
+                {
+                    "bot_id": c.bot_id,
+                    "chat_id": c.chat_id,
+                    "message_id": c.message_id,
+                    "file_unique_id": c.file_unique_id,
+                    "reason": reason,
+                    "enqueued_at": now,
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                }
+                for c in chunks
+            ],
+        )
+        for batch in batches([c.id for c in chunks]):
+            await self._session.execute(
+                delete(Chunk)
+                .where(Chunk.id.in_(batch))
+                .execution_options(synchronize_session=False)
+            )
+        for chunk in chunks:
+            self._session.expunge(chunk)
+        return len(chunks)

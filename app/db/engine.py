@@ -1,0 +1,91 @@
+"""Creating engines and sessions for SQLite and for Postgres behind pgbouncer."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.engine.url import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
+
+
+def normalize_url(url: str) -> URL:
+    """Pick our async drivers for plain `postgres(ql)://` and `sqlite://` URLs."""
+    # make_url does not know the "postgres" scheme Heroku-style URLs use.
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url.removeprefix("postgres://")
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgresql+asyncpg"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
+        return parsed.set(drivername="sqlite+aiosqlite")
+    raise ValueError(
+        f"unsupported database URL scheme {parsed.drivername!r}: use postgresql:// or sqlite://"
+    )
+
+
+def _unique_statement_name() -> str:
+    return f"__asyncpg_{uuid4()}__"
+
+
+def create_engine(url: str, *, for_migrations: bool = False) -> AsyncEngine:
+    """An engine for `url`, configured for its backend.
+
+    `for_migrations` makes a short-lived engine without a pool and, on SQLite,
+    without foreign-key enforcement (Alembic's batch mode rebuilds tables,
+    which foreign keys would block).
+    """
+    parsed = normalize_url(url)
+    if parsed.drivername == "postgresql+asyncpg":
+        return _postgres_engine(parsed, for_migrations=for_migrations)
+    return _sqlite_engine(parsed, foreign_keys=not for_migrations)
+
+
+def _postgres_engine(url: URL, *, for_migrations: bool) -> AsyncEngine:
+    # pgbouncer in transaction mode hands each transaction whichever server
+    # connection is free, so nothing may outlive a transaction on the server:
+    # no statement caches, and every prepared statement gets a unique name
+    # (asyncpg's counter-based names collide across clients sharing a server
+    # connection: "prepared statement __asyncpg_stmt_1__ already exists").
+    # These settings are harmless on a direct connection.
+    connect_args: dict[str, Any] = {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": _unique_statement_name,
+    }
+    extra: dict[str, Any] = {"poolclass": NullPool} if for_migrations else {}
+    return _create_async_engine(url, connect_args=connect_args, pool_pre_ping=True, **extra)
+
+
+def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
+    engine = _create_async_engine(url, pool_pre_ping=True)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        # WAL lets readers run while one writer writes; busy_timeout makes a
+        # second writer wait for the lock instead of failing at once.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.close()
+        # The sqlite3 driver would not BEGIN before a SELECT, so reads ran
+        # outside the transaction (no consistent snapshot, broken savepoints).
+        # Take transaction control away from it and BEGIN ourselves below.
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    # Objects stay readable after commit: handlers commit, then build responses.
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,102 @@
+"""The GC ledger: Telegram messages waiting to be deleted."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.locking import lock_database_for_write
+from app.db.models import GcEntry, GcReason
+from app.db.types import utcnow
+
+# How long entries handed out by `due` stay invisible to other workers. The
+# worker commits the claim at once and deletes the messages outside any
+# transaction (a transaction held across Telegram calls would pin a pgbouncer
+# server connection); if it dies, the entries come back after the lease.
+DEFAULT_LEASE = timedelta(minutes=5)
+
+_MAX_ERROR_LENGTH = 2000
+
+
+class GcRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def add(
+        self,
+        *,
+        bot_id: int,
+        chat_id: int,
+        message_id: int,
+        file_unique_id: str,
+        reason: GcReason,
+        now: datetime | None = None,
+    ) -> GcEntry:
+        """Schedule deletion of a message no chunk row records (a failed or aborted upload)."""
+        now = now or utcnow()
+        entry = GcEntry(
+            bot_id=bot_id,
+            chat_id=chat_id,
+            message_id=message_id,
+            file_unique_id=file_unique_id,
+            reason=reason,
+            enqueued_at=now,
+            attempts=0,
+            next_attempt_at=now,
+        )
+        self._session.add(entry)
+        await self._session.flush()
+        return entry
+
+    async def due(
+        self, limit: int, now: datetime | None = None, *, lease: timedelta = DEFAULT_LEASE
+    ) -> list[GcEntry]:
+        """Claim up to `limit` entries due at `now`, oldest first; commit right after.
+
+        FOR UPDATE SKIP LOCKED keeps concurrent workers (several instances)
+        from claiming the same rows; the claim itself is the pushed-back
+        `next_attempt_at`, so it survives the transaction.
+        """
+        if limit <= 0:
+            return []
+        now = now or utcnow()
+        await lock_database_for_write(self._session)
+        entries = list(
+            await self._session.scalars(
+                select(GcEntry)
+                .where(GcEntry.next_attempt_at <= now)
+                .order_by(GcEntry.next_attempt_at, GcEntry.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        )
+        for entry in entries:
+            entry.next_attempt_at = now + lease
+        await self._session.flush()
+        return entries
+
+    async def done(self, entry_id: int) -> None:
+        """The message is deleted (or Telegram says it is already gone)."""
+        await self._session.execute(
+            delete(GcEntry)
+            .where(GcEntry.id == entry_id)
+            .execution_options(synchronize_session="fetch")
+        )
+
+    async def failed(self, entry_id: int, error: str, next_attempt_at: datetime) -> None:
+        await self._session.execute(
+            update(GcEntry)
+            .where(GcEntry.id == entry_id)
+            .values(
+                attempts=GcEntry.attempts + 1,
+                last_error=error[:_MAX_ERROR_LENGTH],
+                next_attempt_at=next_attempt_at,
+            )
+            .execution_options(synchronize_session="fetch")
+        )
+
+    async def backlog(self) -> int:
+        """How many messages are waiting to be deleted."""
+        return await self._session.scalar(select(func.count()).select_from(GcEntry)) or 0

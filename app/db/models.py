@@ -1,0 +1,220 @@
+"""The database schema, as SQLAlchemy models.
+
+A stored file is an `StoredObject` whose bytes are either inline (small objects)
+or the concatenation of its `Piece`s. A piece is a byte range of a `Chunk`, one
+Telegram document. Pieces, not whole chunks, make copies metadata-only: a copy
+of a range points into existing chunks, so one chunk may back several objects
+and is deleted from Telegram only when the last piece referencing it goes.
+
+Every Telegram message that must be deleted is written to `gc_ledger` in the
+same transaction that stops needing it, so a crash never forgets one.
+
+The migration in migrations/versions must match this file; a test compares them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.db.types import BigIntPK, JsonDict, UtcDateTime, key_string, utcnow
+
+ChunkState = Literal["pending", "live"]
+GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphaned"]
+
+CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
+GC_REASONS: tuple[str, ...] = get_args(GcReason)
+
+MAX_KEY_LENGTH = 1024  # S3's limit, in bytes of UTF-8; we check characters.
+
+
+# Without AUTOINCREMENT, SQLite hands the id of a deleted last row to the next
+# insert. An id must name one thing forever: a reader holding the id of a
+# replaced object must find nothing, not the pieces of its successor.
+# (Postgres sequences never go back.)
+NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
+
+
+def _in_list(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    # Named constraints: Alembic (and SQLite's batch mode) can only alter or
+    # drop a constraint it can name.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Chunk(Base):
+    """One Telegram document holding up to 19 MiB of some object(s)."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        CheckConstraint(_in_list("state", CHUNK_STATES), name="state"),
+        CheckConstraint("size >= 0", name="size"),
+        # collect_pending_orphans scans pending chunks by age.
+        Index(None, "state", "created_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    # file_id only works with the bot that uploaded the document.
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    file_id: Mapped[str] = mapped_column(Text)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    # 'pending' from the end of its upload until an object references it;
+    # pending chunks left by a crash are collected at startup.
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"
+
+
+class StoredObject(Base):
+    """One object (file) under (bucket, key)."""
+
+    __tablename__ = "objects"
+    __table_args__ = (
+        # Also the index for listing: range scans on key within a bucket.
+        UniqueConstraint("bucket", "key"),
+        CheckConstraint("size >= 0", name="size"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    bucket: Mapped[str] = mapped_column(key_string(255))
+    key: Mapped[str] = mapped_column(key_string(MAX_KEY_LENGTH))
+    # The unguessable id of public download links (/f/<public_id>).
+    public_id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(1024))
+    content_type: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    # S3 ETag as sent to clients, quotes included: "<md5>" or "<md5>-<parts>".
+    etag: Mapped[str] = mapped_column(String(80))
+    md5: Mapped[str | None] = mapped_column(String(32))
+    sha256: Mapped[str | None] = mapped_column(String(64))
+    user_metadata: Mapped[dict[str, Any]] = mapped_column(JsonDict, default=dict)
+    # Objects up to Settings.inline_threshold bytes live here, with no pieces.
+    inline_data: Mapped[bytes | None] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
+
+
+class Piece(Base):
+    """Bytes [start, start + length) of an object are chunk bytes [offset, offset + length).
+
+    `start` is redundant (the sum of the lengths of earlier pieces) but stored:
+    it turns "pieces overlapping a byte range" into one indexed query instead
+    of reading every piece of a multi-GB object to add up lengths.
+    """
+
+    __tablename__ = "pieces"
+    __table_args__ = (
+        CheckConstraint("length > 0", name="length"),
+        CheckConstraint('start >= 0 AND "offset" >= 0', name="offsets"),
+        # Range lookups by object-level offset; also guarantees no two pieces
+        # of one object start at the same byte.
+        UniqueConstraint("object_id", "start"),
+        # Reference counting: is this chunk still used by any piece?
+        Index(None, "chunk_id"),
+    )
+
+    object_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("objects.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # RESTRICT (the default): a chunk row cannot vanish under a piece.
+    chunk_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("chunks.id"))
+    start: Mapped[int] = mapped_column(BigInteger)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    def __repr__(self) -> str:
+        return (
+            f"Piece(object_id={self.object_id}, seq={self.seq}, chunk_id={self.chunk_id}, "
+            f"start={self.start}, offset={self.offset}, length={self.length})"
+        )
+
+
+class ApiKey(Base):
+    """An API key. Only its SHA-256 is stored; the key itself is shown once."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (NEVER_REUSE_IDS,)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def __repr__(self) -> str:
+        return f"ApiKey(name={self.name!r}, prefix={self.prefix!r}, revoked={self.revoked})"
+
+
+class GcEntry(Base):
+    """A Telegram message that must be deleted; the row goes once it is."""
+
+    __tablename__ = "gc_ledger"
+    __table_args__ = (
+        CheckConstraint(_in_list("reason", GC_REASONS), name="reason"),
+        Index(None, "next_attempt_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32))
+    enqueued_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    def __repr__(self) -> str:
+        return (
+            f"GcEntry(id={self.id}, chat_id={self.chat_id}, message_id={self.message_id}, "
+            f"reason={self.reason!r}, attempts={self.attempts})"
+        )

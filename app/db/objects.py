@@ -1,0 +1,305 @@
+"""Objects and their pieces: atomic writes, range reads, ordered listing."""
+
+from __future__ import annotations
+
+import builtins
+import secrets
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, delete, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
+
+from app.db.chunks import ChunkRepository
+from app.db.locking import lock_database_for_write, lock_object_key
+from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
+from app.db.types import utcnow
+
+
+def new_public_id() -> str:
+    """24 URL-safe characters, 144 random bits."""
+    return secrets.token_urlsafe(18)
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix`.
+
+    Keys compare by code point (UTF-8 byte order), so bumping the last code
+    point that can be bumped gives the bound; None if there is none (empty
+    prefix, or only U+10FFFF). Surrogates cannot occur in keys, so the
+    successor of U+D7FF is U+E000.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < sys.maxunicode:
+            successor = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
+            return "".join(chars) + chr(successor)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PieceSpec:
+    """Bytes [offset, offset + length) of a chunk; pieces follow each other in the object."""
+
+    chunk_id: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectSpec:
+    """Everything `ObjectRepository.put` writes.
+
+    The content is either `inline_data` or `pieces` (an empty object may have
+    neither); the pieces' lengths must add up to `size`.
+    """
+
+    bucket: str
+    key: str
+    name: str
+    content_type: str
+    size: int
+    etag: str
+    md5: str | None = None
+    sha256: str | None = None
+    user_metadata: Mapping[str, Any] = field(default_factory=dict)
+    inline_data: bytes | None = None
+    pieces: Sequence[PieceSpec] = ()
+
+    def check(self) -> None:
+        if not self.bucket or not self.key:
+            raise ValueError("bucket and key must not be empty")
+        if len(self.key) > MAX_KEY_LENGTH:
+            raise ValueError(f"key is longer than {MAX_KEY_LENGTH} characters")
+        if self.size < 0:
+            raise ValueError("size must not be negative")
+        if self.inline_data is not None:
+            if self.pieces:
+                raise ValueError("an object is inline or in pieces, not both")
+            if len(self.inline_data) != self.size:
+                raise ValueError(f"inline data is {len(self.inline_data)} bytes, size {self.size}")
+            return
+        for piece in self.pieces:
+            if piece.length <= 0 or piece.offset < 0:
+                raise ValueError(f"invalid piece {piece}")
+        total = sum(piece.length for piece in self.pieces)
+        if total != self.size:
+            raise ValueError(f"pieces add up to {total} bytes, size is {self.size}")
+
+
+class ObjectRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+        self._chunks = ChunkRepository(session)
+
+    # --- reading --------------------------------------------------------------
+
+    async def get(self, bucket: str, key: str) -> StoredObject | None:
+        return await self._session.scalar(
+            select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
+        )
+
+    async def get_by_public_id(self, public_id: str) -> StoredObject | None:
+        return await self._session.scalar(
+            select(StoredObject).where(StoredObject.public_id == public_id)
+        )
+
+    async def pieces(
+        self, object_id: int, start: int, end: int
+    ) -> builtins.list[tuple[Piece, Chunk]]:
+        """The pieces overlapping object bytes [start, end), in order, with their chunks.
+
+        `Piece.start` is each piece's offset in the object. An object that was
+        replaced or deleted since `object_id` was read has no pieces any more
+        (a write makes a new row), so a reader never mixes two versions; it
+        sees pieces that do not cover the range and must treat that as gone.
+        """
+        if end <= start:
+            return []
+        # The piece containing `start` is the last one starting at or before
+        # it; bounding the scan there keeps it to the requested pieces on the
+        # (object_id, start) index, however many pieces come before.
+        first_start = (
+            select(func.max(Piece.start))
+            .where(Piece.object_id == object_id, Piece.start <= start)
+            .scalar_subquery()
+        )
+        rows = await self._session.execute(
+            select(Piece, Chunk)
+            .join(Chunk, Chunk.id == Piece.chunk_id)
+            .where(
+                Piece.object_id == object_id,
+                Piece.start >= func.coalesce(first_start, 0),
+                Piece.start < end,
+                Piece.start + Piece.length > start,
+            )
+            .order_by(Piece.start)
+        )
+        return [(piece, chunk) for piece, chunk in rows]
+
+    async def list(
+        self, bucket: str, prefix: str = "", after_key: str | None = None, limit: int = 1000
+    ) -> builtins.list[StoredObject]:
+        """Objects of `bucket` whose key starts with `prefix`, after `after_key`, in key order.
+
+        A range scan on the (bucket, key) index. `inline_data` is not loaded
+        (touching it raises): listings must not drag content along.
+        """
+        if limit <= 0:
+            return []
+        query = select(StoredObject).where(StoredObject.bucket == bucket)
+        if prefix:
+            query = query.where(StoredObject.key >= prefix)
+            upper = prefix_upper_bound(prefix)
+            if upper is not None:
+                query = query.where(StoredObject.key < upper)
+        if after_key is not None:
+            query = query.where(StoredObject.key > after_key)
+        query = (
+            query.options(defer(StoredObject.inline_data, raiseload=True))
+            .order_by(StoredObject.key)
+            .limit(limit)
+        )
+        return builtins.list(await self._session.scalars(query))
+
+    # --- writing --------------------------------------------------------------
+
+    async def put(
+        self, spec: ObjectSpec, *, keep_public_id: bool = False, now: datetime | None = None
+    ) -> StoredObject:
+        """Write a whole object under (bucket, key), replacing any previous one.
+
+        All in the caller's transaction, which must commit for it to count:
+        the new chunks become live, the previous object's row and pieces go
+        and its chunks are released ('overwritten'). Concurrent writers of a
+        key queue on a per-key lock, so the last to commit wins and readers
+        see either version whole. The new object gets a new row id and, unless
+        `keep_public_id`, a new public id.
+
+        Raises ChunksMissing (nothing written) if a referenced chunk is gone.
+        """
+        spec.check()
+        now = now or utcnow()
+        await lock_object_key(self._session, spec.bucket, spec.key)
+        # Before any change, so a chunk released meanwhile fails the put cleanly.
+        await self._chunks.mark_live(piece.chunk_id for piece in spec.pieces)
+
+        previous = await self._get_for_update(spec.bucket, spec.key)
+        if previous is None:
+            created = await self._insert(spec, new_public_id(), now, now)
+            await self._insert_pieces(created, spec)
+            return created
+
+        old_chunk_ids = await self._chunk_ids_of(previous.id)
+        public_id = previous.public_id if keep_public_id else new_public_id()
+        created_at = previous.created_at
+        await self._delete_row(previous)
+        created = await self._insert(spec, public_id, created_at, now)
+        await self._insert_pieces(created, spec)
+        # After the new pieces exist, so a chunk shared by both versions stays.
+        await self._chunks.release(old_chunk_ids, "overwritten")
+        return created
+
+    async def delete(self, bucket: str, key: str) -> bool:
+        """Delete the object and release its chunks ('deleted'). False if there was none."""
+        await lock_object_key(self._session, bucket, key)
+        found = await self._get_for_update(bucket, key)
+        return await self._delete_and_release(found, "deleted")
+
+    async def delete_by_public_id(self, public_id: str) -> bool:
+        # SQLite: become the writer before reading (see app.db.locking).
+        await lock_database_for_write(self._session)
+        found = await self.get_by_public_id(public_id)
+        if found is None:
+            return False
+        # Take the key's lock, then look again: a put may have replaced it.
+        await lock_object_key(self._session, found.bucket, found.key)
+        locked = await self._session.scalar(
+            self._locking(select(StoredObject).where(StoredObject.public_id == public_id))
+        )
+        return await self._delete_and_release(locked, "deleted")
+
+    # --- helpers --------------------------------------------------------------
+
+    @staticmethod
+    def _locking(query: Select[StoredObject]) -> Select[StoredObject]:
+        # populate_existing: the row may already be in this session's identity
+        # map from an earlier read; we want the values as of the lock.
+        return query.with_for_update().execution_options(populate_existing=True)
+
+    async def _get_for_update(self, bucket: str, key: str) -> StoredObject | None:
+        return await self._session.scalar(
+            self._locking(
+                select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
+            )
+        )
+
+    async def _chunk_ids_of(self, object_id: int) -> builtins.list[int]:
+        return builtins.list(
+            await self._session.scalars(
+                select(Piece.chunk_id).where(Piece.object_id == object_id).distinct()
+            )
+        )
+
+    async def _delete_row(self, obj: StoredObject) -> None:
+        # The pieces go with it (ON DELETE CASCADE).
+        await self._session.execute(
+            delete(StoredObject)
+            .where(StoredObject.id == obj.id)
+            .execution_options(synchronize_session=False)
+        )
+        self._session.expunge(obj)
+
+    async def _delete_and_release(self, obj: StoredObject | None, reason: GcReason) -> bool:
+        if obj is None:
+            return False
+        chunk_ids = await self._chunk_ids_of(obj.id)
+        await self._delete_row(obj)
+        await self._chunks.release(chunk_ids, reason)
+        return True
+
+    async def _insert(
+        self, spec: ObjectSpec, public_id: str, created_at: datetime, updated_at: datetime
+    ) -> StoredObject:
+        obj = StoredObject(
+            bucket=spec.bucket,
+            key=spec.key,
+            public_id=public_id,
+            name=spec.name,
+            content_type=spec.content_type,
+            size=spec.size,
+            etag=spec.etag,
+            md5=spec.md5,
+            sha256=spec.sha256,
+            user_metadata=dict(spec.user_metadata),
+            inline_data=spec.inline_data,
+            created_at=created_at,
+            updated_at=updated_at,
+        )
+        self._session.add(obj)
+        await self._session.flush()
+        return obj
+
+    async def _insert_pieces(self, obj: StoredObject, spec: ObjectSpec) -> None:
+        if not spec.pieces:
+            return
+        rows = []
+        start = 0
+        for seq, piece in enumerate(spec.pieces):
+            rows.append(
+                {
+                    "object_id": obj.id,
+                    "seq": seq,
+                    "chunk_id": piece.chunk_id,
+                    "start": start,
+                    "offset": piece.offset,
+                    "length": piece.length,
+                }
+            )
+            start += piece.length
+        await self._session.execute(insert(Piece), rows)

@@ -1,0 +1,63 @@
+"""Column types that behave the same on SQLite and Postgres."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Integer, String, TypeDecorator
+from sqlalchemy.dialects.postgresql import JSONB
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY;
+# Postgres gets a real 64-bit identity.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+# JSONB on Postgres (compact, comparable); JSON text elsewhere.
+JsonDict = JSON().with_variant(JSONB(), "postgresql")
+
+
+def key_string(length: int) -> String:
+    """A string compared byte by byte, the order S3 lists keys in.
+
+    SQLite's default BINARY collation already compares UTF-8 bytes. A Postgres
+    database usually has a linguistic default collation (en_US.UTF-8) under which
+    `key > after` and the prefix range scan would disagree with S3 order, so
+    those columns use the "C" collation there.
+    """
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python.
+
+    Postgres stores `timestamptz`. SQLite has no timestamp type: SQLAlchemy
+    writes a text form without the offset, so values are normalised to UTC
+    before writing (keeping text comparison chronological) and marked UTC on
+    reading. Naive datetimes are refused: their meaning is a guess.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware value")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime from the database, got {type(value).__name__}")
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)

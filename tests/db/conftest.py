@@ -1,0 +1,268 @@
+"""Database fixtures: every `engine` test runs on SQLite and on Postgres via pgbouncer.
+
+Postgres: each test session creates its own database (so concurrent test runs
+and other users of the server cannot interfere), migrates it over the direct
+URL, and truncates the tables before each test. Tests talk to it through
+pgbouncer in transaction mode, as production does. If pgbouncer is not
+reachable the Postgres tests fail (start it with scripts/pgbouncer-test.sh
+start); TEST_SKIP_POSTGRES=1 skips them instead.
+
+SQLite: the schema is migrated once into a template file that each test copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.migrations import upgrade
+from app.db.models import Base
+from tests.db.helpers import Database
+
+PGBOUNCER_URL = os.environ.get(
+    "TEST_PGBOUNCER_URL", "postgresql+asyncpg://postgres@127.0.0.1:6432/test"
+)
+POSTGRES_URL = os.environ.get(
+    "TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+SKIP_POSTGRES = os.environ.get("TEST_SKIP_POSTGRES") == "1"
+
+T = TypeVar("T")
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def in_own_thread(function: Callable[..., T], *args: Any) -> T:
+    """Run blocking setup code that starts its own event loop (asyncio.run, Alembic).
+
+    In a worker thread it cannot disturb the loop pytest-asyncio has set for
+    the test in the main thread.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(function, *args).result()
+
+
+def run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return in_own_thread(lambda: asyncio.run(coroutine()))
+
+
+# --- Postgres plumbing ---------------------------------------------------------
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _admin(sql: str) -> None:
+    """Run one statement on the direct connection's maintenance database."""
+    connection = await asyncpg.connect(_asyncpg_dsn(_with_database(POSTGRES_URL, "postgres")))
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+async def _backend_pid(connection: asyncpg.Connection) -> int:
+    async with connection.transaction():
+        pid: int = await connection.fetchval("SELECT pg_backend_pid()")
+        return pid
+
+
+async def _pools_transactions(url: str) -> bool:
+    """Does the pgbouncer at `url` hand a server connection to another client
+    as soon as a transaction ends? (In session mode the first client keeps it.)"""
+    first = await asyncpg.connect(_asyncpg_dsn(url), statement_cache_size=0, timeout=5)
+    try:
+        first_pid = await _backend_pid(first)
+        second = await asyncpg.connect(_asyncpg_dsn(url), statement_cache_size=0, timeout=5)
+        try:
+            # pgbouncer reuses the most recently freed server connection.
+            return await _backend_pid(second) == first_pid
+        finally:
+            await second.close()
+    finally:
+        await first.close()
+
+
+_DATABASE_PREFIX = "teleuploader_test_"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _drop_abandoned_databases() -> None:
+    """Drop test databases of runs that were killed before their teardown."""
+    dsn = _asyncpg_dsn(_with_database(POSTGRES_URL, "postgres"))
+    connection = await asyncpg.connect(dsn)
+    try:
+        names = await connection.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE $1", _DATABASE_PREFIX + "%"
+        )
+        for (name,) in names:
+            pid = name.removeprefix(_DATABASE_PREFIX).split("_")[0]
+            if pid.isdigit() and not _process_alive(int(pid)):
+                await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await connection.close()
+
+
+def _create_postgres_database() -> Database:
+    if SKIP_POSTGRES:
+        pytest.skip("TEST_SKIP_POSTGRES=1")
+    name = f"{_DATABASE_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+    try:
+        run_async(_drop_abandoned_databases)
+        # A linguistic collation, as production databases usually have, so the
+        # tests show that key order does not depend on it.
+        run_async(
+            lambda: _admin(
+                f'CREATE DATABASE "{name}" TEMPLATE template0 '
+                "LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
+            )
+        )
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(
+            f"Postgres at {POSTGRES_URL} is not usable ({exc!r}); TEST_SKIP_POSTGRES=1 skips"
+        )
+    database = Database(
+        backend="postgres",
+        url=_with_database(PGBOUNCER_URL, name),
+        migration_url=_with_database(POSTGRES_URL, name),
+    )
+    try:
+        pools_transactions = run_async(
+            lambda: asyncio.wait_for(_pools_transactions(database.url), timeout=10)
+        )
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        _drop_postgres_database(name)
+        pytest.fail(
+            f"pgbouncer at {PGBOUNCER_URL} is not reachable ({exc!r}): "
+            "run scripts/pgbouncer-test.sh start (or TEST_SKIP_POSTGRES=1 to skip)"
+        )
+    if not pools_transactions:
+        _drop_postgres_database(name)
+        pytest.fail(f"pgbouncer at {PGBOUNCER_URL} is not in transaction pooling mode")
+    return database
+
+
+def _drop_postgres_database(name: str) -> None:
+    # FORCE: pgbouncer still holds idle server connections to it.
+    run_async(lambda: _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _database_name(database: Database) -> str:
+    name = make_url(database.migration_url).database
+    assert name is not None
+    return name
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[Database]:
+    """This session's migrated Postgres database."""
+    database = _create_postgres_database()
+    try:
+        in_own_thread(upgrade, database.migration_url)
+        yield database
+    finally:
+        _drop_postgres_database(_database_name(database))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    in_own_thread(upgrade, f"sqlite:///{path}")
+    return path
+
+
+# --- the fixtures tests use ----------------------------------------------------
+
+
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
+    """A migrated database with empty tables, on each backend."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        path = tmp_path / "test.db"
+        shutil.copyfile(template, path)
+        url = f"sqlite+aiosqlite:///{path}"
+        return Database(backend="sqlite", url=url, migration_url=url)
+    postgres: Database = request.getfixturevalue("postgres_database")
+    return postgres
+
+
+async def _empty_tables(engine: AsyncEngine) -> None:
+    # Cheaper than a database per test; this session's database is ours alone.
+    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    async with engine.begin() as connection:
+        await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+
+
+@pytest.fixture
+async def engine(database: Database) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database.url)
+    try:
+        if database.backend == "postgres":
+            await _empty_tables(engine)
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(engine)
+
+
+@pytest.fixture
+async def session(sessionmaker: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    async with sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+async def pgbouncer_engine(postgres_database: Database) -> AsyncIterator[AsyncEngine]:
+    """Postgres through pgbouncer only, for tests about pgbouncer itself."""
+    engine = create_engine(postgres_database.url)
+    try:
+        await _empty_tables(engine)
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A database with no tables at all, on each backend."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+        yield Database(backend="sqlite", url=url, migration_url=url)
+        return
+    database = _create_postgres_database()
+    try:
+        yield database
+    finally:
+        _drop_postgres_database(_database_name(database))
