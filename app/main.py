@@ -19,6 +19,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
 from app.metrics import Metrics
+from app.ops.sdnotify import systemd_notify
 from app.services import Services, start_services
 
 
@@ -30,10 +31,12 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         services = await start_services(settings)
-        try:
-            yield {"services": services}
-        finally:
-            await services.close()
+        async with systemd_notify(services) as lifecycle:
+            try:
+                yield {"services": services}
+            finally:
+                lifecycle.stopping()
+                await services.close()
 
     app = FastAPI(
         title="TeleUploader",

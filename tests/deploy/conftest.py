@@ -1,0 +1,422 @@
+"""Real processes for the deployment tests.
+
+`teleuploader telegram-sim`, `teleuploader serve` and `caddy run` are started as
+subprocesses, exactly as an operator would start them, with their output in
+log files under the test's tmp_path (shown when a test fails). Every process a
+fixture starts is stopped at teardown, also when the test failed: SIGTERM,
+then SIGKILL if it does not exit within a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TELEUPLOADER = REPO / ".venv" / "bin" / "teleuploader"
+CHAT_ID = -1001
+SIM_BOTS = 2
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def base_env(home: Path, **values: str) -> dict[str, str]:
+    """A clean environment: nothing from the developer's shell or a CI's
+    settings (DATABASE_URL, BOT_TOKENS, ...) leaks into the processes."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.update(values)
+    return env
+
+
+@dataclass
+class Proc:
+    """A subprocess whose stdout and stderr go to files."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+    _files: list[IO[bytes]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def output(self, limit: int = 4000) -> str:
+        """Both streams' tails, for assertion messages."""
+        return (
+            f"--- {self.name} stdout (tail) ---\n{self.stdout()[-limit:]}\n"
+            f"--- {self.name} stderr (tail) ---\n{self.stderr()[-limit:]}"
+        )
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after STOP_TIMEOUT; always reaped and closed."""
+        try:
+            if self.popen.poll() is None:
+                self.popen.send_signal(signal.SIGTERM)
+                try:
+                    self.popen.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    self.popen.kill()
+                    self.popen.wait(STOP_TIMEOUT)
+        finally:
+            for file in self._files:
+                file.close()
+            self._files.clear()
+
+
+class Processes:
+    """Starts subprocesses and stops every one of them at `stop_all`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: list[Proc] = []
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        env: Mapping[str, str],
+        cwd: Path | None = None,
+    ) -> Proc:
+        count = sum(1 for proc in self.started if proc.name == name)
+        stem = f"{name}-{count}" if count else name
+        stdout_path = self.directory / f"{stem}.stdout.log"
+        stderr_path = self.directory / f"{stem}.stderr.log"
+        stdout = stdout_path.open("wb")
+        stderr = stderr_path.open("wb")
+        try:
+            popen = subprocess.Popen(
+                [str(arg) for arg in argv],
+                env=dict(env),
+                cwd=cwd or self.directory,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+            )
+        except BaseException:
+            stdout.close()
+            stderr.close()
+            raise
+        proc = Proc(name, popen, stdout_path, stderr_path, [stdout, stderr])
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        # Newest first: Caddy before the service before the simulator.
+        errors: list[BaseException] = []
+        for proc in reversed(self.started):
+            try:
+                proc.stop()
+            except BaseException as exc:  # keep stopping the others
+                errors.append(exc)
+        self.started.clear()
+        if errors:
+            raise errors[0]
+
+
+def wait_for(
+    condition: Callable[[], bool], *, within: float, what: str, proc: Proc | None = None
+) -> None:
+    """Poll `condition` until it holds; fail early if `proc` exits meanwhile."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(
+                f"{proc.name} exited ({proc.poll()}) while waiting for {what}\n{proc.output()}"
+            )
+        if time.monotonic() > deadline:
+            details = f"\n{proc.output()}" if proc is not None else ""
+            raise AssertionError(f"timed out after {within:.0f}s waiting for {what}{details}")
+        time.sleep(0.05)
+
+
+def run_cli(args: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> str:
+    """Run a one-shot `teleuploader` command; its stdout, or fail with its output."""
+    result = subprocess.run(
+        [str(TELEUPLOADER), *args],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"teleuploader {' '.join(args)} exited {result.returncode}\n"
+            f"stdout: {result.stdout}\nstderr: {result.stderr}"
+        )
+    return result.stdout
+
+
+# --- the Telegram simulator (one per test session) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Simulator:
+    url: str
+    tokens: list[str]
+    chat_id: int
+
+
+@pytest.fixture(scope="session")
+def telegram_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
+    """`teleuploader telegram-sim` with two bots, shared by the session."""
+    directory = tmp_path_factory.mktemp("telegram-sim")
+    processes = Processes(directory)
+    port = free_port()
+    tokens_file = directory / "tokens.txt"
+    try:
+        proc = processes.start(
+            "telegram-sim",
+            [
+                TELEUPLOADER,
+                "telegram-sim",
+                "--port",
+                str(port),
+                "--bots",
+                str(SIM_BOTS),
+                "--chat-id",
+                str(CHAT_ID),
+                "--tokens-file",
+                tokens_file,
+                "--concurrency-limit",
+                "1",
+            ],
+            env=base_env(directory),
+        )
+        wait_for(
+            lambda: port_open(port) and tokens_file.is_file(),
+            within=START_TIMEOUT,
+            what="the Telegram simulator",
+            proc=proc,
+        )
+        tokens = tokens_file.read_text().split()
+        assert len(tokens) == SIM_BOTS, tokens_file.read_text()
+        yield Simulator(url=f"http://127.0.0.1:{port}", tokens=tokens, chat_id=CHAT_ID)
+    finally:
+        processes.stop_all()
+
+
+# --- databases ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An SQLite database brought up to date by `teleuploader migrate`, once."""
+    directory = tmp_path_factory.mktemp("template-db")
+    path = directory / "teleuploader.db"
+    run_cli(
+        ["migrate"],
+        env=base_env(directory, DATABASE_URL=sqlite_url(path)),
+        cwd=directory,
+    )
+    assert path.is_file()
+    return path
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@pytest.fixture
+def migrated_db(migrated_template: Path, tmp_path: Path) -> Path:
+    """A migrated database of this test's own (a copy of the template)."""
+    path = tmp_path / "teleuploader.db"
+    shutil.copyfile(migrated_template, path)
+    return path
+
+
+# --- the service ----------------------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    proc: Proc
+    url: str
+    port: int
+    env: dict[str, str]
+    key: str | None = None
+
+    @property
+    def auth(self) -> dict[str, str]:
+        assert self.key is not None, "start the service with api_key=True"
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+ServiceStarter = Callable[..., Service]
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    """Processes started by this test; all stopped at teardown."""
+    group = Processes(tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
+def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path) -> ServiceStarter:
+    """Starts `teleuploader serve` against the simulator.
+
+    `database`: the SQLite file to use; `api_key`: create a key first with
+    `teleuploader keys create`; `wait_healthy`: return once /health answers;
+    `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
+    """
+
+    def start(
+        database: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        api_key: bool = False,
+        wait_healthy: bool = True,
+    ) -> Service:
+        port = free_port()
+        settings = base_env(
+            tmp_path,
+            BOT_TOKENS=",".join(telegram_sim.tokens),
+            STORAGE_CHAT_ID=str(telegram_sim.chat_id),
+            TELEGRAM_API_BASE=telegram_sim.url,
+            DATABASE_URL=sqlite_url(database),
+            HOST="127.0.0.1",
+            PORT=str(port),
+            SENDS_PER_MINUTE="0",
+            SHUTDOWN_GRACE_SECONDS="5",
+            LOG_FORMAT="json",
+        )
+        settings.update(env or {})
+        key = None
+        if api_key:
+            key = run_cli(["keys", "create", "deploy-test"], env=settings, cwd=tmp_path).strip()
+        proc = processes.start("teleuploader-serve", [TELEUPLOADER, "serve"], env=settings)
+        service = Service(proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=settings)
+        service.key = key
+        if wait_healthy:
+            wait_for(
+                lambda: _healthy(service.url),
+                within=START_TIMEOUT,
+                what="teleuploader serve to answer /health",
+                proc=proc,
+            )
+        return service
+
+    return start
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+# --- Caddy ----------------------------------------------------------------------------------
+
+CADDY = shutil.which("caddy")
+CADDYFILE = REPO / "Caddyfile"
+
+
+@dataclass
+class Caddy:
+    proc: Proc
+    url: str
+    port: int
+    admin: str
+
+
+CaddyStarter = Callable[..., Caddy]
+
+
+def caddy_env(directory: Path, **values: str) -> dict[str, str]:
+    """Caddy keeps its state (certificates, autosave.json) under these dirs."""
+    return base_env(
+        directory,
+        XDG_DATA_HOME=str(directory / "caddy-data"),
+        XDG_CONFIG_HOME=str(directory / "caddy-config"),
+        **values,
+    )
+
+
+@pytest.fixture
+def start_caddy(processes: Processes, tmp_path: Path) -> CaddyStarter:
+    """Runs the repository's Caddyfile with the site on a free local port and
+    the upstream given (`host:port`)."""
+    if CADDY is None:
+        pytest.fail("caddy is not installed: scripts/test installs Debian's caddy package")
+
+    def start(upstream: str, **extra: Any) -> Caddy:
+        port = free_port()
+        admin = f"127.0.0.1:{free_port()}"
+        env = caddy_env(
+            tmp_path,
+            TELEUPLOADER_SITE=f"http://127.0.0.1:{port}",
+            TELEUPLOADER_UPSTREAM=upstream,
+            TELEUPLOADER_CADDY_ADMIN=admin,
+            **extra,
+        )
+        assert CADDY is not None
+        proc = processes.start(
+            "caddy", [CADDY, "run", "--config", CADDYFILE, "--adapter", "caddyfile"], env=env
+        )
+        caddy = Caddy(proc=proc, url=f"http://127.0.0.1:{port}", port=port, admin=admin)
+        wait_for(
+            lambda: _healthy(caddy.url),
+            within=START_TIMEOUT,
+            what="Caddy to proxy /health",
+            proc=proc,
+        )
+        return caddy
+
+    return start
