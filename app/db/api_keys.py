@@ -8,9 +8,10 @@ import hmac
 import secrets
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import ApiKey
 from app.db.types import utcnow
@@ -68,9 +69,33 @@ class ApiKeyRepository:
             return None
         now = now or utcnow()
         if key.last_used_at is None or now - key.last_used_at >= LAST_USED_RESOLUTION:
-            key.last_used_at = now
-            await self._session.flush()
+            await self._record_use(key, now)
         return key
+
+    async def _record_use(self, key: ApiKey, now: datetime) -> None:
+        """Best effort: a request must not fail because its key's timestamp could not be set.
+
+        Concurrent requests with one key all want to write here. On Postgres
+        the condition lets only the first one write. On SQLite this
+        transaction has already read, so once another connection has written
+        it may not write at all (SQLITE_BUSY, "database is locked"); the
+        savepoint confines that failure, and the other writer has recorded
+        the use anyway.
+        """
+        stale = or_(
+            ApiKey.last_used_at.is_(None), ApiKey.last_used_at <= now - LAST_USED_RESOLUTION
+        )
+        try:
+            async with self._session.begin_nested():
+                await self._session.execute(
+                    update(ApiKey)
+                    .where(ApiKey.id == key.id, stale)
+                    .values(last_used_at=now)
+                    .execution_options(synchronize_session=False)
+                )
+        except OperationalError:
+            return
+        set_committed_value(key, "last_used_at", now)
 
     async def list(self) -> builtins.list[ApiKey]:
         return builtins.list(await self._session.scalars(select(ApiKey).order_by(ApiKey.name)))

@@ -9,7 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk, GcEntry, Piece, StoredObject
-from app.db.repositories import ChunkRepository, ChunksMissing, ObjectRepository
+from app.db.repositories import (
+    ApiKeyRepository,
+    ChunkRepository,
+    ChunksMissing,
+    ObjectRepository,
+)
 from app.db.session import session_scope
 from tests.db.helpers import add_chunks, count, spec, whole_chunks
 
@@ -103,3 +108,20 @@ async def test_put_racing_a_release_keeps_the_chunk(sessionmaker: Sessions) -> N
     async with session_scope(sessionmaker) as session:
         assert set(await session.scalars(select(Chunk.id))) == {chunk.id}
         assert await count(session, GcEntry) == 0
+
+
+async def test_many_requests_verifying_one_key_at_once_all_succeed(sessionmaker: Sessions) -> None:
+    """Each wants to record last_used_at; on SQLite only one transaction may write."""
+    async with session_scope(sessionmaker) as session:
+        _, plaintext = await ApiKeyRepository(session).create("shared")
+
+    async def request() -> bool:
+        async with session_scope(sessionmaker) as session:
+            found = await ApiKeyRepository(session).verify(plaintext)
+            await asyncio.sleep(0.01)  # the rest of the request, same transaction
+            return found is not None and found.name == "shared"
+
+    assert all(await asyncio.gather(*(request() for _ in range(20))))
+    async with session_scope(sessionmaker) as session:
+        (key,) = await ApiKeyRepository(session).list()
+    assert key.last_used_at is not None
