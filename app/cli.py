@@ -168,22 +168,18 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.logging import configure_logging
     from app.main import create_app
+    from app.serving import run_server
 
     settings = load_settings()
     asyncio.run(_precheck(settings))
     configure_logging(settings.log_level, settings.log_format)
-    uvicorn.run(
+    run_server(
         create_app(settings),
         host=settings.host,
         port=settings.port,
-        log_config=None,
-        proxy_headers=True,
-        forwarded_allow_ips="127.0.0.1",
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds) + 5,
+        grace_seconds=settings.shutdown_grace_seconds,
     )
     return 0
 

@@ -7,11 +7,14 @@ talk to real HTTP servers on ephemeral ports.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any, Literal
 
 import uvicorn
+from fastapi import FastAPI
 
 
 class ServerStartFailed(RuntimeError):
@@ -43,3 +46,41 @@ async def serve_in_task(
     finally:
         server.should_exit = True
         await task
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn, telling the app when shutdown starts so it can refuse new writes."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_shutdown = on_shutdown
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_shutdown()
+        super().handle_exit(sig, frame)
+
+
+def run_server(app: FastAPI, *, host: str, port: int, grace_seconds: float) -> None:
+    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_seconds` to finish.
+
+    New writes during the drain are refused with 503 (see RequestContextMiddleware).
+    """
+    app.state.draining = False
+
+    def start_draining() -> None:
+        app.state.draining = True
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        proxy_headers=True,
+        forwarded_allow_ips="127.0.0.1",
+        timeout_graceful_shutdown=int(grace_seconds) + 5,
+    )
+    # uvicorn re-raises the signal it caught once it has shut down; with the
+    # default disposition that kills the process (status 143) after a clean
+    # shutdown. A no-op handler makes a clean shutdown exit 0.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: None)
+    _DrainingServer(config, start_draining).run()

@@ -9,6 +9,7 @@ template, and logged once when its response ends.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -34,6 +35,9 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = _request_id(scope)
+        if scope["method"] in _WRITES and _draining(scope):
+            await _refuse_while_draining(request_id, send)
+            return
         status = 500
         started = time.perf_counter()
 
@@ -64,6 +68,35 @@ class RequestContextMiddleware:
                     status=status,
                     seconds=round(seconds, 4),
                 )
+
+
+_WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+
+
+def _draining(scope: Scope) -> bool:
+    app = scope.get("app")
+    return bool(getattr(getattr(app, "state", None), "draining", False))
+
+
+async def _refuse_while_draining(request_id: str, send: Send) -> None:
+    """Shutdown has begun: in-flight requests finish, new writes go elsewhere."""
+    body = json.dumps(
+        {"error": "shutting_down", "detail": "the service is shutting down; retry shortly"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"5"),
+                (b"connection", b"close"),
+                (b"x-request-id", request_id.encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _request_id(scope: Scope) -> str:
