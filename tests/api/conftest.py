@@ -18,13 +18,7 @@ from app.demo import create_api_key
 from app.main import create_app
 from app.serving import serve_in_task
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
-from tests.db.conftest import (  # noqa: F401 - fixtures shared with the db tests
-    Database,
-    database,
-    engine,
-    postgres_database,
-    sqlite_template,
-)
+from tests.conftest import Database
 
 CHAT_ID = -1001987654321
 CHUNK = 64 * 1024

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.api.conftest import Service, ServiceLauncher, eventually
-from tests.db.conftest import Database
+from tests.conftest import Database
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pgbouncer-test.sh"
 

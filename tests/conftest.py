@@ -1,4 +1,5 @@
-"""Database fixtures: every `engine` test runs on SQLite and on Postgres via pgbouncer.
+"""Database fixtures for every test package; `database` tests run on SQLite and on
+Postgres through pgbouncer.
 
 Postgres: each test session creates its own database (so concurrent test runs
 and other users of the server cannot interfere), migrates it over the direct
