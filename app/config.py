@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -168,6 +168,29 @@ class Settings(BaseSettings):
         description="/metrics: off (404), public, or key (needs an API key).",
     )
 
+    # --- S3 API -------------------------------------------------------------
+    s3_credentials: Annotated[dict[str, SecretStr], NoDecode] = Field(
+        default_factory=dict,
+        validation_alias=AliasChoices("S3_CREDENTIALS", "s3_credentials"),
+        description="ACCESS_KEY:SECRET pairs, comma-separated. The S3 API is off without one.",
+    )
+    s3_access_key_id: str | None = Field(
+        default=None, validation_alias="S3_ACCESS_KEY_ID", repr=False
+    )
+    s3_secret_access_key: SecretStr | None = Field(
+        default=None, validation_alias="S3_SECRET_ACCESS_KEY", repr=False
+    )
+    s3_region: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("S3_REGION", "s3_region"),
+        description="The only region accepted in signatures; any region if unset.",
+    )
+    s3_domain: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("S3_DOMAIN", "s3_domain"),
+        description="Enables virtual-host style requests: <bucket>.<S3_DOMAIN>.",
+    )
+
     # --- Logging --------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
@@ -188,6 +211,21 @@ class Settings(BaseSettings):
             return list(value)
         return [BotToken.parse(text) for text in _split_csv(value)]
 
+    @field_validator("s3_credentials", mode="before")
+    @classmethod
+    def _parse_s3_credentials(cls, value: Any) -> dict[str, SecretStr]:
+        if isinstance(value, dict):
+            return {
+                str(k): v if isinstance(v, SecretStr) else SecretStr(str(v))
+                for k, v in value.items()
+            }
+        pairs: dict[str, SecretStr] = {}
+        for entry in _split_csv(value):
+            access_key, sep, secret = entry.partition(":")
+            _check_s3_pair(access_key.strip(), secret.strip() if sep else "")
+            pairs[access_key.strip()] = SecretStr(secret.strip())
+        return pairs
+
     @field_validator("telegram_api_base")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
@@ -206,6 +244,17 @@ class Settings(BaseSettings):
         self.bot_tokens = list(unique.values())
         self.legacy_bot_token = None
         self.legacy_additional_bot_tokens = None
+        if self.s3_access_key_id or self.s3_secret_access_key:
+            secret = (
+                self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else ""
+            )
+            _check_s3_pair(self.s3_access_key_id or "", secret)
+            self.s3_credentials = {
+                **self.s3_credentials,
+                (self.s3_access_key_id or ""): SecretStr(secret),
+            }
+            self.s3_access_key_id = None
+            self.s3_secret_access_key = None
         if self.chunk_size > MAX_CHUNK_SIZE and not self.telegram_local_server:
             raise ValueError(
                 f"CHUNK_SIZE={self.chunk_size} is above {MAX_CHUNK_SIZE} bytes (19 MiB): "
@@ -219,6 +268,24 @@ class Settings(BaseSettings):
         return [token.bot_id for token in self.bot_tokens]
 
 
+_ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{3,128}$")
+MIN_S3_SECRET_LENGTH = 16
+
+
+def _check_s3_pair(access_key: str, secret: str) -> None:
+    """An S3 credential pair must be real: the predecessor verified signatures
+    made with an empty secret."""
+    if not _ACCESS_KEY_RE.match(access_key):
+        raise ValueError(
+            "an S3 access key id must be 3-128 characters of letters, digits, '_', '.', '-'"
+        )
+    if len(secret) < MIN_S3_SECRET_LENGTH:
+        raise ValueError(
+            f"the S3 secret of access key {access_key} is shorter than "
+            f"{MIN_S3_SECRET_LENGTH} characters"
+        )
+
+
 class SettingsError(Exception):
     """Settings are invalid; the message is one line naming the variable."""
 
@@ -229,6 +296,7 @@ _FIELD_TO_ENV = {
     "telegram_api_base": "TELEGRAM_API_BASE",
     "chunk_size": "CHUNK_SIZE",
     "max_attempts": "MAX_ATTEMPTS",
+    "s3_credentials": "S3_CREDENTIALS",
 }
 
 

@@ -143,9 +143,17 @@ class ObjectRepository:
         return [(piece, chunk) for piece, chunk in rows]
 
     async def list(
-        self, bucket: str, prefix: str = "", after_key: str | None = None, limit: int = 1000
+        self,
+        bucket: str,
+        prefix: str = "",
+        after_key: str | None = None,
+        limit: int = 1000,
+        *,
+        from_key: str | None = None,
     ) -> builtins.list[StoredObject]:
-        """Objects of `bucket` whose key starts with `prefix`, after `after_key`, in key order.
+        """Objects of `bucket` whose key starts with `prefix`, after `after_key`
+        (and at or after `from_key`), in key order. `from_key` lets an S3
+        delimiter listing jump past every key under a common prefix at once.
 
         A range scan on the (bucket, key) index. `inline_data` is not loaded
         (touching it raises): listings must not drag content along.
@@ -160,6 +168,8 @@ class ObjectRepository:
                 query = query.where(StoredObject.key < upper)
         if after_key is not None:
             query = query.where(StoredObject.key > after_key)
+        if from_key is not None:
+            query = query.where(StoredObject.key >= from_key)
         query = (
             query.options(defer(StoredObject.inline_data, raiseload=True))
             .order_by(StoredObject.key)

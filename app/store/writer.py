@@ -85,8 +85,13 @@ class ChunkWriter:
         *,
         max_size: int | None = None,
         label: str = "",
+        allow_inline: bool = True,
     ) -> WrittenContent:
-        """Store a whole stream. On any failure, nothing stays in Telegram."""
+        """Store a whole stream. On any failure, nothing stays in Telegram.
+
+        `allow_inline=False` stores even small content in Telegram (multipart
+        parts: an object is inline or pieces, never both)."""
+        inline_threshold = self.inline_threshold if allow_inline else 0
         md5 = hashlib.md5(usedforsecurity=False)
         sha256 = hashlib.sha256()
         buffer = bytearray()
@@ -107,10 +112,10 @@ class ChunkWriter:
                 buffer += data
                 # Hold back while the content could still be small enough to
                 # live inline in the database.
-                while len(buffer) >= self.chunk_size and total > self.inline_threshold:
+                while len(buffer) >= self.chunk_size and total > inline_threshold:
                     await self._start_chunk(tasks, slots, bytes(buffer[: self.chunk_size]), label)
                     del buffer[: self.chunk_size]
-            if not tasks and total <= self.inline_threshold:
+            if not tasks and total <= inline_threshold:
                 return WrittenContent(
                     size=total,
                     md5_hex=md5.hexdigest(),
