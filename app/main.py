@@ -20,6 +20,7 @@ from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
+from app.s3.routes import S3Gateway
 from app.services import Services, start_services
 
 
@@ -45,12 +46,19 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    # Outermost last: request ids and metrics cover the S3 API too.
+    app.add_middleware(S3Gateway, services=_services_of)
     app.add_middleware(RequestContextMiddleware, metrics=_metrics_of)
     app.include_router(health.router)
     app.include_router(files.router)
     return app
 
 
-def _metrics_of(scope: Scope) -> Metrics | None:
+def _services_of(scope: Scope) -> Services | None:
     services: Services | None = scope.get("state", {}).get("services")
+    return services
+
+
+def _metrics_of(scope: Scope) -> Metrics | None:
+    services = _services_of(scope)
     return services.metrics if services is not None else None

@@ -19,6 +19,7 @@ from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.metrics import Metrics
+from app.s3.service import S3Service
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
 from app.store.reader import RangeReader
@@ -44,6 +45,7 @@ class Services:
     dispatcher: Dispatcher
     gc: GarbageCollector
     store: ObjectStore
+    s3: S3Service
     metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -127,6 +129,9 @@ async def start_services(settings: Settings) -> Services:
     )
     reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
     store = ObjectStore(sessionmaker, writer, reader, gc)
+    s3 = S3Service(sessionmaker, store, max_upload_size=settings.max_upload_size)
+    if settings.s3_credentials:
+        log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
     metrics.watch(
         bots=dispatcher.status,
         gc_backlog=lambda: gc.last_backlog,
@@ -140,6 +145,7 @@ async def start_services(settings: Settings) -> Services:
         dispatcher=dispatcher,
         gc=gc,
         store=store,
+        s3=s3,
         bots=bots,
         started_at=started_at,
     )

@@ -32,6 +32,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import Base
 from tests.db.helpers import Database
+from tests.running_service import Service, ServiceFactory, ServiceLauncher
 
 PGBOUNCER_URL = os.environ.get(
     "TEST_PGBOUNCER_URL", "postgresql+asyncpg://postgres@127.0.0.1:6432/test"
@@ -267,3 +268,21 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
         yield database
     finally:
         _drop_postgres_database(_database_name(database))
+
+
+# --- a running service, for the HTTP tests ---------------------------------------
+
+
+@pytest.fixture
+async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
+    """Starts a service with setting overrides; everything stops at teardown.
+
+    (`engine` empties the tables of the shared Postgres test database.)"""
+    launcher = ServiceLauncher(database)
+    yield launcher.start
+    await launcher.aclose()
+
+
+@pytest.fixture
+async def service(start_service: ServiceFactory) -> Service:
+    return await start_service()

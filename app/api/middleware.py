@@ -40,6 +40,14 @@ class RequestContextMiddleware:
             return
         status = 500
         started = time.perf_counter()
+        body_read = not _has_body(scope)
+
+        async def receive_tracking() -> Message:
+            nonlocal body_read
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_read = True
+            return message
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -47,12 +55,16 @@ class RequestContextMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
+                if not body_read:
+                    # Answered before the body was read (an error, usually): the
+                    # rest of the body must not be taken for the next request.
+                    headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             await send(message)
 
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             try:
-                await self.app(scope, receive, send_with_id)
+                await self.app(scope, receive_tracking, send_with_id)
             finally:
                 seconds = time.perf_counter() - started
                 route = getattr(scope.get("route"), "path", None) or "unmatched"
@@ -97,6 +109,13 @@ async def _refuse_while_draining(request_id: str, send: Send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
 
 
 def _request_id(scope: Scope) -> str:

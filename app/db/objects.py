@@ -177,6 +177,27 @@ class ObjectRepository:
         )
         return builtins.list(await self._session.scalars(query))
 
+    async def piece_specs(
+        self, object_id: int, start: int, end: int
+    ) -> builtins.list[PieceSpec] | None:
+        """Object bytes [start, end) as pieces for a new object or part: a
+        metadata-only copy that points into the same chunks. None when the
+        pieces no longer cover the range (the object was replaced or deleted).
+
+        Takes the write lock first: the copy is written in this transaction.
+        """
+        await lock_database_for_write(self._session)
+        specs: builtins.list[PieceSpec] = []
+        for piece, _chunk in await self.pieces(object_id, start, end):
+            first = max(start, piece.start)
+            last = min(end, piece.start + piece.length)
+            specs.append(
+                PieceSpec(piece.chunk_id, piece.offset + (first - piece.start), last - first)
+            )
+        if sum(spec.length for spec in specs) != max(0, end - start):
+            return None
+        return specs
+
     # --- writing --------------------------------------------------------------
 
     async def put(

@@ -91,9 +91,16 @@ class ObjectStore:
     # --- writing ------------------------------------------------------------------
 
     async def write_content(
-        self, stream: AsyncIterator[bytes], *, max_size: int | None = None, label: str = ""
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        max_size: int | None = None,
+        label: str = "",
+        allow_inline: bool = True,
     ) -> WrittenContent:
-        return await self._writer.write(stream, max_size=max_size, label=label)
+        return await self._writer.write(
+            stream, max_size=max_size, label=label, allow_inline=allow_inline
+        )
 
     async def commit(
         self,
@@ -117,7 +124,7 @@ class ObjectStore:
             sha256=content.sha256_hex,
             user_metadata=dict(metadata or {}),
             inline_data=content.inline_data,
-            pieces=[PieceSpec(p.chunk_id, p.offset, p.length) for p in content.pieces],
+            pieces=content.piece_specs(),
         )
         try:
             async with session_scope(self._sessionmaker) as session:
@@ -175,11 +182,61 @@ class ObjectStore:
             return ObjectInfo.from_row(row) if row is not None else None
 
     async def list(
-        self, bucket: str, *, prefix: str = "", after_key: str | None = None, limit: int = 1000
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        after_key: str | None = None,
+        from_key: str | None = None,
+        limit: int = 1000,
     ) -> list[ObjectInfo]:
         async with session_scope(self._sessionmaker) as session:
-            rows = await ObjectRepository(session).list(bucket, prefix, after_key, limit)
+            rows = await ObjectRepository(session).list(
+                bucket, prefix, after_key, limit, from_key=from_key
+            )
             return [ObjectInfo.from_row(row, with_content=False) for row in rows]
+
+    async def copy(
+        self,
+        source: ObjectInfo,
+        *,
+        bucket: str,
+        key: str,
+        name: str,
+        content_type: str,
+        metadata: Mapping[str, Any],
+    ) -> ObjectInfo | None:
+        """A new object with the source's content, by reference to the same
+        chunks (metadata only). None if the source changed meanwhile."""
+        async with session_scope(self._sessionmaker) as session:
+            repo = ObjectRepository(session)
+            if source.inline_data is not None:
+                pieces: list[PieceSpec] | None = []
+            else:
+                pieces = await repo.piece_specs(source.id, 0, source.size)
+            if pieces is None:
+                return None
+            row = await repo.put(
+                ObjectSpec(
+                    bucket=bucket,
+                    key=key,
+                    name=name,
+                    content_type=content_type,
+                    size=source.size,
+                    etag=source.etag,
+                    md5=source.md5,
+                    sha256=source.sha256,
+                    user_metadata=dict(metadata),
+                    inline_data=source.inline_data,
+                    pieces=pieces,
+                )
+            )
+            info = ObjectInfo.from_row(row, with_content=False)
+        self._gc.wake()
+        return info
+
+    def wake_gc(self) -> None:
+        self._gc.wake()
 
     async def open_range(self, info: ObjectInfo, start: int, end: int) -> AsyncIterator[bytes]:
         """The bytes [start, end) of an object, as a stream.

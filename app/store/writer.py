@@ -25,6 +25,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunkRepository
+from app.db.objects import PieceSpec
 from app.db.session import session_scope
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
@@ -55,6 +56,9 @@ class WrittenContent:
     @property
     def chunk_ids(self) -> list[int]:
         return [piece.chunk_id for piece in self.pieces]
+
+    def piece_specs(self) -> list[PieceSpec]:
+        return [PieceSpec(p.chunk_id, p.offset, p.length) for p in self.pieces]
 
 
 class ChunkWriter:

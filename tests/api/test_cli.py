@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from tests.api.conftest import CHAT_ID, CHUNK, Service
+from tests.running_service import CHAT_ID, CHUNK, Service
 
 
 async def run_cli(*args: str) -> int:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.api.conftest import Service, ServiceLauncher, eventually
 from tests.conftest import Database
+from tests.running_service import Service, ServiceLauncher, eventually
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pgbouncer-test.sh"
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.api.conftest import CHUNK, INLINE, Service, ServiceFactory, eventually
+from tests.running_service import CHUNK, INLINE, Service, ServiceFactory, eventually
 
 
 def payload(size: int, seed: int = 0) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import CHUNK, Service, ServiceFactory
+from tests.running_service import CHUNK, Service, ServiceFactory
 
 
 async def test_every_response_carries_a_request_id(service: Service) -> None:

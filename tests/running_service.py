@@ -1,24 +1,23 @@
-"""A running TeleUploader (real HTTP, real database) in front of the simulator."""
+"""A running TeleUploader (real HTTP, real database) in front of the Telegram
+simulator, for tests of the HTTP surfaces (native API, S3 API, CLI)."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.config import BotToken, Settings
 from app.demo import create_api_key
 from app.main import create_app
 from app.serving import serve_in_task
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
-from tests.conftest import Database
+from tests.db.helpers import Database
 
 CHAT_ID = -1001987654321
 CHUNK = 64 * 1024
@@ -82,21 +81,6 @@ class ServiceLauncher:
 
     async def aclose(self) -> None:
         await self._stack.aclose()
-
-
-@pytest.fixture
-async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
-    """Starts a service with setting overrides; everything stops at teardown.
-
-    (`engine` empties the tables of the shared Postgres test database.)"""
-    launcher = ServiceLauncher(database)
-    yield launcher.start
-    await launcher.aclose()
-
-
-@pytest.fixture
-async def service(start_service: ServiceFactory) -> Service:
-    return await start_service()
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
