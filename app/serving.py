@@ -78,6 +78,7 @@ def run_server(app: FastAPI, *, host: str, port: int, grace_seconds: float) -> N
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",
         timeout_graceful_shutdown=int(grace_seconds) + 5,
+        access_log=False,
     )
     # uvicorn re-raises the signal it caught once it has shut down; with the
     # default disposition that kills the process (status 143) after a clean

@@ -1,0 +1,43 @@
+"""Log lines: one JSON object each, library lines included, request ids bound."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from app.logging import configure_logging
+
+
+@pytest.fixture
+def json_logs() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    configure_logging("INFO", "json")
+    yield
+    root.handlers[:], level = saved
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def test_every_line_is_json_with_event_and_level(
+    json_logs: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with structlog.contextvars.bound_contextvars(request_id="r-1"):
+        structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
+    logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
+    logging.getLogger("uvicorn.access").info("this is dropped: requests are logged once")
+    logging.getLogger("httpx").info("HTTP Request: POST https://api.telegram.org/bot1:SECRET/x")
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    assert lines[0]["event"] == "chunk_stored"
+    assert lines[0]["bot_id"] == 42
+    assert lines[0]["request_id"] == "r-1"
+    assert lines[0]["level"] == "info"
+    assert lines[1]["event"] == "Started server process [7]"
+    assert lines[1]["logger"] == "uvicorn.error"
+    assert len(lines) == 2
