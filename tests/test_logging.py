@@ -13,7 +13,8 @@ from app.logging import configure_logging
 
 
 @pytest.fixture
-def json_logs() -> Iterator[None]:
+def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """JSON logging to the captured stdout (capsys first), undone afterwards."""
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
     configure_logging("INFO", "json")
