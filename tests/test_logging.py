@@ -13,11 +13,9 @@ from app.logging import configure_logging
 
 
 @pytest.fixture
-def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
-    """JSON logging to the captured stdout (capsys first), undone afterwards."""
+def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
-    configure_logging("INFO", "json")
     yield
     root.handlers[:], level = saved
     root.setLevel(level)
@@ -25,8 +23,9 @@ def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
 
 
 def test_every_line_is_json_with_event_and_level(
-    json_logs: None, capsys: pytest.CaptureFixture[str]
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    configure_logging("INFO", "json")
     with structlog.contextvars.bound_contextvars(request_id="r-1"):
         structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
     logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
