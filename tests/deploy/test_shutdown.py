@@ -1,0 +1,113 @@
+"""Graceful shutdown of the real `teleuploader serve` with uploads in flight.
+
+SIGTERM: new writes are refused, running uploads finish within the grace
+period, and the process exits 0. An upload cut off by the grace period leaves
+no object, and its chunks are deleted from Telegram (the GC ledger survives
+the restart and the next start deletes them).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+
+CHUNK = 256 * 1024
+
+
+def live_messages(sim: Simulator) -> int:
+    stats = httpx.get(f"{sim.url}/_sim/stats", timeout=5).json()
+    return int(stats["chats"][str(sim.chat_id)]["live_messages"])
+
+
+def slow_body(pieces: int, pause: float, started: threading.Event) -> Iterator[bytes]:
+    for index in range(pieces):
+        yield bytes([index % 256]) * CHUNK
+        started.set()
+        time.sleep(pause)
+
+
+def upload_in_thread(
+    service: Service, name: str, pieces: int, pause: float
+) -> tuple[threading.Thread, threading.Event, dict[str, object]]:
+    started = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            response = httpx.put(
+                f"{service.url}/api/files/{name}",
+                content=slow_body(pieces, pause, started),
+                headers=service.auth,
+                timeout=60,
+            )
+            outcome["status"] = response.status_code
+            if response.status_code == 201:
+                outcome["body"] = response.json()
+        except httpx.HTTPError as exc:
+            outcome["error"] = type(exc).__name__
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, started, outcome
+
+
+def test_sigterm_lets_running_uploads_finish_and_exits_0(
+    start_service: ServiceStarter, migrated_db: Path
+) -> None:
+    service = start_service(
+        migrated_db, api_key=True, env={"CHUNK_SIZE": str(CHUNK), "SHUTDOWN_GRACE_SECONDS": "5"}
+    )
+    thread, started, outcome = upload_in_thread(service, "in-flight.bin", pieces=8, pause=0.2)
+    assert started.wait(10)
+
+    service.proc.popen.send_signal(signal.SIGTERM)
+    thread.join(30)
+
+    assert outcome.get("status") == 201, outcome
+    assert service.proc.popen.wait(30) == 0, service.proc.output()
+
+    restarted = start_service(migrated_db, env={"CHUNK_SIZE": str(CHUNK)})
+    body = outcome["body"]
+    assert isinstance(body, dict)
+    download = httpx.get(f"{restarted.url}/f/{body['public_id']}", timeout=30)
+    assert download.status_code == 200
+    assert len(download.content) == 8 * CHUNK
+
+
+def test_upload_cut_off_by_the_grace_period_leaves_nothing(
+    start_service: ServiceStarter, migrated_db: Path, telegram_sim: Simulator
+) -> None:
+    before = live_messages(telegram_sim)
+    service = start_service(
+        migrated_db, api_key=True, env={"CHUNK_SIZE": str(CHUNK), "SHUTDOWN_GRACE_SECONDS": "0"}
+    )
+    # Far longer than the drain (grace + 5 s): it will be cut off.
+    thread, started, outcome = upload_in_thread(service, "cut.bin", pieces=60, pause=0.25)
+    assert started.wait(10)
+    wait_for(
+        lambda: live_messages(telegram_sim) >= before + 3,
+        within=20,
+        what="some chunks of the slow upload to reach Telegram",
+    )
+
+    service.proc.popen.send_signal(signal.SIGTERM)
+    assert service.proc.popen.wait(40) == 0, service.proc.output()
+    thread.join(30)
+    assert outcome.get("status") != 201, outcome
+
+    restarted = start_service(migrated_db, env={"CHUNK_SIZE": str(CHUNK)})
+    listing = httpx.get(f"{restarted.url}/api/files", headers=service.auth, timeout=10).json()
+    assert [item["file_name"] for item in listing["items"]] == []
+    wait_for(
+        lambda: live_messages(telegram_sim) == before,
+        within=30,
+        what="the cut-off upload's chunks to be deleted from Telegram",
+        proc=restarted.proc,
+    )
