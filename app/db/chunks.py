@@ -9,7 +9,7 @@ from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
-from app.db.models import Chunk, GcEntry, GcReason, Piece
+from app.db.models import Chunk, GcEntry, GcReason, PartPiece, Piece
 from app.db.types import utcnow
 from app.telegram.types import StoredDocument
 
@@ -77,7 +77,7 @@ class ChunkRepository:
         """Retire the chunks that no piece references any more; return how many.
 
         Each retired chunk's message goes to the GC ledger and its row is
-        deleted; a chunk another object still references is kept.
+        deleted; a chunk an object or an upload part still references is kept.
         """
         ids = sorted(set(chunk_ids))
         if not ids:
@@ -95,7 +95,9 @@ class ChunkRepository:
             ).all()
             referenced = set(
                 await self._session.scalars(
-                    select(Piece.chunk_id).where(Piece.chunk_id.in_(batch)).distinct()
+                    select(Piece.chunk_id)
+                    .where(Piece.chunk_id.in_(batch))
+                    .union(select(PartPiece.chunk_id).where(PartPiece.chunk_id.in_(batch)))
                 )
             )
             released += await self._retire([c for c in chunks if c.id not in referenced], reason)
@@ -109,7 +111,9 @@ class ChunkRepository:
         still running elsewhere (several instances may share the database).
         """
         await lock_database_for_write(self._session)
-        unreferenced = ~exists().where(Piece.chunk_id == Chunk.id)
+        unreferenced = ~exists().where(Piece.chunk_id == Chunk.id) & ~exists().where(
+            PartPiece.chunk_id == Chunk.id
+        )
         chunks = (
             await self._session.scalars(
                 select(Chunk)

@@ -1,8 +1,9 @@
 """Making read-then-write transactions safe on both backends.
 
-Postgres: row locks (SELECT ... FOR UPDATE / FOR SHARE) and, per object
-key, an advisory lock; all transaction-scoped, so they work through
-pgbouncer's transaction pooling (session-level locks would not).
+Postgres: row locks (SELECT ... FOR UPDATE / FOR SHARE) and, per object key
+and per part number of a multipart upload, an advisory lock; all
+transaction-scoped, so they work through pgbouncer's transaction pooling
+(session-level locks would not).
 
 SQLite ignores FOR UPDATE: it has one lock for the whole database. A
 transaction that reads first and writes later is refused (SQLITE_BUSY, without
@@ -60,7 +61,26 @@ async def lock_object_key(session: AsyncSession, bucket: str, key: str) -> None:
 
 
 def _lock_id(bucket: str, key: str) -> int:
-    digest = hashlib.sha256(f"teleuploader:object:{bucket}\0{key}".encode()).digest()
+    return _advisory_id(f"teleuploader:object:{bucket}\0{key}")
+
+
+async def lock_upload_part(session: AsyncSession, upload_id: str, part_number: int) -> None:
+    """Serialise writers of one part of a multipart upload until this transaction ends.
+
+    Like `lock_object_key`, and for the same reason: the first two uploads of
+    a part number find no row to lock. Other part numbers proceed in parallel
+    on Postgres; SQLite has only the database write lock.
+    """
+    if dialect_name(session) == "sqlite":
+        await lock_database_for_write(session)
+        return
+    lock_id = _advisory_id(f"teleuploader:part:{upload_id}\0{part_number}")
+    await session.execute(select(func.pg_advisory_xact_lock(lock_id)))
+
+
+def _advisory_id(name: str) -> int:
+    """A 64-bit advisory lock id for `name`; a shared hash merely makes two names queue."""
+    digest = hashlib.sha256(name.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 

@@ -9,6 +9,11 @@ and is deleted from Telegram only when the last piece referencing it goes.
 Every Telegram message that must be deleted is written to `gc_ledger` in the
 same transaction that stops needing it, so a crash never forgets one.
 
+Multipart uploads (S3) collect `UploadPart`s whose bytes are `PartPiece`s, the
+same kind of chunk ranges; completing an upload turns the listed parts' pieces
+into the new object's pieces. A chunk is referenced while any piece or part
+piece points at it.
+
 The migration in migrations/versions must match this file; a test compares them.
 """
 
@@ -21,6 +26,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -40,6 +46,9 @@ CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
 GC_REASONS: tuple[str, ...] = get_args(GcReason)
 
 MAX_KEY_LENGTH = 1024  # S3's limit, in bytes of UTF-8; we check characters.
+MAX_BUCKET_NAME_LENGTH = 63
+MAX_PART_NUMBER = 10_000
+UPLOAD_ID_LENGTH = 64
 
 
 # Without AUTOINCREMENT, SQLite hands the id of a deleted last row to the next
@@ -217,4 +226,97 @@ class GcEntry(Base):
         return (
             f"GcEntry(id={self.id}, chat_id={self.chat_id}, message_id={self.message_id}, "
             f"reason={self.reason!r}, attempts={self.attempts})"
+        )
+
+
+class Bucket(Base):
+    """An S3 bucket. Objects do not reference it: the native API's bucket has no row."""
+
+    __tablename__ = "buckets"
+
+    # Byte order, the order ListBuckets returns.
+    name: Mapped[str] = mapped_column(key_string(MAX_BUCKET_NAME_LENGTH), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"Bucket(name={self.name!r})"
+
+
+class MultipartUpload(Base):
+    """An S3 multipart upload in progress; `id` is the UploadId clients carry."""
+
+    __tablename__ = "multipart_uploads"
+    __table_args__ = (
+        # ListMultipartUploads: a range scan in (key, upload id) order.
+        Index(None, "bucket", "key", "id"),
+    )
+
+    # Byte order ("C" on Postgres) so listings page the same on both backends.
+    id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH), primary_key=True)
+    bucket: Mapped[str] = mapped_column(key_string(255))
+    key: Mapped[str] = mapped_column(key_string(MAX_KEY_LENGTH))
+    content_type: Mapped[str] = mapped_column(String(255))
+    user_metadata: Mapped[dict[str, Any]] = mapped_column(JsonDict, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"
+
+
+class UploadPart(Base):
+    """One part of a multipart upload; a re-upload of its number replaces it."""
+
+    __tablename__ = "upload_parts"
+    __table_args__ = (
+        CheckConstraint(f"part_number BETWEEN 1 AND {MAX_PART_NUMBER}", name="part_number"),
+        CheckConstraint("size >= 0", name="size"),
+    )
+
+    upload_id: Mapped[str] = mapped_column(
+        key_string(UPLOAD_ID_LENGTH),
+        ForeignKey("multipart_uploads.id", ondelete="CASCADE"),
+        primary_key=True,
+    )
+    part_number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    size: Mapped[int] = mapped_column(BigInteger)
+    # As sent to the client, quotes included: "<md5>" (copies may differ).
+    etag: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return (
+            f"UploadPart(upload_id={self.upload_id!r}, part_number={self.part_number}, "
+            f"size={self.size}, etag={self.etag!r})"
+        )
+
+
+class PartPiece(Base):
+    """Bytes of a part, in `seq` order: chunk bytes [offset, offset + length)."""
+
+    __tablename__ = "part_pieces"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["upload_id", "part_number"],
+            ["upload_parts.upload_id", "upload_parts.part_number"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("length > 0", name="length"),
+        CheckConstraint('"offset" >= 0', name="offset"),
+        # Reference counting: is this chunk still used by any part?
+        Index(None, "chunk_id"),
+    )
+
+    upload_id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH), primary_key=True)
+    part_number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    # RESTRICT (the default): a chunk row cannot vanish under a part piece.
+    chunk_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("chunks.id"))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartPiece(upload_id={self.upload_id!r}, part_number={self.part_number}, "
+            f"seq={self.seq}, chunk_id={self.chunk_id}, offset={self.offset}, "
+            f"length={self.length})"
         )

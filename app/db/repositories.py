@@ -5,18 +5,35 @@ caller commits (see app.db.session.session_scope).
 """
 
 from app.db.api_keys import ApiKeyNameTaken, ApiKeyRepository
+from app.db.buckets import BucketNotEmpty, BucketRepository
 from app.db.chunks import ChunkRepository, ChunksMissing
 from app.db.gc import GcRepository
+from app.db.multipart import (
+    InvalidPart,
+    InvalidPartOrder,
+    MultipartRepository,
+    NoPartsListed,
+    UploadMissing,
+    multipart_etag,
+)
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, prefix_upper_bound
 
 __all__ = [
     "ApiKeyNameTaken",
     "ApiKeyRepository",
+    "BucketNotEmpty",
+    "BucketRepository",
     "ChunkRepository",
     "ChunksMissing",
     "GcRepository",
+    "InvalidPart",
+    "InvalidPartOrder",
+    "MultipartRepository",
+    "NoPartsListed",
     "ObjectRepository",
     "ObjectSpec",
     "PieceSpec",
+    "UploadMissing",
+    "multipart_etag",
     "prefix_upper_bound",
 ]

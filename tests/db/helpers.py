@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import Chunk, GcEntry, StoredObject
+from app.db.models import Base, Chunk
 from app.db.repositories import ChunkRepository, ObjectSpec, PieceSpec
 from app.db.session import session_scope
 from app.telegram.types import StoredDocument
@@ -80,5 +80,5 @@ def spec(
     )
 
 
-async def count(session: AsyncSession, model: type[Chunk | GcEntry | StoredObject]) -> int:
+async def count(session: AsyncSession, model: type[Base]) -> int:
     return await session.scalar(select(func.count()).select_from(model)) or 0

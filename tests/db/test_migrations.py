@@ -1,15 +1,16 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
     MIGRATIONS_DIR,
     SchemaOutOfDate,
@@ -19,13 +20,15 @@ from app.db.migrations import (
     schema_is_current,
     upgrade,
 )
-from app.db.models import Base
-from tests.db.helpers import Database
+from app.db.models import Base, Chunk, GcEntry
+from app.db.repositories import MultipartRepository, ObjectRepository, PieceSpec
+from app.db.session import session_scope
+from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0001"
+    assert head_revision() == "0002"
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
@@ -37,7 +40,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0001: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0002: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -61,6 +64,50 @@ async def test_downgrade_removes_everything_and_upgrade_restores_it(
             await check_schema(engine)
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await _tables(engine) == {*Base.metadata.tables, "alembic_version"}
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_below_multipart_ledgers_the_chunks_only_uploads_used(
+    empty_database: Database,
+) -> None:
+    """Without part_pieces nothing would reference them, and nothing would delete them."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url)
+    engine = create_engine(empty_database.url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        shared, in_part, in_object, pending = await add_chunks(sessionmaker, [100, 10, 20, 30])
+        async with session_scope(sessionmaker) as session:
+            await ObjectRepository(session).put(spec("k", whole_chunks([shared, in_object])))
+            multipart = MultipartRepository(session)
+            upload = await multipart.create(
+                bucket="bucket", key="big", content_type="text/plain", user_metadata={}
+            )
+            await multipart.put_part(
+                upload.id,
+                1,
+                size=60,
+                etag='"x"',
+                pieces=[PieceSpec(shared.id, 50, 50), *whole_chunks([in_part])],
+            )
+        await engine.dispose()
+
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0001")
+
+        async with session_scope(sessionmaker) as session:
+            remaining = set(await session.scalars(select(Chunk.id)))
+            (entry,) = (await session.scalars(select(GcEntry))).all()
+        assert remaining == {shared.id, in_object.id, pending.id}
+        assert (entry.message_id, entry.reason, entry.attempts) == (
+            in_part.message_id,
+            "aborted",
+            0,
+        )
+        assert abs(entry.enqueued_at - datetime.now(UTC)) < timedelta(minutes=1)
+        assert entry.next_attempt_at == entry.enqueued_at
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await schema_is_current(engine)
     finally:
         await engine.dispose()
 

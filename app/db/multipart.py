@@ -1,0 +1,466 @@
+"""S3 multipart uploads: parts as lists of chunk ranges, completed into an object.
+
+Locks, per upload: `put_part` holds the upload row FOR SHARE (parts of one
+upload are written in parallel) plus a lock on its part number (two writers
+of one number queue, the last to commit wins); `complete` and `abort` hold it
+FOR UPDATE, so they wait for running part writes, and whichever of them goes
+second finds the upload gone. On SQLite every writer takes the database write
+lock first (app.db.locking).
+
+Chunk references: a part's pieces reference chunks exactly as an object's
+pieces do (ChunkRepository.release keeps a chunk either kind still uses).
+Completing copies the listed parts' pieces into the object (joining pieces
+that continue each other in one chunk), drops the upload, and releases the
+chunks of the parts left out.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from sqlalchemy import delete, insert, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.chunks import ChunkRepository
+from app.db.locking import lock_database_for_write, lock_upload_part
+from app.db.models import (
+    MAX_KEY_LENGTH,
+    MAX_PART_NUMBER,
+    MultipartUpload,
+    PartPiece,
+    StoredObject,
+    UploadPart,
+)
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, prefix_upper_bound
+from app.db.types import utcnow
+
+_MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
+
+
+class UploadMissing(Exception):
+    """No such multipart upload (completed, aborted, never created, or another bucket/key's)."""
+
+    def __init__(self, upload_id: str) -> None:
+        self.upload_id = upload_id
+        super().__init__(f"no multipart upload {upload_id!r}")
+
+
+class InvalidPart(Exception):
+    """A part listed for completion was never uploaded, or its ETag differs."""
+
+    def __init__(self, part_number: int, reason: str) -> None:
+        self.part_number = part_number
+        super().__init__(f"part {part_number}: {reason}")
+
+
+class InvalidPartOrder(Exception):
+    """The part numbers listed for completion are not strictly ascending."""
+
+    def __init__(self, part_number: int, after: int) -> None:
+        self.part_number = part_number
+        super().__init__(f"part {part_number} listed after part {after}")
+
+
+class NoPartsListed(ValueError):
+    """`complete` was given no parts (S3 answers MalformedXML)."""
+
+    def __init__(self) -> None:
+        super().__init__("a multipart upload completes with at least one part")
+
+
+def unquote_etag(etag: str) -> str:
+    return etag.strip().strip('"')
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str:
+    """S3's ETag of a multipart object: MD5 of the parts' binary MD5s, then '-<parts>'.
+
+    A part ETag that is not an MD5 (a copy's synthetic ETag) contributes the
+    MD5 of its text instead, so the result is still deterministic.
+    """
+    digest = hashlib.md5(usedforsecurity=False)
+    for etag in part_etags:
+        bare = unquote_etag(etag)
+        if _MD5_HEX.fullmatch(bare):
+            digest.update(bytes.fromhex(bare))
+        else:
+            digest.update(hashlib.md5(bare.encode(), usedforsecurity=False).digest())
+    return f'"{digest.hexdigest()}-{len(part_etags)}"'
+
+
+def new_upload_id() -> str:
+    """43 URL-safe characters, 256 random bits."""
+    return secrets.token_urlsafe(32)
+
+
+def _merge_adjacent(pieces: Iterable[PieceSpec]) -> builtins.list[PieceSpec]:
+    """Join pieces that continue each other within one chunk.
+
+    Consecutive UploadPartCopy ranges of one object cut its chunks at part
+    boundaries; joined again, a read fetches each stretch of a chunk once.
+    """
+    merged: builtins.list[PieceSpec] = []
+    for piece in pieces:
+        if merged:
+            last = merged[-1]
+            if last.chunk_id == piece.chunk_id and last.offset + last.length == piece.offset:
+                merged[-1] = PieceSpec(last.chunk_id, last.offset, last.length + piece.length)
+                continue
+        merged.append(piece)
+    return merged
+
+
+class MultipartRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+        self._chunks = ChunkRepository(session)
+
+    # --- uploads --------------------------------------------------------------
+
+    async def create(
+        self,
+        *,
+        bucket: str,
+        key: str,
+        content_type: str,
+        user_metadata: Mapping[str, Any],
+        now: datetime | None = None,
+    ) -> MultipartUpload:
+        if not bucket or not key:
+            raise ValueError("bucket and key must not be empty")
+        if len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"key is longer than {MAX_KEY_LENGTH} characters")
+        upload = MultipartUpload(
+            id=new_upload_id(),
+            bucket=bucket,
+            key=key,
+            content_type=content_type,
+            user_metadata=dict(user_metadata),
+            created_at=now or utcnow(),
+        )
+        self._session.add(upload)
+        await self._session.flush()
+        return upload
+
+    async def get(
+        self, upload_id: str, *, bucket: str | None = None, key: str | None = None
+    ) -> MultipartUpload | None:
+        """The upload, or None if missing or (when given) not in `bucket` under `key`."""
+        upload = await self._session.scalar(
+            select(MultipartUpload).where(MultipartUpload.id == upload_id)
+        )
+        return upload if self._matches(upload, bucket, key) else None
+
+    async def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str = "",
+        key_marker: str | None = None,
+        upload_id_marker: str | None = None,
+        limit: int = 1000,
+    ) -> builtins.list[MultipartUpload]:
+        """Uploads in `bucket` under `prefix`, in (key, upload id) order, after the markers.
+
+        Ordered by key, then upload id (S3 orders a key's uploads by initiation
+        time; ids are random, so ours are in an arbitrary but stable order).
+        Without `upload_id_marker`, `key_marker` skips every upload of that
+        key; `upload_id_marker` alone is ignored, as S3 does.
+        A range scan on the (bucket, key, id) index.
+        """
+        if limit <= 0:
+            return []
+        query = select(MultipartUpload).where(MultipartUpload.bucket == bucket)
+        if prefix:
+            query = query.where(MultipartUpload.key >= prefix)
+            upper = prefix_upper_bound(prefix)
+            if upper is not None:
+                query = query.where(MultipartUpload.key < upper)
+        if key_marker is not None:
+            if upload_id_marker:
+                query = query.where(
+                    MultipartUpload.key >= key_marker,
+                    or_(
+                        MultipartUpload.key > key_marker,
+                        MultipartUpload.id > upload_id_marker,
+                    ),
+                )
+            else:
+                query = query.where(MultipartUpload.key > key_marker)
+        query = query.order_by(MultipartUpload.key, MultipartUpload.id).limit(limit)
+        return builtins.list(await self._session.scalars(query))
+
+    async def abort(
+        self, upload_id: str, *, bucket: str | None = None, key: str | None = None
+    ) -> bool:
+        """Delete the upload and its parts, releasing their chunks ('aborted').
+
+        False if there is no such upload (or, when given, not in that bucket/key).
+        """
+        upload = await self._lock_upload(upload_id, bucket, key, exclusive=True)
+        if upload is None:
+            return False
+        chunk_ids = await self._chunk_ids_of(upload_id)
+        await self._delete_upload(upload)
+        await self._chunks.release(chunk_ids, "aborted")
+        return True
+
+    # --- parts ----------------------------------------------------------------
+
+    async def put_part(
+        self,
+        upload_id: str,
+        part_number: int,
+        *,
+        size: int,
+        etag: str,
+        pieces: Sequence[PieceSpec],
+        bucket: str | None = None,
+        key: str | None = None,
+        now: datetime | None = None,
+    ) -> UploadPart:
+        """Record part `part_number`, replacing any earlier upload of that number.
+
+        The pieces' chunks become live (they may be new, or shared with
+        objects by UploadPartCopy); a replaced part's chunks are released
+        ('overwritten') unless still referenced. All in the caller's
+        transaction. Raises UploadMissing if the upload is gone (or, when
+        given, not in that bucket/key), ChunksMissing if a chunk is gone;
+        nothing is written then, and the caller must release its new chunks.
+        """
+        _check_part_number(part_number)
+        _check_pieces(size, pieces)
+        now = now or utcnow()
+        if await self._lock_upload(upload_id, bucket, key, exclusive=False) is None:
+            raise UploadMissing(upload_id)
+        await lock_upload_part(self._session, upload_id, part_number)
+        # Before any change, so a chunk released meanwhile fails the put cleanly.
+        await self._chunks.mark_live(piece.chunk_id for piece in pieces)
+
+        part = await self._session.scalar(
+            select(UploadPart)
+            .where(UploadPart.upload_id == upload_id, UploadPart.part_number == part_number)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        old_chunk_ids: builtins.list[int] = []
+        if part is None:
+            part = UploadPart(
+                upload_id=upload_id, part_number=part_number, size=size, etag=etag, created_at=now
+            )
+            self._session.add(part)
+        else:
+            old_chunk_ids = await self._chunk_ids_of(upload_id, part_number)
+            await self._session.execute(
+                delete(PartPiece)
+                .where(PartPiece.upload_id == upload_id, PartPiece.part_number == part_number)
+                .execution_options(synchronize_session=False)
+            )
+            part.size, part.etag, part.created_at = size, etag, now
+        await self._session.flush()
+        if pieces:
+            await self._session.execute(
+                insert(PartPiece),
+                [
+                    {
+                        "upload_id": upload_id,
+                        "part_number": part_number,
+                        "seq": seq,
+                        "chunk_id": piece.chunk_id,
+                        "offset": piece.offset,
+                        "length": piece.length,
+                    }
+                    for seq, piece in enumerate(pieces)
+                ],
+            )
+        # After the new pieces exist. A chunk the new pieces use is kept
+        # anyway; not even asking spares locking it FOR UPDATE while this
+        # transaction holds it FOR SHARE (mark_live), which could deadlock
+        # with another part of the same copy source doing the same.
+        new_chunk_ids = {piece.chunk_id for piece in pieces}
+        await self._chunks.release(
+            [c for c in old_chunk_ids if c not in new_chunk_ids], "overwritten"
+        )
+        return part
+
+    async def list_parts(
+        self,
+        upload_id: str,
+        *,
+        after: int = 0,
+        limit: int = 1000,
+        bucket: str | None = None,
+        key: str | None = None,
+    ) -> builtins.list[UploadPart]:
+        """Parts numbered above `after`, by part number.
+
+        Raises UploadMissing if there is no such upload (or, when given, not
+        in that bucket/key).
+        """
+        if await self.get(upload_id, bucket=bucket, key=key) is None:
+            raise UploadMissing(upload_id)
+        if limit <= 0:
+            return []
+        return builtins.list(
+            await self._session.scalars(
+                select(UploadPart)
+                .where(UploadPart.upload_id == upload_id, UploadPart.part_number > after)
+                .order_by(UploadPart.part_number)
+                .limit(limit)
+            )
+        )
+
+    # --- completion -----------------------------------------------------------
+
+    async def complete(
+        self,
+        upload_id: str,
+        parts: Sequence[tuple[int, str]],
+        *,
+        name: str,
+        keep_public_id: bool = False,
+        bucket: str | None = None,
+        key: str | None = None,
+        now: datetime | None = None,
+    ) -> StoredObject:
+        """Turn the listed (part number, ETag) parts, in order, into the object.
+
+        All in the caller's transaction: the object is written under the
+        upload's bucket and key with ObjectRepository.put (replacing any
+        object there; last writer wins), the upload and all its parts go, and
+        the chunks of parts not listed are released ('aborted').
+
+        Raises, having changed nothing: NoPartsListed; InvalidPartOrder;
+        UploadMissing (also when a concurrent complete or abort got there
+        first); InvalidPart for a part never uploaded or whose ETag differs
+        (quotes aside).
+        """
+        if not parts:
+            raise NoPartsListed()
+        for (previous, _), (number, _) in pairwise(parts):
+            if number <= previous:
+                raise InvalidPartOrder(number, previous)
+        upload = await self._lock_upload(upload_id, bucket, key, exclusive=True)
+        if upload is None:
+            raise UploadMissing(upload_id)
+
+        stored = {
+            part.part_number: part
+            for part in await self._session.scalars(
+                select(UploadPart)
+                .where(UploadPart.upload_id == upload_id)
+                .execution_options(populate_existing=True)
+            )
+        }
+        for number, etag in parts:
+            part = stored.get(number)
+            if part is None:
+                raise InvalidPart(number, "was not uploaded")
+            if unquote_etag(part.etag) != unquote_etag(etag):
+                raise InvalidPart(number, f"ETag is {part.etag}, not {etag}")
+
+        listed = [number for number, _ in parts]
+        pieces_of: dict[int, builtins.list[PieceSpec]] = {number: [] for number in listed}
+        left_out_chunk_ids: set[int] = set()
+        rows = await self._session.execute(
+            select(PartPiece.part_number, PartPiece.chunk_id, PartPiece.offset, PartPiece.length)
+            .where(PartPiece.upload_id == upload_id)
+            .order_by(PartPiece.part_number, PartPiece.seq)
+        )
+        for number, chunk_id, offset, length in rows:
+            if number in pieces_of:
+                pieces_of[number].append(PieceSpec(chunk_id, offset, length))
+            else:
+                left_out_chunk_ids.add(chunk_id)
+        used_chunk_ids = {piece.chunk_id for number in listed for piece in pieces_of[number]}
+
+        spec = ObjectSpec(
+            bucket=upload.bucket,
+            key=upload.key,
+            name=name,
+            content_type=upload.content_type,
+            size=sum(stored[number].size for number in listed),
+            etag=multipart_etag([stored[number].etag for number in listed]),
+            md5=None,
+            sha256=None,
+            user_metadata=dict(upload.user_metadata),
+            pieces=_merge_adjacent(piece for number in listed for piece in pieces_of[number]),
+        )
+        created = await ObjectRepository(self._session).put(
+            spec, keep_public_id=keep_public_id, now=now
+        )
+        await self._delete_upload(upload)
+        # The parts left out: their chunks go unless something else (another
+        # part listed, an object, another upload) still uses them.
+        await self._chunks.release(left_out_chunk_ids - used_chunk_ids, "aborted")
+        return created
+
+    # --- helpers --------------------------------------------------------------
+
+    @staticmethod
+    def _matches(upload: MultipartUpload | None, bucket: str | None, key: str | None) -> bool:
+        return (
+            upload is not None
+            and (bucket is None or upload.bucket == bucket)
+            and (key is None or upload.key == key)
+        )
+
+    async def _lock_upload(
+        self, upload_id: str, bucket: str | None, key: str | None, *, exclusive: bool
+    ) -> MultipartUpload | None:
+        """The upload row, locked FOR UPDATE (`exclusive`) or FOR SHARE until commit.
+
+        A waiter for a row that its holder deletes gets no row: it sees the
+        upload as missing. SQLite: the database write lock, taken first.
+        """
+        await lock_database_for_write(self._session)
+        upload = await self._session.scalar(
+            select(MultipartUpload)
+            .where(MultipartUpload.id == upload_id)
+            .with_for_update(read=not exclusive)
+            .execution_options(populate_existing=True)
+        )
+        return upload if self._matches(upload, bucket, key) else None
+
+    async def _chunk_ids_of(
+        self, upload_id: str, part_number: int | None = None
+    ) -> builtins.list[int]:
+        query = select(PartPiece.chunk_id).where(PartPiece.upload_id == upload_id)
+        if part_number is not None:
+            query = query.where(PartPiece.part_number == part_number)
+        return builtins.list(await self._session.scalars(query.distinct()))
+
+    async def _delete_upload(self, upload: MultipartUpload) -> None:
+        # Its parts and their pieces go with it (ON DELETE CASCADE).
+        await self._session.execute(
+            delete(MultipartUpload)
+            .where(MultipartUpload.id == upload.id)
+            .execution_options(synchronize_session=False)
+        )
+        for instance in builtins.list(self._session):
+            if isinstance(instance, UploadPart) and instance.upload_id == upload.id:
+                self._session.expunge(instance)
+        self._session.expunge(upload)
+
+
+def _check_part_number(part_number: int) -> None:
+    if not 1 <= part_number <= MAX_PART_NUMBER:
+        raise ValueError(f"part number must be 1 to {MAX_PART_NUMBER}, not {part_number}")
+
+
+def _check_pieces(size: int, pieces: Sequence[PieceSpec]) -> None:
+    if size < 0:
+        raise ValueError("size must not be negative")
+    for piece in pieces:
+        if piece.length <= 0 or piece.offset < 0:
+            raise ValueError(f"invalid piece {piece}")
+    total = sum(piece.length for piece in pieces)
+    if total != size:
+        raise ValueError(f"pieces add up to {total} bytes, size is {size}")
