@@ -59,13 +59,20 @@ def upload_in_thread(
 
 
 def test_sigterm_lets_running_uploads_finish_and_exits_0(
-    start_service: ServiceStarter, migrated_db: Path
+    start_service: ServiceStarter, migrated_db: Path, telegram_sim: Simulator
 ) -> None:
+    before = live_messages(telegram_sim)
     service = start_service(
         migrated_db, api_key=True, env={"CHUNK_SIZE": str(CHUNK), "SHUTDOWN_GRACE_SECONDS": "5"}
     )
-    thread, started, outcome = upload_in_thread(service, "in-flight.bin", pieces=8, pause=0.2)
+    thread, started, outcome = upload_in_thread(service, "in-flight.bin", pieces=8, pause=0.3)
     assert started.wait(10)
+    # In flight for the service, not just for the client: a chunk reached Telegram.
+    wait_for(
+        lambda: live_messages(telegram_sim) > before,
+        within=20,
+        what="the upload's first chunk to reach Telegram",
+    )
 
     service.proc.popen.send_signal(signal.SIGTERM)
     thread.join(30)
