@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Iterator
@@ -22,17 +23,19 @@ def restore_logging() -> Iterator[None]:
     structlog.reset_defaults()
 
 
-def test_every_line_is_json_with_event_and_level(
-    restore_logging: None, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     configure_logging("INFO", "json")
+    (handler,) = logging.getLogger().handlers
+    assert isinstance(handler, logging.StreamHandler)
+    output = io.StringIO()
+    handler.setStream(output)
     with structlog.contextvars.bound_contextvars(request_id="r-1"):
         structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
     logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
     logging.getLogger("uvicorn.access").info("this is dropped: requests are logged once")
     logging.getLogger("httpx").info("HTTP Request: POST https://api.telegram.org/bot1:SECRET/x")
 
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    lines = [json.loads(line) for line in output.getvalue().splitlines()]
 
     assert lines[0]["event"] == "chunk_stored"
     assert lines[0]["bot_id"] == 42

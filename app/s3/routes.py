@@ -623,10 +623,11 @@ class S3Operation:
 
     async def list_parts(self) -> Response:
         upload_id = self.query["uploadId"]
-        await self.s3.require_upload(self._bucket(), self._key(), upload_id)
         marker = _int_param(self.query, "part-number-marker", 0, top=10_000)
         max_parts = _int_param(self.query, "max-parts", MAX_KEYS, top=MAX_KEYS)
-        parts = await self.s3.list_parts(upload_id, after=marker, limit=max_parts + 1)
+        parts = await self.s3.list_parts(
+            self._bucket(), self._key(), upload_id, after=marker, limit=max_parts + 1
+        )
         page = parts[:max_parts]
         return _xml(
             xml.list_parts_xml(

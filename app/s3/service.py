@@ -22,6 +22,7 @@ from app.db.multipart import (
     InvalidPart,
     InvalidPartOrder,
     MultipartRepository,
+    NoPartsListed,
     UploadMissing,
 )
 from app.db.objects import ObjectRepository, prefix_upper_bound
@@ -299,11 +300,16 @@ class S3Service:
             raise S3Error("NoSuchUpload", resource=f"/{bucket}/{key}") from None
         return etag
 
-    async def list_parts(self, upload_id: str, *, after: int, limit: int) -> list[UploadPart]:
-        async with session_scope(self._sessionmaker) as session:
-            return await MultipartRepository(session).list_parts(
-                upload_id, after=after, limit=limit
-            )
+    async def list_parts(
+        self, bucket: str, key: str, upload_id: str, *, after: int, limit: int
+    ) -> list[UploadPart]:
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                return await MultipartRepository(session).list_parts(
+                    upload_id, bucket=bucket, key=key, after=after, limit=limit
+                )
+        except UploadMissing:
+            raise S3Error("NoSuchUpload", resource=f"/{bucket}/{key}") from None
 
     async def list_uploads(
         self,
@@ -344,6 +350,8 @@ class S3Service:
             raise S3Error("NoSuchUpload", resource=f"/{bucket}/{key}") from None
         except InvalidPartOrder:
             raise S3Error("InvalidPartOrder") from None
+        except NoPartsListed:
+            raise S3Error("MalformedXML", "CompleteMultipartUpload must list a part.") from None
         except InvalidPart as exc:
             raise S3Error(
                 "InvalidPart",
