@@ -31,7 +31,7 @@ def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     handler.setStream(output)
     with structlog.contextvars.bound_contextvars(request_id="r-1"):
         structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
-    logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
+    logging.getLogger("some.library").info("Started server process [%d]", 7)
     logging.getLogger("uvicorn.access").info("this is dropped: requests are logged once")
     logging.getLogger("httpx").info("HTTP Request: POST https://api.telegram.org/bot1:SECRET/x")
 
@@ -42,5 +42,5 @@ def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     assert lines[0]["request_id"] == "r-1"
     assert lines[0]["level"] == "info"
     assert lines[1]["event"] == "Started server process [7]"
-    assert lines[1]["logger"] == "uvicorn.error"
+    assert lines[1]["logger"] == "some.library"
     assert len(lines) == 2
