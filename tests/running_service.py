@@ -4,6 +4,7 @@ simulator, for tests of the HTTP surfaces (native API, S3 API, CLI)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -91,3 +92,13 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0)
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.05)
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    """Deterministic bytes that differ from chunk to chunk (and from seed to seed)."""
+    out = bytearray()
+    counter = 0
+    while len(out) < size:
+        out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:size])

@@ -10,17 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.running_service import CHUNK, INLINE, Service, ServiceFactory, eventually
-
-
-def payload(size: int, seed: int = 0) -> bytes:
-    """Deterministic bytes that differ from chunk to chunk."""
-    out = bytearray()
-    counter = 0
-    while len(out) < size:
-        out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
-        counter += 1
-    return bytes(out[:size])
+from tests.running_service import CHUNK, INLINE, Service, ServiceFactory, eventually, payload
 
 
 async def put(service: Service, name: str, data: bytes) -> dict[str, object]:

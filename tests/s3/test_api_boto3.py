@@ -16,6 +16,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually
+from tests.running_service import payload as data
 
 ACCESS_KEY = "AKIDTELEUPLOADER"
 SECRET = "teleuploader-test-secret-0123456789"
@@ -56,15 +57,6 @@ class S3:
 
 def code(error: ClientError) -> str:
     return str(error.response["Error"]["Code"])
-
-
-def data(size: int, seed: int = 0) -> bytes:
-    out = bytearray()
-    counter = 0
-    while len(out) < size:
-        out += hashlib.sha256(f"{seed}/{counter}".encode()).digest()
-        counter += 1
-    return bytes(out[:size])
 
 
 @pytest.fixture
@@ -295,7 +287,7 @@ async def test_list_v2_pages_through_everything(tree: S3) -> None:
     assert len(seen) == 5
 
     after = await tree("list_objects_v2", Bucket="box", StartAfter="docs/two.md")
-    assert [o["Key"] for o in after["Contents"]][0] == "images/cat.png"
+    assert next(o["Key"] for o in after["Contents"]) == "images/cat.png"
 
 
 async def test_list_v1_with_markers_and_paginator(tree: S3) -> None:
@@ -303,7 +295,7 @@ async def test_list_v1_with_markers_and_paginator(tree: S3) -> None:
     assert [o["Key"] for o in first["Contents"]] == ["a.txt", "docs/deep/three.md"]
     assert first["IsTruncated"] is True
     rest = await tree("list_objects", Bucket="box", Marker="docs/deep/three.md")
-    assert [o["Key"] for o in rest["Contents"]][0] == "docs/one.md"
+    assert next(o["Key"] for o in rest["Contents"]) == "docs/one.md"
 
     def all_keys() -> list[str]:
         paginator = tree.client.get_paginator("list_objects")
