@@ -68,13 +68,6 @@ class InvalidPartOrder(Exception):
         super().__init__(f"part {part_number} listed after part {after}")
 
 
-class NoPartsListed(ValueError):
-    """`complete` was given no parts (S3 answers MalformedXML)."""
-
-    def __init__(self) -> None:
-        super().__init__("a multipart upload completes with at least one part")
-
-
 def unquote_etag(etag: str) -> str:
     return etag.strip().strip('"')
 
@@ -337,13 +330,12 @@ class MultipartRepository:
         object there; last writer wins), the upload and all its parts go, and
         the chunks of parts not listed are released ('aborted').
 
-        Raises, having changed nothing: NoPartsListed; InvalidPartOrder;
+        No parts at all make an empty object (Docker's registry 2.8 completes
+        an empty blob that way). Raises, having changed nothing: InvalidPartOrder;
         UploadMissing (also when a concurrent complete or abort got there
         first); InvalidPart for a part never uploaded or whose ETag differs
         (quotes aside).
         """
-        if not parts:
-            raise NoPartsListed()
         for (previous, _), (number, _) in pairwise(parts):
             if number <= previous:
                 raise InvalidPartOrder(number, previous)

@@ -12,7 +12,6 @@ from app.db.multipart import (
     InvalidPart,
     InvalidPartOrder,
     MultipartRepository,
-    NoPartsListed,
     UploadMissing,
     multipart_etag,
 )
@@ -29,7 +28,6 @@ __all__ = [
     "InvalidPart",
     "InvalidPartOrder",
     "MultipartRepository",
-    "NoPartsListed",
     "ObjectRepository",
     "ObjectSpec",
     "PieceSpec",

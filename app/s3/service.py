@@ -22,7 +22,6 @@ from app.db.multipart import (
     InvalidPart,
     InvalidPartOrder,
     MultipartRepository,
-    NoPartsListed,
     UploadMissing,
 )
 from app.db.objects import ObjectRepository, prefix_upper_bound
@@ -350,8 +349,6 @@ class S3Service:
             raise S3Error("NoSuchUpload", resource=f"/{bucket}/{key}") from None
         except InvalidPartOrder:
             raise S3Error("InvalidPartOrder") from None
-        except NoPartsListed:
-            raise S3Error("MalformedXML", "CompleteMultipartUpload must list a part.") from None
         except InvalidPart as exc:
             raise S3Error(
                 "InvalidPart",

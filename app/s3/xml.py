@@ -558,14 +558,14 @@ class CompletedPart(NamedTuple):
 def parse_complete_multipart(body: bytes) -> list[CompletedPart]:
     """``<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"x"</ETag></Part>...``.
 
-    Returns the parts in the order given, ETags unquoted. At least one part;
-    part numbers 1-10000 (``InvalidArgument`` otherwise) in strictly ascending
-    order (``InvalidPartOrder`` otherwise); checksum elements are ignored.
+    Returns the parts in the order given, ETags unquoted. No part at all is
+    accepted (AWS refuses it, but Docker's registry 2.8 completes an empty
+    blob that way; it makes an empty object); part numbers 1-10000
+    (``InvalidArgument`` otherwise) in strictly ascending order
+    (``InvalidPartOrder`` otherwise); checksum elements are ignored.
     """
     root = parse_xml(body, "CompleteMultipartUpload")
     elements = _children(root, "Part")
-    if not elements:
-        raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one Part.")
     if len(elements) > MAX_PART_NUMBER:
         raise S3Error("MalformedXML", f"At most {MAX_PART_NUMBER} parts can be completed.")
     parts: list[CompletedPart] = []

@@ -438,9 +438,13 @@ class Dispatcher:
         """Take the oldest waiting, unpinned, not-yet-tried job from another bot."""
         best: Job[Any] | None = None
         owner: BotWorker | None = None
+        now = self._clock()
         for other in self.workers.values():
             if other is thief:
                 continue
+            idle = other.running is None and not other.cooling(now)
+            if idle and other.pacing_delay(now, self.sends_per_minute, self._pacing_window) == 0:
+                continue  # an owner free to run its jobs runs them itself
             for job in other.queue:
                 if job.pinned_bot is None and not job.abandoned and thief.bot_id not in job.tried:
                     if best is None or job.enqueued_at < best.enqueued_at:
@@ -477,6 +481,10 @@ class Dispatcher:
             self._fail(job, DispatcherClosed("the dispatcher stopped during the call"))
             raise
         finally:
+            if job.is_send and worker.send_times:
+                # Telegram counts a message when it is posted, at the end of
+                # the upload, not when the call starts.
+                worker.send_times[-1] = self._clock()
             worker.running = None
             self._wake_all()
         seconds = self._clock() - started

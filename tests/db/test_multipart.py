@@ -24,7 +24,6 @@ from app.db.repositories import (
     InvalidPart,
     InvalidPartOrder,
     MultipartRepository,
-    NoPartsListed,
     ObjectRepository,
     PieceSpec,
     UploadMissing,
@@ -287,12 +286,14 @@ async def test_complete_with_an_unknown_part_or_wrong_etag_is_refused(
     await _assert_untouched(sessionmaker, upload.id)
 
 
-async def test_complete_with_no_parts_is_refused(sessionmaker: Sessions) -> None:
+async def test_complete_with_no_parts_makes_an_empty_object(sessionmaker: Sessions) -> None:
     upload, _ = await _two_part_upload(sessionmaker)
-    with pytest.raises(NoPartsListed):
-        async with session_scope(sessionmaker) as session:
-            await MultipartRepository(session).complete(upload.id, [], name="x")
-    await _assert_untouched(sessionmaker, upload.id)
+    async with session_scope(sessionmaker) as session:
+        stored = await MultipartRepository(session).complete(upload.id, [], name="x")
+    assert stored.size == 0
+    assert stored.etag == f'"{hashlib.md5(b"").hexdigest()}-0"'
+    async with session_scope(sessionmaker) as session:
+        assert await MultipartRepository(session).get(upload.id) is None
 
 
 async def test_operations_on_a_missing_upload_or_another_key(sessionmaker: Sessions) -> None:

@@ -266,14 +266,6 @@ def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
         assert uploads.get("Uploads", []) == [], uploads
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "registry 2.8.2 completes the multipart upload of an empty blob with no "
-        "parts; the service answers MalformedXML (as AWS does)"
-    ),
-)
 def test_empty_blob(processes: Processes, tmp_path: Path) -> None:
     """An empty blob (PUT ?digest with no PATCH): Debian's registry 2.8.2
     writes it as a multipart upload with no part at all and completes that

@@ -1,18 +1,13 @@
 """Two dispatcher behaviours that the Docker push benchmark
-(bench/s3_push_bench.py) ran into; both are known bugs, marked xfail(strict):
-when one is fixed its test passes and the marker must go.
+(bench/s3_push_bench.py) found wrong, now fixed:
 
-1. Sequential sends (a registry uploading one S3 part at a time) all land on
-   the same bot: the job is routed to the least recently assigned idle bot,
-   but `_enqueue` wakes every worker and the first one to run takes the job
-   from the other bot's queue (`_steal_for`). One bot then carries the whole
-   per-minute budget while the others idle (the benchmark: 11 of 11 sends of a
-   100 MiB push on bot 1).
-2. Pacing counts a send when the call starts, Telegram counts it when the
-   message is posted, i.e. when the upload ends. With uploads of different
-   lengths the service's window and Telegram's drift apart, and pacing at
-   Telegram's own limit still gets 429s (the benchmark: one 429 with
-   SENDS_PER_MINUTE = the simulator's 20).
+1. Sequential sends (a registry uploading one S3 part at a time) must rotate
+   over the idle bots. They used to land on one bot: the job was routed to the
+   least recently assigned idle bot, but another idle worker took it from that
+   bot's queue first.
+2. Pacing must count a send when Telegram does, when the message is posted at
+   the end of the upload; counting at the start of the call drifted from
+   Telegram's window and drew 429s with uploads of different lengths.
 """
 
 from __future__ import annotations
@@ -52,11 +47,6 @@ async def stopper() -> AsyncIterator[list[Dispatcher]]:
         await dispatcher.stop(grace=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: an idle worker steals every job routed to another idle bot (_steal_for)",
-)
 async def test_sequential_sends_rotate_over_idle_bots(
     mock_api: respx.MockRouter, stopper: list[Dispatcher]
 ) -> None:
@@ -100,11 +90,6 @@ class PostingTelegram:
         router.post(f"{API}/bot{token(1).value}/sendDocument").mock(side_effect=handler)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="bug: pacing records a send at the start of the call, Telegram at the post",
-)
 async def test_pacing_at_telegrams_limit_gets_no_429_with_uneven_uploads(
     mock_api: respx.MockRouter, stopper: list[Dispatcher]
 ) -> None:
