@@ -58,11 +58,12 @@ def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut
     )
 
 
-def _check_declared_length(request: Request, limit: int) -> None:
-    """Refuse a body whose declared length is over the limit before reading it."""
+def _check_declared_length(request: Request, limit: int) -> int | None:
+    """Refuse a body whose declared length is over the limit before reading
+    it; returns the declared length (None if the body is chunked)."""
     declared = request.headers.get("content-length")
     if declared is None:
-        return
+        return None
     if not declared.isdigit():
         raise ApiError(400, "bad_request", "Content-Length is not a number")
     if int(declared) > limit:
@@ -72,6 +73,7 @@ def _check_declared_length(request: Request, limit: int) -> None:
             f"the upload is larger than the limit of {limit} bytes",
             {"Connection": "close"},
         )
+    return int(declared)
 
 
 def _clean_name(name: str | None, fallback: str) -> str:
@@ -158,7 +160,7 @@ async def upload_raw(
     clean = _clean_name(name, "")
     if not clean:
         raise ApiError(400, "bad_request", "the file name is empty")
-    _check_declared_length(request, settings.max_upload_size)
+    declared = _check_declared_length(request, settings.max_upload_size)
     info = await store.put_stream(
         request.stream(),
         bucket=NATIVE_BUCKET,
@@ -167,6 +169,7 @@ async def upload_raw(
         content_type=_guess_type(clean, request.headers.get("content-type")),
         max_size=settings.max_upload_size,
         keep_public_id=True,
+        expected_size=declared,
     )
     return _file_out(request, settings, info)
 

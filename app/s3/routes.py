@@ -295,11 +295,16 @@ class S3Operation:
         assert self.key is not None
         return self.key
 
-    def _body(self) -> AsyncIterator[bytes]:
+    def _declared_size(self) -> int | None:
+        """The decoded body size the client announced, if it did."""
         declared = self.headers.get("content-length")
         size = self.verified.decoded_content_length
         if size is None and declared is not None and not self.verified.is_aws_chunked:
             size = int(declared) if declared.isdigit() else None
+        return size
+
+    def _body(self) -> AsyncIterator[bytes]:
+        size = self._declared_size()
         if size is not None and size > self.settings.max_upload_size:
             raise S3Error(
                 "EntityTooLarge",
@@ -465,6 +470,7 @@ class S3Operation:
             self._body(),
             content_type=self.headers.get("content-type"),
             metadata=self._metadata(),
+            expected_size=self._declared_size(),
         )
         return _empty(headers={"ETag": info.etag})
 
@@ -574,6 +580,7 @@ class S3Operation:
             self.query["uploadId"],
             self._part_number(),
             self._body(),
+            expected_size=self._declared_size(),
         )
         return _empty(headers={"ETag": etag})
 

@@ -100,6 +100,7 @@ class S3Service:
         *,
         content_type: str | None,
         metadata: Mapping[str, str],
+        expected_size: int | None = None,
     ) -> ObjectInfo:
         await self.require_bucket(bucket)
         try:
@@ -111,6 +112,7 @@ class S3Service:
                 content_type=content_type or DEFAULT_CONTENT_TYPE,
                 metadata=metadata,
                 max_size=self._max_upload_size,
+                expected_size=expected_size,
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None
@@ -222,6 +224,7 @@ class S3Service:
         upload_id: str,
         part_number: int,
         body: AsyncIterator[bytes],
+        expected_size: int | None = None,
     ) -> str:
         """Store one part; returns its ETag (quoted MD5)."""
         _check_part_number(part_number)
@@ -232,6 +235,7 @@ class S3Service:
                 max_size=self._max_upload_size,
                 label=f"{key} part {part_number}",
                 allow_inline=False,
+                expected_size=expected_size,
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None

@@ -97,9 +97,14 @@ class ObjectStore:
         max_size: int | None = None,
         label: str = "",
         allow_inline: bool = True,
+        expected_size: int | None = None,
     ) -> WrittenContent:
         return await self._writer.write(
-            stream, max_size=max_size, label=label, allow_inline=allow_inline
+            stream,
+            max_size=max_size,
+            label=label,
+            allow_inline=allow_inline,
+            expected_size=expected_size,
         )
 
     async def commit(
@@ -157,8 +162,11 @@ class ObjectStore:
         metadata: Mapping[str, Any] | None = None,
         max_size: int | None = None,
         keep_public_id: bool = False,
+        expected_size: int | None = None,
     ) -> ObjectInfo:
-        content = await self.write_content(stream, max_size=max_size, label=key)
+        content = await self.write_content(
+            stream, max_size=max_size, label=key, expected_size=expected_size
+        )
         return await self.commit(
             content,
             bucket=bucket,

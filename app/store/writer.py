@@ -61,6 +61,26 @@ class WrittenContent:
         return [PieceSpec(p.chunk_id, p.offset, p.length) for p in self.pieces]
 
 
+def plan_chunk_size(expected_size: int | None, max_chunk: int, lanes: int) -> int:
+    """The chunk size for a stream whose length is known in advance.
+
+    Cutting 100 MiB into 19 MiB chunks gives five full chunks and a 5 MiB
+    tail: with six bots, five work for the whole upload and one for a quarter
+    of it. Equal chunks keep every bot equally busy; when that takes a few more
+    chunks (a multiple of the bots), it is worth it as long as the chunks stay
+    at least half the maximum (each chunk is a message, and messages are
+    rate-limited). Unknown lengths, and anything up to one chunk, keep the
+    maximum.
+    """
+    if expected_size is None or expected_size <= max_chunk:
+        return max_chunk
+    count = -(-expected_size // max_chunk)
+    rounded = -(-count // lanes) * lanes
+    if expected_size / rounded >= max_chunk / 2:
+        count = rounded
+    return -(-expected_size // count)
+
+
 class ChunkWriter:
     def __init__(
         self,
@@ -90,12 +110,14 @@ class ChunkWriter:
         max_size: int | None = None,
         label: str = "",
         allow_inline: bool = True,
+        expected_size: int | None = None,
     ) -> WrittenContent:
         """Store a whole stream. On any failure, nothing stays in Telegram.
 
         `allow_inline=False` stores even small content in Telegram (multipart
         parts: an object is inline or pieces, never both)."""
         inline_threshold = self.inline_threshold if allow_inline else 0
+        chunk_size = plan_chunk_size(expected_size, self.chunk_size, self.parallelism())
         md5 = hashlib.md5(usedforsecurity=False)
         sha256 = hashlib.sha256()
         buffer = bytearray()
@@ -116,9 +138,9 @@ class ChunkWriter:
                 buffer += data
                 # Hold back while the content could still be small enough to
                 # live inline in the database.
-                while len(buffer) >= self.chunk_size and total > inline_threshold:
-                    await self._start_chunk(tasks, slots, bytes(buffer[: self.chunk_size]), label)
-                    del buffer[: self.chunk_size]
+                while len(buffer) >= chunk_size and total > inline_threshold:
+                    await self._start_chunk(tasks, slots, bytes(buffer[:chunk_size]), label)
+                    del buffer[:chunk_size]
             if not tasks and total <= inline_threshold:
                 return WrittenContent(
                     size=total,
@@ -128,8 +150,8 @@ class ChunkWriter:
                     inline_data=bytes(buffer),
                 )
             while buffer:
-                await self._start_chunk(tasks, slots, bytes(buffer[: self.chunk_size]), label)
-                del buffer[: self.chunk_size]
+                await self._start_chunk(tasks, slots, bytes(buffer[:chunk_size]), label)
+                del buffer[:chunk_size]
             pieces = list(await asyncio.gather(*tasks))
         except BaseException:
             await self._abandon(tasks)

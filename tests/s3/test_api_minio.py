@@ -26,6 +26,7 @@ from minio.commonconfig import CopySource
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
+from app.store.writer import plan_chunk_size
 from tests.running_service import CHAT_ID, CHUNK, INLINE, Service, ServiceFactory
 
 ACCESS_KEY = "AKIDTELEUPLOADERMINIO"
@@ -198,8 +199,11 @@ async def test_put_unknown_length_streams_multipart(mc: Client) -> None:
     stat = await mc(mc.minio.stat_object, BUCKET, "packages/blob")
     assert stat.size == len(body)
     assert stat.etag == multipart_etag(parts)
-    # Each part was cut into CHUNK-sized chunks, and nothing more was sent.
-    assert mc.messages() - before == sum(-(-len(p) // CHUNK) for p in parts)
+    # Each part (of known length) was cut into equal chunks spread over the
+    # 3 bots, and nothing more was sent.
+    assert mc.messages() - before == sum(
+        -(-len(p) // plan_chunk_size(len(p), CHUNK, 3)) for p in parts
+    )
     assert await mc.read("packages/blob") == body
     # A range across the boundary of parts 1 and 2.
     assert (
