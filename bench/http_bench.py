@@ -132,20 +132,20 @@ class BenchConfig:
     service_env: tuple[tuple[str, str], ...] = ()
 
     @property
-    def chunks(self) -> int:
-        return max(1, math.ceil(self.size / self.chunk_size))
-
-    @property
     def ideal_upload_s(self) -> float:
         return self.size / (self.bots * self.upload_bandwidth)
 
-    @property
-    def whole_chunk_bound_s(self) -> float:
-        """The best possible upload time when a chunk cannot be split across
-        bots: the busiest bot's bytes / bandwidth, chunks dealt largest first."""
+    def planned_chunk_sizes(self) -> list[int]:
+        """CHUNK_SIZE chunks and a tail: what the service cuts when it does not
+        plan chunk sizes itself (the real sizes are read from its database)."""
         sizes = [self.chunk_size] * (self.size // self.chunk_size)
         if self.size % self.chunk_size:
             sizes.append(self.size % self.chunk_size)
+        return sizes
+
+    def whole_chunk_bound_s(self, sizes: list[int]) -> float:
+        """The best possible upload time when a chunk cannot be split across
+        bots: the busiest bot's bytes / bandwidth, chunks dealt largest first."""
         loads = [0] * self.bots
         for size in sorted(sizes, reverse=True):
             heapq.heapreplace(loads, loads[0] + size)
@@ -790,6 +790,18 @@ class ChunkFetch:
         return statistics.median(self.totals) if self.totals else float("nan")
 
 
+def chunk_sizes(database: Path, public_id: str) -> list[int]:
+    """The sizes of the chunks the service cut the object into, in order."""
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        rows = db.execute(
+            "SELECT c.size FROM pieces p "
+            "JOIN chunks c ON c.id = p.chunk_id JOIN objects o ON o.id = p.object_id "
+            "WHERE o.public_id = ? ORDER BY p.start",
+            (public_id,),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
 def first_chunk(database: Path, public_id: str) -> tuple[int, str, int]:
     """(bot_id, file_id, size) of the chunk holding the object's first byte."""
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
@@ -928,12 +940,17 @@ class Report:
     download: DownloadResult | None = None
     download_ok: bool = False
     download_phase: Phase | None = None
+    chunk_sizes: list[int] = field(default_factory=list)  # as stored, from the database
     chunk_fetch: ChunkFetch | None = None
     probe: Probe | None = None
     broken: list[str] = field(default_factory=list)
 
     def phases(self) -> list[Phase]:
         return [p for p in (self.startup, self.upload_phase, self.download_phase) if p]
+
+    def sizes(self, config: BenchConfig) -> list[int]:
+        """The chunks as stored, or as planned when the upload did not get that far."""
+        return self.chunk_sizes or config.planned_chunk_sizes()
 
 
 def check_upload(config: BenchConfig, report: Report) -> None:
@@ -1040,6 +1057,7 @@ def run_phases(config: BenchConfig, workdir: Path, report: Report) -> None:
             print(f"  {report.upload.time_total_s:.2f} s, HTTP {report.upload.http_code}")
             check_upload(config, report)
             public_id = str(report.upload.reply["public_id"])
+            report.chunk_sizes = chunk_sizes(svc.database, public_id)
 
             url = f"{svc.url}/f/{public_id}"
             print(f"download: curl {url} | sha256", flush=True)
@@ -1101,17 +1119,21 @@ def targets(config: BenchConfig, report: Report) -> dict[str, bool | None]:
         "probe_downloads_stopped": probe.downloads_left == 0 if probe else None,
         "peak_rss": max(peaks) <= config.rss_target if peaks else None,
         "no_429": telegram.rate_limited == 0 if telegram else None,
-        "one_message_per_chunk": telegram.messages_stored == config.chunks if telegram else None,
+        "one_message_per_chunk": (
+            telegram.messages_stored == len(report.sizes(config)) if telegram else None
+        ),
     }
 
 
 def markdown(config: BenchConfig, report: Report) -> str:
     met = targets(config, report)
     up, down, fetch, probe = report.upload, report.download, report.chunk_fetch, report.probe
+    sizes = report.sizes(config)
     rows: list[tuple[str, str, str, str]] = [
         (
             "file size",
-            f"{_fmt_mib(config.size)} ({config.chunks} chunks of {_fmt_mib(config.chunk_size)})",
+            f"{_fmt_mib(config.size)} ({len(sizes)} chunks of up to {_fmt_mib(max(sizes))}; "
+            f"CHUNK_SIZE {_fmt_mib(config.chunk_size)})",
             "",
             "",
         ),
@@ -1125,7 +1147,7 @@ def markdown(config: BenchConfig, report: Report) -> str:
         ("ideal upload time = size / (bots x bandwidth)", f"{config.ideal_upload_s:.2f} s", "", ""),
         (
             "best possible with whole chunks per bot",
-            f"{config.whole_chunk_bound_s:.2f} s",
+            f"{config.whole_chunk_bound_s(sizes):.2f} s",
             "",
             "info",
         ),
@@ -1230,7 +1252,7 @@ def markdown(config: BenchConfig, report: Report) -> str:
             (
                 "Telegram messages (sendDocument calls / stored)",
                 f"{telegram.send_document_calls} / {telegram.messages_stored}",
-                f"{config.chunks} stored",
+                f"{len(sizes)} stored",
                 _verdict(met["one_message_per_chunk"]),
             ),
             (
@@ -1300,9 +1322,9 @@ def json_document(config: BenchConfig, report: Report) -> dict[str, Any]:
     return {
         **asdict(report),
         "derived": {
-            "chunks": config.chunks,
+            "chunks": len(report.sizes(config)),
             "ideal_upload_s": config.ideal_upload_s,
-            "whole_chunk_bound_s": config.whole_chunk_bound_s,
+            "whole_chunk_bound_s": config.whole_chunk_bound_s(report.sizes(config)),
             "upload_ratio": (
                 up.time_total_s / config.ideal_upload_s if up and report.upload_ok else None
             ),
