@@ -93,8 +93,13 @@ class RangeReader:
         finally:
             for task in tasks:
                 task.cancel()
+            # Shielded: when the client goes away this runs inside the response's
+            # cancelled anyio scope, which cancels this task again on every loop
+            # turn; an unshielded gather passes each of those on to the fetches
+            # and cuts short httpx's closing of their half-read connections,
+            # which then stay open (and Telegram's downloads with them) for good.
             with contextlib.suppress(BaseException):
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
 
     async def _fetch(
         self, span: PieceSpan, queue: asyncio.Queue[bytes | _End | BaseException]

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -120,7 +121,10 @@ class ChunkWriter:
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, self.parallelism())
         md5 = hashlib.md5(usedforsecurity=False)
         sha256 = hashlib.sha256()
-        buffer = bytearray()
+        # Received bytes not yet in a chunk. A chunk is cut from them (one copy)
+        # only once a slot is free, so no finished chunk waits in memory.
+        pending: deque[bytes] = deque()
+        pending_size = 0
         total = 0
         slots = asyncio.Semaphore(self.parallelism())
         tasks: list[asyncio.Task[WrittenPiece]] = []
@@ -135,23 +139,25 @@ class ChunkWriter:
                 sha256.update(data)
                 if self._on_bytes is not None:
                     self._on_bytes(len(data))
-                buffer += data
+                pending.append(bytes(data))
+                pending_size += len(data)
                 # Hold back while the content could still be small enough to
                 # live inline in the database.
-                while len(buffer) >= chunk_size and total > inline_threshold:
-                    await self._start_chunk(tasks, slots, bytes(buffer[:chunk_size]), label)
-                    del buffer[:chunk_size]
+                while pending_size >= chunk_size and total > inline_threshold:
+                    await self._start_chunk(tasks, slots, pending, chunk_size, label)
+                    pending_size -= chunk_size
             if not tasks and total <= inline_threshold:
                 return WrittenContent(
                     size=total,
                     md5_hex=md5.hexdigest(),
                     sha256_hex=sha256.hexdigest(),
                     pieces=[],
-                    inline_data=bytes(buffer),
+                    inline_data=b"".join(pending),
                 )
-            while buffer:
-                await self._start_chunk(tasks, slots, bytes(buffer[:chunk_size]), label)
-                del buffer[:chunk_size]
+            while pending_size:
+                size = min(pending_size, chunk_size)
+                await self._start_chunk(tasks, slots, pending, size, label)
+                pending_size -= size
             pieces = list(await asyncio.gather(*tasks))
         except BaseException:
             await self._abandon(tasks)
@@ -168,7 +174,8 @@ class ChunkWriter:
         self,
         tasks: list[asyncio.Task[WrittenPiece]],
         slots: asyncio.Semaphore,
-        data: bytes,
+        pending: deque[bytes],
+        size: int,
         label: str,
     ) -> None:
         # Waiting for a slot is the backpressure: the stream is not read meanwhile.
@@ -178,6 +185,7 @@ class ChunkWriter:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 slots.release()
                 raise task.exception()  # type: ignore[misc]
+        data = _take(pending, size)
         tasks.append(asyncio.create_task(self._store_chunk(data, slots, label, len(tasks))))
 
     async def _store_chunk(
@@ -210,3 +218,16 @@ class ChunkWriter:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._gc.release_chunks(stored, reason="failed_upload"))
             log.info("upload_abandoned", chunks_released=len(stored))
+
+
+def _take(pending: deque[bytes], size: int) -> bytes:
+    """The first `size` bytes of `pending`, removed from it, as one bytes object."""
+    parts: list[bytes] = []
+    while size:
+        head = pending.popleft()
+        if len(head) > size:
+            pending.appendleft(head[size:])
+            head = head[:size]
+        parts.append(head)
+        size -= len(head)
+    return b"".join(parts)

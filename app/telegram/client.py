@@ -10,6 +10,7 @@ This client does not serialise calls; the dispatcher does (one worker per bot).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -84,12 +85,20 @@ class BotClient:
         }
         if caption:
             fields["caption"] = caption[:1024]
-        message = await self._call(
-            "sendDocument",
-            data=fields,
-            files={"document": (filename, data, "application/octet-stream")},
-            body_size=len(data),
-        )
+        # Not `data` itself: httpx keeps the request, and so its body, alive in a
+        # reference cycle (Response.stream -> BoundAsyncStream -> Response) that
+        # only the cyclic GC frees, seconds later. Each sent chunk would stay in
+        # memory until then. A file object, closed here, drops the chunk at once.
+        body = io.BytesIO(data)  # shares `data`'s buffer, no copy
+        try:
+            message = await self._call(
+                "sendDocument",
+                data=fields,
+                files={"document": (filename, body, "application/octet-stream")},
+                body_size=len(data),
+            )
+        finally:
+            body.close()
         return self._stored_document(message, expected_size=len(data))
 
     async def get_file(self, file_id: str) -> FileLocation:
