@@ -20,8 +20,10 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.metrics import Metrics
 from app.s3.service import S3Service
+from app.store.buckets import BucketStore
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
+from app.store.multipart import MultipartStore
 from app.store.reader import RangeReader
 from app.store.service import ObjectStore
 from app.store.writer import ChunkWriter
@@ -129,7 +131,12 @@ async def start_services(settings: Settings) -> Services:
     )
     reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
     store = ObjectStore(sessionmaker, writer, reader, gc)
-    s3 = S3Service(sessionmaker, store, max_upload_size=settings.max_upload_size)
+    s3 = S3Service(
+        store,
+        BucketStore(sessionmaker),
+        MultipartStore(sessionmaker, store),
+        max_upload_size=settings.max_upload_size,
+    )
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
     metrics.watch(

@@ -435,7 +435,8 @@ class S3Operation:
             xml.list_multipart_uploads_xml(
                 bucket=self._bucket(),
                 uploads=[
-                    xml.UploadEntry(key=u.key, upload_id=u.id, initiated=u.created_at) for u in page
+                    xml.UploadEntry(key=u.key, upload_id=u.upload_id, initiated=u.created_at)
+                    for u in page
                 ],
                 key_marker=key_marker or "",
                 upload_id_marker=upload_id_marker or "",
@@ -571,7 +572,9 @@ class S3Operation:
             content_type=self.headers.get("content-type"),
             metadata=self._metadata(),
         )
-        return _xml(xml.initiate_multipart_upload_xml(self._bucket(), self._key(), upload.id))
+        return _xml(
+            xml.initiate_multipart_upload_xml(self._bucket(), self._key(), upload.upload_id)
+        )
 
     async def upload_part(self) -> Response:
         etag = await self.s3.upload_part(

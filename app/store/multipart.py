@@ -1,0 +1,221 @@
+"""Multipart uploads: parts stored one by one, an object made of them at the end.
+
+A part's content goes through the same chunk writer as any upload (never
+inline: an object is inline or pieces, not both). A part copied from an
+existing object points into that object's chunks (metadata only). Completing
+writes the object from the listed parts' pieces in one transaction; the
+chunks of parts left out, replaced or aborted go to the GC ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import MultipartUpload, UploadPart
+from app.db.multipart import InvalidPart, InvalidPartOrder, MultipartRepository, UploadMissing
+from app.db.objects import ObjectRepository, PieceSpec
+from app.db.session import session_scope
+from app.store.errors import ObjectNotFound
+from app.store.service import ObjectInfo, ObjectStore
+
+__all__ = [
+    "InvalidPart",
+    "InvalidPartOrder",
+    "MultipartStore",
+    "PartInfo",
+    "UploadInfo",
+    "UploadMissing",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UploadInfo:
+    upload_id: str
+    bucket: str
+    key: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: MultipartUpload) -> UploadInfo:
+        return cls(row.id, row.bucket, row.key, row.created_at)
+
+
+@dataclass(frozen=True, slots=True)
+class PartInfo:
+    part_number: int
+    size: int
+    etag: str
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: UploadPart) -> PartInfo:
+        return cls(row.part_number, row.size, row.etag, row.created_at)
+
+
+class MultipartStore:
+    def __init__(
+        self, sessionmaker: async_sessionmaker[AsyncSession], objects: ObjectStore
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._objects = objects
+
+    async def create(
+        self, *, bucket: str, key: str, content_type: str, metadata: Mapping[str, Any]
+    ) -> UploadInfo:
+        async with session_scope(self._sessionmaker) as session:
+            row = await MultipartRepository(session).create(
+                bucket=bucket, key=key, content_type=content_type, user_metadata=dict(metadata)
+            )
+            return UploadInfo.from_row(row)
+
+    async def get(self, upload_id: str, *, bucket: str, key: str) -> UploadInfo | None:
+        async with session_scope(self._sessionmaker) as session:
+            row = await MultipartRepository(session).get(upload_id, bucket=bucket, key=key)
+            return UploadInfo.from_row(row) if row is not None else None
+
+    async def upload_part(
+        self,
+        upload: UploadInfo,
+        part_number: int,
+        body: AsyncIterator[bytes],
+        *,
+        max_size: int,
+        expected_size: int | None,
+    ) -> str:
+        """Store one part from a stream; returns its ETag (quoted MD5).
+
+        Raises UploadMissing (the upload was completed or aborted meanwhile;
+        the part's chunks are released) and UploadTooLarge."""
+        content = await self._objects.write_content(
+            body,
+            max_size=max_size,
+            label=f"{upload.key} part {part_number}",
+            allow_inline=False,
+            expected_size=expected_size,
+        )
+        etag = f'"{content.md5_hex}"'
+        try:
+            await self._put_part(upload, part_number, content.size, etag, content.piece_specs())
+        except BaseException:
+            await self._objects.discard(content)
+            raise
+        return etag
+
+    async def upload_part_copy(
+        self,
+        upload: UploadInfo,
+        part_number: int,
+        source: ObjectInfo,
+        start: int,
+        end: int,
+        *,
+        etag: str,
+    ) -> None:
+        """A part made of bytes [start, end) of an existing object, by
+        reference to its chunks. Raises ObjectNotFound if the source changed."""
+        if source.inline_data is not None:
+            # Small objects live in the database; a part must be in chunks.
+            await self.upload_part_from_bytes(
+                upload, part_number, source.inline_data[start:end], etag
+            )
+            return
+        async with session_scope(self._sessionmaker) as session:
+            pieces = await ObjectRepository(session).piece_specs(source.id, start, end)
+            if pieces is None:
+                raise ObjectNotFound(f"{source.bucket}/{source.key} changed while being copied")
+            await MultipartRepository(session).put_part(
+                upload.upload_id,
+                part_number,
+                size=end - start,
+                etag=etag,
+                pieces=pieces,
+                bucket=upload.bucket,
+                key=upload.key,
+            )
+
+    async def upload_part_from_bytes(
+        self, upload: UploadInfo, part_number: int, data: bytes, etag: str
+    ) -> None:
+        content = await self._objects.write_content(_single(data), allow_inline=False)
+        try:
+            await self._put_part(upload, part_number, len(data), etag, content.piece_specs())
+        except BaseException:
+            await self._objects.discard(content)
+            raise
+
+    async def _put_part(
+        self,
+        upload: UploadInfo,
+        part_number: int,
+        size: int,
+        etag: str,
+        pieces: Sequence[PieceSpec],
+    ) -> None:
+        async with session_scope(self._sessionmaker) as session:
+            await MultipartRepository(session).put_part(
+                upload.upload_id,
+                part_number,
+                size=size,
+                etag=etag,
+                pieces=pieces,
+                bucket=upload.bucket,
+                key=upload.key,
+            )
+
+    async def list_parts(
+        self, upload_id: str, *, bucket: str, key: str, after: int, limit: int
+    ) -> list[PartInfo]:
+        """Raises UploadMissing."""
+        async with session_scope(self._sessionmaker) as session:
+            rows = await MultipartRepository(session).list_parts(
+                upload_id, bucket=bucket, key=key, after=after, limit=limit
+            )
+            return [PartInfo.from_row(row) for row in rows]
+
+    async def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str,
+        key_marker: str | None,
+        upload_id_marker: str | None,
+        limit: int,
+    ) -> list[UploadInfo]:
+        async with session_scope(self._sessionmaker) as session:
+            rows = await MultipartRepository(session).list_uploads(
+                bucket,
+                prefix=prefix,
+                key_marker=key_marker,
+                upload_id_marker=upload_id_marker,
+                limit=limit,
+            )
+            return [UploadInfo.from_row(row) for row in rows]
+
+    async def abort(self, upload: UploadInfo) -> bool:
+        async with session_scope(self._sessionmaker) as session:
+            aborted = await MultipartRepository(session).abort(
+                upload.upload_id, bucket=upload.bucket, key=upload.key
+            )
+        self._objects.wake_gc()
+        return aborted
+
+    async def complete(
+        self, upload: UploadInfo, parts: Sequence[tuple[int, str]], *, name: str
+    ) -> ObjectInfo:
+        """Raises UploadMissing, InvalidPartOrder, InvalidPart."""
+        async with session_scope(self._sessionmaker) as session:
+            row = await MultipartRepository(session).complete(
+                upload.upload_id, parts, name=name, bucket=upload.bucket, key=upload.key
+            )
+            info = ObjectInfo.from_row(row, with_content=False)
+        self._objects.wake_gc()
+        return info
+
+
+async def _single(data: bytes) -> AsyncIterator[bytes]:
+    yield data
