@@ -46,18 +46,17 @@ import logging
 import math
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import common
 import structlog
+from common import CHAT_ID, KiB, MiB, SimulatorProcess
 
 from app.config import BotToken
 from app.telegram.client import BotClient
@@ -65,9 +64,6 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import RateLimited, TransientError
 from app.telegram.types import StoredDocument
 
-KiB = 1024
-MiB = 1024 * 1024
-CHAT_ID = -1001000000001
 TARGET_SHARE_OF_IDEAL = 0.90
 # Distinct payloads generated before the clock starts; chunk i sends POOL[i % len].
 PAYLOAD_POOL = 16
@@ -198,99 +194,33 @@ class Workload:
 # --- the simulator as a separate process ----------------------------------------------
 
 
-@dataclass
-class SimulatorProcess:
-    url: str
-    tokens: list[str]
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _teleuploader_command() -> list[str]:
-    script = Path(sys.executable).with_name("teleuploader")
-    if script.exists():
-        return [str(script)]
-    # Not installed as a console script: run the same entry point through Python.
-    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
-
-
-@contextlib.contextmanager
-def simulator_process(config: BenchConfig, workdir: Path) -> Iterator[SimulatorProcess]:
+def simulator_process(
+    config: BenchConfig, workdir: Path
+) -> contextlib.AbstractContextManager[SimulatorProcess]:
     """Start `teleuploader telegram-sim` on a free port; stop it on the way out."""
-    tokens_file = workdir / "tokens.txt"
-    log_path = workdir / "simulator.log"
-    port = _free_port()
-    command = [
-        *_teleuploader_command(),
-        "telegram-sim",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--bots",
-        str(config.bots),
-        "--chat-id",
-        str(CHAT_ID),
-        "--tokens-file",
-        str(tokens_file),
-        "--concurrency-limit",
-        "1",
-        "--collision-retry-after",
-        str(config.retry_after),
-        "--upload-bandwidth",
-        str(config.bandwidth),
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=log_file, stdin=subprocess.DEVNULL
-        )
-        try:
-            _wait_until_answering(process, url, log_path)
-            tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line]
-            yield SimulatorProcess(url=url, tokens=tokens, process=process, log_path=log_path)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    return common.simulator_process(
+        workdir,
+        bots=config.bots,
+        args=[
+            "--concurrency-limit",
+            "1",
+            "--collision-retry-after",
+            str(config.retry_after),
+            "--upload-bandwidth",
+            str(config.bandwidth),
+        ],
+        ready_within=30.0,
+        grace=10.0,
+    )
 
 
-def _wait_until_answering(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"the simulator exited with {process.returncode}:\n{log_path.read_text()}"
-            )
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/_sim/stats", timeout=1.0).status_code == 200:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"the simulator did not answer within 30 s:\n{log_path.read_text()}")
+async def sim_stats(sim: SimulatorProcess) -> dict[str, Any]:
+    # In a thread: a blocking request would stall the event loop meanwhile.
+    return await asyncio.to_thread(sim.stats)
 
 
-async def sim_stats(url: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        response = await http.get(f"{url}/_sim/stats")
-        response.raise_for_status()
-        stats: dict[str, Any] = response.json()
-        return stats
-
-
-async def sim_reset_stats(url: str) -> None:
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        response = await http.post(f"{url}/_sim/reset-stats")
-        response.raise_for_status()
+async def sim_reset_stats(sim: SimulatorProcess) -> None:
+    await asyncio.to_thread(sim.reset_stats)
 
 
 def make_clients(sim: SimulatorProcess) -> list[BotClient]:
@@ -480,10 +410,10 @@ async def run_round_robin(sim: SimulatorProcess, config: BenchConfig, workload: 
     try:
         # Same warm-up as the dispatcher gets: one getMe per bot opens its connection.
         await asyncio.gather(*(client.get_me() for client in pool.clients))
-        await sim_reset_stats(sim.url)
-        before = _messages(await sim_stats(sim.url))
+        await sim_reset_stats(sim)
+        before = _messages(await sim_stats(sim))
         outcome = await drive(pool.send_document, config, workload, "rr")
-        stats = await sim_stats(sim.url)
+        stats = await sim_stats(sim)
     finally:
         await pool.aclose()
     client_side = {
@@ -502,10 +432,10 @@ async def run_dispatcher(sim: SimulatorProcess, config: BenchConfig, workload: W
         broken = {bot: str(err) for bot, err in checked.items() if isinstance(err, Exception)}
         if broken:
             raise RuntimeError(f"getMe failed on the simulator: {broken}")
-        await sim_reset_stats(sim.url)
-        before = _messages(await sim_stats(sim.url))
+        await sim_reset_stats(sim)
+        before = _messages(await sim_stats(sim))
         outcome = await drive(dispatcher.send_document, config, workload, "pb")
-        stats = await sim_stats(sim.url)
+        stats = await sim_stats(sim)
         status = dispatcher.status()
     finally:
         await dispatcher.stop(grace=5.0)

@@ -67,8 +67,6 @@ import math
 import os
 import re
 import shutil
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -76,22 +74,29 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common import (
+    CHAT_ID,
+    Broken,
+    KiB,
+    MiB,
+    SimulatorProcess,
+    free_port,
+    running,
+    simulator_process,
+    teleuploader_command,
+    wait_until,
+)
 from pydantic import AliasChoices
 
 from app.config import MAX_CHUNK_SIZE, Settings
 
-KiB = 1024
-MiB = 1024 * KiB
 GiB = 1024 * MiB
-CHAT_ID = -1001000000001
 TARGET_UPLOAD_RATIO = 1.15
 RSS_BASE_ALLOWANCE = 100 * MiB
 TELEGRAM_SENDS_PER_MINUTE = 20
@@ -277,25 +282,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, Path | None]
     return config, args.json
 
 
-class Broken(Exception):
-    """Something failed that a working service does not fail: a non-zero exit."""
-
-
 # --- processes --------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _teleuploader_command() -> list[str]:
-    script = Path(sys.executable).with_name("teleuploader")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
 
 
 def _settings_env_names() -> set[str]:
@@ -320,125 +307,15 @@ def service_env(overrides: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _http(
-    url: str, *, method: str = "GET", body: Any = None, timeout: float = 10.0
-) -> tuple[int, bytes]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    with contextlib.suppress(OSError):
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    return ""
-
-
-def wait_until(
-    process: subprocess.Popen[bytes], url: str, log_path: Path, what: str, limit: float = 60.0
-) -> None:
-    """Poll `url` until it answers 200; fail if `process` exits first."""
-    deadline = time.monotonic() + limit
-    last = ""
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise Broken(f"{what} exited with {process.returncode}:\n{_tail(log_path)}")
-        with contextlib.suppress(OSError):
-            status, body = _http(url, timeout=2.0)
-            if status == 200:
-                return
-            last = f"{status} {body[:200]!r}"
-        time.sleep(0.05)
-    raise Broken(f"{what} did not answer 200 within {limit:.0f} s ({last}):\n{_tail(log_path)}")
-
-
-@contextlib.contextmanager
-def running(
-    command: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A subprocess with stdout and stderr in `log_path`; SIGTERM (then SIGKILL) at the end."""
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-        )
-        try:
-            yield process
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=40)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
-@dataclass
-class Simulator:
-    url: str
-    tokens: list[str]
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def stats(self) -> dict[str, Any]:
-        status, body = _http(f"{self.url}/_sim/stats")
-        if status != 200:
-            raise Broken(f"the simulator's /_sim/stats answered {status}")
-        stats: dict[str, Any] = json.loads(body)
-        return stats
-
-    def reset_stats(self) -> None:
-        _http(f"{self.url}/_sim/reset-stats", method="POST", body={})
-
-    def configure(self, **changes: Any) -> None:
-        status, body = _http(f"{self.url}/_sim/config", method="POST", body=changes)
-        if status != 200:
-            raise Broken(f"the simulator refused {changes}: {body[:200]!r}")
-
-
-@contextlib.contextmanager
-def simulator(config: BenchConfig, workdir: Path) -> Iterator[Simulator]:
-    tokens_file = workdir / "tokens.txt"
-    log_path = workdir / "simulator.log"
-    port = _free_port()
-    command = [
-        *_teleuploader_command(),
-        "telegram-sim",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--bots",
-        str(config.bots),
-        "--chat-id",
-        str(CHAT_ID),
-        "--tokens-file",
-        str(tokens_file),
-        "--concurrency-limit",
-        "1",
-        "--upload-bandwidth",
-        str(config.upload_bandwidth),
-    ]
+def simulator(
+    config: BenchConfig, workdir: Path
+) -> contextlib.AbstractContextManager[SimulatorProcess]:
+    args = ["--concurrency-limit", "1", "--upload-bandwidth", str(config.upload_bandwidth)]
     if config.download_bandwidth is not None:
-        command += ["--download-bandwidth", str(config.download_bandwidth)]
+        args += ["--download-bandwidth", str(config.download_bandwidth)]
     if config.sim_sends_per_minute is not None:
-        command += ["--sends-per-minute", str(config.sim_sends_per_minute)]
-    url = f"http://127.0.0.1:{port}"
-    with running(command, log_path, cwd=workdir) as process:
-        wait_until(process, f"{url}/_sim/stats", log_path, "the simulator")
-        tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line.strip()]
-        yield Simulator(url=url, tokens=tokens, process=process, log_path=log_path)
+        args += ["--sends-per-minute", str(config.sim_sends_per_minute)]
+    return simulator_process(workdir, bots=config.bots, args=args, cwd=workdir)
 
 
 @dataclass
@@ -452,7 +329,7 @@ class Service:
 
 def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
     done = subprocess.run(
-        [*_teleuploader_command(), *args],
+        [*teleuploader_command(), *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -466,12 +343,12 @@ def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
 
 
 @contextlib.contextmanager
-def service(config: BenchConfig, sim: Simulator, workdir: Path) -> Iterator[Service]:
+def service(config: BenchConfig, sim: SimulatorProcess, workdir: Path) -> Iterator[Service]:
     """Migrate a fresh SQLite database, create a key, run `teleuploader serve`."""
     database = workdir / "teleuploader.db"
     for stale in (database, *(database.with_name(database.name + s) for s in ("-wal", "-shm"))):
         stale.unlink(missing_ok=True)  # a --workdir used before: start fresh
-    port = _free_port()
+    port = free_port()
     # Only what the bench must set; SENDS_PER_MINUTE and the rest keep their defaults.
     env = service_env(
         {
@@ -493,7 +370,7 @@ def service(config: BenchConfig, sim: Simulator, workdir: Path) -> Iterator[Serv
     log_path = workdir / "service.log"
     url = f"http://127.0.0.1:{port}"
     # cwd is the work dir, so that no .env file of the checkout is read.
-    with running([*_teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
+    with running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
         wait_until(process, f"{url}/ready", log_path, "the service")
         yield Service(url=url, key=key, database=database, process=process, log_path=log_path)
 
@@ -817,7 +694,7 @@ def first_chunk(database: Path, public_id: str) -> tuple[int, str, int]:
 
 
 def measure_chunk_fetch(
-    sim: Simulator, database: Path, public_id: str, repeats: int = CHUNK_FETCH_REPEATS
+    sim: SimulatorProcess, database: Path, public_id: str, repeats: int = CHUNK_FETCH_REPEATS
 ) -> ChunkFetch:
     """What the service must do for a chunk, done by curl: getFile, then the file."""
     bot_id, file_id, size = first_chunk(database, public_id)
@@ -983,7 +860,12 @@ def check_download(config: BenchConfig, report: Report) -> None:
 
 
 def ttfb_probe(
-    config: BenchConfig, sim: Simulator, svc: Service, url: str, headers_file: Path, public_id: str
+    config: BenchConfig,
+    sim: SimulatorProcess,
+    svc: Service,
+    url: str,
+    headers_file: Path,
+    public_id: str,
 ) -> Probe:
     """First body byte and one chunk fetch with throttled downloads, then restore."""
     assert config.probe_bandwidth is not None

@@ -55,10 +55,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from common import add_repo_to_path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+add_repo_to_path()  # for tests.*, which is not installed
 
 from app.config import Settings  # noqa: E402
 from tests.deploy.conftest import Processes  # noqa: E402

@@ -1,0 +1,228 @@
+"""Plumbing the benchmarks share: free ports, the `teleuploader` command line,
+child processes with their logs, and the Telegram simulator as a subprocess.
+
+Each bench script used to carry its own copy of these; a fix to one (a port
+race, a stop that hangs, a log that is not shown) then missed the others.
+
+The scripts run as `python bench/<name>.py`, not as a package. Python puts the
+script's own directory first on sys.path, wherever it is started from, so they
+import this module as plain `common`.
+
+Standard library only (urllib for HTTP), so that importing it adds no
+dependency to a script that does not already have it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+KiB = 1024
+MiB = 1024 * KiB
+# The storage chat the simulator serves and the benches send to.
+CHAT_ID = -1001000000001
+# The checkout this file lives in (bench/..).
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Broken(RuntimeError):
+    """Something failed that a working service does not fail: a non-zero exit.
+
+    A RuntimeError, so that callers which only know that (or let it end the
+    run with a traceback) still treat it as the failure it is.
+    """
+
+
+def add_repo_to_path() -> None:
+    """Make the checkout importable: `tests.*` helpers are not installed with the
+    package, and sys.path starts at bench/, not at the checkout."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now.
+
+    The kernel picks it; the socket is closed before the child binds it, so
+    another process could take it in between (rare enough for a bench)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def teleuploader_command() -> list[str]:
+    """How to run the `teleuploader` CLI with this interpreter's environment.
+
+    The console script next to sys.executable when the package is installed;
+    otherwise the same entry point through Python, so a bare checkout works."""
+    script = Path(sys.executable).with_name("teleuploader")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log, for error messages ('' if unreadable):
+    enough to show why a child died without flooding the terminal."""
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def http_request(
+    url: str, *, method: str = "GET", body: Any = None, timeout: float = 10.0
+) -> tuple[int, bytes]:
+    """(status, body) of one request; a JSON `body` is sent as JSON.
+
+    HTTP errors come back as a status rather than an exception, so that callers
+    can say what the server answered; connection errors (OSError) propagate."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_until(
+    process: subprocess.Popen[bytes], url: str, log_path: Path, what: str, limit: float = 60.0
+) -> None:
+    """Poll `url` until it answers 200; fail if `process` exits first.
+
+    A child that cannot start (a port taken, a bad flag) otherwise shows up
+    only later as connection errors far from the cause; this raises `Broken`
+    with the tail of its log instead."""
+    deadline = time.monotonic() + limit
+    last = ""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise Broken(f"{what} exited with {process.returncode}:\n{tail(log_path)}")
+        with contextlib.suppress(OSError):
+            status, body = http_request(url, timeout=2.0)
+            if status == 200:
+                return
+            last = f"{status} {body[:200]!r}"
+        time.sleep(0.05)
+    raise Broken(f"{what} did not answer 200 within {limit:.0f} s ({last}):\n{tail(log_path)}")
+
+
+@contextlib.contextmanager
+def running(
+    command: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    grace: float = 40.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess with stdout and stderr in `log_path`; SIGTERM at the end,
+    SIGKILL after `grace` seconds, so that no child outlives the bench (a
+    leftover simulator would hold its port and skew the next run)."""
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+        )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+@dataclass
+class SimulatorProcess:
+    """A running `teleuploader telegram-sim`: where it listens, the bot tokens
+    it issued, and its process and log (for CPU readings and post-mortems)."""
+
+    url: str
+    tokens: list[str]
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stats(self) -> dict[str, Any]:
+        """The simulator's own counters (/_sim/stats): what Telegram would have
+        seen, which the client side cannot count for itself."""
+        status, body = http_request(f"{self.url}/_sim/stats")
+        if status != 200:
+            raise Broken(f"the simulator's /_sim/stats answered {status}")
+        stats: dict[str, Any] = json.loads(body)
+        return stats
+
+    def reset_stats(self) -> None:
+        """Zero the counters, so that the next reading covers one phase only."""
+        status, body = http_request(f"{self.url}/_sim/reset-stats", method="POST", body={})
+        if status != 200:
+            raise Broken(f"the simulator's /_sim/reset-stats answered {status}: {body[:200]!r}")
+
+    def configure(self, **changes: Any) -> None:
+        """Change settings of the running simulator (e.g. download_bandwidth)."""
+        status, body = http_request(f"{self.url}/_sim/config", method="POST", body=changes)
+        if status != 200:
+            raise Broken(f"the simulator refused {changes}: {body[:200]!r}")
+
+
+@contextlib.contextmanager
+def simulator_process(
+    workdir: Path,
+    *,
+    bots: int,
+    args: Sequence[str] = (),
+    chat_id: int = CHAT_ID,
+    cwd: Path | None = None,
+    ready_within: float = 60.0,
+    grace: float = 40.0,
+) -> Iterator[SimulatorProcess]:
+    """Start `teleuploader telegram-sim` with `bots` bots on a free port, wait
+    until it answers, stop it on the way out.
+
+    It runs as a separate process so that the server's work shares neither an
+    event loop nor a CPU with the client being measured. `args` are further
+    telegram-sim flags (bandwidths, limits); its tokens are written to and read
+    back from `workdir`/tokens.txt, its output goes to `workdir`/simulator.log."""
+    tokens_file = workdir / "tokens.txt"
+    log_path = workdir / "simulator.log"
+    port = free_port()
+    command = [
+        *teleuploader_command(),
+        "telegram-sim",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--bots",
+        str(bots),
+        "--chat-id",
+        str(chat_id),
+        "--tokens-file",
+        str(tokens_file),
+        *args,
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with running(command, log_path, cwd=cwd, grace=grace) as process:
+        wait_until(process, f"{url}/_sim/stats", log_path, "the simulator", limit=ready_within)
+        tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line.strip()]
+        yield SimulatorProcess(url=url, tokens=tokens, process=process, log_path=log_path)
