@@ -33,6 +33,7 @@ from app.s3.names import split_path, validate_bucket_name, validate_object_key
 from app.s3.payload import request_body, strip_aws_chunked
 from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service
 from app.s3.sigv4 import VerifiedRequest, is_sigv4_request, parse_query, verify_request
+from app.services import Services
 from app.store.errors import ContentUnavailable, ObjectNotFound
 from app.store.service import ObjectInfo
 from app.telegram.errors import DispatcherClosed, NoUsableBot, TelegramError
@@ -59,7 +60,7 @@ RESPONSE_OVERRIDES = {
 }
 _COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
-ServiceLookup = Callable[[Scope], Any]
+ServiceLookup = Callable[[Scope], Services | None]
 
 
 class S3Gateway:
@@ -82,7 +83,7 @@ class S3Gateway:
         await response(scope, receive, send)
 
 
-def _virtual_host_bucket(headers: Headers, services: Any) -> str | None:
+def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | None:
     domain = services.settings.s3_domain if services is not None else None
     if not domain:
         return None
@@ -93,7 +94,9 @@ def _virtual_host_bucket(headers: Headers, services: Any) -> str | None:
     return None
 
 
-async def _handle(request: Request, services: Any, virtual_bucket: str | None) -> Response:
+async def _handle(
+    request: Request, services: Services | None, virtual_bucket: str | None
+) -> Response:
     path = request.scope.get("raw_path") or request.scope["path"].encode()
     try:
         if services is None:
@@ -198,7 +201,7 @@ class S3Operation:
     def __init__(
         self,
         request: Request,
-        services: Any,
+        services: Services,
         verified: VerifiedRequest,
         bucket: str | None,
         key: str | None,
