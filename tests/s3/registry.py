@@ -152,7 +152,7 @@ def build_oci_image(
         }
     ).encode()
     manifest_blob = _write_blob(directory, manifest, OCI_MANIFEST)
-    index = {
+    index: dict[str, object] = {
         "schemaVersion": 2,
         "manifests": [
             {
