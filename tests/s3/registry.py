@@ -152,7 +152,7 @@ def build_oci_image(
         }
     ).encode()
     manifest_blob = _write_blob(directory, manifest, OCI_MANIFEST)
-    index: dict[str, object] = {
+    image_index = {
         "schemaVersion": 2,
         "manifests": [
             {
@@ -161,7 +161,7 @@ def build_oci_image(
             }
         ],
     }
-    (directory / "index.json").write_text(json.dumps(index))
+    (directory / "index.json").write_text(json.dumps(image_index))
     return Image(manifest, manifest_blob.digest, config_blob, layers)
 
 
