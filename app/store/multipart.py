@@ -100,7 +100,7 @@ class MultipartStore:
         )
         etag = f'"{content.md5_hex}"'
         try:
-            await self._put_part(upload, part_number, content.size, etag, content.piece_specs())
+            await self._put_part(upload, part_number, content.size, etag, content.pieces)
         except BaseException:
             await self._objects.discard(content)
             raise
@@ -143,7 +143,7 @@ class MultipartStore:
     ) -> None:
         content = await self._objects.write_content(_single(data), allow_inline=False)
         try:
-            await self._put_part(upload, part_number, len(data), etag, content.piece_specs())
+            await self._put_part(upload, part_number, len(data), etag, content.pieces)
         except BaseException:
             await self._objects.discard(content)
             raise

@@ -129,7 +129,7 @@ class ObjectStore:
             sha256=content.sha256_hex,
             user_metadata=dict(metadata or {}),
             inline_data=content.inline_data,
-            pieces=content.piece_specs(),
+            pieces=content.pieces,
         )
         try:
             async with session_scope(self._sessionmaker) as session:

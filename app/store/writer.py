@@ -36,30 +36,18 @@ log = structlog.get_logger("app.store.writer")
 
 
 @dataclass(frozen=True, slots=True)
-class WrittenPiece:
-    """A run of bytes inside a stored chunk."""
-
-    chunk_id: int
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True, slots=True)
 class WrittenContent:
     """What a finished stream became: hashes plus either pieces or inline bytes."""
 
     size: int
     md5_hex: str
     sha256_hex: str
-    pieces: list[WrittenPiece]
+    pieces: list[PieceSpec]
     inline_data: bytes | None
 
     @property
     def chunk_ids(self) -> list[int]:
         return [piece.chunk_id for piece in self.pieces]
-
-    def piece_specs(self) -> list[PieceSpec]:
-        return [PieceSpec(p.chunk_id, p.offset, p.length) for p in self.pieces]
 
 
 def plan_chunk_size(expected_size: int | None, max_chunk: int, lanes: int) -> int:
@@ -127,7 +115,7 @@ class ChunkWriter:
         pending_size = 0
         total = 0
         slots = asyncio.Semaphore(self.parallelism())
-        tasks: list[asyncio.Task[WrittenPiece]] = []
+        tasks: list[asyncio.Task[PieceSpec]] = []
         try:
             async for data in stream:
                 if not data:
@@ -172,7 +160,7 @@ class ChunkWriter:
 
     async def _start_chunk(
         self,
-        tasks: list[asyncio.Task[WrittenPiece]],
+        tasks: list[asyncio.Task[PieceSpec]],
         slots: asyncio.Semaphore,
         pending: deque[bytes],
         size: int,
@@ -190,7 +178,7 @@ class ChunkWriter:
 
     async def _store_chunk(
         self, data: bytes, slots: asyncio.Semaphore, label: str, index: int
-    ) -> WrittenPiece:
+    ) -> PieceSpec:
         try:
             filename = f"{secrets.token_hex(8)}.bin"
             caption = f"{label} #{index}" if label else None
@@ -203,16 +191,16 @@ class ChunkWriter:
                 # Telegram has it but the database does not: it must not stay.
                 self._gc.enqueue_document(document, reason="failed_upload")
                 raise
-            return WrittenPiece(chunk_id=chunk.id, offset=0, length=len(data))
+            return PieceSpec(chunk_id=chunk.id, offset=0, length=len(data))
         finally:
             slots.release()
 
-    async def _abandon(self, tasks: list[asyncio.Task[WrittenPiece]]) -> None:
+    async def _abandon(self, tasks: list[asyncio.Task[PieceSpec]]) -> None:
         """Cancel chunks still in flight and release the stored ones to GC."""
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        stored = [r.chunk_id for r in results if isinstance(r, WrittenPiece)]
+        stored = [r.chunk_id for r in results if isinstance(r, PieceSpec)]
         if stored:
             # Shielded: this runs while the caller is being cancelled.
             with contextlib.suppress(Exception):
