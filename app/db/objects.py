@@ -177,6 +177,22 @@ class ObjectRepository:
         )
         return builtins.list(await self._session.scalars(query))
 
+    async def covering_pieces(
+        self, object_id: int, start: int, end: int
+    ) -> builtins.list[tuple[PieceSpec, Chunk]] | None:
+        """Object bytes [start, end) as pieces trimmed to the range, each with
+        its chunk; None when they no longer cover the range (the object was
+        replaced or deleted since `object_id` was read)."""
+        trimmed: builtins.list[tuple[PieceSpec, Chunk]] = []
+        for piece, chunk in await self.pieces(object_id, start, end):
+            first = max(start, piece.start)
+            last = min(end, piece.end)
+            spec = PieceSpec(piece.chunk_id, piece.offset + (first - piece.start), last - first)
+            trimmed.append((spec, chunk))
+        if sum(spec.length for spec, _ in trimmed) != max(0, end - start):
+            return None
+        return trimmed
+
     async def piece_specs(
         self, object_id: int, start: int, end: int
     ) -> builtins.list[PieceSpec] | None:
@@ -187,16 +203,8 @@ class ObjectRepository:
         Takes the write lock first: the copy is written in this transaction.
         """
         await lock_database_for_write(self._session)
-        specs: builtins.list[PieceSpec] = []
-        for piece, _chunk in await self.pieces(object_id, start, end):
-            first = max(start, piece.start)
-            last = min(end, piece.start + piece.length)
-            specs.append(
-                PieceSpec(piece.chunk_id, piece.offset + (first - piece.start), last - first)
-            )
-        if sum(spec.length for spec in specs) != max(0, end - start):
-            return None
-        return specs
+        trimmed = await self.covering_pieces(object_id, start, end)
+        return None if trimmed is None else [spec for spec, _ in trimmed]
 
     # --- writing --------------------------------------------------------------
 

@@ -257,30 +257,25 @@ class ObjectStore:
         if info.inline_data is not None or info.size <= 0:
             return _from_bytes((info.inline_data or b"")[start:end])
         async with session_scope(self._sessionmaker) as session:
-            rows = await ObjectRepository(session).pieces(info.id, start, end)
-            spans = []
-            covered = 0
-            for piece, chunk in rows:
-                first = max(start, piece.start)
-                last = min(end, piece.start + piece.length)
-                covered += last - first
-                spans.append(
-                    PieceSpan(
-                        chunk=ChunkRef(
-                            chunk_id=chunk.id,
-                            bot_id=chunk.bot_id,
-                            file_id=chunk.file_id,
-                            chat_id=chunk.chat_id,
-                            message_id=chunk.message_id,
-                            size=chunk.size,
-                        ),
-                        offset=piece.offset + (first - piece.start),
-                        length=last - first,
-                    )
-                )
-        if covered != end - start:
+            trimmed = await ObjectRepository(session).covering_pieces(info.id, start, end)
+        if trimmed is None:
             # The object was replaced or deleted after `info` was read.
             raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")
+        spans = [
+            PieceSpan(
+                chunk=ChunkRef(
+                    chunk_id=chunk.id,
+                    bot_id=chunk.bot_id,
+                    file_id=chunk.file_id,
+                    chat_id=chunk.chat_id,
+                    message_id=chunk.message_id,
+                    size=chunk.size,
+                ),
+                offset=spec.offset,
+                length=spec.length,
+            )
+            for spec, chunk in trimmed
+        ]
         return self._reader.stream(spans)
 
     # --- deleting -----------------------------------------------------------------
