@@ -38,7 +38,7 @@ from app.db.models import (
     StoredObject,
     UploadPart,
 )
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, prefix_upper_bound
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, key_prefix_bounds
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -170,12 +170,9 @@ class MultipartRepository:
         """
         if limit <= 0:
             return []
-        query = select(MultipartUpload).where(MultipartUpload.bucket == bucket)
-        if prefix:
-            query = query.where(MultipartUpload.key >= prefix)
-            upper = prefix_upper_bound(prefix)
-            if upper is not None:
-                query = query.where(MultipartUpload.key < upper)
+        query = select(MultipartUpload).where(
+            MultipartUpload.bucket == bucket, *key_prefix_bounds(MultipartUpload.key, prefix)
+        )
         if key_marker is not None:
             if upload_id_marker:
                 query = query.where(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, delete, func, insert, select
+from sqlalchemy import ColumnElement, Select, SQLColumnExpression, delete, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
@@ -40,6 +40,18 @@ def prefix_upper_bound(prefix: str) -> str | None:
             successor = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
             return "".join(chars) + chr(successor)
     return None
+
+
+def key_prefix_bounds(column: SQLColumnExpression[str], prefix: str) -> list[ColumnElement[bool]]:
+    """WHERE clauses for "the key starts with `prefix`" that an index range
+    scan can use (LIKE cannot, and would need escaping); none for ''."""
+    if not prefix:
+        return []
+    bounds = [column >= prefix]
+    upper = prefix_upper_bound(prefix)
+    if upper is not None:
+        bounds.append(column < upper)
+    return bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +172,9 @@ class ObjectRepository:
         """
         if limit <= 0:
             return []
-        query = select(StoredObject).where(StoredObject.bucket == bucket)
-        if prefix:
-            query = query.where(StoredObject.key >= prefix)
-            upper = prefix_upper_bound(prefix)
-            if upper is not None:
-                query = query.where(StoredObject.key < upper)
+        query = select(StoredObject).where(
+            StoredObject.bucket == bucket, *key_prefix_bounds(StoredObject.key, prefix)
+        )
         if after_key is not None:
             query = query.where(StoredObject.key > after_key)
         if from_key is not None:
