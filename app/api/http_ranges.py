@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import quote
 
@@ -67,15 +67,21 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     return ByteRange(start, end)
 
 
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def http_date(moment: datetime) -> str:
-    return format_datetime(moment.replace(microsecond=0), usegmt=True)
+    """``Mon, 30 Nov 2026 08:00:00 GMT`` for ``Last-Modified`` (naive means UTC)."""
+    return format_datetime(_utc(moment).replace(microsecond=0), usegmt=True)
 
 
 def parse_http_date(value: str | None) -> datetime | None:
+    """An HTTP date (``If-Modified-Since``...) as an aware UTC datetime, or None."""
     if not value:
         return None
     try:
-        return parsedate_to_datetime(value)
+        return _utc(parsedate_to_datetime(value))
     except (TypeError, ValueError, IndexError):
         return None
 

@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.http_ranges import RangeNotSatisfiable, parse_range
+from app.api.http_ranges import RangeNotSatisfiable, http_date, parse_http_date, parse_range
 from app.s3 import xml
 from app.s3.errors import S3Error
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
@@ -696,7 +696,7 @@ def _title(header: str) -> str:
 def _object_headers(info: ObjectInfo) -> dict[str, str]:
     headers = {
         "ETag": info.etag,
-        "Last-Modified": xml.http_date(info.updated_at),
+        "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
         "Content-Type": info.content_type,
     }
@@ -725,13 +725,13 @@ def _check_preconditions(headers: Mapping[str, str], info: ObjectInfo) -> int | 
     if if_match is not None and not _etag_in(if_match, info.etag):
         return 412
     if if_match is None:
-        since = xml.parse_http_date(headers.get("if-unmodified-since", ""))
+        since = parse_http_date(headers.get("if-unmodified-since", ""))
         if since is not None and modified > since:
             return 412
     if_none_match = headers.get("if-none-match")
     if if_none_match is not None:
         return 304 if _etag_in(if_none_match, info.etag) else None
-    since = xml.parse_http_date(headers.get("if-modified-since", ""))
+    since = parse_http_date(headers.get("if-modified-since", ""))
     if since is not None and modified <= since:
         return 304
     return None
@@ -746,8 +746,8 @@ def _check_copy_preconditions(headers: Mapping[str, str], info: ObjectInfo) -> b
     none_match = headers.get("x-amz-copy-source-if-none-match")
     if none_match is not None and _etag_in(none_match, info.etag):
         return True
-    unmodified = xml.parse_http_date(headers.get("x-amz-copy-source-if-unmodified-since", ""))
+    unmodified = parse_http_date(headers.get("x-amz-copy-source-if-unmodified-since", ""))
     if unmodified is not None and modified > unmodified:
         return True
-    since = xml.parse_http_date(headers.get("x-amz-copy-source-if-modified-since", ""))
+    since = parse_http_date(headers.get("x-amz-copy-source-if-modified-since", ""))
     return since is not None and modified <= since

@@ -25,7 +25,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
 from typing import Final, NamedTuple
 from urllib.parse import quote
 from xml.etree.ElementTree import Element, ParseError
@@ -53,20 +52,6 @@ def iso8601(when: datetime) -> str:
     """``2026-11-30T08:00:00.000Z`` (UTC, milliseconds; naive means UTC)."""
     when = _utc(when)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
-
-
-def http_date(when: datetime) -> str:
-    """``Mon, 30 Nov 2026 08:00:00 GMT`` for ``Last-Modified``/``Date``."""
-    return format_datetime(_utc(when).replace(microsecond=0), usegmt=True)
-
-
-def parse_http_date(value: str) -> datetime | None:
-    """An HTTP date (``If-Modified-Since``...) as an aware UTC datetime, or ``None``."""
-    try:
-        parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return _utc(parsed)
 
 
 # --------------------------------------------------------------------------- writing

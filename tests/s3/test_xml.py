@@ -13,6 +13,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from app.api.http_ranges import http_date, parse_http_date
 from app.s3.errors import S3Error
 from app.s3.xml import (
     MAX_DELETE_KEYS,
@@ -29,7 +30,6 @@ from app.s3.xml import (
     delete_result_xml,
     error_xml,
     escape,
-    http_date,
     initiate_multipart_upload_xml,
     iso8601,
     list_buckets_xml,
@@ -41,7 +41,6 @@ from app.s3.xml import (
     parse_complete_multipart,
     parse_create_bucket_configuration,
     parse_delete_objects,
-    parse_http_date,
     s3_error_xml,
     versioning_configuration_xml,
 )
