@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 EXIT_USAGE = 2
+DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
 T = TypeVar("T")
 
 
@@ -149,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
-        default=os.environ.get("TELEUPLOADER_URL", "http://127.0.0.1:4000"),
-        help="the service (env TELEUPLOADER_URL; default http://127.0.0.1:4000)",
+        default=os.environ.get("TELEUPLOADER_URL", DEFAULT_SERVICE_URL),
+        help=f"the service (env TELEUPLOADER_URL; default {DEFAULT_SERVICE_URL})",
     )
     parser.add_argument(
         "--key",

@@ -28,7 +28,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-DEFAULT_URL = "http://127.0.0.1:4000"
 BLOCK = 1024 * 1024
 
 
