@@ -717,33 +717,17 @@ def _verify_header(
             )
         payload_hash = EMPTY_SHA256
     payload_hash = payload_hash.strip()
-    mode, expected = _payload_mode(payload_hash, presigned=False)
-    _check_unsigned_amz_headers(collected, signed_headers)
-
-    signing_key = derive_signing_key(secret, credential.date, credential.region, credential.service)
-    candidates = _canonical_requests(
+    return _checked(
         method,
         raw_path,
         _query_candidates(query_string),
         collected,
-        signed_headers,
-        payload_hash,
-    )
-    _check_signature(candidates, amz_date, credential, signing_key, signature)
-
-    return VerifiedRequest(
-        access_key=credential.access_key,
-        payload_mode=mode,
-        expected_sha256=expected,
-        amz_date=amz_date,
-        scope=credential.scope,
-        region=credential.region,
-        seed_signature=signature.lower(),
-        signing_key=signing_key,
+        credential=credential,
+        secret=secret,
         signed_headers=signed_headers,
-        presigned=False,
-        decoded_content_length=_int_header(collected, "x-amz-decoded-content-length"),
-        declared_trailers=_declared_trailers(collected),
+        signature=signature,
+        payload_hash=payload_hash,
+        amz_date=amz_date,
     )
 
 
@@ -823,18 +807,45 @@ def _verify_presigned(
             },
         )
 
-    payload_hash = params.get("X-Amz-Content-Sha256", UNSIGNED_PAYLOAD)
-    mode, expected = _payload_mode(payload_hash, presigned=True)
-    _check_unsigned_amz_headers(collected, signed_headers)
-
-    signing_key = derive_signing_key(secret, credential.date, credential.region, credential.service)
-    candidates = _canonical_requests(
+    return _checked(
         method,
         raw_path,
         _query_candidates(query_string, exclude=("X-Amz-Signature",)),
         collected,
-        signed_headers,
-        payload_hash,
+        credential=credential,
+        secret=secret,
+        signed_headers=signed_headers,
+        signature=signature,
+        payload_hash=params.get("X-Amz-Content-Sha256", UNSIGNED_PAYLOAD),
+        amz_date=amz_date,
+        expires_at=expires_at,
+    )
+
+
+def _checked(
+    method: str,
+    raw_path: bytes,
+    query_candidates: list[bytes],
+    collected: Mapping[str, list[str]],
+    *,
+    credential: _Credential,
+    secret: str,
+    signed_headers: tuple[str, ...],
+    signature: str,
+    payload_hash: str,
+    amz_date: str,
+    expires_at: datetime | None = None,
+) -> VerifiedRequest:
+    """The part both forms share: check the signature over the canonical
+    request and describe what was verified. `expires_at` is set for presigned
+    URLs (their payload is never signed)."""
+    presigned = expires_at is not None
+    mode, expected = _payload_mode(payload_hash, presigned=presigned)
+    _check_unsigned_amz_headers(collected, signed_headers)
+
+    signing_key = derive_signing_key(secret, credential.date, credential.region, credential.service)
+    candidates = _canonical_requests(
+        method, raw_path, query_candidates, collected, signed_headers, payload_hash
     )
     _check_signature(candidates, amz_date, credential, signing_key, signature)
 
@@ -848,7 +859,7 @@ def _verify_presigned(
         seed_signature=signature.lower(),
         signing_key=signing_key,
         signed_headers=signed_headers,
-        presigned=True,
+        presigned=presigned,
         expires_at=expires_at,
         decoded_content_length=_int_header(collected, "x-amz-decoded-content-length"),
         declared_trailers=_declared_trailers(collected),
