@@ -98,3 +98,35 @@ def test_token_parse_keeps_only_the_id_in_text() -> None:
     assert token.bot_id == 123456
     assert token.value == T1
     assert str(token) == repr(token).removeprefix("BotToken(").removesuffix(")") == "123456:***"
+
+
+def test_s3_credentials_are_pairs_with_real_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "S3_CREDENTIALS", "registry:a-long-random-secret-1, gitea:another-long-secret-2"
+    )
+    monkeypatch.setenv("S3_ACCESS_KEY_ID", "single")
+    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "the-single-pair-secret")
+    settings = load_settings()
+    secrets = {key: value.get_secret_value() for key, value in settings.s3_credentials.items()}
+    assert secrets == {
+        "registry": "a-long-random-secret-1",
+        "gitea": "another-long-secret-2",
+        "single": "the-single-pair-secret",
+    }
+    assert "a-long-random-secret-1" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    "value", ["registry:tooshort1", "registry:", "registry", "x:a-long-random-secret-1"]
+)
+def test_an_s3_pair_without_a_real_secret_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("S3_CREDENTIALS", value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith("invalid settings: S3_CREDENTIALS:")
+    assert "\n" not in message
+    secret = value.partition(":")[2]
+    assert not secret or secret not in message

@@ -11,8 +11,11 @@ from typing import Any, TypeVar
 import boto3
 import httpx
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.client import BaseClient
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually
@@ -555,3 +558,22 @@ async def test_native_routes_still_work_beside_s3(s3: S3) -> None:
         assert (await http.get("/health")).json() == {"status": "ok"}
         unsigned = await http.get("/box/anything")
     assert unsigned.status_code == 404
+
+
+async def test_virtual_host_style_with_s3_domain(start_service: ServiceFactory) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET}, s3_domain="s3.test")
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="vhost")
+    await s3("put_object", Bucket="vhost", Key="dir/a.txt", Body=b"virtual")
+    port = service.url.rsplit(":", 1)[1]
+    # Signed for https://vhost.s3.test:<port>/dir/a.txt, sent to this machine.
+    request = AWSRequest(method="GET", url=f"http://vhost.s3.test:{port}/dir/a.txt")
+    S3SigV4Auth(Credentials(ACCESS_KEY, SECRET), "s3", "us-east-1").add_auth(request)
+    # botocore signs the Host of the URL but does not set the header itself.
+    headers = {**dict(request.headers.items()), "Host": f"vhost.s3.test:{port}"}
+    async with service.client() as http:
+        got = await http.get("/dir/a.txt", headers=headers)
+        missing = await http.get("/dir/none.txt", headers=headers)
+    assert got.status_code == 200, got.text
+    assert got.content == b"virtual"
+    assert missing.status_code == 403  # signed for another path

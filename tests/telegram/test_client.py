@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -170,3 +171,27 @@ async def test_file_download_streams_the_bytes(client: BotClient) -> None:
 def test_repr_and_str_never_show_the_secret() -> None:
     assert TOKEN.secret not in repr(TOKEN) + str(TOKEN)
     assert str(TOKEN) == "4242:***"
+
+
+async def test_a_call_is_cut_off_at_its_size_scaled_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Budget = connect + size / TELEGRAM_FLOOR_BANDWIDTH + processing allowance.
+    monkeypatch.setattr("app.telegram.client.CONNECT_TIMEOUT", 0.05)
+    monkeypatch.setattr("app.telegram.client.SERVER_PROCESSING_ALLOWANCE", 0.05)
+    client = BotClient(TOKEN, api_base=API, floor_bandwidth=1000)
+
+    async def stall(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200)
+
+    try:
+        with respx.mock:
+            respx.post(method_url("sendDocument")).mock(side_effect=stall)
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(TransientError, match=r"sendDocument timed out after 0s"):
+                await client.send_document(-100, b"x" * 200, "a.bin")  # 0.1 + 0.2 s budget
+            elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        await client.aclose()
+    assert elapsed < 2
