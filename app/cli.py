@@ -356,7 +356,7 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         bots=args.bots,
         chat_id=args.chat_id,
         tokens_file=args.tokens_file,
-        max_concurrent_uploads_per_bot=args.concurrency_limit,
+        max_concurrent_calls_per_bot=args.concurrency_limit,
         collision_retry_after=args.collision_retry_after,
         sends_per_minute=args.sends_per_minute,
         latency=args.latency,

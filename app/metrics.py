@@ -59,6 +59,17 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.abandoned_sends = Counter(
+            "teleuploader_abandoned_sends",
+            "Uploads to Telegram given up on a timeout while Telegram may still post them: "
+            "each may leave a message no chunk row knows of (an orphan).",
+            ["bot_id"],
+            registry=self.registry,
+        )
+
+    def observe_abandoned_send(self, bot_id: int) -> None:
+        self.abandoned_sends.labels(str(bot_id)).inc()
+
     def observe_attempt(self, bot_id: int, method: str, outcome: str, seconds: float) -> None:
         self.telegram_call_duration.labels(str(bot_id), method, outcome).observe(seconds)
 
@@ -120,7 +131,8 @@ class _LiveCollector(Collector):
         )
         errors = CounterMetricFamily(
             "teleuploader_bot_errors",
-            "Failed Telegram calls by kind (rate_limited, transient, permanent, bot_unusable).",
+            "Failed Telegram calls by kind (rate_limited, abandoned: timed out while Telegram "
+            "may still be working, transient, permanent, bot_unusable).",
             labels=["bot_id", "kind"],
         )
         for status in statuses:

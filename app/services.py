@@ -97,6 +97,7 @@ async def start_services(settings: Settings) -> Services:
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
         on_attempt=metrics.observe_attempt,
+        on_abandoned_send=metrics.observe_abandoned_send,
     )
     gc = GarbageCollector(dispatcher, sessionmaker)
 

@@ -21,6 +21,7 @@ import httpx
 from app.config import BotToken
 from app.telegram.errors import (
     BotUnusable,
+    CallAbandoned,
     PermanentError,
     RateLimited,
     TelegramError,
@@ -42,15 +43,19 @@ class BotClient:
         *,
         api_base: str = "https://api.telegram.org",
         floor_bandwidth: int = 256 * 1024,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        processing_allowance: float = SERVER_PROCESSING_ALLOWANCE,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.token = token
         self.bot_id = token.bot_id
         self._api_base = api_base.rstrip("/")
         self._floor_bandwidth = floor_bandwidth
+        self._connect_timeout = connect_timeout
+        self._processing_allowance = processing_allowance
         self._http = httpx.AsyncClient(
             transport=transport,
-            timeout=httpx.Timeout(CONNECT_TIMEOUT, read=60.0, write=60.0),
+            timeout=httpx.Timeout(connect_timeout, read=60.0, write=60.0),
             limits=httpx.Limits(max_keepalive_connections=4, keepalive_expiry=60.0),
         )
 
@@ -154,7 +159,7 @@ class BotClient:
         file_path expired: call getFile again."""
         url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
         request = self._http.build_request(
-            "GET", url, timeout=httpx.Timeout(CONNECT_TIMEOUT, read=STREAM_READ_TIMEOUT)
+            "GET", url, timeout=httpx.Timeout(self._connect_timeout, read=STREAM_READ_TIMEOUT)
         )
         try:
             response = await self._http.send(request, stream=True)
@@ -182,8 +187,12 @@ class BotClient:
 
     # --- plumbing ---------------------------------------------------------------
 
-    def _time_budget(self, body_size: int) -> float:
-        return CONNECT_TIMEOUT + body_size / self._floor_bandwidth + SERVER_PROCESSING_ALLOWANCE
+    def time_budget(self, body_size: int) -> float:
+        """Seconds a call with a body of `body_size` bytes may take in all: a
+        connection, the body at the floor bandwidth, then Telegram's work."""
+        return (
+            self._connect_timeout + body_size / self._floor_bandwidth + self._processing_allowance
+        )
 
     async def _call(
         self,
@@ -194,17 +203,23 @@ class BotClient:
         body_size: int = 0,
     ) -> Any:
         url = f"{self._api_base}/bot{self.token.value}/{method}"
-        budget = self._time_budget(body_size)
-        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=budget, write=budget, pool=CONNECT_TIMEOUT)
+        budget = self.time_budget(body_size)
+        connect = self._connect_timeout
+        timeout = httpx.Timeout(connect, read=budget, write=budget, pool=connect)
         try:
             # A real deadline on the whole call: on expiry the request task is
-            # cancelled and httpx closes the connection, so no call keeps running
-            # behind the caller's back.
+            # cancelled and httpx closes the connection. Closing our end does not
+            # stop Telegram from finishing a request it already has, so the
+            # error says so (CallAbandoned) and the dispatcher keeps the token
+            # out of use for a while.
             async with asyncio.timeout(budget):
                 response = await self._http.post(url, data=data, files=files, timeout=timeout)
-        except TimeoutError:
-            raise TransientError(
-                f"{method} timed out after {budget:.0f}s", bot_id=self.bot_id
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+                # Nothing reached Telegram: an ordinary transient failure.
+                raise self._transport_error(exc, method) from None
+            raise CallAbandoned(
+                f"{method} timed out after {budget:.1f}s", bot_id=self.bot_id
             ) from None
         except httpx.HTTPError as exc:
             raise self._transport_error(exc, method) from None

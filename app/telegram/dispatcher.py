@@ -15,7 +15,13 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
 * 429 on a bot: it cools down for `retry_after` seconds; the job, and every
   upload queued behind it, moves to other bots at once. If every bot is cooling
   down, the job waits for the one whose cooldown ends first.
-* Transient error (timeout, 5xx, connection): retry on the same bot with
+* A call cut off by its time budget (`CallAbandoned`) may still be running at
+  Telegram, so the token counts as busy for `abandoned_hold` seconds (it cools
+  down, like after a 429) and the job moves to another bot at once. Retrying on
+  the same token would put two calls on it: the very collision this design
+  exists to prevent. A send given up this way may still post its message; it
+  is counted (`on_abandoned_send`) for the reconciliation of orphans.
+* Transient error (5xx, connection): retry on the same bot with
   exponential backoff, up to `TRANSIENT_TRIES_PER_BOT` tries, then another bot.
   When every usable bot has failed the job transiently, wait ~5 s and start over.
 * Permanent error: the job fails at once with Telegram's description.
@@ -49,6 +55,7 @@ import structlog
 from app.telegram.client import BotClient
 from app.telegram.errors import (
     BotUnusable,
+    CallAbandoned,
     DispatcherClosed,
     NoUsableBot,
     RateLimited,
@@ -64,11 +71,17 @@ T = TypeVar("T")
 TRANSIENT_TRIES_PER_BOT = 3
 TRANSIENT_BACKOFF_BASE = 0.5
 ALL_FAILED_PAUSE = 5.0
+# How long a token stays out of use after a call on it was abandoned: Telegram
+# may still be storing the upload (it gets the server allowance of the budget,
+# 30 s) and answers a second call meanwhile with a 30-60 s wait.
+ABANDONED_CALL_HOLD = 60.0
 PACING_WINDOW = 60.0
 
 OrphanHandler = Callable[[StoredDocument], None]
 # (bot_id, method, outcome, seconds) after every attempt, for metrics.
 AttemptObserver = Callable[[int, str, str, float], None]
+# (bot_id) when a send was given up while Telegram may still post it.
+AbandonedSendHandler = Callable[[int], None]
 
 
 @dataclass(eq=False)
@@ -104,6 +117,7 @@ class BotStatus:
     sends: int
     bytes_sent: int
     rate_limited: int
+    abandoned: int
     errors: dict[str, int]
 
 
@@ -126,6 +140,7 @@ class BotWorker:
         self.sends = 0
         self.bytes_sent = 0
         self.rate_limited = 0
+        self.abandoned = 0
         self.errors: dict[str, int] = {}
 
     @property
@@ -157,10 +172,12 @@ class Dispatcher:
         sends_per_minute: int = 0,
         on_orphan: OrphanHandler | None = None,
         on_attempt: AttemptObserver | None = None,
+        on_abandoned_send: AbandonedSendHandler | None = None,
         clock: Callable[[], float] = time.monotonic,
         transient_backoff: float = TRANSIENT_BACKOFF_BASE,
         all_failed_pause: float = ALL_FAILED_PAUSE,
         pacing_window: float = PACING_WINDOW,
+        abandoned_hold: float = ABANDONED_CALL_HOLD,
     ) -> None:
         if not clients:
             raise ValueError("the dispatcher needs at least one bot")
@@ -169,7 +186,9 @@ class Dispatcher:
         self.sends_per_minute = sends_per_minute
         self.on_orphan = on_orphan
         self.on_attempt = on_attempt
+        self.on_abandoned_send = on_abandoned_send
         self._clock = clock
+        self._abandoned_hold = abandoned_hold
         self._transient_backoff = transient_backoff
         self._all_failed_pause = all_failed_pause
         self._pacing_window = pacing_window
@@ -285,6 +304,7 @@ class Dispatcher:
                 sends=w.sends,
                 bytes_sent=w.bytes_sent,
                 rate_limited=w.rate_limited,
+                abandoned=w.abandoned,
                 errors=dict(w.errors),
             )
             for w in self.workers.values()
@@ -504,6 +524,8 @@ class Dispatcher:
     def _outcome_name(exc: TelegramError) -> str:
         if isinstance(exc, RateLimited):
             return "rate_limited"
+        if isinstance(exc, CallAbandoned):
+            return "abandoned"
         if isinstance(exc, TransientError):
             return "transient"
         if isinstance(exc, BotUnusable):
@@ -513,6 +535,8 @@ class Dispatcher:
     async def _on_error(self, worker: BotWorker, job: Job[Any], exc: TelegramError) -> None:
         if isinstance(exc, RateLimited):
             self._on_rate_limited(worker, job, exc)
+        elif isinstance(exc, CallAbandoned):
+            self._on_abandoned(worker, job, exc)
         elif isinstance(exc, TransientError):
             await self._on_transient(worker, job, exc)
         elif isinstance(exc, BotUnusable):
@@ -566,6 +590,28 @@ class Dispatcher:
             self._enqueue(worker, job, front=True)
         else:
             self._route(job)
+
+    def _on_abandoned(self, worker: BotWorker, job: Job[Any], exc: CallAbandoned) -> None:
+        worker.abandoned += 1
+        worker.cooldown_until = max(worker.cooldown_until, self._clock() + self._abandoned_hold)
+        log.warning(
+            "bot_call_abandoned",
+            bot_id=worker.bot_id,
+            job_id=job.id,
+            kind=job.kind,
+            hold=self._abandoned_hold,
+            error=str(exc),
+        )
+        if job.is_send and self.on_abandoned_send is not None:
+            self.on_abandoned_send(worker.bot_id)
+        self._move_queue_away(worker)
+        if not self._budget_left(job, exc):
+            return
+        if job.pinned_bot is not None:
+            self._enqueue(worker, job, front=True)
+            return
+        job.tried.add(worker.bot_id)
+        self._route(job)
 
     async def _on_transient(self, worker: BotWorker, job: Job[Any], exc: TransientError) -> None:
         log.info("bot_transient_error", bot_id=worker.bot_id, job_id=job.id, error=str(exc))

@@ -34,6 +34,15 @@ class TransientError(TelegramError):
     """Timeouts, connection errors, 5xx: the same call may well succeed later."""
 
 
+class CallAbandoned(TransientError):
+    """A call given up while Telegram may still be working on it (a timeout).
+
+    The request may have reached Telegram whole, so Telegram can still be
+    storing a document on this token: the token must count as busy for a while
+    (the one-call-per-token rule), and a send may leave an orphan message.
+    """
+
+
 class PermanentError(TelegramError):
     """A 4xx other than 429/401/403: retrying the same request will not help."""
 

@@ -7,8 +7,13 @@ layer depends on (see the reference notes on the Bot API):
 - a file_id works only for the bot that received it; forwardMessage gives
   another bot a file_id of its own for the same file;
 - uploads over 50 MB get 413, getFile over 20 MB gets "file is too big";
-- two uploads at once on one token get 429 with a long retry_after, and so does
-  a bot sending more than its per-minute budget into one chat;
+- two calls at once on one token (any method) get 429 with a long
+  retry_after, and so does a bot sending more than its per-minute budget into
+  one chat;
+- a call whose body arrived whole is carried out even if its client gives up
+  while waiting for the answer, and counts as in flight until it is done (an
+  upload abandoned by a timeout still posts its message); a client that drops
+  the connection before its body is complete stores nothing;
 - revoked tokens get 401 and bots kicked from the chat get 403;
 - file paths expire, and bots can delete messages for 48 hours only.
 
@@ -80,7 +85,7 @@ MIN_PACED_PIECE = 1024
 # tokens and chats, which the state is built from).
 MUTABLE_KNOBS = frozenset(
     {
-        "max_concurrent_uploads_per_bot",
+        "max_concurrent_calls_per_bot",
         "collision_retry_after",
         "sends_per_minute",
         "latency",
@@ -116,8 +121,8 @@ class SimulatorConfig:
 
     tokens: list[str]
     chat_ids: list[int]
-    # None means no limit. Telegram answers concurrent uploads on one token with 429.
-    max_concurrent_uploads_per_bot: int | None = 1
+    # None means no limit. Telegram answers concurrent calls on one token with 429.
+    max_concurrent_calls_per_bot: int | None = 1
     collision_retry_after: int = 30
     # Per bot per chat, over a sliding minute (Telegram: about 20 into one channel).
     sends_per_minute: int | None = None
@@ -154,7 +159,7 @@ class SimulatorConfig:
         _check_number(self, "delete_window", minimum=0.0)
         for name in ("upload_bandwidth", "download_bandwidth", "file_path_ttl"):
             _check_number(self, name, minimum=0.0, exclusive=True, optional=True)
-        for name in ("max_concurrent_uploads_per_bot", "sends_per_minute"):
+        for name in ("max_concurrent_calls_per_bot", "sends_per_minute"):
             _check_int(self, name, minimum=1, optional=True)
         for name in ("collision_retry_after", "random_429_retry_after"):
             _check_int(self, name, minimum=1)
@@ -245,7 +250,7 @@ class BotStats:
     bytes_received: int = 0  # request bodies of method calls, as read off the wire
     bytes_sent: int = 0  # file bytes served by downloads
     max_concurrent_calls: int = 0  # Bot API method calls in flight at once, any method
-    max_concurrent_uploads: int = 0  # sendDocument calls holding an upload slot at once
+    max_concurrent_uploads: int = 0  # sendDocument calls in flight at once
     rate_limited: int = 0  # 429s given, for any reason
     faults_injected: int = 0  # random 5xx, 429 and drops
     errors: dict[int, int] = field(default_factory=dict)  # error responses by status
@@ -340,8 +345,7 @@ class _Call:
 
     bot_id: int
     method: str
-    holds_upload_slot: bool = False
-    collided: bool = False  # arrived while the bot's upload slots were all taken
+    collided: bool = False  # arrived while the token had its limit of calls in flight
 
 
 # --- the simulator ------------------------------------------------------------------
@@ -373,6 +377,7 @@ class TelegramSimulator:
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
         self._clock_offset = 0.0
         self._idle_waiters: list[asyncio.Future[None]] = []
+        self._call_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     # --- hooks for tests and benchmarks ----------------------------------------------
 
@@ -455,6 +460,16 @@ class TelegramSimulator:
         self._idle_waiters.append(waiter)
         await waiter
 
+    async def wait_for_call(self, bot_id: int) -> None:
+        """Wait until a method call on `bot_id` is in flight (now or later), so
+        a test can act while Telegram is busy with it. Bound it with
+        `asyncio.timeout`."""
+        if self._bots[bot_id].calls_in_flight:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._call_waiters.append((bot_id, waiter))
+        await waiter
+
     def reset_stats(self) -> None:
         for bot in self._bots.values():
             bot.stats = BotStats(
@@ -506,31 +521,26 @@ class TelegramSimulator:
         bot = self._bots[bot_id]
         stats = bot.stats
         stats.calls[method] = stats.calls.get(method, 0) + 1
+        call = _Call(bot_id, method)
+        # Decided when the call arrives, before its body is read: that is when
+        # Telegram sees two calls on one token. Any method counts, and so does
+        # a call whose client has given up but whose work is still running.
+        limit = self.config.max_concurrent_calls_per_bot
+        call.collided = limit is not None and bot.calls_in_flight >= limit
         bot.calls_in_flight += 1
         stats.max_concurrent_calls = max(stats.max_concurrent_calls, bot.calls_in_flight)
-        call = _Call(bot_id, method)
-        if method == "sendDocument":
-            self._take_upload_slot(bot, call)
+        self._wake_call_waiters(bot_id)
+        uploading = method == "sendDocument"
+        if uploading:
+            bot.uploads_in_flight += 1
+            stats.max_concurrent_uploads = max(stats.max_concurrent_uploads, bot.uploads_in_flight)
         try:
             yield call
         finally:
             bot.calls_in_flight -= 1
-            if call.holds_upload_slot:
+            if uploading:
                 bot.uploads_in_flight -= 1
             self._wake_if_idle()
-
-    def _take_upload_slot(self, bot: _Bot, call: _Call) -> None:
-        # Decided when the call arrives, before its body is read: that is when
-        # Telegram sees two uploads on one token.
-        limit = self.config.max_concurrent_uploads_per_bot
-        if limit is not None and bot.uploads_in_flight >= limit:
-            call.collided = True
-            return
-        bot.uploads_in_flight += 1
-        call.holds_upload_slot = True
-        bot.stats.max_concurrent_uploads = max(
-            bot.stats.max_concurrent_uploads, bot.uploads_in_flight
-        )
 
     @contextlib.contextmanager
     def _downloading(self, bot_id: int) -> Iterator[None]:
@@ -545,6 +555,15 @@ class TelegramSimulator:
         finally:
             bot.downloads_in_flight -= 1
             self._wake_if_idle()
+
+    def _wake_call_waiters(self, bot_id: int) -> None:
+        waiting = []
+        for waited_bot, waiter in self._call_waiters:
+            if waited_bot != bot_id:
+                waiting.append((waited_bot, waiter))
+            elif not waiter.done():
+                waiter.set_result(None)
+        self._call_waiters = waiting
 
     def _busy(self) -> bool:
         return any(bot.calls_in_flight or bot.downloads_in_flight for bot in self._bots.values())
@@ -1149,8 +1168,6 @@ class _BotApiEndpoint:
 
     async def _handle(self, call: _Call, request: Request) -> Response:
         config = self.sim.config
-        if config.latency:
-            await asyncio.sleep(config.latency)
         method = _METHODS.get(call.method.lower())
         # The whole body is read before any answer, as Telegram's front end does.
         body = await _read_body(
@@ -1159,6 +1176,10 @@ class _BotApiEndpoint:
             bandwidth=config.upload_bandwidth if method and method.upload else None,
             on_bytes=lambda size: self.sim._count_received(call.bot_id, size),
         )
+        if config.latency:
+            # Telegram's work on a whole request: it goes on if the client
+            # leaves meanwhile, and the call stays in flight until it is done.
+            await asyncio.sleep(config.latency)
         self.sim._check_token(call.bot_id)
         if method is None:
             raise ApiError(404, "Not Found")
@@ -1405,7 +1426,7 @@ def _base_url(server: uvicorn.Server, host: str) -> str:
 
 
 # Option names of the `telegram-sim` command that differ from SimulatorConfig's.
-_CLI_ALIASES = {"concurrency_limit": "max_concurrent_uploads_per_bot"}
+_CLI_ALIASES = {"concurrency_limit": "max_concurrent_calls_per_bot"}
 
 
 def main_simulator(

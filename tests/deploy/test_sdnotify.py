@@ -174,6 +174,7 @@ def bot(bot_id: int, *, usable: bool = True, cooling: float = 0.0, queued: int =
         sends=0,
         bytes_sent=0,
         rate_limited=0,
+        abandoned=0,
         errors={},
     )
 

@@ -13,6 +13,7 @@ import pytest
 from app.config import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import TelegramError
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 
@@ -29,7 +30,7 @@ def sim() -> TelegramSimulator:
         SimulatorConfig(
             tokens=make_tokens(4),
             chat_ids=[CHAT_ID],
-            max_concurrent_uploads_per_bot=1,
+            max_concurrent_calls_per_bot=1,
             collision_retry_after=30,
             upload_bandwidth=4 * 1024 * 1024,
             seed=7,
@@ -104,3 +105,74 @@ async def test_a_revoked_bot_leaves_the_pool_and_the_rest_carry_on(
     assert revoked not in dispatcher.usable_bots()
     assert all(doc.bot_id != revoked for doc in documents)
     assert len(dispatcher.usable_bots()) == 3
+
+
+async def slow_dispatcher(
+    sim: TelegramSimulator, url: str, *, hold: float, bots: int, attempts: int
+) -> Dispatcher:
+    """A dispatcher whose calls give up long before the simulator answers."""
+    clients = [
+        BotClient(
+            BotToken.parse(token),
+            api_base=url,
+            connect_timeout=0.2,
+            processing_allowance=0.2,
+            floor_bandwidth=10**9,
+        )
+        for token in sim.tokens[:bots]
+    ]
+    dispatcher = Dispatcher(
+        clients,
+        chat_id=CHAT_ID,
+        max_attempts=attempts,
+        transient_backoff=0.01,
+        all_failed_pause=0.05,
+        abandoned_hold=hold,
+    )
+    await dispatcher.start()
+    return dispatcher
+
+
+async def test_a_timed_out_call_keeps_its_token_busy_until_telegram_is_done() -> None:
+    # Telegram takes 1 s per call; the client gives up after 0.4 s. The
+    # abandoned upload still runs at Telegram, so a retry on the same token
+    # would be a second call in flight: the collision the design forbids.
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(1), chat_ids=[CHAT_ID], latency=1.0))
+    abandoned: list[int] = []
+    async with run_simulator(sim) as url:
+        dispatcher = await slow_dispatcher(sim, url, hold=1.5, bots=1, attempts=3)
+        dispatcher.on_abandoned_send = abandoned.append
+        try:
+            with pytest.raises(TelegramError):
+                await dispatcher.send_document(chunk(1), "c1.bin")
+        finally:
+            await dispatcher.stop(grace=5)
+        await sim.wait_until_idle()
+
+    stats = sim.stats()[sim.bot_ids[0]]
+    assert stats.max_concurrent_calls == 1
+    assert stats.rate_limited == 0
+    # Every attempt was abandoned and each one is counted as a possible orphan:
+    # Telegram stored a message for every try the client gave up on.
+    assert abandoned == [sim.bot_ids[0]] * stats.calls["sendDocument"]
+    assert len(sim.live_messages(CHAT_ID)) == stats.calls["sendDocument"]
+
+
+async def test_a_timed_out_send_moves_to_another_bot_at_once() -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(2), chat_ids=[CHAT_ID], latency=1.0))
+    async with run_simulator(sim) as url:
+        dispatcher = await slow_dispatcher(sim, url, hold=60.0, bots=2, attempts=2)
+        try:
+            with pytest.raises(TelegramError):
+                await dispatcher.send_document(chunk(1), "c1.bin")
+            statuses = {status.bot_id: status for status in dispatcher.status()}
+        finally:
+            await dispatcher.stop(grace=5)
+        await sim.wait_until_idle()
+
+    stats = sim.stats()
+    # The retry went to the other bot at once, not back to the busy token.
+    assert [bot.calls.get("sendDocument", 0) for bot in stats.values()] == [1, 1]
+    assert all(bot.max_concurrent_calls == 1 for bot in stats.values())
+    assert all(status.abandoned == 1 for status in statuses.values())
+    assert all(status.cooling_down_for > 30 for status in statuses.values())

@@ -17,7 +17,13 @@ import pytest
 
 from app.config import BotToken
 from app.telegram.client import BotClient
-from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TransientError
+from app.telegram.errors import (
+    BotUnusable,
+    CallAbandoned,
+    PermanentError,
+    RateLimited,
+    TransientError,
+)
 from app.telegram.simulator import (
     SimulatorConfig,
     TelegramSimulator,
@@ -319,7 +325,40 @@ async def test_two_concurrent_uploads_on_one_token_collide(
     stats = sim.stats()[bots[0].bot_id]
     assert stats.rate_limited == 1
     assert stats.max_concurrent_calls == 2
-    assert stats.max_concurrent_uploads == 1
+    assert stats.max_concurrent_uploads == 2  # the refused one was in flight too
+    assert sim.message_count(CHAT_ID) == 1
+
+
+async def test_any_method_collides_with_a_call_in_flight(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    sim.configure(upload_bandwidth=250_000)  # 50 KB takes 0.2 s
+    document = await bots[0].send_document(CHAT_ID, payload(1000, 1), "a.bin")
+    upload = asyncio.create_task(bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin"))
+    async with asyncio.timeout(10):
+        await sim.wait_for_call(bots[0].bot_id)
+
+    with pytest.raises(RateLimited):
+        await bots[0].get_file(document.file_id)
+    await upload
+
+    assert sim.stats()[bots[0].bot_id].max_concurrent_calls == 2
+
+
+async def test_an_upload_abandoned_after_its_body_still_posts_and_stays_in_flight(
+    sim: TelegramSimulator, sim_url: str
+) -> None:
+    sim.configure(latency=0.5)  # Telegram's work after the body has arrived
+    token = BotToken.parse(sim.tokens[0])
+    impatient = BotClient(token, api_base=sim_url, connect_timeout=0.1, processing_allowance=0.1)
+    try:
+        with pytest.raises(CallAbandoned):
+            await impatient.send_document(CHAT_ID, payload(1000, 3), "c.bin")
+        # The client has given up; Telegram has not.
+        assert sim.stats()[token.bot_id].calls_in_flight == 1
+        await sim.wait_until_idle()
+    finally:
+        await impatient.aclose()
     assert sim.message_count(CHAT_ID) == 1
 
 
@@ -508,8 +547,13 @@ async def test_in_flight_calls_of_any_method_are_counted(
 ) -> None:
     sim.configure(latency=0.1)
 
-    await asyncio.gather(bots[0].get_me(), bots[0].get_chat_member(CHAT_ID, bots[0].bot_id))
+    results = await asyncio.gather(
+        bots[0].get_me(),
+        bots[0].get_chat_member(CHAT_ID, bots[0].bot_id),
+        return_exceptions=True,
+    )
 
+    assert sum(isinstance(r, RateLimited) for r in results) == 1
     assert sim.stats()[bots[0].bot_id].max_concurrent_calls == 2
 
 
@@ -635,7 +679,7 @@ def test_main_simulator_prints_and_writes_its_tokens(
     assert tokens_file.read_text().split() == printed
     assert served["port"] == 8099
     config = served["sim"].config
-    assert (config.max_concurrent_uploads_per_bot, config.sends_per_minute) == (2, 20)
+    assert (config.max_concurrent_calls_per_bot, config.sends_per_minute) == (2, 20)
     assert config.fault_5xx_rate == 0.0
     assert config.chat_ids == [-1001]
 
