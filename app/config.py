@@ -8,12 +8,15 @@ and `str` are masked, so a settings dump or a validation error never prints one.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 MiB = 1024 * 1024
 
@@ -149,6 +152,28 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MAX_UPLOAD_SIZE", "max_upload_size"),
     )
 
+    # --- Upload budget and staging spool --------------------------------------
+    upload_buffer_chunks: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        validation_alias=AliasChoices("UPLOAD_BUFFER_CHUNKS", "upload_buffer_chunks"),
+        description="Chunk buffers in memory across all uploads; default 2 x bots + 2.",
+    )
+    spool_dir: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SPOOL_DIR", "spool_dir"),
+        description="Where acknowledged S3 parts wait for Telegram; default: systemd's "
+        "$STATE_DIRECTORY/spool, else next to the SQLite database, else ./spool.",
+    )
+    spool_max_bytes: int = Field(
+        default=8 * 1024 * MiB,
+        ge=0,
+        validation_alias=AliasChoices("SPOOL_MAX_BYTES", "spool_max_bytes"),
+        description="Bytes the spool may hold; 0 turns it off (parts go to Telegram "
+        "before they are acknowledged).",
+    )
+
     # --- HTTP -----------------------------------------------------------------
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "host"))
     port: int = Field(default=4000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "port"))
@@ -266,6 +291,26 @@ class Settings(BaseSettings):
     @property
     def bot_ids(self) -> list[int]:
         return [token.bot_id for token in self.bot_tokens]
+
+    @property
+    def upload_buffers(self) -> int:
+        """UPLOAD_BUFFER_CHUNKS, or enough for every bot to send one chunk while
+        another is being filled for it, plus two."""
+        if self.upload_buffer_chunks is not None:
+            return self.upload_buffer_chunks
+        return 2 * max(1, len(self.bot_tokens)) + 2
+
+    @property
+    def spool_path(self) -> Path:
+        if self.spool_dir:
+            return Path(self.spool_dir)
+        state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+        if state:
+            return Path(state) / "spool"
+        url = make_url(self.database_url)
+        if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+            return Path(url.database).resolve().parent / "spool"
+        return Path("spool").resolve()
 
 
 _ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{3,128}$")

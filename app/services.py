@@ -21,11 +21,15 @@ from app.db.migrations import check_schema
 from app.metrics import Metrics
 from app.s3.service import S3Service
 from app.store.buckets import BucketStore
+from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
+from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import RangeReader
 from app.store.service import ObjectStore
+from app.store.spool import Spool
+from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
@@ -48,6 +52,10 @@ class Services:
     gc: GarbageCollector
     store: ObjectStore
     s3: S3Service
+    buffers: UploadBuffers
+    spool: Spool
+    flusher: Flusher
+    instance: InstanceHeartbeat
     metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -61,6 +69,10 @@ class Services:
         return True
 
     async def close(self) -> None:
+        # Sends of spooled parts first: they need the dispatcher. What they
+        # leave stays in the spool for the next start.
+        await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
+        await self.instance.stop()
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.gc.stop()
         await self.engine.dispose()
@@ -122,21 +134,40 @@ async def start_services(settings: Settings) -> Services:
 
     await gc.sweep_orphans(before=started_at)
     gc.start()
+    spool = Spool(
+        settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
+    )
+    if spool.enabled:
+        await spool.open()
+    instance = InstanceHeartbeat(sessionmaker, spool)
+    await instance.register()
+    instance.start()
+    buffers = UploadBuffers(settings.upload_buffers)
     writer = ChunkWriter(
         dispatcher,
         sessionmaker,
         gc,
+        buffers,
         chunk_size=settings.chunk_size,
         inline_threshold=settings.inline_threshold,
         on_bytes=metrics.bytes_uploaded.inc,
     )
     reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
     store = ObjectStore(sessionmaker, writer, reader, gc)
+    flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
+    await flusher.resume()
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),
-        MultipartStore(sessionmaker, store),
+        MultipartStore(sessionmaker, store, spool=spool, flusher=flusher),
         max_upload_size=settings.max_upload_size,
+    )
+    log.info(
+        "upload_budget",
+        buffers=buffers.count,
+        buffer_bytes=buffers.count * settings.chunk_size,
+        spool_dir=str(spool.root) if spool.enabled else None,
+        spool_max_bytes=spool.max_bytes,
     )
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
@@ -154,6 +185,10 @@ async def start_services(settings: Settings) -> Services:
         gc=gc,
         store=store,
         s3=s3,
+        buffers=buffers,
+        spool=spool,
+        flusher=flusher,
+        instance=instance,
         bots=bots,
         started_at=started_at,
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -75,6 +77,9 @@ class ServiceLauncher:
     async def start(self, bots: int = 3, **overrides: Any) -> Service:
         sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
         telegram_url = await self._stack.enter_async_context(run_simulator(sim))
+        spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
+        self._stack.callback(shutil.rmtree, spool, ignore_errors=True)
+        overrides.setdefault("spool_dir", spool)
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         url = await self._stack.enter_async_context(serve_in_task(create_app(settings)))

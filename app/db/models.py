@@ -320,3 +320,60 @@ class PartPiece(Base):
             f"seq={self.seq}, chunk_id={self.chunk_id}, offset={self.offset}, "
             f"length={self.length})"
         )
+
+
+class Instance(Base):
+    """A running service process, alive while its heartbeat is fresh.
+
+    Rows it owns (spooled parts) are taken over by another instance only once
+    its heartbeat is stale, so two processes on one database never retire each
+    other's work.
+    """
+
+    __tablename__ = "instances"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"Instance(id={self.id!r}, host={self.host!r}, pid={self.pid})"
+
+
+class SpooledPart(Base):
+    """A multipart part acknowledged from the local staging spool, not yet in
+    Telegram: its bytes are the file `path` (relative to SPOOL_DIR).
+
+    Its `UploadPart` row exists (size, ETag) with no pieces; once the flusher
+    has stored the bytes, the pieces are written and this row goes in one
+    transaction. Replacing or aborting the part deletes this row with it.
+    """
+
+    __tablename__ = "spooled_parts"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["upload_id", "part_number"],
+            ["upload_parts.upload_id", "upload_parts.part_number"],
+            ondelete="CASCADE",
+        ),
+        UniqueConstraint("upload_id", "part_number"),
+        CheckConstraint("size > 0", name="size"),
+        Index(None, "owner"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    upload_id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH))
+    part_number: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    owner: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return (
+            f"SpooledPart(id={self.id}, upload_id={self.upload_id!r}, "
+            f"part_number={self.part_number}, size={self.size})"
+        )

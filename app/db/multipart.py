@@ -60,6 +60,15 @@ class InvalidPart(Exception):
         super().__init__(f"part {part_number}: {reason}")
 
 
+class PartsNotStored(Exception):
+    """Parts listed for completion are still in the staging spool: their bytes
+    are not in Telegram yet. Wait for the flusher and try again."""
+
+    def __init__(self, part_numbers: Iterable[int]) -> None:
+        self.part_numbers = sorted(part_numbers)
+        super().__init__(f"parts still in the spool: {self.part_numbers}")
+
+
 class InvalidPartOrder(Exception):
     """The part numbers listed for completion are not strictly ascending."""
 
@@ -329,6 +338,7 @@ class MultipartRepository:
 
         No parts at all make an empty object (Docker's registry 2.8 completes
         an empty blob that way). Raises, having changed nothing: InvalidPartOrder;
+        PartsNotStored for parts still in the spool;
         UploadMissing (also when a concurrent complete or abort got there
         first); InvalidPart for a part never uploaded or whose ETag differs
         (quotes aside).
@@ -368,6 +378,13 @@ class MultipartRepository:
                 pieces_of[number].append(PieceSpec(chunk_id, offset, length))
             else:
                 left_out_chunk_ids.add(chunk_id)
+        spooled = [
+            number
+            for number in listed
+            if sum(piece.length for piece in pieces_of[number]) != stored[number].size
+        ]
+        if spooled:
+            raise PartsNotStored(spooled)
         used_chunk_ids = {piece.chunk_id for number in listed for piece in pieces_of[number]}
 
         spec = ObjectSpec(

@@ -18,6 +18,7 @@ from app.store.buckets import BucketInfo, BucketNotEmpty, BucketStore
 from app.store.errors import ObjectNotFound, UploadTooLarge
 from app.store.listing import Listing, list_page
 from app.store.multipart import (
+    FlushFailed,
     InvalidPart,
     InvalidPartOrder,
     MultipartStore,
@@ -261,6 +262,10 @@ class S3Service:
             return await self._multipart.complete(upload, parts, name=object_name(key))
         except UploadMissing:
             raise _no_such_upload(bucket, key) from None
+        except FlushFailed as exc:
+            raise S3Error(
+                "ServiceUnavailable", f"The parts cannot be stored in Telegram now: {exc}"
+            ) from None
         except InvalidPartOrder:
             raise S3Error("InvalidPartOrder") from None
         except InvalidPart as exc:

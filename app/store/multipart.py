@@ -1,10 +1,16 @@
 """Multipart uploads: parts stored one by one, an object made of them at the end.
 
-A part's content goes through the same chunk writer as any upload (never
-inline: an object is inline or pieces, not both). A part copied from an
-existing object points into that object's chunks (metadata only). Completing
-writes the object from the listed parts' pieces in one transaction; the
-chunks of parts left out, replaced or aborted go to the GC ledger.
+Write-behind: a part of known size is written to the local staging spool,
+made durable, recorded, and acknowledged at disk speed; the flusher sends it
+to Telegram in the background, in full chunks cut across parts. Completing
+waits for the listed parts to be flushed. When the spool is off, full, or the
+size is unknown, a part goes through the chunk writer while the client waits,
+as any upload (never inline: an object is inline or pieces, not both).
+
+A part copied from an existing object points into that object's chunks
+(metadata only). Completing writes the object from the listed parts' pieces in
+one transaction; the chunks of parts left out, replaced or aborted go to the
+GC ledger, and their spool files are deleted.
 """
 
 from __future__ import annotations
@@ -17,13 +23,23 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import MultipartUpload, UploadPart
-from app.db.multipart import InvalidPart, InvalidPartOrder, MultipartRepository, UploadMissing
+from app.db.multipart import (
+    InvalidPart,
+    InvalidPartOrder,
+    MultipartRepository,
+    PartsNotStored,
+    UploadMissing,
+)
 from app.db.objects import ObjectRepository, PieceSpec
 from app.db.session import session_scope
+from app.db.spool import SpoolRepository
 from app.store.errors import ObjectNotFound
+from app.store.flusher import Flusher, FlushFailed
 from app.store.service import ObjectInfo, ObjectStore
+from app.store.spool import Spool, SpoolFull
 
 __all__ = [
+    "FlushFailed",
     "InvalidPart",
     "InvalidPartOrder",
     "MultipartStore",
@@ -59,10 +75,17 @@ class PartInfo:
 
 class MultipartStore:
     def __init__(
-        self, sessionmaker: async_sessionmaker[AsyncSession], objects: ObjectStore
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        objects: ObjectStore,
+        *,
+        spool: Spool | None = None,
+        flusher: Flusher | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._objects = objects
+        self._spool = spool if spool is not None and spool.enabled else None
+        self._flusher = flusher
 
     async def create(
         self, *, bucket: str, key: str, content_type: str, metadata: Mapping[str, Any]
@@ -91,6 +114,14 @@ class MultipartStore:
 
         Raises UploadMissing (the upload was completed or aborted meanwhile;
         the part's chunks are released) and UploadTooLarge."""
+        spool = self._spool
+        if spool is not None and expected_size and spool.reserve(expected_size):
+            try:
+                return await self._spool_part(
+                    spool, upload, part_number, body, max_size=max_size, size=expected_size
+                )
+            except SpoolFull as full:
+                body = full.received  # the disk filled: the rest goes straight on
         content = await self._objects.write_content(
             body,
             max_size=max_size,
@@ -104,6 +135,41 @@ class MultipartStore:
         except BaseException:
             await self._objects.discard(content)
             raise
+        return etag
+
+    async def _spool_part(
+        self,
+        spool: Spool,
+        upload: UploadInfo,
+        part_number: int,
+        body: AsyncIterator[bytes],
+        *,
+        max_size: int,
+        size: int,
+    ) -> str:
+        written = await spool.write(
+            body, reserved=size, max_size=max_size, on_bytes=self._objects.count_uploaded_bytes
+        )
+        etag = f'"{written.md5_hex}"'
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                replaced = await SpoolRepository(session).put(
+                    upload.upload_id,
+                    part_number,
+                    size=written.size,
+                    etag=etag,
+                    path=written.path,
+                    owner=spool.instance_id,
+                    bucket=upload.bucket,
+                    key=upload.key,
+                )
+        except BaseException:
+            await spool.delete([written.path])
+            raise
+        await spool.delete(replaced)
+        self._objects.wake_gc()
+        if self._flusher is not None:
+            self._flusher.notify(upload.upload_id)
         return etag
 
     async def upload_part_copy(
@@ -197,24 +263,54 @@ class MultipartStore:
             return [UploadInfo.from_row(row) for row in rows]
 
     async def abort(self, upload: UploadInfo) -> bool:
+        spooled = await self._spooled_paths(upload)
         async with session_scope(self._sessionmaker) as session:
             aborted = await MultipartRepository(session).abort(
                 upload.upload_id, bucket=upload.bucket, key=upload.key
             )
+        await self._forget_spooled(spooled)
         self._objects.wake_gc()
         return aborted
 
     async def complete(
         self, upload: UploadInfo, parts: Sequence[tuple[int, str]], *, name: str
     ) -> ObjectInfo:
-        """Raises UploadMissing, InvalidPartOrder, InvalidPart."""
-        async with session_scope(self._sessionmaker) as session:
-            row = await MultipartRepository(session).complete(
-                upload.upload_id, parts, name=name, bucket=upload.bucket, key=upload.key
-            )
-            info = ObjectInfo.from_row(row, with_content=False)
+        """Raises UploadMissing, InvalidPartOrder, InvalidPart, and FlushFailed
+        when listed parts are in the spool and cannot reach Telegram now."""
+        numbers = [number for number, _ in parts]
+        while True:
+            if self._flusher is not None:
+                await self._flusher.flushed(upload.upload_id, numbers)
+            spooled = await self._spooled_paths(upload)
+            try:
+                async with session_scope(self._sessionmaker) as session:
+                    row = await MultipartRepository(session).complete(
+                        upload.upload_id, parts, name=name, bucket=upload.bucket, key=upload.key
+                    )
+                    info = ObjectInfo.from_row(row, with_content=False)
+            except PartsNotStored:
+                if self._flusher is None:
+                    raise
+                continue  # a listed part was uploaded again meanwhile
+            break
+        await self._forget_spooled(spooled)
         self._objects.wake_gc()
         return info
+
+    async def _spooled_paths(self, upload: UploadInfo) -> list[str]:
+        if self._spool is None:
+            return []
+        async with session_scope(self._sessionmaker) as session:
+            return await SpoolRepository(session).paths_of_upload(upload.upload_id)
+
+    async def _forget_spooled(self, paths: list[str]) -> None:
+        """Delete the spool files of parts whose rows are gone (left out of a
+        completion, or aborted); the flusher skips such parts."""
+        if self._spool is None or not paths:
+            return
+        async with session_scope(self._sessionmaker) as session:
+            still = await SpoolRepository(session).all_paths()
+        await self._spool.delete(path for path in paths if path not in still)
 
 
 async def _single(data: bytes) -> AsyncIterator[bytes]:

@@ -243,6 +243,10 @@ class ObjectStore:
         self._gc.wake()
         return info
 
+    def count_uploaded_bytes(self, size: int) -> None:
+        """Bytes received from a client that the writer did not see (spooled)."""
+        self._writer.count_bytes(size)
+
     def wake_gc(self) -> None:
         self._gc.wake()
 

@@ -1,9 +1,11 @@
 """The upload pipeline: cut a byte stream into chunks and store them in Telegram.
 
-Several chunks of one stream are in flight at once (one per usable bot), while
-MD5 and SHA-256 are computed incrementally. Reading from the stream pauses while
-every slot is busy, so memory stays near (parallelism + 1) x chunk size whatever
-the size of the stream, and nothing is written to disk.
+Several chunks of one stream are in flight at once (up to one per usable bot),
+while MD5 and SHA-256 are computed incrementally. Every chunk in memory, being
+filled or being sent, holds a buffer of the process-wide `UploadBuffers`
+budget, taken *before* its bytes are read from the client: an upload that has
+to wait for a buffer is not read meanwhile, so memory stays near that budget
+however many clients upload, and nothing is written to disk.
 
 Every chunk is recorded in the database as *pending* the moment Telegram has it.
 If the stream fails (client gone, size limit, Telegram error), the chunks already
@@ -30,6 +32,7 @@ from app.db.objects import PieceSpec
 from app.db.session import session_scope
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
+from app.store.upload_buffers import UploadBuffers
 from app.telegram.dispatcher import Dispatcher
 
 log = structlog.get_logger("app.store.writer")
@@ -70,12 +73,68 @@ def plan_chunk_size(expected_size: int | None, max_chunk: int, lanes: int) -> in
     return -(-expected_size // count)
 
 
+class _HashingReader:
+    """Reads a client's stream on demand, hashing and counting as bytes arrive.
+
+    Nothing is read before `read` asks for it: the caller decides when the
+    client's bytes may come into memory.
+    """
+
+    def __init__(
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        max_size: int | None,
+        on_bytes: Callable[[int], None] | None,
+    ) -> None:
+        self._stream = stream.__aiter__()
+        self._max_size = max_size
+        self._on_bytes = on_bytes
+        self._pending: deque[bytes] = deque()
+        self._pending_size = 0
+        self.md5 = hashlib.md5(usedforsecurity=False)
+        self.sha256 = hashlib.sha256()
+        self.total = 0
+        self.eof = False
+
+    @property
+    def buffered(self) -> int:
+        return self._pending_size
+
+    async def fill(self, size: int) -> None:
+        """Read until `size` bytes are buffered or the stream ends."""
+        while self._pending_size < size and not self.eof:
+            try:
+                data = await anext(self._stream)
+            except StopAsyncIteration:
+                self.eof = True
+                break
+            if not data:
+                continue
+            self.total += len(data)
+            if self._max_size is not None and self.total > self._max_size:
+                raise UploadTooLarge(self._max_size)
+            self.md5.update(data)
+            self.sha256.update(data)
+            if self._on_bytes is not None:
+                self._on_bytes(len(data))
+            self._pending.append(bytes(data))
+            self._pending_size += len(data)
+
+    def take(self, size: int) -> bytes:
+        """The first `size` buffered bytes (or all there are), as one bytes object."""
+        size = min(size, self._pending_size)
+        self._pending_size -= size
+        return _take(self._pending, size)
+
+
 class ChunkWriter:
     def __init__(
         self,
         dispatcher: Dispatcher,
         sessionmaker: async_sessionmaker[AsyncSession],
         gc: GarbageCollector,
+        buffers: UploadBuffers,
         *,
         chunk_size: int,
         inline_threshold: int,
@@ -85,11 +144,16 @@ class ChunkWriter:
         self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
         self._gc = gc
+        self.buffers = buffers
         self.chunk_size = chunk_size
         self.inline_threshold = inline_threshold
 
+    def count_bytes(self, size: int) -> None:
+        if self._on_bytes is not None:
+            self._on_bytes(size)
+
     def parallelism(self) -> int:
-        """Chunks of one stream in flight at once: one per usable bot."""
+        """Chunks of one stream sent at once: one per usable bot."""
         return max(1, len(self._dispatcher.usable_bots()))
 
     async def write(
@@ -106,94 +170,86 @@ class ChunkWriter:
         `allow_inline=False` stores even small content in Telegram (multipart
         parts: an object is inline or pieces, never both)."""
         inline_threshold = self.inline_threshold if allow_inline else 0
-        chunk_size = plan_chunk_size(expected_size, self.chunk_size, self.parallelism())
-        md5 = hashlib.md5(usedforsecurity=False)
-        sha256 = hashlib.sha256()
-        # Received bytes not yet in a chunk. A chunk is cut from them (one copy)
-        # only once a slot is free, so no finished chunk waits in memory.
-        pending: deque[bytes] = deque()
-        pending_size = 0
-        total = 0
-        slots = asyncio.Semaphore(self.parallelism())
+        lanes = self.parallelism()
+        chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
+        reader = _HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
+        # Content that may live inline is read without a buffer: it is small,
+        # and the registry's many tiny files must not queue behind big uploads.
+        await reader.fill(inline_threshold + 1)
+        if reader.eof and reader.total <= inline_threshold:
+            return WrittenContent(
+                size=reader.total,
+                md5_hex=reader.md5.hexdigest(),
+                sha256_hex=reader.sha256.hexdigest(),
+                pieces=[],
+                inline_data=reader.take(reader.total),
+            )
+        # Chunks of this stream in memory at once: `lanes` being sent, one filling.
+        own = asyncio.Semaphore(lanes + 1)
         tasks: list[asyncio.Task[PieceSpec]] = []
         try:
-            async for data in stream:
+            while not (reader.eof and reader.buffered == 0):
+                await own.acquire()
+                try:
+                    await self.buffers.acquire()
+                except BaseException:
+                    own.release()
+                    raise
+                try:
+                    _raise_first_failure(tasks)
+                    await reader.fill(chunk_size)
+                    data = reader.take(chunk_size)
+                except BaseException:
+                    self.buffers.release()
+                    own.release()
+                    raise
                 if not data:
-                    continue
-                total += len(data)
-                if max_size is not None and total > max_size:
-                    raise UploadTooLarge(max_size)
-                md5.update(data)
-                sha256.update(data)
-                if self._on_bytes is not None:
-                    self._on_bytes(len(data))
-                pending.append(bytes(data))
-                pending_size += len(data)
-                # Hold back while the content could still be small enough to
-                # live inline in the database.
-                while pending_size >= chunk_size and total > inline_threshold:
-                    await self._start_chunk(tasks, slots, pending, chunk_size, label)
-                    pending_size -= chunk_size
-            if not tasks and total <= inline_threshold:
-                return WrittenContent(
-                    size=total,
-                    md5_hex=md5.hexdigest(),
-                    sha256_hex=sha256.hexdigest(),
-                    pieces=[],
-                    inline_data=b"".join(pending),
+                    self.buffers.release()
+                    own.release()
+                    break
+                tasks.append(
+                    asyncio.create_task(self._send(data, own, label=label, index=len(tasks)))
                 )
-            while pending_size:
-                size = min(pending_size, chunk_size)
-                await self._start_chunk(tasks, slots, pending, size, label)
-                pending_size -= size
+                # The send task owns the chunk now; holding it here too would
+                # keep it in memory past its buffer's release.
+                del data
             pieces = list(await asyncio.gather(*tasks))
         except BaseException:
             await self._abandon(tasks)
             raise
         return WrittenContent(
-            size=total,
-            md5_hex=md5.hexdigest(),
-            sha256_hex=sha256.hexdigest(),
+            size=reader.total,
+            md5_hex=reader.md5.hexdigest(),
+            sha256_hex=reader.sha256.hexdigest(),
             pieces=pieces,
             inline_data=None,
         )
 
-    async def _start_chunk(
-        self,
-        tasks: list[asyncio.Task[PieceSpec]],
-        slots: asyncio.Semaphore,
-        pending: deque[bytes],
-        size: int,
-        label: str,
-    ) -> None:
-        # Waiting for a slot is the backpressure: the stream is not read meanwhile.
-        await slots.acquire()
-        for task in tasks:
-            # A chunk that already failed fails the whole stream now, not at the end.
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                slots.release()
-                raise task.exception()  # type: ignore[misc]
-        data = _take(pending, size)
-        tasks.append(asyncio.create_task(self._store_chunk(data, slots, label, len(tasks))))
-
-    async def _store_chunk(
-        self, data: bytes, slots: asyncio.Semaphore, label: str, index: int
+    async def _send(
+        self, data: bytes, own: asyncio.Semaphore, *, label: str, index: int
     ) -> PieceSpec:
         try:
-            filename = f"{secrets.token_hex(8)}.bin"
-            caption = f"{label} #{index}" if label else None
-            document = await self._dispatcher.send_document(data, filename, caption=caption)
-            digest = hashlib.sha256(data).hexdigest()
-            try:
-                async with session_scope(self._sessionmaker) as session:
-                    chunk = await ChunkRepository(session).add_pending(document, digest)
-            except BaseException:
-                # Telegram has it but the database does not: it must not stay.
-                self._gc.enqueue_document(document, reason="failed_upload")
-                raise
-            return PieceSpec(chunk_id=chunk.id, offset=0, length=len(data))
+            return await self.store_chunk(data, label=label, index=index)
         finally:
-            slots.release()
+            del data
+            self.buffers.release()
+            own.release()
+
+    async def store_chunk(self, data: bytes, *, label: str = "", index: int = 0) -> PieceSpec:
+        """Send one chunk to Telegram and record it as pending. The caller
+        holds a buffer of the budget for `data`."""
+        filename = f"{secrets.token_hex(8)}.bin"
+        caption = f"{label} #{index}" if label else None
+        document = await self._dispatcher.send_document(data, filename, caption=caption)
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                chunk = await ChunkRepository(session).add_pending(document, digest)
+        except BaseException:
+            # Telegram has it but the database does not: it must not stay.
+            self._gc.enqueue_document(document, reason="failed_upload")
+            raise
+        return PieceSpec(chunk_id=chunk.id, offset=0, length=len(data))
 
     async def _abandon(self, tasks: list[asyncio.Task[PieceSpec]]) -> None:
         """Cancel chunks still in flight and release the stored ones to GC."""
@@ -206,6 +262,13 @@ class ChunkWriter:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._gc.release_chunks(stored, reason="failed_upload"))
             log.info("upload_abandoned", chunks_released=len(stored))
+
+
+def _raise_first_failure(tasks: list[asyncio.Task[PieceSpec]]) -> None:
+    """A chunk that already failed fails the whole stream now, not at the end."""
+    for task in tasks:
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
 def _take(pending: deque[bytes], size: int) -> bytes:

@@ -1,0 +1,331 @@
+"""The flusher: spooled parts to Telegram, in full chunks cut across parts.
+
+A client that uploads in small sequential parts (a registry's 10 MiB default,
+one part at a time) would otherwise get one message, on one bot, per part, and
+wait for each. Acknowledged from the spool instead, its parts arrive at disk
+speed, and the flusher cuts the stream of one upload's spooled parts (in part
+order) into CHUNK_SIZE chunks: a chunk may carry the end of part 3 and the
+start of part 4, since pieces are already (chunk, offset, length). The chunks
+of one upload go out in parallel, one per usable bot, each holding a buffer of
+the process-wide upload budget.
+
+A part is done when every chunk that carries some of its bytes is stored: its
+pieces are written and its spool row deleted in one transaction, then its file
+goes. A tail shorter than a chunk waits for more parts, and is sent when the
+upload is completed (`flushed`) or has been idle for `idle_flush` seconds.
+
+Failures: the bytes are on disk, so a failed send loses nothing. The round of
+work is wound up (chunks that no committed part uses go to the GC ledger) and
+started again from the database after `retry_delay`. A crash leaves the rows
+and files; the next start adopts and flushes them, and sweeps the chunks that
+were pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import SpooledPart
+from app.db.objects import PieceSpec
+from app.db.session import session_scope
+from app.db.spool import SpoolRepository
+from app.store.gc import GarbageCollector
+from app.store.spool import Spool
+from app.store.writer import ChunkWriter
+from app.telegram.errors import NoUsableBot, PermanentError, TelegramError
+
+log = structlog.get_logger("app.store.flusher")
+
+IDLE_FLUSH = 2.0
+RETRY_DELAY = 5.0
+
+
+class FlushFailed(Exception):
+    """Spooled bytes could not be sent. `final` when waiting will not help (no
+    usable bot, or Telegram refuses them); otherwise the flusher retries."""
+
+    def __init__(self, message: str, *, final: bool) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+@dataclass(eq=False)
+class _Part:
+    """One spooled part while its bytes are being cut into chunks."""
+
+    row_id: int
+    part_number: int
+    path: str
+    size: int
+    cut: int = 0  # bytes handed to chunks so far
+    stored: int = 0  # bytes of those in stored chunks
+    pieces: dict[int, PieceSpec] = field(default_factory=dict)  # by offset in the part
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    part: _Part
+    offset: int  # in the part
+    length: int
+
+
+class _UploadFlush:
+    """The work on one upload's spooled parts, run by one task."""
+
+    def __init__(self, upload_id: str) -> None:
+        self.upload_id = upload_id
+        self.wake = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.sealed = False
+        self.last_error: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+class Flusher:
+    def __init__(
+        self,
+        spool: Spool,
+        writer: ChunkWriter,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        gc: GarbageCollector,
+        *,
+        chunk_size: int,
+        idle_flush: float = IDLE_FLUSH,
+        retry_delay: float = RETRY_DELAY,
+    ) -> None:
+        self._spool = spool
+        self._writer = writer
+        self._sessionmaker = sessionmaker
+        self._gc = gc
+        self._chunk_size = chunk_size
+        self._idle_flush = idle_flush
+        self._retry_delay = retry_delay
+        self._uploads: dict[str, _UploadFlush] = {}
+        self._stopping = False
+
+    # --- what the store calls ---------------------------------------------------
+
+    async def resume(self) -> None:
+        """Start on every upload with spooled parts this instance owns."""
+        async with session_scope(self._sessionmaker) as session:
+            rows = await SpoolRepository(session).owned(self._spool.instance_id)
+        for upload_id in dict.fromkeys(row.upload_id for row in rows):
+            self.notify(upload_id)
+        if rows:
+            log.info("spool_resumed", parts=len(rows), bytes=sum(row.size for row in rows))
+
+    def notify(self, upload_id: str) -> None:
+        """A part of `upload_id` was spooled: go and flush it."""
+        if self._stopping:
+            return
+        flush = self._uploads.get(upload_id)
+        if flush is None or flush.task is None or flush.task.done():
+            flush = _UploadFlush(upload_id)
+            self._uploads[upload_id] = flush
+            flush.task = asyncio.create_task(self._run(flush), name=f"spool-flush-{upload_id[:8]}")
+        flush.wake.set()
+
+    async def flushed(self, upload_id: str, part_numbers: Sequence[int]) -> None:
+        """Wait until none of these parts of `upload_id` is in the spool.
+
+        Raises FlushFailed when they cannot be sent now (no usable bot, or a
+        permanent Telegram error); transient trouble is waited out."""
+        while True:
+            async with session_scope(self._sessionmaker) as session:
+                waiting = await SpoolRepository(session).pending_parts(upload_id, part_numbers)
+            if not waiting:
+                return
+            self.notify(upload_id)
+            flush = self._uploads[upload_id]
+            flush.sealed = True
+            flush.wake.set()
+            error = flush.last_error
+            if isinstance(error, FlushFailed) and error.final:
+                raise error
+            flush.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await flush.changed.wait()
+
+    async def stop(self, grace: float) -> None:
+        """Let running sends finish within `grace`, then cancel; what is left
+        stays in the spool for the next start."""
+        self._stopping = True
+        tasks = [f.task for f in self._uploads.values() if f.task is not None]
+        for flush in self._uploads.values():
+            flush.wake.set()
+        if tasks:
+            _, running = await asyncio.wait(tasks, timeout=grace)
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- the work on one upload ---------------------------------------------------
+
+    async def _run(self, flush: _UploadFlush) -> None:
+        try:
+            while not self._stopping:
+                try:
+                    done = await self._round(flush)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    flush.last_error = exc
+                    flush.changed.set()
+                    log.warning(
+                        "spool_flush_failed",
+                        upload_id=flush.upload_id,
+                        error=str(exc),
+                        retry_in=self._retry_delay,
+                    )
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._retry_delay):
+                            while not self._stopping:
+                                flush.wake.clear()
+                                await flush.wake.wait()
+                    continue
+                flush.last_error = None
+                if done:
+                    return
+        finally:
+            if self._uploads.get(flush.upload_id) is flush:
+                del self._uploads[flush.upload_id]
+            flush.changed.set()
+
+    async def _round(self, flush: _UploadFlush) -> bool:
+        """Flush what is spooled (and what comes meanwhile) until nothing is
+        left; True when the upload has no spooled part any more."""
+        queue: deque[_Part] = deque()
+        known: set[int] = set()
+        chunk_ids: list[int] = []
+        sends: set[asyncio.Task[None]] = set()
+        lanes = asyncio.Semaphore(self._writer.parallelism())
+        tail = False  # idle long enough: send what is there, full chunk or not
+        try:
+            while not self._stopping:
+                flush.wake.clear()
+                for row in await self._load(flush.upload_id):
+                    if row.id not in known:
+                        known.add(row.id)
+                        queue.append(_Part(row.id, row.part_number, row.path, row.size))
+                _raise_failed(sends)
+                ready = sum(part.size - part.cut for part in queue)
+                if not ready and not sends:
+                    return not known or await self._nothing_spooled(flush.upload_id)
+                if ready >= self._chunk_size or (ready and (flush.sealed or tail)):
+                    tail = False
+                    await lanes.acquire()
+                    await self._writer.buffers.acquire()
+                    segments = _cut(queue, self._chunk_size)
+                    task = asyncio.create_task(
+                        self._send(flush, segments, chunk_ids, lanes), name="spool-chunk"
+                    )
+                    sends.add(task)
+                    task.add_done_callback(lambda _: flush.wake.set())
+                    continue
+                # Too little for a full chunk: wait for more parts, a send to
+                # end, Complete, or the idle time that flushes a tail anyway.
+                try:
+                    async with asyncio.timeout(self._idle_flush):
+                        await flush.wake.wait()
+                except TimeoutError:
+                    tail = bool(ready and not sends)
+            return False
+        finally:
+            for task in sends:
+                if self._stopping:
+                    task.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
+            # Chunks of parts that were not committed (replaced, aborted, or
+            # this round failed) go; those committed parts use are kept.
+            if chunk_ids:
+                await self._gc.release_chunks(chunk_ids, reason="failed_upload")
+
+    async def _send(
+        self,
+        flush: _UploadFlush,
+        segments: list[_Segment],
+        chunk_ids: list[int],
+        lanes: asyncio.Semaphore,
+    ) -> None:
+        failure: FlushFailed | None = None
+        try:
+            data = b"".join(
+                [
+                    await self._spool.read(segment.part.path, segment.offset, segment.length)
+                    for segment in segments
+                ]
+            )
+            piece = await self._writer.store_chunk(
+                data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
+            )
+        except (TelegramError, OSError) as exc:
+            # Raised below, outside this block: a traceback keeps the frames of
+            # the send alive, and with them the chunk's bytes.
+            final = isinstance(exc, NoUsableBot | PermanentError)
+            failure = FlushFailed(str(exc), final=final)
+        finally:
+            data = b""
+            self._writer.buffers.release()
+            lanes.release()
+        if failure is not None:
+            raise failure
+        chunk_ids.append(piece.chunk_id)
+        at = 0
+        for segment in segments:
+            part = segment.part
+            part.pieces[segment.offset] = PieceSpec(piece.chunk_id, at, segment.length)
+            part.stored += segment.length
+            at += segment.length
+            if part.stored == part.size:
+                await self._commit(flush, part)
+
+    async def _commit(self, flush: _UploadFlush, part: _Part) -> None:
+        pieces = [part.pieces[offset] for offset in sorted(part.pieces)]
+        async with session_scope(self._sessionmaker) as session:
+            committed = await SpoolRepository(session).commit_pieces(part.row_id, pieces)
+        await self._spool.delete([part.path])
+        log.debug(
+            "spool_part_flushed",
+            upload_id=flush.upload_id,
+            part_number=part.part_number,
+            committed=committed,
+        )
+        flush.changed.set()
+
+    async def _load(self, upload_id: str) -> list[SpooledPart]:
+        async with session_scope(self._sessionmaker) as session:
+            return await SpoolRepository(session).owned(self._spool.instance_id, upload_id)
+
+    async def _nothing_spooled(self, upload_id: str) -> bool:
+        return not await self._load(upload_id)
+
+
+def _cut(queue: deque[_Part], size: int) -> list[_Segment]:
+    """The next chunk: up to `size` bytes from the parts in the queue, in order."""
+    segments: list[_Segment] = []
+    while size and queue:
+        part = queue[0]
+        length = min(size, part.size - part.cut)
+        segments.append(_Segment(part, part.cut, length))
+        part.cut += length
+        size -= length
+        if part.cut == part.size:
+            queue.popleft()
+    return segments
+
+
+def _raise_failed(sends: set[asyncio.Task[None]]) -> None:
+    for task in list(sends):
+        if not task.done():
+            continue
+        sends.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error

@@ -1,0 +1,114 @@
+"""This process as one instance among those sharing the database.
+
+It registers itself with an id, keeps a heartbeat, and takes over the spooled
+parts of instances that have died: those whose heartbeat went stale, or, on
+this host, whose process is gone (a restart after kill -9 need not wait for
+the heartbeat to age). Rows of a live instance are never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.session import session_scope
+from app.db.spool import InstanceRepository, SpoolRepository
+from app.store.spool import Spool
+
+log = structlog.get_logger("app.store.instance")
+
+HEARTBEAT_SECONDS = 5.0
+# An instance that has not beaten for this long is taken for dead.
+STALE_AFTER_SECONDS = 30.0
+
+
+def new_instance_id() -> str:
+    return secrets.token_hex(8)
+
+
+class InstanceHeartbeat:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        spool: Spool,
+        *,
+        interval: float = HEARTBEAT_SECONDS,
+        stale_after: float = STALE_AFTER_SECONDS,
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._spool = spool
+        self.instance_id = spool.instance_id
+        self._host = socket.gethostname()[:255]
+        self._interval = interval
+        self._stale_after = stale_after
+        self._task: asyncio.Task[None] | None = None
+
+    async def register(self) -> int:
+        """Announce this instance and adopt the spool of dead ones; returns
+        how many spooled parts were adopted."""
+        async with session_scope(self._sessionmaker) as session:
+            await InstanceRepository(session).register(self.instance_id, self._host, os.getpid())
+        adopted = await self.adopt()
+        async with session_scope(self._sessionmaker) as session:
+            rows = await SpoolRepository(session).owned(self.instance_id)
+        self._spool.account(row.size for row in rows)
+        return adopted
+
+    async def adopt(self) -> int:
+        async with session_scope(self._sessionmaker) as session:
+            live = await self._live_ids(session)
+            adopted = await SpoolRepository(session).adopt(self.instance_id, live)
+            await InstanceRepository(session).forget_dead(self._stale_after)
+            referenced = await SpoolRepository(session).all_paths()
+        removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
+        if adopted or removed:
+            log.info("spool_adopted", parts=adopted, unreferenced_files_removed=removed)
+        return adopted
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._beat(), name="instance-heartbeat")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # A clean stop: its rows may be adopted at once (none are left unless
+        # a flush was cut short by the grace period).
+        with contextlib.suppress(Exception):
+            async with session_scope(self._sessionmaker) as session:
+                await InstanceRepository(session).remove(self.instance_id)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                async with session_scope(self._sessionmaker) as session:
+                    await InstanceRepository(session).heartbeat(self.instance_id)
+            except Exception as exc:
+                # The database may be down for a while; the next beat retries.
+                log.warning("instance_heartbeat_failed", error=str(exc))
+
+    async def _live_ids(self, session: AsyncSession) -> set[str]:
+        instances = InstanceRepository(session)
+        live = await instances.live_ids(self._stale_after)
+        for instance_id, pid in await instances.processes_on(self._host, live):
+            if instance_id != self.instance_id and not _process_alive(pid):
+                live.discard(instance_id)
+        return live
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

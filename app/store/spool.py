@@ -1,0 +1,233 @@
+"""The staging spool: acknowledged bytes on local disk, waiting for Telegram.
+
+A part is written to a file under SPOOL_DIR/<instance id>/, fsynced (file and
+directory) and only then recorded in the database and acknowledged: after a
+crash, the restarted service finds both the row and the bytes, and flushes
+them. Files are written and read in a worker thread, so the event loop never
+waits on the disk.
+
+The spool has a size limit (SPOOL_MAX_BYTES). A writer reserves room for what
+it is about to write; when there is none, or the disk is full, it is told so
+(`SpoolFull`) and takes the synchronous path to Telegram instead: nothing fails
+for lack of spool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from app.store.errors import UploadTooLarge
+
+log = structlog.get_logger("app.store.spool")
+
+# Bytes gathered from the client before one write to the file.
+WRITE_BATCH = 1024 * 1024
+
+
+class SpoolFull(Exception):
+    """No room on the disk for the rest of a part. `received` streams the
+    bytes already taken from the client (read back from the partial file,
+    which it then deletes), so the caller can send them another way."""
+
+    def __init__(self, received: AsyncIterator[bytes]) -> None:
+        super().__init__("the staging spool's disk is full")
+        self.received = received
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledFile:
+    path: str  # relative to the spool's root
+    size: int
+    md5_hex: str
+
+
+class Spool:
+    def __init__(self, root: Path, *, max_bytes: int, instance_id: str) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.instance_id = instance_id
+        self._own_dir = root / instance_id
+        self.used = 0  # bytes in files plus bytes reserved for writes under way
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._own_dir.mkdir, parents=True, exist_ok=True)
+
+    def reserve(self, size: int) -> bool:
+        if not self.enabled or self.used + size > self.max_bytes:
+            return False
+        self.used += size
+        return True
+
+    def unreserve(self, size: int) -> None:
+        self.used = max(0, self.used - size)
+
+    def account(self, sizes: Iterable[int]) -> None:
+        """Count files that were already on disk at start (adopted rows)."""
+        self.used += sum(sizes)
+
+    async def write(
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        reserved: int,
+        max_size: int | None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> SpooledFile:
+        """Write a stream to a new file and make it durable.
+
+        `reserved` bytes were reserved by the caller and stay counted for the
+        file it becomes. Raises SpoolFull (with the bytes received so far, for
+        the caller to send elsewhere) if the stream outgrows the reservation
+        or the disk fills; UploadTooLarge past `max_size`.
+        """
+        name = f"{self.instance_id}/{secrets.token_hex(12)}.part"
+        final = self.root / name
+        temporary = final.with_suffix(".tmp")
+        md5 = hashlib.md5(usedforsecurity=False)
+        size = 0
+        batch: list[bytes] = []
+        batch_size = 0
+        handle = await asyncio.to_thread(open, temporary, "wb")
+        try:
+            try:
+                async for data in stream:
+                    if not data:
+                        continue
+                    size += len(data)
+                    if max_size is not None and size > max_size:
+                        raise UploadTooLarge(max_size)
+                    md5.update(data)
+                    if on_bytes is not None:
+                        on_bytes(len(data))
+                    batch.append(bytes(data))
+                    batch_size += len(data)
+                    if size > reserved:
+                        # The payload decoders hold a body to its declared size.
+                        raise ValueError("a spooled part outgrew its declared size")
+                    if batch_size >= WRITE_BATCH:
+                        await asyncio.to_thread(_write_all, handle, batch)
+                        batch, batch_size = [], 0
+                await asyncio.to_thread(_write_all, handle, batch)
+                await asyncio.to_thread(_sync_file, handle)
+            finally:
+                await asyncio.to_thread(handle.close)
+            await asyncio.to_thread(_publish, temporary, final)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                await _unlink(temporary)
+                raise
+            log.warning("spool_disk_full", path=str(self.root))
+            self.unreserve(reserved)
+            raise SpoolFull(_replay(temporary, batch)) from None
+        except BaseException:
+            self.unreserve(reserved)
+            await _unlink(temporary)
+            raise
+        if size < reserved:
+            self.unreserve(reserved - size)
+        return SpooledFile(path=name, size=size, md5_hex=md5.hexdigest())
+
+    async def read(self, path: str, offset: int, length: int) -> bytes:
+        return await asyncio.to_thread(_read_range, self.root / path, offset, length)
+
+    async def delete(self, paths: Iterable[str]) -> None:
+        """Delete spool files and give their room back. A file already gone
+        was counted out by whoever deleted it."""
+        for path in paths:
+            self.unreserve(await asyncio.to_thread(_unlink_counted, self.root / path))
+
+    async def remove_unreferenced(self, referenced: set[str], live_owners: set[str]) -> int:
+        """Delete files no row names, in directories of instances that are not
+        running (their writes under way died with them); return how many."""
+        return await asyncio.to_thread(self._remove_unreferenced, referenced, live_owners)
+
+    def _remove_unreferenced(self, referenced: set[str], live_owners: set[str]) -> int:
+        removed = 0
+        if not self.root.is_dir():
+            return 0
+        for directory in self.root.iterdir():
+            if not directory.is_dir() or directory.name in live_owners:
+                continue
+            for file in directory.iterdir():
+                if f"{directory.name}/{file.name}" not in referenced:
+                    with contextlib.suppress(FileNotFoundError):
+                        file.unlink()
+                        removed += 1
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty
+        return removed
+
+
+def _write_all(handle: object, pieces: list[bytes]) -> None:
+    for piece in pieces:
+        handle.write(piece)  # type: ignore[attr-defined]
+
+
+def _sync_file(handle: object) -> None:
+    handle.flush()  # type: ignore[attr-defined]
+    os.fsync(handle.fileno())  # type: ignore[attr-defined]
+
+
+def _publish(temporary: Path, final: Path) -> None:
+    """Give the file its final name and make the name durable too."""
+    os.replace(temporary, final)
+    directory = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _unlink_counted(path: Path) -> int:
+    """Delete a file; its size, or 0 if it was not there."""
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size
+
+
+async def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        await asyncio.to_thread(path.unlink, True)
+
+
+async def _replay(temporary: Path, batch: list[bytes]) -> AsyncIterator[bytes]:
+    """The bytes a full disk interrupted: what reached the file, then the
+    batch that did not; the file is deleted afterwards."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            file = await asyncio.to_thread(open, temporary, "rb")
+            try:
+                while block := await asyncio.to_thread(file.read, WRITE_BATCH):
+                    yield block
+            finally:
+                await asyncio.to_thread(file.close)
+        for piece in batch:
+            yield piece
+    finally:
+        await _unlink(temporary)
+
+
+def _read_range(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as file:
+        file.seek(offset)
+        data = file.read(length)
+    if len(data) != length:
+        raise OSError(f"spool file {path.name} holds {offset + len(data)} bytes, expected more")
+    return data
