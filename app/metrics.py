@@ -9,6 +9,7 @@ Bots are labelled by their numeric id, never by token.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -83,8 +84,50 @@ class Metrics:
         """Read live state at scrape time: per-bot status, GC backlog, DB pool."""
         self.registry.register(_LiveCollector(bots, gc_backlog, db_pool))
 
+    def watch_uploads(self, budget: Callable[[], UploadBudgetUse]) -> None:
+        """Read the upload buffer budget and the spool at scrape time."""
+        self.registry.register(_UploadBudgetCollector(budget))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True, slots=True)
+class UploadBudgetUse:
+    buffers_in_use: int
+    buffers: int
+    waiting_uploads: int
+    spool_bytes: int
+    spool_max_bytes: int
+
+
+class _UploadBudgetCollector(Collector):
+    def __init__(self, budget: Callable[[], UploadBudgetUse]) -> None:
+        self._budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        use = self._budget()
+        buffers = GaugeMetricFamily(
+            "teleuploader_upload_buffers",
+            "Chunk buffers of the process-wide upload budget (UPLOAD_BUFFER_CHUNKS).",
+            labels=["state"],
+        )
+        buffers.add_metric(["in_use"], use.buffers_in_use)
+        buffers.add_metric(["size"], use.buffers)
+        yield buffers
+        yield GaugeMetricFamily(
+            "teleuploader_upload_buffer_waiters",
+            "Uploads waiting for a buffer (not read from their sockets meanwhile).",
+            value=use.waiting_uploads,
+        )
+        spool = GaugeMetricFamily(
+            "teleuploader_spool_bytes",
+            "Bytes in the staging spool, acknowledged and waiting for Telegram.",
+            labels=["state"],
+        )
+        spool.add_metric(["used"], use.spool_bytes)
+        spool.add_metric(["max"], use.spool_max_bytes)
+        yield spool
 
 
 class _LiveCollector(Collector):

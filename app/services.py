@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
-from app.metrics import Metrics
+from app.metrics import Metrics, UploadBudgetUse
 from app.s3.service import S3Service
 from app.store.buckets import BucketStore
 from app.store.flusher import Flusher
@@ -171,6 +171,15 @@ async def start_services(settings: Settings) -> Services:
     )
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
+    metrics.watch_uploads(
+        lambda: UploadBudgetUse(
+            buffers_in_use=buffers.in_use,
+            buffers=buffers.count,
+            waiting_uploads=buffers.waiting,
+            spool_bytes=spool.used,
+            spool_max_bytes=spool.max_bytes,
+        )
+    )
     metrics.watch(
         bots=dispatcher.status,
         gc_backlog=lambda: gc.last_backlog,
