@@ -20,15 +20,16 @@ from app.db.migrations import (
     schema_is_current,
     upgrade,
 )
-from app.db.models import Base, Chunk, GcEntry
+from app.db.models import Base, Chunk, GcEntry, UploadPart
 from app.db.repositories import MultipartRepository, ObjectRepository, PieceSpec
 from app.db.session import session_scope
+from app.db.spool import SpoolRepository
 from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0002"
+    assert head_revision() == "0003"
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
@@ -40,7 +41,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0002: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0003: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -105,6 +106,48 @@ async def test_downgrade_below_multipart_ledgers_the_chunks_only_uploads_used(
         )
         assert abs(entry.enqueued_at - datetime.now(UTC)) < timedelta(minutes=1)
         assert entry.next_attempt_at == entry.enqueued_at
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_below_the_spool_drops_the_parts_it_held(
+    empty_database: Database,
+) -> None:
+    """A spooled part has no bytes in Telegram: without its spool row it would
+    be an empty shell, so it goes and Complete asks the client for it again."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url)
+    engine = create_engine(empty_database.url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        (chunk,) = await add_chunks(sessionmaker, [10])
+        async with session_scope(sessionmaker) as session:
+            multipart = MultipartRepository(session)
+            upload = await multipart.create(
+                bucket="bucket", key="big", content_type="text/plain", user_metadata={}
+            )
+            await multipart.put_part(
+                upload.id, 1, size=10, etag='"x"', pieces=whole_chunks([chunk])
+            )
+            await SpoolRepository(session).put(
+                upload.id,
+                2,
+                size=5,
+                etag='"y"',
+                path="i/p.part",
+                owner="i",
+                bucket="bucket",
+                key="big",
+            )
+        await engine.dispose()
+
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0002")
+
+        async with session_scope(sessionmaker) as session:
+            parts = (await session.execute(select(UploadPart.part_number))).scalars().all()
+        assert parts == [1]
         await engine.dispose()
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await schema_is_current(engine)
