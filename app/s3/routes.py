@@ -12,6 +12,7 @@ verified), calls `S3Service`, and answers in S3's XML.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -126,28 +127,33 @@ async def _handle(
             bucket, key = split_path(path)
         operation = S3Operation(request, services, verified, bucket, key)
         return await operation.run()
-    except S3Error as exc:
-        return _error_response(exc, request, path)
     except ClientDisconnect:
         return Response(status_code=400)
-    except (NoUsableBot, DispatcherClosed) as exc:
-        return _error_response(S3Error("ServiceUnavailable", str(exc)), request, path)
-    except (TelegramError, ContentUnavailable) as exc:
+    except Exception as exc:
+        return _error_response(_as_s3_error(exc, request.method), request, path)
+
+
+def _as_s3_error(exc: BaseException, method: str) -> S3Error:
+    """The one mapping of what an operation raises to what an S3 client reads."""
+    if isinstance(exc, S3Error):
+        return exc
+    if isinstance(exc, NoUsableBot | DispatcherClosed):
+        return S3Error("ServiceUnavailable", str(exc))
+    if isinstance(exc, TelegramError | ContentUnavailable):
         log.warning("s3_storage_error", error=str(exc))
-        return _error_response(
-            S3Error("ServiceUnavailable", f"Telegram storage failed: {exc}"), request, path
-        )
-    except ObjectNotFound:
-        return _error_response(S3Error("NoSuchKey"), request, path)
-    except (DBAPIError, PoolTimeout, ConnectionError):
-        return _error_response(
-            S3Error("ServiceUnavailable", "The database cannot be reached right now."),
-            request,
-            path,
-        )
-    except Exception:
-        log.exception("s3_internal_error", method=request.method)
-        return _error_response(S3Error("InternalError"), request, path)
+        return S3Error("ServiceUnavailable", f"Telegram storage failed: {exc}")
+    if isinstance(exc, ObjectNotFound):
+        return S3Error("NoSuchKey")
+    if isinstance(exc, DBAPIError | PoolTimeout | ConnectionError):
+        return S3Error("ServiceUnavailable", "The database cannot be reached right now.")
+    log.error("s3_internal_error", method=method, exc_info=exc)
+    return S3Error("InternalError")
+
+
+# Complete answers normally within this many seconds; later, 200 + whitespace.
+COMPLETE_EARLY_ANSWER = 5.0
+KEEPALIVE_INTERVAL = 5.0
+XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 
 
 def _request_id() -> str:
@@ -621,18 +627,57 @@ class S3Operation:
         return _xml(xml.copy_part_xml(etag, datetime.now(UTC)))
 
     async def complete_upload(self) -> Response:
+        """Completing may wait for spooled parts to reach Telegram. Past
+        COMPLETE_EARLY_ANSWER seconds, do what AWS does: answer 200 at once,
+        keep the connection alive with whitespace (SDKs time out reads after
+        60 s), and end with the result, or with an <Error> document if it
+        failed after all (SDKs look for one in a 200 Complete)."""
         body = await self._drain_small_body()
         parts = xml.parse_complete_multipart(body)
-        info = await self.s3.complete_upload(
-            self._bucket(),
-            self._key(),
-            self.query["uploadId"],
-            [(part.part_number, part.etag) for part in parts],
-        )
+        bucket, key = self._bucket(), self._key()
         location = f"/{self.bucket}/{self.key}"
-        return _xml(
-            xml.complete_multipart_upload_xml(location, self._bucket(), self._key(), info.etag)
+        completing = asyncio.ensure_future(
+            self.s3.complete_upload(
+                bucket,
+                key,
+                self.query["uploadId"],
+                [(part.part_number, part.etag) for part in parts],
+            )
         )
+        try:
+            info = await asyncio.wait_for(asyncio.shield(completing), COMPLETE_EARLY_ANSWER)
+        except TimeoutError:
+            return StreamingResponse(
+                self._complete_in_whitespace(completing, location),
+                media_type=XML,
+                headers={"x-amz-request-id": _request_id()},
+            )
+        except BaseException:
+            completing.cancel()
+            raise
+        return _xml(xml.complete_multipart_upload_xml(location, bucket, key, info.etag))
+
+    # A client that hangs up does not stop the completion (its task is not
+    # cancelled): the parts are the client's, and it may ask again.
+    async def _complete_in_whitespace(
+        self, completing: asyncio.Future[ObjectInfo], location: str
+    ) -> AsyncIterator[bytes]:
+        yield XML_DECLARATION
+        while True:
+            try:
+                info = await asyncio.wait_for(asyncio.shield(completing), KEEPALIVE_INTERVAL)
+            except TimeoutError:
+                yield b" "
+                continue
+            except Exception as exc:
+                error = _as_s3_error(exc, self.request.method)
+                document = xml.s3_error_xml(error, resource=location, request_id=_request_id())
+            else:
+                document = xml.complete_multipart_upload_xml(
+                    location, self._bucket(), self._key(), info.etag
+                )
+            yield document.removeprefix(XML_DECLARATION)
+            return
 
     async def list_parts(self) -> Response:
         upload_id = self.query["uploadId"]
