@@ -327,7 +327,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.client_cli import check_bots, inspect_bots
+    from app.client_cli import check_bots, check_budget, inspect_bots
 
     settings = load_settings()
     if not settings.bot_tokens:
@@ -341,7 +341,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             api_base=settings.telegram_api_base,
         )
     )
-    return 0 if check_bots(rows, Console()) else 1
+    console = Console()
+    bots_ok = check_bots(rows, console)
+    budget_ok = check_budget(settings, console)
+    return 0 if bots_ok and budget_ok else 1
 
 
 # --- simulator / demo -------------------------------------------------------------------

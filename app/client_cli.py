@@ -183,6 +183,38 @@ def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
     return ok
 
 
+def check_budget(settings: Any, console: Console) -> bool:
+    """Say what the process-wide upload budget and the spool come to; False
+    when the spool directory cannot be used."""
+    import shutil
+
+    mib = 1024 * 1024
+    buffers = settings.upload_buffers
+    console.print(
+        f"Upload budget: {buffers} buffers x CHUNK_SIZE {settings.chunk_size / mib:g} MiB = "
+        f"{buffers * settings.chunk_size / mib:.0f} MiB of upload memory at most"
+    )
+    if settings.spool_max_bytes == 0:
+        console.print("Spool: off (SPOOL_MAX_BYTES=0): S3 parts wait for Telegram")
+        return True
+    spool = Path(settings.spool_path)
+    existing = next((p for p in (spool, *spool.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
+        console.print(f"[red]Spool: {spool} cannot be created or written by this user[/red]")
+        return False
+    free = shutil.disk_usage(existing).free
+    console.print(
+        f"Spool: {spool}, up to {settings.spool_max_bytes / mib / 1024:.1f} GiB "
+        f"({free / mib / 1024:.1f} GiB free on its disk)"
+    )
+    if free < settings.spool_max_bytes:
+        console.print(
+            "[yellow]The disk has less free room than SPOOL_MAX_BYTES: parts will take the "
+            "slower synchronous path when it fills.[/yellow]"
+        )
+    return True
+
+
 def _yes(value: object) -> str:
     return "yes" if value else "NO"
 

@@ -82,6 +82,31 @@ async def test_check_lists_bots_and_fails_on_a_kicked_one(
     assert not any(token.split(":")[1] in table for token in service.sim.tokens)
 
 
+async def test_check_reports_the_upload_budget_and_the_spool(
+    service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("BOT_TOKENS", ",".join(service.sim.tokens))
+    monkeypatch.setenv("STORAGE_CHAT_ID", str(CHAT_ID))
+    monkeypatch.setenv("TELEGRAM_API_BASE", service.settings.telegram_api_base)
+    monkeypatch.setenv("CHUNK_SIZE", str(2 * 1024 * 1024))
+    monkeypatch.setenv("SPOOL_DIR", str(tmp_path / "spool"))
+
+    assert await run_cli("check") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    # 3 bots: 2 x 3 + 2 buffers of 2 MiB.
+    assert "Upload budget: 8 buffers x CHUNK_SIZE 2 MiB = 16 MiB" in out
+    assert f"Spool: {tmp_path / 'spool'}, up to 8.0 GiB" in out
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("SPOOL_DIR", str(blocked / "spool"))
+    assert await run_cli("check") == 1
+    assert "cannot be created or written" in capsys.readouterr().out
+
+
 def test_serve_without_tokens_is_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
