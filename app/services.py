@@ -132,16 +132,15 @@ async def start_services(settings: Settings) -> Services:
         raise StartupError("no bot token works (every getMe failed); run `teleuploader check`")
     log.info("bots_ready", usable=len(dispatcher.usable_bots()), configured=len(clients))
 
-    await gc.sweep_orphans(before=started_at)
-    gc.start()
     spool = Spool(
         settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
     )
     if spool.enabled:
         await spool.open()
-    instance = InstanceHeartbeat(sessionmaker, spool)
+    # Registering also sweeps the pending chunks of instances that died.
+    instance = InstanceHeartbeat(sessionmaker, spool, gc)
     await instance.register()
-    instance.start()
+    gc.start()
     buffers = UploadBuffers(settings.upload_buffers)
     writer = ChunkWriter(
         dispatcher,
@@ -150,12 +149,15 @@ async def start_services(settings: Settings) -> Services:
         buffers,
         chunk_size=settings.chunk_size,
         inline_threshold=settings.inline_threshold,
+        owner=spool.instance_id,
         on_bytes=metrics.bytes_uploaded.inc,
     )
     reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
     store = ObjectStore(sessionmaker, writer, reader, gc)
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     await flusher.resume()
+    instance.on_adopted = flusher.resume
+    instance.start()
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy import and_, delete, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
@@ -26,9 +26,13 @@ class ChunkRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    async def add_pending(self, doc: StoredDocument, sha256: str) -> Chunk:
-        """Record a freshly uploaded document. It stays 'pending' until `mark_live`."""
+    async def add_pending(
+        self, doc: StoredDocument, sha256: str, owner: str | None = None
+    ) -> Chunk:
+        """Record a freshly uploaded document. It stays 'pending' until `mark_live`;
+        `owner` is the instance whose upload it belongs to."""
         chunk = Chunk(
+            owner=owner,
             size=doc.size,
             sha256=sha256,
             bot_id=doc.bot_id,
@@ -103,21 +107,29 @@ class ChunkRepository:
             released += await self._retire([c for c in chunks if c.id not in referenced], reason)
         return released
 
-    async def collect_pending_orphans(self, before: datetime) -> int:
-        """Retire pending chunks created before `before`; return how many.
+    async def collect_pending_orphans(
+        self, before: datetime, live_owners: Iterable[str] = ()
+    ) -> int:
+        """Retire the pending chunks of uploads that died; return how many.
 
-        Meant for startup: an upload that was running when the process died
-        left its chunks pending forever. Pick `before` older than any upload
-        still running elsewhere (several instances may share the database).
+        An upload that was running when its process died left its chunks
+        pending forever. A chunk is taken for such when its owner is not one
+        of `live_owners`, or, having no owner, when it is older than `before`.
+        The chunks of live instances' uploads are never touched.
         """
         await lock_database_for_write(self._session)
         unreferenced = ~exists().where(Piece.chunk_id == Chunk.id) & ~exists().where(
             PartPiece.chunk_id == Chunk.id
         )
+        dead = or_(
+            and_(Chunk.owner.is_(None), Chunk.created_at < before),
+            # (Explicitly not NULL: an empty NOT IN list is true for NULL too.)
+            and_(Chunk.owner.is_not(None), Chunk.owner.not_in(list(live_owners))),
+        )
         chunks = (
             await self._session.scalars(
                 select(Chunk)
-                .where(Chunk.state == "pending", Chunk.created_at < before, unreferenced)
+                .where(Chunk.state == "pending", dead, unreferenced)
                 .order_by(Chunk.id)
                 .with_for_update(skip_locked=True)
             )

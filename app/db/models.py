@@ -98,9 +98,11 @@ class Chunk(Base):
     chat_id: Mapped[int] = mapped_column(BigInteger)
     message_id: Mapped[int] = mapped_column(BigInteger)
     # 'pending' from the end of its upload until an object references it;
-    # pending chunks left by a crash are collected at startup.
+    # pending chunks left by a crash are collected once their owner is gone.
     state: Mapped[str] = mapped_column(String(16), default="pending")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # The instance whose upload made it (None: before instances existed).
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"

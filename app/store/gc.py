@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -75,11 +76,11 @@ class GarbageCollector:
             await ChunkRepository(session).release(chunk_ids, reason)
         self.wake()
 
-    async def sweep_orphans(self, before: datetime) -> int:
-        """Pending chunks older than this process belong to uploads that died
-        with a previous process: ledger them."""
+    async def sweep_orphans(self, before: datetime, live_owners: Iterable[str] = ()) -> int:
+        """Pending chunks of instances that are gone (and unowned ones older
+        than `before`) belong to uploads that died with them: ledger them."""
         async with session_scope(self._sessionmaker) as session:
-            count = await ChunkRepository(session).collect_pending_orphans(before)
+            count = await ChunkRepository(session).collect_pending_orphans(before, live_owners)
         if count:
             log.warning("orphaned_chunks_collected", count=count)
             self.wake()

@@ -13,12 +13,15 @@ import contextlib
 import os
 import secrets
 import socket
+from collections.abc import Awaitable, Callable
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
+from app.db.types import utcnow
+from app.store.gc import GarbageCollector
 from app.store.spool import Spool
 
 log = structlog.get_logger("app.store.instance")
@@ -26,6 +29,8 @@ log = structlog.get_logger("app.store.instance")
 HEARTBEAT_SECONDS = 5.0
 # An instance that has not beaten for this long is taken for dead.
 STALE_AFTER_SECONDS = 30.0
+# Every this many beats, take over what instances that died left behind.
+SWEEP_EVERY_BEATS = 12
 
 
 def new_instance_id() -> str:
@@ -37,12 +42,16 @@ class InstanceHeartbeat:
         self,
         sessionmaker: async_sessionmaker[AsyncSession],
         spool: Spool,
+        gc: GarbageCollector,
         *,
         interval: float = HEARTBEAT_SECONDS,
         stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._spool = spool
+        self._gc = gc
+        self.started_at = utcnow()
+        self.on_adopted: Callable[[], Awaitable[None]] | None = None
         self.instance_id = spool.instance_id
         self._host = socket.gethostname()[:255]
         self._interval = interval
@@ -50,8 +59,8 @@ class InstanceHeartbeat:
         self._task: asyncio.Task[None] | None = None
 
     async def register(self) -> int:
-        """Announce this instance and adopt the spool of dead ones; returns
-        how many spooled parts were adopted."""
+        """Announce this instance, adopt the spool of dead ones and retire
+        their pending chunks; returns how many spooled parts were adopted."""
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).register(self.instance_id, self._host, os.getpid())
         adopted = await self.adopt()
@@ -61,6 +70,8 @@ class InstanceHeartbeat:
         return adopted
 
     async def adopt(self) -> int:
+        """Take over what dead instances left: spooled parts (flushed by this
+        one from now on), spool files no row names, pending chunks."""
         async with session_scope(self._sessionmaker) as session:
             live = await self._live_ids(session)
             adopted = await SpoolRepository(session).adopt(self.instance_id, live)
@@ -69,6 +80,9 @@ class InstanceHeartbeat:
         removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
         if adopted or removed:
             log.info("spool_adopted", parts=adopted, unreferenced_files_removed=removed)
+        await self._gc.sweep_orphans(before=self.started_at, live_owners=live)
+        if adopted and self.on_adopted is not None:
+            await self.on_adopted()
         return adopted
 
     def start(self) -> None:
@@ -86,11 +100,15 @@ class InstanceHeartbeat:
                 await InstanceRepository(session).remove(self.instance_id)
 
     async def _beat(self) -> None:
+        beats = 0
         while True:
             await asyncio.sleep(self._interval)
+            beats += 1
             try:
                 async with session_scope(self._sessionmaker) as session:
                     await InstanceRepository(session).heartbeat(self.instance_id)
+                if beats % SWEEP_EVERY_BEATS == 0:
+                    await self.adopt()
             except Exception as exc:
                 # The database may be down for a while; the next beat retries.
                 log.warning("instance_heartbeat_failed", error=str(exc))

@@ -138,9 +138,11 @@ class ChunkWriter:
         *,
         chunk_size: int,
         inline_threshold: int,
+        owner: str | None = None,
         on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._owner = owner
         self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
         self._gc = gc
@@ -244,7 +246,9 @@ class ChunkWriter:
         digest = hashlib.sha256(data).hexdigest()
         try:
             async with session_scope(self._sessionmaker) as session:
-                chunk = await ChunkRepository(session).add_pending(document, digest)
+                chunk = await ChunkRepository(session).add_pending(
+                    document, digest, owner=self._owner
+                )
         except BaseException:
             # Telegram has it but the database does not: it must not stay.
             self._gc.enqueue_document(document, reason="failed_upload")

@@ -1,4 +1,4 @@
-"""The staging spool: instances (with heartbeats) and spooled_parts.
+"""The staging spool: instances (with heartbeats), spooled_parts, chunks.owner.
 
 Revision ID: 0003
 Revises: 0002
@@ -61,6 +61,7 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index(op.f("ix_spooled_parts_owner"), "spooled_parts", ["owner"])
+    op.add_column("chunks", sa.Column("owner", sa.String(32), nullable=True))
 
 
 def downgrade() -> None:
@@ -73,3 +74,5 @@ def downgrade() -> None:
     )
     op.drop_table("spooled_parts")
     op.drop_table("instances")
+    with op.batch_alter_table("chunks") as batch:
+        batch.drop_column("owner")

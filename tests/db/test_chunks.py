@@ -71,6 +71,32 @@ async def test_collect_pending_orphans_takes_only_old_unreferenced_pending_chunk
         assert await ChunkRepository(session).collect_pending_orphans(startup) == 0
 
 
+async def test_collect_pending_orphans_spares_the_chunks_of_live_instances(
+    sessionmaker: Sessions,
+) -> None:
+    async with session_scope(sessionmaker) as session:
+        repo = ChunkRepository(session)
+        mine = await repo.add_pending(document(), "ab" * 32, owner="alive")
+        other = await repo.add_pending(document(), "ab" * 32, owner="also-alive")
+        dead = await repo.add_pending(document(), "ab" * 32, owner="dead")
+        fresh_unowned = await repo.add_pending(document(), "ab" * 32)
+    long_ago = datetime.now(UTC) - timedelta(hours=1)
+
+    async with session_scope(sessionmaker) as session:
+        collected = await ChunkRepository(session).collect_pending_orphans(
+            long_ago, ["alive", "also-alive"]
+        )
+    async with session_scope(sessionmaker) as session:
+        left = set(await session.scalars(select(Chunk.id)))
+    assert collected == 1
+    assert left == {mine.id, other.id, fresh_unowned.id}
+    assert dead.id not in left
+
+    # With no instance alive at all, every owned pending chunk is an orphan.
+    async with session_scope(sessionmaker) as session:
+        assert await ChunkRepository(session).collect_pending_orphans(long_ago, []) == 2
+
+
 async def test_release_keeps_referenced_chunks_and_ledgers_the_rest(
     sessionmaker: Sessions,
 ) -> None:
