@@ -21,7 +21,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import ChunkRepository
-from app.db.locking import lock_database_for_write, lock_upload_part
+from app.db.locking import batches, lock_database_for_write, lock_upload_part
 from app.db.models import Instance, MultipartUpload, PartPiece, SpooledPart, UploadPart
 from app.db.multipart import UploadMissing
 from app.db.objects import PieceSpec
@@ -204,11 +204,17 @@ class SpoolRepository:
         await self._session.execute(delete(SpooledPart).where(SpooledPart.id == spool_id))
         return True
 
-    async def adopt(self, owner: str, live_owners: set[str]) -> int:
-        """Take over the rows of instances that are not alive; return how many."""
-        result = await self._session.execute(
-            update(SpooledPart)
-            .where(SpooledPart.owner.not_in(builtins.list(live_owners | {owner})))
-            .values(owner=owner)
-        )
-        return int(getattr(result, "rowcount", 0) or 0)
+    async def adopt(self, owner: str, live_owners: set[str]) -> builtins.list[int]:
+        """Take over the rows of instances that are not alive; their sizes."""
+        orphaned = SpooledPart.owner.not_in(builtins.list(live_owners | {owner}))
+        await lock_database_for_write(self._session)
+        rows = (
+            await self._session.execute(
+                select(SpooledPart.id, SpooledPart.size).where(orphaned).with_for_update()
+            )
+        ).all()
+        for batch in batches([row_id for row_id, _ in rows]):
+            await self._session.execute(
+                update(SpooledPart).where(SpooledPart.id.in_(batch)).values(owner=owner)
+            )
+        return [size for _, size in rows]

@@ -63,20 +63,18 @@ class InstanceHeartbeat:
         their pending chunks; returns how many spooled parts were adopted."""
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).register(self.instance_id, self._host, os.getpid())
-        adopted = await self.adopt()
-        async with session_scope(self._sessionmaker) as session:
-            rows = await SpoolRepository(session).owned(self.instance_id)
-        self._spool.account(row.size for row in rows)
-        return adopted
+        return await self.adopt()
 
     async def adopt(self) -> int:
         """Take over what dead instances left: spooled parts (flushed by this
         one from now on), spool files no row names, pending chunks."""
         async with session_scope(self._sessionmaker) as session:
             live = await self._live_ids(session)
-            adopted = await SpoolRepository(session).adopt(self.instance_id, live)
+            sizes = await SpoolRepository(session).adopt(self.instance_id, live)
             await InstanceRepository(session).forget_dead(self._stale_after)
             referenced = await SpoolRepository(session).all_paths()
+        self._spool.account(sizes)
+        adopted = len(sizes)
         removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
         if adopted or removed:
             log.info("spool_adopted", parts=adopted, unreferenced_files_removed=removed)

@@ -36,8 +36,9 @@ WRITE_BATCH = 1024 * 1024
 
 class SpoolFull(Exception):
     """No room on the disk for the rest of a part. `received` streams the
-    bytes already taken from the client (read back from the partial file,
-    which it then deletes), so the caller can send them another way."""
+    whole part: the bytes already taken from the client (read back from the
+    partial file, which it then deletes), then the rest of the client's
+    stream, so the caller can send it another way."""
 
     def __init__(self, received: AsyncIterator[bytes]) -> None:
         super().__init__("the staging spool's disk is full")
@@ -101,8 +102,8 @@ class Spool:
         size = 0
         batch: list[bytes] = []
         batch_size = 0
-        handle = await asyncio.to_thread(open, temporary, "wb")
         try:
+            handle = await asyncio.to_thread(open, temporary, "wb")
             try:
                 async for data in stream:
                     if not data:
@@ -132,7 +133,7 @@ class Spool:
                 raise
             log.warning("spool_disk_full", path=str(self.root))
             self.unreserve(reserved)
-            raise SpoolFull(_replay(temporary, batch)) from None
+            raise SpoolFull(_replay(temporary, batch, stream)) from None
         except BaseException:
             self.unreserve(reserved)
             await _unlink(temporary)
@@ -207,9 +208,12 @@ async def _unlink(path: Path) -> None:
         await asyncio.to_thread(path.unlink, True)
 
 
-async def _replay(temporary: Path, batch: list[bytes]) -> AsyncIterator[bytes]:
-    """The bytes a full disk interrupted: what reached the file, then the
-    batch that did not; the file is deleted afterwards."""
+async def _replay(
+    temporary: Path, batch: list[bytes], rest: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """A part a full disk interrupted: what reached the file, the batch that
+    did not, then what the client has not sent yet; the file is deleted as
+    soon as it has been read back."""
     try:
         with contextlib.suppress(FileNotFoundError):
             file = await asyncio.to_thread(open, temporary, "rb")
@@ -218,10 +222,12 @@ async def _replay(temporary: Path, batch: list[bytes]) -> AsyncIterator[bytes]:
                     yield block
             finally:
                 await asyncio.to_thread(file.close)
-        for piece in batch:
-            yield piece
     finally:
         await _unlink(temporary)
+    for piece in batch:
+        yield piece
+    async for piece in rest:
+        yield piece
 
 
 def _read_range(path: Path, offset: int, length: int) -> bytes:

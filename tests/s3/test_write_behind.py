@@ -18,6 +18,7 @@ import pytest
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
+from app.store.writer import plan_chunk_size
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 ACCESS_KEY = "AKIDWRITEBEHIND"
@@ -163,3 +164,35 @@ async def test_abort_and_replaced_parts_leave_no_spool_file_and_no_message(
         return not service.live_messages() and not spool_files(service)
 
     await eventually(clean, within=20)
+
+
+async def test_a_full_spool_sends_parts_before_answering(start_service: ServiceFactory) -> None:
+    # A spool too small for any part: nothing fails, the parts take the
+    # synchronous path and are in Telegram before UploadPart answers.
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET}, spool_max_bytes=PART - 1)
+    client = default_client(service)
+    parts = [payload(PART, seed=n) for n in range(2)]
+
+    upload_id, etags = await upload_parts(client, parts[:1])
+    # Cut as any synchronous upload: equal chunks over the 3 bots.
+    assert len(service.live_messages()) == -(-PART // plan_chunk_size(PART, CHUNK, 3))
+    assert spool_files(service) == []
+    second = await call(
+        client,
+        "upload_part",
+        Bucket="box",
+        Key="blob",
+        UploadId=upload_id,
+        PartNumber=2,
+        Body=parts[1],
+    )
+    await call(
+        client,
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="blob",
+        UploadId=upload_id,
+        MultipartUpload=listing([*etags, second["ETag"]]),
+    )
+    body = await call(client, "get_object", Bucket="box", Key="blob")
+    assert await asyncio.to_thread(body["Body"].read) == b"".join(parts)
