@@ -146,11 +146,17 @@ class MultipartStore:
         *,
         max_size: int,
         size: int,
+        etag: str | None = None,
     ) -> str:
+        """Spool a part and record it; its ETag is its MD5 unless given (a
+        copy, whose bytes are not counted as received from a client)."""
         written = await spool.write(
-            body, reserved=size, max_size=max_size, on_bytes=self._objects.count_uploaded_bytes
+            body,
+            reserved=size,
+            max_size=max_size,
+            on_bytes=self._objects.count_uploaded_bytes if etag is None else None,
         )
-        etag = f'"{written.md5_hex}"'
+        etag = etag or f'"{written.md5_hex}"'
         try:
             async with session_scope(self._sessionmaker) as session:
                 replaced = await SpoolRepository(session).put(
@@ -207,6 +213,23 @@ class MultipartStore:
     async def upload_part_from_bytes(
         self, upload: UploadInfo, part_number: int, data: bytes, etag: str
     ) -> None:
+        """A part from bytes in hand (a copy of an inline object): spooled
+        when it can be, else stored in Telegram now."""
+        spool = self._spool
+        if spool is not None and data and spool.reserve(len(data)):
+            try:
+                await self._spool_part(
+                    spool,
+                    upload,
+                    part_number,
+                    _single(data),
+                    max_size=len(data),
+                    size=len(data),
+                    etag=etag,
+                )
+                return
+            except SpoolFull:
+                pass  # the whole part is still in `data`
         content = await self._objects.write_content(_single(data), allow_inline=False)
         try:
             await self._put_part(upload, part_number, len(data), etag, content.pieces)
