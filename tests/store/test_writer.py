@@ -1,10 +1,24 @@
-"""How a stream of known length is cut into chunks."""
+"""The chunk writer: how a stream is cut into chunks, and the shared buffer budget."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+import hashlib
+import itertools
+import random
+from collections.abc import AsyncIterator
 
-from app.store.writer import plan_chunk_size
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import Chunk, GcEntry
+from app.db.session import session_scope
+from app.store.gc import GarbageCollector
+from app.store.upload_buffers import UploadBuffers
+from app.store.writer import ChunkWriter, plan_chunk_size
+from app.telegram.errors import PermanentError
+from app.telegram.types import StoredDocument
 
 MiB = 1024 * 1024
 CHUNK = 19 * MiB
@@ -34,3 +48,129 @@ def test_plan_chunk_size(size: int | None, lanes: int, expected_chunks: int | No
     if expected_chunks > 1:
         # Equal chunks: the last one is at most one byte per chunk short.
         assert size - (expected_chunks - 1) * chunk >= chunk - expected_chunks
+
+
+# --- the writer against a fake Telegram --------------------------------------------------
+
+
+class FakeTelegram:
+    """What the store needs from the dispatcher: sends, recorded; a gate to
+    hold them; a failure to inject."""
+
+    def __init__(self, bots: int = 3) -> None:
+        self.bots = list(range(1, bots + 1))
+        self.sent: list[bytes] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_after: int | None = None
+        self._ids = itertools.count(1)
+
+    def usable_bots(self) -> list[int]:
+        return list(self.bots)
+
+    async def send_document(
+        self, data: bytes, filename: str, *, caption: str | None = None
+    ) -> StoredDocument:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            await self.gate.wait()
+            if self.fail_after is not None and len(self.sent) >= self.fail_after:
+                raise PermanentError("Bad Request: refused", status=400)
+            self.sent.append(data)
+            message_id = next(self._ids)
+            return StoredDocument(
+                bot_id=self.bots[message_id % len(self.bots)],
+                file_id=f"f{message_id}",
+                file_unique_id=f"u{message_id}",
+                chat_id=-100,
+                message_id=message_id,
+                size=len(data),
+            )
+        finally:
+            self.in_flight -= 1
+
+
+async def pieces(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def make_writer(
+    telegram: FakeTelegram,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    buffers: int,
+    gc: GarbageCollector | None = None,
+) -> ChunkWriter:
+    gc = gc or GarbageCollector(telegram, sessionmaker)  # type: ignore[arg-type]
+    return ChunkWriter(
+        telegram,  # type: ignore[arg-type]
+        sessionmaker,
+        gc,
+        UploadBuffers(buffers),
+        chunk_size=4096,
+        inline_threshold=100,
+        owner="me",
+    )
+
+
+async def test_concurrent_writes_share_the_buffers_and_store_every_byte(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    telegram = FakeTelegram()
+    writer = make_writer(telegram, sessionmaker, buffers=2)
+    bodies = [random.Random(n).randbytes(5 * 4096 + n) for n in range(8)]
+
+    written = await asyncio.gather(*(writer.write(pieces(body)) for body in bodies))
+
+    assert telegram.peak_in_flight <= 2  # no more chunks in memory than buffers
+    assert writer.buffers.in_use == 0
+    for body, content in zip(bodies, written, strict=True):
+        assert content.size == len(body)
+        assert content.md5_hex == hashlib.md5(body).hexdigest()
+    assert sorted(map(len, telegram.sent)) == sorted(
+        len(chunk) for body in bodies for chunk in split(body, 4096)
+    )
+
+
+async def test_a_failed_chunk_releases_the_stored_ones_and_every_buffer(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    telegram = FakeTelegram()
+    telegram.fail_after = 2
+    gc = GarbageCollector(telegram, sessionmaker)  # type: ignore[arg-type]
+    writer = make_writer(telegram, sessionmaker, buffers=3, gc=gc)
+
+    with pytest.raises(PermanentError):
+        await writer.write(pieces(bytes(10 * 4096)))
+    await gc.stop()  # records what was handed over in memory
+
+    assert writer.buffers.in_use == 0
+    async with session_scope(sessionmaker) as session:
+        assert await session.scalar(select(func.count()).select_from(Chunk)) == 0
+        ledgered = await session.scalar(select(func.count()).select_from(GcEntry))
+    assert ledgered == len(telegram.sent) == 2
+
+
+async def test_a_cancelled_write_gives_its_buffers_back(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    telegram = FakeTelegram()
+    telegram.gate.clear()  # Telegram never answers
+    writer = make_writer(telegram, sessionmaker, buffers=2)
+    task = asyncio.create_task(writer.write(pieces(bytes(8 * 4096))))
+    for _ in range(50):
+        await asyncio.sleep(0)  # let the write fill both buffers
+    assert writer.buffers.in_use == 2
+
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert (writer.buffers.in_use, writer.buffers.waiting) == (0, 0)
+
+
+def split(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
