@@ -65,6 +65,7 @@ class FakeTelegram:
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail_after: int | None = None
+        self.failed = asyncio.Event()
         self._ids = itertools.count(1)
 
     def usable_bots(self) -> list[int]:
@@ -78,6 +79,7 @@ class FakeTelegram:
         try:
             await self.gate.wait()
             if self.fail_after is not None and len(self.sent) >= self.fail_after:
+                self.failed.set()
                 raise PermanentError("Bad Request: refused", status=400)
             self.sent.append(data)
             message_id = next(self._ids)

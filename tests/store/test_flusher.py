@@ -1,0 +1,132 @@
+"""The flusher against a fake Telegram: spooled parts become full chunks cut
+across parts, and a failed send is retried from the bytes on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import Chunk, PartPiece, SpooledPart
+from app.db.multipart import MultipartRepository
+from app.db.session import session_scope
+from app.db.spool import SpoolRepository
+from app.store.flusher import Flusher
+from app.store.gc import GarbageCollector
+from app.store.spool import Spool
+from app.store.upload_buffers import UploadBuffers
+from app.store.writer import ChunkWriter
+from tests.store.test_writer import FakeTelegram, pieces
+
+CHUNK = 4096
+Sessions = async_sessionmaker[AsyncSession]
+
+
+async def spooled_upload(sessions: Sessions, spool: Spool, parts: list[bytes]) -> str:
+    async with session_scope(sessions) as session:
+        upload = await MultipartRepository(session).create(
+            bucket="b", key="k", content_type="x", user_metadata={}
+        )
+    for number, data in enumerate(parts, start=1):
+        assert spool.reserve(len(data))
+        written = await spool.write(pieces(data, 700), reserved=len(data), max_size=None)
+        async with session_scope(sessions) as session:
+            await SpoolRepository(session).put(
+                upload.id,
+                number,
+                size=written.size,
+                etag=f'"{written.md5_hex}"',
+                path=written.path,
+                owner=spool.instance_id,
+                bucket="b",
+                key="k",
+            )
+    return upload.id
+
+
+def flusher_for(telegram: FakeTelegram, sessions: Sessions, spool: Spool) -> Flusher:
+    gc = GarbageCollector(telegram, sessions)  # type: ignore[arg-type]
+    writer = ChunkWriter(
+        telegram,  # type: ignore[arg-type]
+        sessions,
+        gc,
+        UploadBuffers(4),
+        chunk_size=CHUNK,
+        inline_threshold=0,
+        owner=spool.instance_id,
+    )
+    return Flusher(spool, writer, sessions, gc, chunk_size=CHUNK, idle_flush=60, retry_delay=0.05)
+
+
+@pytest.fixture
+async def spool(tmp_path: Path) -> Spool:
+    spool = Spool(tmp_path, max_bytes=10**6, instance_id="me")
+    await spool.open()
+    return spool
+
+
+async def part_bytes(sessions: Sessions, telegram: FakeTelegram, upload_id: str) -> list[bytes]:
+    """Each part's bytes, read back through its pieces from what was sent."""
+    async with session_scope(sessions) as session:
+        rows = (
+            await session.execute(
+                select(PartPiece.part_number, Chunk.message_id, PartPiece.offset, PartPiece.length)
+                .join(Chunk, Chunk.id == PartPiece.chunk_id)
+                .where(PartPiece.upload_id == upload_id)
+                .order_by(PartPiece.part_number, PartPiece.seq)
+            )
+        ).all()
+    out: dict[int, bytes] = {}
+    for number, message_id, offset, length in rows:
+        out[number] = out.get(number, b"") + telegram.sent[message_id - 1][offset : offset + length]
+    return [out[n] for n in sorted(out)]
+
+
+async def test_parts_are_cut_into_full_chunks_across_their_boundaries(
+    sessionmaker: Sessions, spool: Spool
+) -> None:
+    telegram = FakeTelegram()
+    parts = [random.Random(n).randbytes(1500) for n in range(3)]
+    upload_id = await spooled_upload(sessionmaker, spool, parts)
+    flusher = flusher_for(telegram, sessionmaker, spool)
+
+    async with asyncio.timeout(10):
+        await flusher.flushed(upload_id, [1, 2, 3])
+
+    # 4500 bytes: one full chunk and the tail, not one message per part.
+    assert [len(chunk) for chunk in telegram.sent] == [CHUNK, 4500 - CHUNK]
+    assert await part_bytes(sessionmaker, telegram, upload_id) == parts
+    async with session_scope(sessionmaker) as session:
+        assert await session.scalar(select(func.count()).select_from(SpooledPart)) == 0
+    assert list(spool.root.rglob("*.part")) == []
+    assert spool.used == 0
+    await flusher.stop(grace=1)
+
+
+async def test_a_failed_send_is_retried_from_the_spool_and_leaves_no_chunk(
+    sessionmaker: Sessions, spool: Spool
+) -> None:
+    telegram = FakeTelegram()
+    telegram.fail_after = 1  # the second send fails, once
+    parts = [random.Random(n).randbytes(3000) for n in range(3)]
+    upload_id = await spooled_upload(sessionmaker, spool, parts)
+    flusher = flusher_for(telegram, sessionmaker, spool)
+    flusher.notify(upload_id)
+    async with asyncio.timeout(10):
+        await telegram.failed.wait()
+    telegram.fail_after = None
+
+    async with asyncio.timeout(10):
+        await flusher.flushed(upload_id, [1, 2, 3])
+
+    assert await part_bytes(sessionmaker, telegram, upload_id) == parts
+    async with session_scope(sessionmaker) as session:
+        used = set(await session.scalars(select(PartPiece.chunk_id)))
+        chunks = set(await session.scalars(select(Chunk.id)))
+    # Chunks of the failed round that no part kept were released.
+    assert chunks == used
+    await flusher.stop(grace=1)
