@@ -20,6 +20,7 @@ from app.store.gc import GarbageCollector
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
+from app.telegram.errors import TransientError
 from tests.store.test_writer import FakeTelegram, pieces
 
 CHUNK = 4096
@@ -111,7 +112,8 @@ async def test_a_failed_send_is_retried_from_the_spool_and_leaves_no_chunk(
     sessionmaker: Sessions, spool: Spool
 ) -> None:
     telegram = FakeTelegram()
-    telegram.fail_after = 1  # the second send fails, once
+    telegram.fail_after = 1  # the second send fails, once, as a timeout would
+    telegram.failure = TransientError("sendDocument: ReadError")
     parts = [random.Random(n).randbytes(3000) for n in range(3)]
     upload_id = await spooled_upload(sessionmaker, spool, parts)
     flusher = flusher_for(telegram, sessionmaker, spool)

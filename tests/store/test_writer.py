@@ -17,7 +17,7 @@ from app.db.session import session_scope
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter, plan_chunk_size
-from app.telegram.errors import PermanentError
+from app.telegram.errors import PermanentError, TelegramError
 from app.telegram.types import StoredDocument
 
 MiB = 1024 * 1024
@@ -66,6 +66,7 @@ class FakeTelegram:
         self.gate.set()
         self.fail_after: int | None = None
         self.failed = asyncio.Event()
+        self.failure: TelegramError = PermanentError("Bad Request: refused", status=400)
         self._ids = itertools.count(1)
 
     def usable_bots(self) -> list[int]:
@@ -80,7 +81,7 @@ class FakeTelegram:
             await self.gate.wait()
             if self.fail_after is not None and len(self.sent) >= self.fail_after:
                 self.failed.set()
-                raise PermanentError("Bad Request: refused", status=400)
+                raise self.failure
             self.sent.append(data)
             message_id = next(self._ids)
             return StoredDocument(
