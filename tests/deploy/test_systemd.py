@@ -253,12 +253,7 @@ def test_service_notifies_systemd(
     tail = receive(sock, 0.2)
     assert not any("READY=1" in m.splitlines() for m in after + tail)
     assert "STATUS=stopped" in tail + after, tail
-    if returncode == -signal.SIGTERM:
-        # Known bug, not in this test's code: uvicorn (>= 0.29) re-raises the
-        # SIGTERM it captured after its graceful shutdown, and `teleuploader
-        # serve` installs no handler for it, so the process dies by the signal
-        # (status 143) after a clean shutdown. Fix in app/cli.py cmd_serve.
-        pytest.xfail("teleuploader serve dies by the re-raised SIGTERM instead of exiting 0")
+    # A clean SIGTERM shutdown exits 0 (not by the signal uvicorn re-raises).
     assert returncode == 0, proc.output()
 
 
