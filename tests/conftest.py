@@ -6,7 +6,8 @@ and other users of the server cannot interfere), migrates it over the direct
 URL, and truncates the tables before each test. Tests talk to it through
 pgbouncer in transaction mode, as production does. If pgbouncer is not
 reachable the Postgres tests fail (start it with scripts/pgbouncer-test.sh
-start); TEST_SKIP_POSTGRES=1 skips them instead.
+start); TEST_SKIP_POSTGRES=1 skips them instead, for plain pytest runs only:
+scripts/test (what CI runs) refuses to run with it set.
 
 SQLite: the schema is migrated once into a template file that each test copies.
 """
