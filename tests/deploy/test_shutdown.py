@@ -8,6 +8,7 @@ the restart and the next start deletes them).
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import threading
 import time
@@ -26,9 +27,13 @@ def live_messages(sim: Simulator) -> int:
     return int(stats["chats"][str(sim.chat_id)]["live_messages"])
 
 
+def piece(index: int) -> bytes:
+    return bytes([index % 256]) * CHUNK
+
+
 def slow_body(pieces: int, pause: float, started: threading.Event) -> Iterator[bytes]:
     for index in range(pieces):
-        yield bytes([index % 256]) * CHUNK
+        yield piece(index)
         started.set()
         time.sleep(pause)
 
@@ -85,7 +90,9 @@ def test_sigterm_lets_running_uploads_finish_and_exits_0(
     assert isinstance(body, dict)
     download = httpx.get(f"{restarted.url}/f/{body['public_id']}", timeout=30)
     assert download.status_code == 200
-    assert len(download.content) == 8 * CHUNK
+    sent = b"".join(piece(index) for index in range(8))
+    assert hashlib.sha256(download.content).hexdigest() == hashlib.sha256(sent).hexdigest()
+    assert body["sha256"] == hashlib.sha256(sent).hexdigest()
 
 
 def test_upload_cut_off_by_the_grace_period_leaves_nothing(
