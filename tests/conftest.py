@@ -224,6 +224,20 @@ async def _empty_tables(engine: AsyncEngine) -> None:
         await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
 
 
+def empty_tables(database: Database) -> None:
+    """Empty the tables of the session's Postgres database, from synchronous code
+    (the tests that run the service as a subprocess)."""
+
+    async def empty() -> None:
+        engine = create_engine(database.url)
+        try:
+            await _empty_tables(engine)
+        finally:
+            await engine.dispose()
+
+    run_async(empty)
+
+
 @pytest.fixture
 async def engine(database: Database) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(database.url)
