@@ -27,16 +27,18 @@ import hashlib
 import math
 import random
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
-from tests.conftest import BACKENDS, empty_tables
+from app.db.engine import create_engine
+from app.db.models import GcEntry
+from tests.conftest import BACKENDS, empty_tables, run_async
 from tests.db.helpers import Database
-from tests.deploy.conftest import Processes, base_env, check_one_call_per_token
+from tests.deploy.conftest import Processes, base_env, check_one_call_per_token, wait_for
 from tests.s3.registry import (
     CHAT_ID,
     REGISTRY,
@@ -286,7 +288,7 @@ def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
         assert counts.bytes_received < sum(cases["short-last-part"]) * 1.01, counts
         # Once the service's GC has deleted what the registry replaced and
         # removed (its _uploads folder), the blobs still read back whole.
-        _wait_for_settled_gc(stack)
+        _wait_for_gc(stack)
         for name, (digest, _) in blobs.items():
             key = f"docker/docker/registry/v2/blobs/sha256/{digest[7:9]}/{digest[7:]}/data"
             body = stack.s3().get_object(Bucket=BUCKET, Key=key)["Body"].read()
@@ -315,18 +317,32 @@ def _live_messages(stack: Stack) -> int:
     return live
 
 
-def _wait_for_settled_gc(stack: Stack, *, quiet: float = 1.5, within: float = 30) -> int:
-    """Wait until the number of live Telegram messages has not changed for
-    `quiet` seconds (the service's GC deletes replaced chunks in the background)."""
-    deadline = time.monotonic() + within
-    last, since = _live_messages(stack), time.monotonic()
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, "the live message count never settled"
-        time.sleep(0.2)
-        now = _live_messages(stack)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
+def _gc_backlog(stack: Stack) -> int:
+    """Messages the service's GC still has to delete: the rows of its ledger."""
+
+    async def count() -> int:
+        engine = create_engine(stack.env["DATABASE_URL"])
+        try:
+            async with engine.connect() as connection:
+                rows = await connection.scalar(select(func.count()).select_from(GcEntry))
+        finally:
+            await engine.dispose()
+        return int(rows or 0)
+
+    return run_async(count)
+
+
+def _wait_for_gc(stack: Stack, *, within: float = 30) -> int:
+    """Wait until the service's GC has deleted every chunk that was replaced or
+    removed (its ledger is empty; an entry goes once its message is deleted);
+    the live messages left."""
+    wait_for(
+        lambda: _gc_backlog(stack) == 0,
+        within=within,
+        what="the service's GC to empty its ledger",
+        proc=stack.service,
+    )
+    return _live_messages(stack)
 
 
 def test_garbage_collect_frees_telegram_messages(
@@ -342,7 +358,7 @@ def test_garbage_collect_frees_telegram_messages(
         )
         reference = f"docker://{registry.host}/test/image:{TAG}"
         skopeo_copy(f"oci:{layout}:{TAG}", reference, directory=tmp_path)
-        assert _wait_for_settled_gc(stack) > 0
+        assert _wait_for_gc(stack) > 0
         deleted = httpx.delete(
             f"{registry.url}/v2/test/image/manifests/{pushed_image.manifest_digest}", timeout=30
         )
@@ -369,4 +385,4 @@ def test_garbage_collect_frees_telegram_messages(
         objects = stack.s3().list_objects_v2(Bucket=BUCKET).get("Contents", [])
         left = [o["Key"] for o in objects if "/blobs/" in o["Key"]]
         assert left == [], left
-        assert _wait_for_settled_gc(stack) == 0
+        assert _wait_for_gc(stack) == 0

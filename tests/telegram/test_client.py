@@ -180,18 +180,21 @@ async def test_a_call_is_cut_off_at_its_size_scaled_budget(
     monkeypatch.setattr("app.telegram.client.CONNECT_TIMEOUT", 0.05)
     monkeypatch.setattr("app.telegram.client.SERVER_PROCESSING_ALLOWANCE", 0.05)
     client = BotClient(TOKEN, api_base=API, floor_bandwidth=1000)
+    answered = False
 
     async def stall(request: httpx.Request) -> httpx.Response:
+        nonlocal answered
         await asyncio.sleep(5)
+        answered = True
         return httpx.Response(200)
 
     try:
         with respx.mock:
             respx.post(method_url("sendDocument")).mock(side_effect=stall)
-            started = asyncio.get_running_loop().time()
             with pytest.raises(TransientError, match=r"sendDocument timed out after 0s"):
                 await client.send_document(-100, b"x" * 200, "a.bin")  # 0.1 + 0.2 s budget
-            elapsed = asyncio.get_running_loop().time() - started
     finally:
         await client.aclose()
-    assert elapsed < 2
+    # Cut off before Telegram answered (the budget, under a second, ran out
+    # first), not failed after a late answer.
+    assert not answered
