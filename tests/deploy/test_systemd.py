@@ -238,8 +238,8 @@ def test_service_notifies_systemd(
     # READY=1 means the port already accepts requests.
     assert httpx.get(f"{service.url}/health", timeout=5).status_code == 200
 
-    # WATCHDOG_USEC=0.2 s: the pings keep coming (their pace is the unit test's
-    # business: test_sdnotify.py).
+    # WATCHDOG_USEC=0.2 s: the pings keep coming (their pace under load is
+    # measured by bench/http_bench.py).
     for _ in range(4):
         assert receive_until(sock, "WATCHDOG=1", timeout=10)[-1] == "WATCHDOG=1"
 
