@@ -119,9 +119,15 @@ def test_upload_cut_off_by_the_grace_period_leaves_nothing(
     restarted = start_service(database_url, env={"CHUNK_SIZE": str(CHUNK)})
     listing = httpx.get(f"{restarted.url}/api/files", headers=service.auth, timeout=10).json()
     assert [item["file_name"] for item in listing["items"]] == []
-    wait_for(
-        lambda: live_messages(telegram_sim) == before,
-        within=30,
-        what="the cut-off upload's chunks to be deleted from Telegram",
-        proc=restarted.proc,
-    )
+    try:
+        wait_for(
+            lambda: live_messages(telegram_sim) == before,
+            within=30,
+            what="the cut-off upload's chunks to be deleted from Telegram",
+            proc=restarted.proc,
+        )
+    except AssertionError as exc:
+        left = live_messages(telegram_sim) - before
+        raise AssertionError(
+            f"{exc}\n{left} messages left; the first service:\n{service.proc.output(8000)}"
+        ) from None
