@@ -18,7 +18,9 @@ through two contenders, one after the other, on the same simulator:
 Per contender it reports wall time, goodput, goodput as a share of the ideal
 (N bots x per-upload bandwidth), 429s and the largest number of concurrent
 calls on one token (both as counted by the simulator), and p50/p99 job latency
-(from submit to result).
+(from submit to result). Then three timings the tests leave out, as ratios:
+uploads on every token at once against one alone, the dispatcher's return
+from a collision 429 against retry_after, and its pacing against the window.
 
 The exit status is non-zero only when something is broken: a job failed (or
 did not finish within --timeout), a document came back with the wrong size, or
@@ -451,6 +453,146 @@ async def run_dispatcher(sim: SimulatorProcess, config: BenchConfig, workload: W
     return summarise("per-bot dispatcher (ours)", config, outcome, stats, before, client_side)
 
 
+# --- timings the tests leave out ---------------------------------------------------------
+#
+# The tests assert orders and counts that hold on any machine (tests/telegram/
+# test_simulator.py: uploads on several tokens are in flight at once;
+# test_dispatcher.py: no call reaches a bot that is cooling down, pacing keeps
+# a bot within Telegram's window). How long these take is measured here, as
+# ratios, printed and never judged.
+
+PACING_WINDOW_S = 1.0
+
+
+@dataclass
+class Timings:
+    upload_alone_s: float  # one upload on one token
+    uploads_together_s: float  # one upload on every token at once
+    parallel_ratio: float  # together / alone: 1.0 when tokens do not slow each other down
+    # The dispatcher's only bot gets a collision 429 (retry_after); from submit
+    # to the stored document. None when no collision could be provoked.
+    cooldown_wait_s: float | None
+    cooldown_ratio: float | None  # cooldown_wait_s / retry_after
+    cooldown_ideal_ratio: float  # (retry_after + one upload) / retry_after
+    # Two sends per PACING_WINDOW_S on one bot, four at once: from the first
+    # stored document to the third.
+    pacing_gap_s: float
+    pacing_ratio: float  # pacing_gap_s / PACING_WINDOW_S: just above 1 is ideal
+
+
+async def _uploads_in_flight(sim: SimulatorProcess, bot_id: str) -> int:
+    stats = await sim_stats(sim)
+    return int(stats["bots"][bot_id]["calls_in_flight"])
+
+
+async def measure_cooldown(sim: SimulatorProcess, data: bytes) -> float | None:
+    """A dispatcher with one bot sends while another client's long upload holds
+    that token's upload slot: Telegram's collision 429, the bot cools down for
+    retry_after, the job waits and is sent again."""
+    token = BotToken.parse(sim.tokens[0])
+    blocker = BotClient(token, api_base=sim.url)
+    dispatcher = Dispatcher(
+        [BotClient(token, api_base=sim.url)], chat_id=CHAT_ID, sends_per_minute=0
+    )
+    await dispatcher.start()
+    try:
+        await sim_reset_stats(sim)
+        holding = asyncio.create_task(
+            blocker.send_document(CHAT_ID, data * 4, "timing-blocker.bin")
+        )
+        while not await _uploads_in_flight(sim, str(token.bot_id)):
+            if holding.done():
+                break
+            await asyncio.sleep(0.005)
+        started = time.perf_counter()
+        await dispatcher.send_document(data, "timing-cooldown.bin")
+        waited = time.perf_counter() - started
+        await holding
+        stats = await sim_stats(sim)
+    finally:
+        await dispatcher.stop(grace=5.0)
+        await blocker.aclose()
+    return waited if int(stats["bots"][str(token.bot_id)]["rate_limited"]) else None
+
+
+async def measure_pacing(sim: SimulatorProcess) -> float:
+    token = BotToken.parse(sim.tokens[0])
+    dispatcher = Dispatcher(
+        [BotClient(token, api_base=sim.url)],
+        chat_id=CHAT_ID,
+        sends_per_minute=2,
+        pacing_window=PACING_WINDOW_S,
+    )
+    await dispatcher.start()
+    stored: list[float] = []
+
+    async def send(index: int) -> None:
+        await dispatcher.send_document(b"p" * 1024, f"timing-pacing-{index}.bin")
+        stored.append(time.perf_counter())
+
+    try:
+        await asyncio.gather(*(send(index) for index in range(4)))
+    finally:
+        await dispatcher.stop(grace=5.0)
+    stored.sort()
+    return stored[2] - stored[0]
+
+
+async def measure_timings(sim: SimulatorProcess, config: BenchConfig) -> Timings:
+    data = os.urandom(config.chunk_size)
+    clients = make_clients(sim)
+    try:
+        await asyncio.gather(*(client.get_me() for client in clients))
+        started = time.perf_counter()
+        await clients[0].send_document(CHAT_ID, data, "timing-alone.bin")
+        alone = time.perf_counter() - started
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(
+                client.send_document(CHAT_ID, data, f"timing-together-{index}.bin")
+                for index, client in enumerate(clients)
+            )
+        )
+        together = time.perf_counter() - started
+    finally:
+        await asyncio.gather(*(client.aclose() for client in clients))
+    cooldown = await measure_cooldown(sim, data)
+    pacing_gap = await measure_pacing(sim)
+    return Timings(
+        upload_alone_s=alone,
+        uploads_together_s=together,
+        parallel_ratio=together / alone,
+        cooldown_wait_s=cooldown,
+        cooldown_ratio=None if cooldown is None else cooldown / config.retry_after,
+        cooldown_ideal_ratio=(config.retry_after + config.chunk_size / config.bandwidth)
+        / config.retry_after,
+        pacing_gap_s=pacing_gap,
+        pacing_ratio=pacing_gap / PACING_WINDOW_S,
+    )
+
+
+def timings_text(config: BenchConfig, timings: Timings) -> str:
+    if timings.cooldown_wait_s is None or timings.cooldown_ratio is None:
+        cooldown = "no collision could be provoked (the blocking upload ended first)"
+    else:
+        cooldown = (
+            f"{timings.cooldown_wait_s:.2f} s = {timings.cooldown_ratio:.2f}x retry_after "
+            f"(ideal {timings.cooldown_ideal_ratio:.2f}x: retry_after + one upload)"
+        )
+    return "\n".join(
+        [
+            "timings (printed, never judged; the tests check the orders behind them):",
+            f"- {config.bots} uploads on {config.bots} tokens at once / one upload alone: "
+            f"{timings.parallel_ratio:.2f}x ({timings.uploads_together_s:.3f} s / "
+            f"{timings.upload_alone_s:.3f} s; ideal 1.00x)",
+            f"- dispatcher back from a {config.retry_after} s collision 429: {cooldown}",
+            f"- dispatcher pacing, 2 sends per {PACING_WINDOW_S:g} s: third send "
+            f"{timings.pacing_gap_s:.2f} s after the first = {timings.pacing_ratio:.2f}x "
+            "the window (ideal: just above 1.00x)",
+        ]
+    )
+
+
 # --- reporting --------------------------------------------------------------------------
 
 
@@ -504,13 +646,15 @@ def problems(round_robin: Result, ours: Result, config: BenchConfig) -> list[str
 
 async def race(
     sim: SimulatorProcess, config: BenchConfig, workload: Workload
-) -> tuple[Result, Result]:
-    """Both contenders, one after the other, on the same simulator."""
+) -> tuple[Result, Result, Timings]:
+    """Both contenders, one after the other, on the same simulator; then the timings."""
     round_robin = await run_round_robin(sim, config, workload)
     print(f"  done: {round_robin.name} in {round_robin.wall_s:.2f} s", flush=True)
     ours = await run_dispatcher(sim, config, workload)
     print(f"  done: {ours.name} in {ours.wall_s:.2f} s", flush=True)
-    return round_robin, ours
+    timings = await measure_timings(sim, config)
+    print("  done: timings", flush=True)
+    return round_robin, ours, timings
 
 
 def report(
@@ -518,11 +662,14 @@ def report(
     workload: Workload,
     round_robin: Result,
     ours: Result,
+    timings: Timings,
     json_path: Path | None,
 ) -> int:
     """Print the table and the verdicts; write the JSON; return the exit status."""
     print()
     print(markdown_table([round_robin, ours]))
+    print()
+    print(timings_text(config, timings))
     print()
     target_met = ours.share_of_ideal >= TARGET_SHARE_OF_IDEAL and ours.rate_limited == 0
     print(
@@ -543,6 +690,7 @@ def report(
             "ideal_mib_s": config.ideal_bytes_per_s / MiB,
             "target": {"share_of_ideal": TARGET_SHARE_OF_IDEAL, "max_429s": 0, "met": target_met},
             "results": [asdict(round_robin), asdict(ours)],
+            "timings": asdict(timings),
             "broken": found,
         }
         json_path.write_text(json.dumps(_no_nan(document), indent=2, allow_nan=False) + "\n")
@@ -585,11 +733,11 @@ def main(argv: list[str] | None = None) -> int:
         simulator_process(config, Path(tmp)) as sim,
     ):
         print(f"simulator: pid {sim.process.pid} at {sim.url}", flush=True)
-        round_robin, ours = asyncio.run(race(sim, config, workload))
+        round_robin, ours, timings = asyncio.run(race(sim, config, workload))
         if sim.process.poll() is not None:
             print(f"the simulator died:\n{sim.log_path.read_text()}", file=sys.stderr)
             return 1
-    return report(config, workload, round_robin, ours, json_path)
+    return report(config, workload, round_robin, ours, timings, json_path)
 
 
 if __name__ == "__main__":

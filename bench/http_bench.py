@@ -37,6 +37,9 @@ only creates the test file, hashes what comes back and watches the service.
    uploads), measures the first body byte of a new download (curl is stopped
    then), checks that the service's Telegram downloads stop once the client is
    gone, fetches one chunk at that bandwidth, and restores the setting.
+8. The service runs under a fake systemd watchdog (NOTIFY_SOCKET, a ping every
+   0.1 s): per phase, the longest gap between two pings, as a multiple of the
+   ping interval, shows how long its event loop stalled under load.
 
 Targets (reported PASS/FAIL, never the exit status; CI machines vary):
 
@@ -62,11 +65,13 @@ import argparse
 import contextlib
 import hashlib
 import heapq
+import itertools
 import json
 import math
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -106,6 +111,10 @@ TIMELINE_EVERY = 5  # keep every 5th RSS sample (100 ms) in the JSON timeline
 READ_SIZE = 1 * MiB
 FILE_NAME = "bench.bin"
 DRAIN_WAIT = 10.0  # seconds to wait for Telegram downloads to stop after a client left
+# The service runs under a fake systemd watchdog: WATCHDOG_USEC=0.2 s, so it
+# pings every 0.1 s from its event loop, and systemd would restart it after a
+# gap of 0.2 s. The longest gap under load shows how long the loop stalls.
+WATCHDOG_USEC = 200_000
 
 
 # --- settings -------------------------------------------------------------------------
@@ -325,6 +334,7 @@ class Service:
     database: Path
     process: subprocess.Popen[bytes]
     log_path: Path
+    watchdog: WatchdogWatch
 
 
 def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
@@ -369,10 +379,23 @@ def service(config: BenchConfig, sim: SimulatorProcess, workdir: Path) -> Iterat
     key = _run_cli(["keys", "create", "http-bench"], env, workdir).strip().splitlines()[0]
     log_path = workdir / "service.log"
     url = f"http://127.0.0.1:{port}"
+    notify_socket = workdir / "notify.sock"
+    notify_socket.unlink(missing_ok=True)
+    env.update(NOTIFY_SOCKET=str(notify_socket), WATCHDOG_USEC=str(WATCHDOG_USEC))
     # cwd is the work dir, so that no .env file of the checkout is read.
-    with running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
+    with (
+        WatchdogWatch(notify_socket) as watchdog,
+        running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process,
+    ):
         wait_until(process, f"{url}/ready", log_path, "the service")
-        yield Service(url=url, key=key, database=database, process=process, log_path=log_path)
+        yield Service(
+            url=url,
+            key=key,
+            database=database,
+            process=process,
+            log_path=log_path,
+            watchdog=watchdog,
+        )
 
 
 # --- watching the service's memory and CPU --------------------------------------------------
@@ -472,6 +495,62 @@ class MemoryWatch:
                 samples=self._samples,
                 timeline=list(self._timeline),
             )
+
+
+@dataclass
+class PhaseWatchdog:
+    pings: int
+    longest_gap_s: float | None  # between two pings in the phase (None: fewer than two)
+
+    @property
+    def ratio(self) -> float | None:
+        """The longest gap as a multiple of the ping interval (WATCHDOG_USEC / 2)."""
+        interval = WATCHDOG_USEC / 2 / 1_000_000
+        return None if self.longest_gap_s is None else self.longest_gap_s / interval
+
+
+class WatchdogWatch:
+    """Plays systemd's side of sd_notify: receives the service's datagrams on
+    `path` in a thread and notes when each WATCHDOG=1 arrived."""
+
+    def __init__(self, path: Path) -> None:
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(path))
+        self._socket.settimeout(0.2)
+        self._lock = threading.Lock()
+        self._pings: list[float] = []
+        self._begun = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+
+    def __enter__(self) -> WatchdogWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message = self._socket.recv(4096)
+            except TimeoutError:
+                continue
+            if b"WATCHDOG=1" in message.split(b"\n"):
+                with self._lock:
+                    self._pings.append(time.monotonic())
+
+    def begin(self) -> None:
+        with self._lock:
+            self._begun = time.monotonic()
+
+    def end(self) -> PhaseWatchdog:
+        with self._lock:
+            pings = [at for at in self._pings if at >= self._begun]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(pings)]
+        return PhaseWatchdog(pings=len(pings), longest_gap_s=max(gaps, default=None))
 
 
 # --- the test file ------------------------------------------------------------------------
@@ -791,6 +870,7 @@ class Phase:
     service_cpu_s: float
     simulator_cpu_s: float
     telegram: TelegramCounters | None = None
+    watchdog: PhaseWatchdog | None = None
 
 
 @dataclass
@@ -921,6 +1001,7 @@ def run_phases(config: BenchConfig, workdir: Path, report: Report) -> None:
             def begin() -> tuple[float, float, int]:
                 sim.reset_stats()
                 memory.begin()
+                svc.watchdog.begin()
                 return cpu_seconds(pid), cpu_seconds(sim.process.pid), _messages(sim.stats())
 
             def end(begun: tuple[float, float, int]) -> Phase:
@@ -930,6 +1011,7 @@ def run_phases(config: BenchConfig, workdir: Path, report: Report) -> None:
                     service_cpu_s=cpu_seconds(pid) - begun[0],
                     simulator_cpu_s=cpu_seconds(sim.process.pid) - begun[1],
                     telegram=counters(sim.stats(), begun[2]),
+                    watchdog=svc.watchdog.end(),
                 )
 
             print(f"upload: curl -T {FILE_NAME} {svc.url}/api/files/{FILE_NAME}", flush=True)
@@ -1115,6 +1197,18 @@ def markdown(config: BenchConfig, report: Report) -> str:
                     f"{_fmt_mib(phase.memory.peak)} (from {_fmt_mib(phase.memory.start_rss)})",
                     f"<= {_fmt_mib(config.rss_target)}",
                     "",
+                )
+            )
+    for name, phase in (("upload", report.upload_phase), ("download", report.download_phase)):
+        watched = phase.watchdog if phase is not None else None
+        if watched is not None and watched.ratio is not None:
+            rows.append(
+                (
+                    f"watchdog during {name}: longest gap between pings / ping interval",
+                    f"{watched.ratio:.2f}x ({_fmt_ms(watched.longest_gap_s)}, "
+                    f"{watched.pings} pings)",
+                    "< 2.00x (a gap of WATCHDOG_USEC: systemd restarts the service)",
+                    "info",
                 )
             )
     peaks = [p.memory.peak for p in report.phases()]

@@ -6,7 +6,8 @@ and other users of the server cannot interfere), migrates it over the direct
 URL, and truncates the tables before each test. Tests talk to it through
 pgbouncer in transaction mode, as production does. If pgbouncer is not
 reachable the Postgres tests fail (start it with scripts/pgbouncer-test.sh
-start); TEST_SKIP_POSTGRES=1 skips them instead.
+start); TEST_SKIP_POSTGRES=1 skips them instead, for plain pytest runs only:
+scripts/test (what CI runs) refuses to run with it set.
 
 SQLite: the schema is migrated once into a template file that each test copies.
 """
@@ -221,6 +222,20 @@ async def _empty_tables(engine: AsyncEngine) -> None:
     tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
     async with engine.begin() as connection:
         await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+
+
+def empty_tables(database: Database) -> None:
+    """Empty the tables of the session's Postgres database, from synchronous code
+    (the tests that run the service as a subprocess)."""
+
+    async def empty() -> None:
+        engine = create_engine(database.url)
+        try:
+            await _empty_tables(engine)
+        finally:
+            await engine.dispose()
+
+    run_async(empty)
 
 
 @pytest.fixture

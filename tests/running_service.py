@@ -1,5 +1,12 @@
 """A running TeleUploader (real HTTP, real database) in front of the Telegram
-simulator, for tests of the HTTP surfaces (native API, S3 API, CLI)."""
+simulator, for tests of the HTTP surfaces (native API, S3 API, CLI).
+
+The simulator is as strict as the service's settings allow: getFile refuses
+files larger than the service's CHUNK_SIZE (every chunk is at most that), and
+at teardown no bot token may ever have had two Bot API calls in flight at once
+(the dispatcher's promise; Telegram answers a second concurrent upload with a
+long 429).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ import hashlib
 import secrets
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -73,20 +80,40 @@ class ServiceLauncher:
     def __init__(self, database: Database) -> None:
         self._database = database
         self._stack = AsyncExitStack()
+        self._sims: list[TelegramSimulator] = []
 
     async def start(self, bots: int = 3, **overrides: Any) -> Service:
         sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
+        self._sims.append(sim)
         telegram_url = await self._stack.enter_async_context(run_simulator(sim))
         spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
         self._stack.callback(shutil.rmtree, spool, ignore_errors=True)
         overrides.setdefault("spool_dir", spool)
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
+        # Telegram's cap is 20 MB; every chunk of this service is at most chunk_size.
+        sim.configure(max_getfile_bytes=settings.chunk_size)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         url = await self._stack.enter_async_context(serve_in_task(create_app(settings)))
         return Service(url=url, key=key, sim=sim, settings=settings)
 
     async def aclose(self) -> None:
+        """Stop everything, then check the simulators' records (the services'
+        shutdown calls included)."""
         await self._stack.aclose()
+        for sim in self._sims:
+            assert_one_call_per_token(
+                {bot_id: stats.max_concurrent_calls for bot_id, stats in sim.stats().items()}
+            )
+
+
+def assert_one_call_per_token(max_concurrent_calls: Mapping[Any, int]) -> None:
+    """No bot token ever had more than one Bot API call in flight (the
+    simulator's per-bot `max_concurrent_calls`, by bot id)."""
+    crowded = {str(bot): calls for bot, calls in max_concurrent_calls.items() if calls > 1}
+    assert not crowded, (
+        "a bot token had more than one Bot API call in flight at once "
+        f"(bot id: most calls at once): {crowded}"
+    )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:

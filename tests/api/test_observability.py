@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.running_service import CHUNK, Service, ServiceFactory
+from tests.running_service import CHUNK, INLINE, Service, ServiceFactory
 
 
 async def test_every_response_carries_a_request_id(service: Service) -> None:
@@ -39,6 +39,22 @@ async def test_metrics_can_be_public_or_off(start_service: ServiceFactory) -> No
     public = await start_service(metrics_access="public")
     off = await start_service(metrics_access="off")
     async with public.client() as http:
-        assert (await http.get("/metrics")).status_code == 200
+        await http.put("/api/files/p.bin", content=b"p" * INLINE, headers=public.auth)
+        scraped = await http.get("/metrics")  # no key
     async with off.client() as http:
-        assert (await http.get("/metrics", headers=off.auth)).status_code == 404
+        refused = await http.get("/metrics", headers=off.auth)  # not even with a key
+
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    # What a Prometheus scrape reads: this service's own counters, in the text format.
+    text = scraped.text
+    assert "# TYPE teleuploader_http_requests_total counter" in text
+    assert f"teleuploader_uploaded_bytes_total {float(INLINE)}" in text
+    assert not any(token.split(":")[1] in text for token in public.sim.tokens)
+
+    assert refused.status_code == 404
+    assert refused.json() == {
+        "error": "not_found",
+        "detail": "metrics are turned off (METRICS_ACCESS=off)",
+    }
+    assert "teleuploader_" not in refused.text

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import event, func, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Base, Chunk
 from app.db.repositories import ChunkRepository, ObjectSpec, PieceSpec
@@ -82,3 +85,62 @@ def spec(
 
 async def count(session: AsyncSession, model: type[Base]) -> int:
     return await session.scalar(select(func.count()).select_from(model)) or 0
+
+
+_WRITES = ("insert", "update", "delete")
+
+
+class LockWaits:
+    """Tells when a transaction of `engine` is waiting for a lock that another
+    open transaction holds: the proof that the other one's lock works, without
+    guessing how long that takes.
+
+    Postgres: a backend of this database waits for a lock (pg_stat_activity).
+    SQLite: a connection is running a write statement. Its single write lock
+    makes that statement wait while another transaction that has written is
+    open, so call `wait` only when the one holding the lock is idle.
+
+    Make it before the waiting transaction starts (SQLite counts statements as
+    they begin).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._sqlite = engine.dialect.name == "sqlite"
+        self._writing: set[int] = set()  # ids of connections with a write running
+        if self._sqlite:
+            sync_engine = engine.sync_engine
+            event.listen(sync_engine, "before_cursor_execute", self._before)
+            event.listen(sync_engine, "after_cursor_execute", self._after)
+            event.listen(sync_engine, "handle_error", self._failed)
+
+    def _before(self, conn: Connection, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().lower().startswith(_WRITES):
+            self._writing.add(id(conn))
+
+    def _after(self, conn: Connection, *_: Any) -> None:
+        self._writing.discard(id(conn))
+
+    def _failed(self, context: Any) -> None:
+        self._writing.discard(id(context.connection))
+
+    async def _someone_waits(self) -> bool:
+        if self._sqlite:
+            return bool(self._writing)
+        async with self._engine.connect() as connection:
+            waiting = await connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+        return bool(waiting)
+
+    async def wait(self, within: float = 10.0) -> None:
+        """Until some transaction waits for a lock; fail after `within` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while not await self._someone_waits():
+            if loop.time() > deadline:
+                raise AssertionError(f"no transaction waited for a lock within {within}s")
+            await asyncio.sleep(0.01)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk, GcEntry, Piece, StoredObject
 from app.db.repositories import (
@@ -16,7 +16,7 @@ from app.db.repositories import (
     ObjectRepository,
 )
 from app.db.session import session_scope
-from tests.db.helpers import add_chunks, count, spec, whole_chunks
+from tests.db.helpers import LockWaits, add_chunks, count, spec, whole_chunks
 
 Sessions = async_sessionmaker[AsyncSession]
 WRITERS = 8
@@ -67,9 +67,12 @@ async def test_concurrent_puts_to_one_key_leave_exactly_one_whole_object(
     assert {e.reason for e in ledger} == {"overwritten"}
 
 
-async def test_release_racing_a_put_that_references_the_chunk(sessionmaker: Sessions) -> None:
+async def test_release_racing_a_put_that_references_the_chunk(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
     """The put waits for the release's lock, then finds the chunk gone: no dangling piece."""
     (chunk,) = await add_chunks(sessionmaker, [10])
+    waits = LockWaits(engine)
     async with sessionmaker() as releasing:
         assert await ChunkRepository(releasing).release([chunk.id], "aborted") == 1
 
@@ -78,8 +81,9 @@ async def test_release_racing_a_put_that_references_the_chunk(sessionmaker: Sess
                 await ObjectRepository(session).put(spec("k", whole_chunks([chunk])))
 
         attempt = asyncio.create_task(put())
-        await asyncio.sleep(0.3)
-        assert not attempt.done()  # blocked on the chunk (Postgres) or the database (SQLite)
+        # Blocked on the chunk (Postgres) or the database (SQLite).
+        await waits.wait()
+        assert not attempt.done()
         await releasing.commit()
 
     with pytest.raises(ChunksMissing):
@@ -89,9 +93,12 @@ async def test_release_racing_a_put_that_references_the_chunk(sessionmaker: Sess
         assert await count(session, GcEntry) == 1
 
 
-async def test_put_racing_a_release_keeps_the_chunk(sessionmaker: Sessions) -> None:
+async def test_put_racing_a_release_keeps_the_chunk(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
     """The release waits for the put, then sees the new reference and keeps the chunk."""
     (chunk,) = await add_chunks(sessionmaker, [10])
+    waits = LockWaits(engine)
     async with sessionmaker() as putting:
         await ObjectRepository(putting).put(spec("k", whole_chunks([chunk])))
 
@@ -100,7 +107,7 @@ async def test_put_racing_a_release_keeps_the_chunk(sessionmaker: Sessions) -> N
                 return await ChunkRepository(session).release([chunk.id], "aborted")
 
         attempt = asyncio.create_task(release())
-        await asyncio.sleep(0.3)
+        await waits.wait()
         assert not attempt.done()
         await putting.commit()
 

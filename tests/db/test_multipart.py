@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import (
     Chunk,
@@ -30,7 +30,7 @@ from app.db.repositories import (
     multipart_etag,
 )
 from app.db.session import session_scope
-from tests.db.helpers import Database, add_chunks, count, spec, whole_chunks
+from tests.db.helpers import Database, LockWaits, add_chunks, count, spec, whole_chunks
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -621,11 +621,12 @@ async def test_concurrent_puts_of_one_part_number_leave_one_part_and_no_leaked_c
 
 
 async def test_complete_waits_for_a_part_being_written_and_includes_it(
-    sessionmaker: Sessions,
+    sessionmaker: Sessions, engine: AsyncEngine
 ) -> None:
     one, two = await add_chunks(sessionmaker, [10, 20])
     upload = await new_upload(sessionmaker)
     p1 = await put_part(sessionmaker, upload.id, 1, whole_chunks([one]))
+    waits = LockWaits(engine)
     async with sessionmaker() as writing:
         p2 = await MultipartRepository(writing).put_part(
             upload.id, 2, size=20, etag='"late"', pieces=whole_chunks([two])
@@ -638,8 +639,9 @@ async def test_complete_waits_for_a_part_being_written_and_includes_it(
                 )
 
         attempt = asyncio.create_task(complete())
-        await asyncio.sleep(0.3)
-        assert not attempt.done()  # blocked on the upload row (Postgres) or the database (SQLite)
+        # Blocked on the upload row (Postgres) or the database (SQLite).
+        await waits.wait()
+        assert not attempt.done()
         await writing.commit()
 
     created = await attempt
@@ -653,13 +655,22 @@ async def test_complete_waits_for_a_part_being_written_and_includes_it(
     ids="-then-".join,
 )
 async def test_concurrent_complete_and_abort_of_one_upload_exactly_one_wins(
-    sessionmaker: Sessions, contenders: tuple[str, str]
+    sessionmaker: Sessions, engine: AsyncEngine, contenders: tuple[str, str]
 ) -> None:
     one, two = await add_chunks(sessionmaker, [10, 20])
     upload = await new_upload(sessionmaker)
     p1 = await put_part(sessionmaker, upload.id, 1, whole_chunks([one]))
     p2 = await put_part(sessionmaker, upload.id, 2, whole_chunks([two]))
     go = asyncio.Event()
+    waits = LockWaits(engine)
+    holders: list[str] = []
+
+    async def hold_until_the_rival_waits(name: str) -> None:
+        """The first to get through keeps its transaction open until the other
+        one waits for its lock: the two really overlap."""
+        holders.append(name)
+        if len(holders) == 1:
+            await waits.wait()
 
     async def complete() -> str:
         await go.wait()
@@ -668,7 +679,7 @@ async def test_concurrent_complete_and_abort_of_one_upload_exactly_one_wins(
                 await MultipartRepository(session).complete(
                     upload.id, [(1, p1.etag), (2, p2.etag)], name="x"
                 )
-                await asyncio.sleep(0.05)  # hold the lock while the rival starts
+                await hold_until_the_rival_waits("complete")
         except UploadMissing:
             return "lost"
         return "completed"
@@ -677,7 +688,7 @@ async def test_concurrent_complete_and_abort_of_one_upload_exactly_one_wins(
         await go.wait()
         async with session_scope(sessionmaker) as session:
             aborted = await MultipartRepository(session).abort(upload.id)
-            await asyncio.sleep(0.05)
+            await hold_until_the_rival_waits("abort")
         return "aborted" if aborted else "lost"
 
     runs = {"complete": complete, "abort": abort}

@@ -5,6 +5,13 @@ subprocesses, exactly as an operator would start them, with their output in
 log files under the test's tmp_path (shown when a test fails). Every process a
 fixture starts is stopped at teardown, also when the test failed: SIGTERM,
 then SIGKILL if it does not exit within a few seconds.
+
+The simulator is shared by the session, but each test gets it with fresh
+statistics, and with getFile capped at the CHUNK_SIZE of the service it
+starts. At teardown, once the test's processes have stopped, no bot token may
+have had two Bot API calls in flight at once.
+
+`database_url` runs a test on SQLite and on Postgres through pgbouncer.
 """
 
 from __future__ import annotations
@@ -22,6 +29,11 @@ from typing import IO, Any
 
 import httpx
 import pytest
+
+from app.config import Settings
+from tests.conftest import BACKENDS, empty_tables
+from tests.db.helpers import Database
+from tests.running_service import assert_one_call_per_token
 
 REPO = Path(__file__).resolve().parents[2]
 TELEUPLOADER = REPO / ".venv" / "bin" / "teleuploader"
@@ -210,7 +222,7 @@ class Simulator:
 
 
 @pytest.fixture(scope="session")
-def telegram_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
+def telegram_sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
     """`teleuploader telegram-sim` with two bots, shared by the session."""
     directory = tmp_path_factory.mktemp("telegram-sim")
     processes = Processes(directory)
@@ -248,6 +260,44 @@ def telegram_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator
         processes.stop_all()
 
 
+TELEGRAM_GETFILE_CAP = 20 * 1000 * 1000  # the simulator's default: Telegram's 20 MB
+
+
+def sim_stats(sim: Simulator) -> dict[str, Any]:
+    stats: dict[str, Any] = httpx.get(f"{sim.url}/_sim/stats", timeout=10).json()
+    return stats
+
+
+def configure_sim(sim: Simulator, **knobs: Any) -> None:
+    httpx.post(f"{sim.url}/_sim/config", json=knobs, timeout=10).raise_for_status()
+
+
+def check_one_call_per_token(url: str) -> None:
+    """The simulator at `url` saw no token with two Bot API calls at once."""
+    stats = httpx.get(f"{url}/_sim/stats", timeout=10).json()
+    assert_one_call_per_token(
+        {bot_id: bot["max_concurrent_calls"] for bot_id, bot in stats["bots"].items()}
+    )
+
+
+@pytest.fixture
+def telegram_sim(telegram_sim_process: Simulator, processes: Processes) -> Iterator[Simulator]:
+    """The session's simulator for one test: no call in flight and fresh
+    statistics at the start; at the end, after this test's processes have
+    stopped, no token had two calls in flight at once."""
+    sim = telegram_sim_process
+    wait_for(
+        lambda: all(bot["calls_in_flight"] == 0 for bot in sim_stats(sim)["bots"].values()),
+        within=STOP_TIMEOUT,
+        what="the calls of the previous test to end",
+    )
+    configure_sim(sim, max_getfile_bytes=TELEGRAM_GETFILE_CAP)
+    httpx.post(f"{sim.url}/_sim/reset-stats", timeout=10).raise_for_status()
+    yield sim
+    processes.stop_all()
+    check_one_call_per_token(sim.url)
+
+
 # --- databases ------------------------------------------------------------------------------
 
 
@@ -275,6 +325,17 @@ def migrated_db(migrated_template: Path, tmp_path: Path) -> Path:
     path = tmp_path / "teleuploader.db"
     shutil.copyfile(migrated_template, path)
     return path
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated database with empty tables, as a DATABASE_URL: an SQLite file
+    of this test's own, or the session's Postgres database through pgbouncer."""
+    if request.param == "sqlite":
+        return sqlite_url(request.getfixturevalue("migrated_db"))
+    postgres: Database = request.getfixturevalue("postgres_database")
+    empty_tables(postgres)
+    return postgres.url
 
 
 # --- the service ----------------------------------------------------------------------------
@@ -311,13 +372,14 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path) -> ServiceStarter:
     """Starts `teleuploader serve` against the simulator.
 
-    `database`: the SQLite file to use; `api_key`: create a key first with
-    `teleuploader keys create`; `wait_healthy`: return once /health answers;
-    `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
+    `database`: the SQLite file to use, or a DATABASE_URL; `api_key`: create a
+    key first with `teleuploader keys create`; `wait_healthy`: return once
+    /health answers; `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
+    The simulator's getFile cap becomes the service's CHUNK_SIZE.
     """
 
     def start(
-        database: Path,
+        database: Path | str,
         *,
         env: Mapping[str, str] | None = None,
         api_key: bool = False,
@@ -329,7 +391,7 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
             BOT_TOKENS=",".join(telegram_sim.tokens),
             STORAGE_CHAT_ID=str(telegram_sim.chat_id),
             TELEGRAM_API_BASE=telegram_sim.url,
-            DATABASE_URL=sqlite_url(database),
+            DATABASE_URL=database if isinstance(database, str) else sqlite_url(database),
             HOST="127.0.0.1",
             PORT=str(port),
             SENDS_PER_MINUTE="0",
@@ -337,6 +399,8 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
             LOG_FORMAT="json",
         )
         settings.update(env or {})
+        chunk_size = int(settings.get("CHUNK_SIZE", DEFAULT_CHUNK_SIZE))
+        configure_sim(telegram_sim, max_getfile_bytes=chunk_size)
         key = None
         if api_key:
             key = run_cli(["keys", "create", "deploy-test"], env=settings, cwd=tmp_path).strip()
@@ -353,6 +417,9 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
         return service
 
     return start
+
+
+DEFAULT_CHUNK_SIZE: int = Settings.model_fields["chunk_size"].default
 
 
 def _healthy(url: str) -> bool:

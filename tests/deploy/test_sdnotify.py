@@ -10,7 +10,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, SimpleNamespace
@@ -37,12 +37,33 @@ def receiver(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
 
 
 def drain(sock: socket.socket) -> list[str]:
+    """The messages already received (datagrams on a local socket arrive as
+    they are sent)."""
     messages = []
     while True:
         try:
             messages.append(sock.recv(4096).decode())
         except BlockingIOError:
             return messages
+
+
+async def receive_until(
+    sock: socket.socket, done: Callable[[list[str]], bool], within: float = 5.0
+) -> list[str]:
+    """Messages as they arrive, until `done(messages)` holds; fail after `within` s."""
+    loop = asyncio.get_running_loop()
+    messages: list[str] = []
+    try:
+        async with asyncio.timeout(within):
+            while not done(messages):
+                messages.append((await loop.sock_recv(sock, 4096)).decode())
+    except TimeoutError:
+        raise AssertionError(f"no such messages within {within}s: {messages}") from None
+    return messages
+
+
+def pings(count: int) -> Callable[[list[str]], bool]:
+    return lambda messages: messages.count("WATCHDOG=1") >= count
 
 
 def test_disabled_without_notify_socket() -> None:
@@ -73,7 +94,6 @@ def test_messages(receiver: tuple[socket.socket, str]) -> None:
         notifier.stopping("still stopping")
     finally:
         notifier.close()
-    time.sleep(0.05)
     assert drain(sock) == [
         "READY=1\nSTATUS=ready: 1/1 bots usable",
         "STATUS=line one line two",  # a newline would start a new assignment
@@ -147,14 +167,15 @@ async def test_watchdog_pings_come_from_the_event_loop(
     """A blocked loop sends no pings: that is how systemd notices a wedged service."""
     sock, path = receiver
     notifier = Notifier.from_env({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "40000"})
-    task = asyncio.create_task(notifier.run_watchdog())
+    task = asyncio.create_task(notifier.run_watchdog())  # a ping every 0.02 s
     try:
-        await asyncio.sleep(0.2)  # pings every 0.02 s
-        assert len(drain(sock)) >= 5
-        time.sleep(0.3)  # noqa: ASYNC251 - blocking the loop on purpose: no pings
+        assert set(await receive_until(sock, pings(3))) == {"WATCHDOG=1"}
+        drain(sock)
+        # The experiment, not a wait: block the loop for 15 ping intervals.
+        time.sleep(0.3)  # noqa: ASYNC251
         assert drain(sock) == []
-        await asyncio.sleep(0.1)
-        assert drain(sock)[:1] == ["WATCHDOG=1"]
+        # Free again, the loop pings again.
+        assert await receive_until(sock, pings(1)) == ["WATCHDOG=1"]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -201,46 +222,57 @@ def fake_services(port: int) -> Services:
     return cast(Services, SimpleNamespace(settings=settings, dispatcher=FakeDispatcher([bot(1)])))
 
 
-async def test_lifecycle(receiver: tuple[socket.socket, str]) -> None:
+async def test_lifecycle(
+    receiver: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     sock, path = receiver
-    loop = asyncio.get_running_loop()
-    accepted = asyncio.Event()
 
     async def on_connect(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set()
         writer.close()
+
+    # Count the connections to the port that were refused: READY=1 waits
+    # while the service tries.
+    refused = 0
+    refused_twice = asyncio.Event()
+    open_connection = asyncio.open_connection
+
+    async def counting_open_connection(*args: Any, **kwargs: Any) -> Any:
+        nonlocal refused
+        try:
+            return await open_connection(*args, **kwargs)
+        except OSError:
+            refused += 1
+            if refused == 2:
+                refused_twice.set()
+            raise
+
+    monkeypatch.setattr(asyncio, "open_connection", counting_open_connection)
 
     # The port starts listening only after a while, as uvicorn binds it after
     # the lifespan has started: READY=1 must wait for it.
     port = _free_port()
     services = fake_services(port)
     notifier = Notifier.from_env({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "100000"})
+    status = "STATUS=1/1 bots usable; Telegram calls: 0 running, 0 queued"
     async with systemd_notify(services, notifier, status_interval=0.05) as lifecycle:
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(refused_twice.wait(), 5)
         assert drain(sock) == []  # not listening yet: not ready
         server = await asyncio.start_server(on_connect, "127.0.0.1", port)
         try:
-            await asyncio.wait_for(accepted.wait(), 2)
-            started = loop.time()
-            messages: list[str] = []
-            while loop.time() - started < 0.3:
-                await asyncio.sleep(0.02)
-                messages += drain(sock)
+            messages = await receive_until(sock, lambda m: pings(2)(m) and status in m)
             assert messages[0] == "READY=1\nSTATUS=ready: 1/1 bots usable"
-            assert messages.count("WATCHDOG=1") >= 2
-            assert "STATUS=1/1 bots usable; Telegram calls: 0 running, 0 queued" in messages
             lifecycle.stopping()
             assert drain(sock)[-1].startswith("STOPPING=1\nSTATUS=stopping: closing services")
-            await asyncio.sleep(0.15)
             # Still fed while the services close.
-            assert "WATCHDOG=1" in drain(sock)
+            await receive_until(sock, pings(1))
         finally:
             server.close()
             await server.wait_closed()
     assert drain(sock)[-1] == "STATUS=stopped"
-    await asyncio.sleep(0.15)
-    assert drain(sock) == []  # the tasks are gone
     assert not notifier.enabled
+    # The tasks are gone.
+    left = {task.get_name() for task in asyncio.all_tasks() if task is not asyncio.current_task()}
+    assert "sd_notify" not in left, left
 
 
 async def test_sigterm_sends_stopping_at_once(receiver: tuple[socket.socket, str]) -> None:
@@ -256,15 +288,16 @@ async def test_sigterm_sends_stopping_at_once(receiver: tuple[socket.socket, str
     try:
         notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
         async with systemd_notify(fake_services(0), notifier) as _lifecycle:
-            await asyncio.sleep(0.05)
-            assert drain(sock)[0].startswith("READY=1")
+            (ready,) = await receive_until(sock, lambda m: len(m) == 1)
+            assert ready.startswith("READY=1")
             os.kill(os.getpid(), signal.SIGTERM)
-            await asyncio.sleep(0.05)
-            assert seen == [signal.SIGTERM]
-            assert drain(sock) == [
+            stopping = await receive_until(sock, lambda m: len(m) == 1)
+            assert stopping == [
                 "STOPPING=1\nSTATUS=stopping: draining requests; "
                 "1/1 bots usable; Telegram calls: 0 running, 0 queued"
             ]
+            assert seen == [signal.SIGTERM]  # then the handler that was there
+            assert drain(sock) == []
         assert signal.getsignal(signal.SIGTERM) is previous
     finally:
         signal.signal(signal.SIGTERM, original)

@@ -5,7 +5,8 @@ tests/s3/test_docker_registry.py and bench/s3_push_bench.py.
 - `build_oci_image` writes an OCI image layout with random gzip layers (no
   Docker daemon needed); `read_oci_image` reads one back.
 - `start_stack` runs `teleuploader telegram-sim` and `teleuploader serve`
-  (SQLite, S3 on) as subprocesses; `start_registry` runs `docker-registry serve`
+  (SQLite or a given database, S3 on) as subprocesses, with getFile capped
+  at the service's CHUNK_SIZE; `start_registry` runs `docker-registry serve`
   with the `s3` storage driver pointed at the service.
 - `skopeo_copy` pushes or pulls.
 
@@ -271,9 +272,12 @@ def start_stack(
     sim_args: Sequence[str] = (),
     service_env: Mapping[str, str] | None = None,
     bucket: str | None = "registry",
+    database_url: str | None = None,
 ) -> Stack:
-    """The simulator and `teleuploader serve` (fresh SQLite database, S3 on),
-    and the bucket, created with boto3."""
+    """The simulator and `teleuploader serve` (S3 on), and the bucket, created
+    with boto3. `database_url`: a migrated, empty database; by default a fresh
+    SQLite database, migrated here. The simulator's getFile refuses files over
+    `chunk_size`: no chunk may be larger."""
     directory.mkdir(parents=True, exist_ok=True)
     sim_port = free_port()
     tokens_file = directory / "tokens.txt"
@@ -301,14 +305,17 @@ def start_stack(
         proc=sim,
     )
     tokens = tokens_file.read_text().split()
-    database = directory / "teleuploader.db"
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    httpx.post(
+        f"{sim_url}/_sim/config", json={"max_getfile_bytes": chunk_size}, timeout=10
+    ).raise_for_status()
     port = free_port()
     env = base_env(
         directory,
         BOT_TOKENS=",".join(tokens),
         STORAGE_CHAT_ID=str(CHAT_ID),
-        TELEGRAM_API_BASE=f"http://127.0.0.1:{sim_port}",
-        DATABASE_URL=sqlite_url(database),
+        TELEGRAM_API_BASE=sim_url,
+        DATABASE_URL=database_url or sqlite_url(directory / "teleuploader.db"),
         HOST="127.0.0.1",
         PORT=str(port),
         CHUNK_SIZE=str(chunk_size),
@@ -319,11 +326,12 @@ def start_stack(
         LOG_LEVEL="INFO",
     )
     env.update(service_env or {})
-    run_cli(["migrate"], env=env, cwd=directory)
+    if database_url is None:
+        run_cli(["migrate"], env=env, cwd=directory)
     service = processes.start("teleuploader-serve", [TELEUPLOADER, "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _answers(f"{url}/health"), within=START_TIMEOUT, what="/health", proc=service)
-    stack = Stack(sim, f"http://127.0.0.1:{sim_port}", service, url, port, chunk_size, env)
+    stack = Stack(sim, sim_url, service, url, port, chunk_size, env)
     if bucket is not None:
         stack.s3().create_bucket(Bucket=bucket)
     return stack

@@ -1,10 +1,11 @@
 """A real Docker push and pull through the S3 API.
 
 Debian's `docker-registry` (CNCF distribution 2.8) runs with the `s3` storage
-driver pointed at `teleuploader serve` (SQLite, S3 on) in front of the Telegram
-simulator, all of them subprocesses. `skopeo` pushes an OCI image layout built
-here (random gzip layers of tens of MiB; no Docker daemon) and pulls it back;
-every blob and the manifest must come back byte for byte. Once with
+driver pointed at `teleuploader serve` (S3 on; SQLite, and Postgres through
+pgbouncer) in front of the Telegram simulator, all of them subprocesses.
+`skopeo` pushes an OCI image layout built here (random gzip layers of tens of
+MiB; no Docker daemon) and pulls it back; every blob and the manifest must
+come back byte for byte. Once with
 `storage.redirect.disable: true` (the registry streams blobs itself) and once
 with presigned redirects (blob GETs are answered with presigned URLs to the
 service, which skopeo follows).
@@ -12,6 +13,9 @@ service, which skopeo follows).
 The registry also writes many tiny objects (link files, `startedat`, hash
 states): those stay in the database, so the Telegram messages a push sends are
 about the layer bytes / CHUNK_SIZE, not one per registry file.
+
+The simulator's getFile refuses anything over CHUNK_SIZE, and at the end of
+each test no bot token may have had two Bot API calls in flight at once.
 
 scripts/test installs both tools; without them these tests fail (not skip).
 """
@@ -23,14 +27,18 @@ import hashlib
 import math
 import random
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
-from tests.deploy.conftest import Processes, base_env
+from app.db.engine import create_engine
+from app.db.models import GcEntry
+from tests.conftest import BACKENDS, empty_tables, run_async
+from tests.db.helpers import Database
+from tests.deploy.conftest import Processes, base_env, check_one_call_per_token, wait_for
 from tests.s3.registry import (
     CHAT_ID,
     REGISTRY,
@@ -73,6 +81,31 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         group.stop_all()
 
 
+@pytest.fixture(params=BACKENDS)
+def stack(request: pytest.FixtureRequest, processes: Processes, tmp_path: Path) -> Iterator[Stack]:
+    """The simulator and the service, on a fresh SQLite database or on the
+    session's Postgres database (emptied) through pgbouncer. At teardown, once
+    everything but the simulator has stopped: no token had two calls at once."""
+    database_url = None
+    if request.param == "postgres":
+        database: Database = request.getfixturevalue("postgres_database")
+        empty_tables(database)
+        database_url = database.url
+    with logs_on_failure(processes):
+        started = start_stack(
+            processes,
+            tmp_path / "stack",
+            chunk_size=CHUNK_SIZE,
+            bucket=BUCKET,
+            database_url=database_url,
+        )
+    yield started
+    for proc in reversed(processes.started):
+        if proc is not started.sim:
+            proc.stop()
+    check_one_call_per_token(started.sim_url)
+
+
 @contextlib.contextmanager
 def logs_on_failure(processes: Processes) -> Iterator[None]:
     try:
@@ -89,11 +122,10 @@ def blob_sha256(response: httpx.Response) -> str:
     "redirect", [False, True], ids=["redirect-disabled", "presigned-redirects"]
 )
 def test_docker_push_and_pull(
-    redirect: bool, image: tuple[Path, Image], processes: Processes, tmp_path: Path
+    redirect: bool, image: tuple[Path, Image], stack: Stack, processes: Processes, tmp_path: Path
 ) -> None:
     layout, pushed_image = image
     with logs_on_failure(processes):
-        stack = start_stack(processes, tmp_path / "stack", chunk_size=CHUNK_SIZE, bucket=BUCKET)
         registry = start_registry(
             processes,
             tmp_path,
@@ -209,7 +241,7 @@ def _upload_in_pieces(http: httpx.Client, registry_url: str, data: bytes, pieces
 
 
 def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
-    processes: Processes, tmp_path: Path
+    stack: Stack, processes: Processes, tmp_path: Path
 ) -> None:
     """Each PATCH reopens the driver's multipart upload (ListMultipartUploads,
     ListParts). When its last part is under 5 MiB the driver completes the
@@ -217,7 +249,6 @@ def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
     (or, under 5 MiB in all, by reading it back): the parts of the new upload
     point into the chunks of the object they replace."""
     with logs_on_failure(processes):
-        stack = start_stack(processes, tmp_path / "stack", chunk_size=CHUNK_SIZE, bucket=BUCKET)
         registry = start_registry(
             processes, tmp_path, stack, redirect=False, bucket=BUCKET, chunk_size=REGISTRY_PART
         )
@@ -257,7 +288,7 @@ def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
         assert counts.bytes_received < sum(cases["short-last-part"]) * 1.01, counts
         # Once the service's GC has deleted what the registry replaced and
         # removed (its _uploads folder), the blobs still read back whole.
-        _wait_for_settled_gc(stack)
+        _wait_for_gc(stack)
         for name, (digest, _) in blobs.items():
             key = f"docker/docker/registry/v2/blobs/sha256/{digest[7:9]}/{digest[7:]}/data"
             body = stack.s3().get_object(Bucket=BUCKET, Key=key)["Body"].read()
@@ -266,12 +297,11 @@ def test_blob_uploaded_in_pieces_reseeds_multipart_uploads(
         assert uploads.get("Uploads", []) == [], uploads
 
 
-def test_empty_blob(processes: Processes, tmp_path: Path) -> None:
+def test_empty_blob(stack: Stack, processes: Processes, tmp_path: Path) -> None:
     """An empty blob (PUT ?digest with no PATCH): Debian's registry 2.8.2
     writes it as a multipart upload with no part at all and completes that
     with an empty part list (newer drivers upload one zero-byte part first)."""
     with logs_on_failure(processes):
-        stack = start_stack(processes, tmp_path / "stack", chunk_size=CHUNK_SIZE, bucket=BUCKET)
         registry = start_registry(
             processes, tmp_path, stack, redirect=False, bucket=BUCKET, chunk_size=REGISTRY_PART
         )
@@ -287,35 +317,48 @@ def _live_messages(stack: Stack) -> int:
     return live
 
 
-def _wait_for_settled_gc(stack: Stack, *, quiet: float = 1.5, within: float = 30) -> int:
-    """Wait until the number of live Telegram messages has not changed for
-    `quiet` seconds (the service's GC deletes replaced chunks in the background)."""
-    deadline = time.monotonic() + within
-    last, since = _live_messages(stack), time.monotonic()
-    while time.monotonic() - since < quiet:
-        assert time.monotonic() < deadline, "the live message count never settled"
-        time.sleep(0.2)
-        now = _live_messages(stack)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
+def _gc_backlog(stack: Stack) -> int:
+    """Messages the service's GC still has to delete: the rows of its ledger."""
+
+    async def count() -> int:
+        engine = create_engine(stack.env["DATABASE_URL"])
+        try:
+            async with engine.connect() as connection:
+                rows = await connection.scalar(select(func.count()).select_from(GcEntry))
+        finally:
+            await engine.dispose()
+        return int(rows or 0)
+
+    return run_async(count)
+
+
+def _wait_for_gc(stack: Stack, *, within: float = 30) -> int:
+    """Wait until the service's GC has deleted every chunk that was replaced or
+    removed (its ledger is empty; an entry goes once its message is deleted);
+    the live messages left."""
+    wait_for(
+        lambda: _gc_backlog(stack) == 0,
+        within=within,
+        what="the service's GC to empty its ledger",
+        proc=stack.service,
+    )
+    return _live_messages(stack)
 
 
 def test_garbage_collect_frees_telegram_messages(
-    image: tuple[Path, Image], processes: Processes, tmp_path: Path
+    image: tuple[Path, Image], stack: Stack, processes: Processes, tmp_path: Path
 ) -> None:
     """Delete the manifest, run `docker-registry garbage-collect` (it walks the
     bucket with listings and deletes unreferenced blobs with DeleteObjects):
     the blobs leave the bucket and their Telegram messages are deleted."""
     layout, pushed_image = image
     with logs_on_failure(processes):
-        stack = start_stack(processes, tmp_path / "stack", chunk_size=CHUNK_SIZE, bucket=BUCKET)
         registry = start_registry(
             processes, tmp_path, stack, redirect=False, bucket=BUCKET, chunk_size=REGISTRY_PART
         )
         reference = f"docker://{registry.host}/test/image:{TAG}"
         skopeo_copy(f"oci:{layout}:{TAG}", reference, directory=tmp_path)
-        assert _wait_for_settled_gc(stack) > 0
+        assert _wait_for_gc(stack) > 0
         deleted = httpx.delete(
             f"{registry.url}/v2/test/image/manifests/{pushed_image.manifest_digest}", timeout=30
         )
@@ -342,4 +385,4 @@ def test_garbage_collect_frees_telegram_messages(
         objects = stack.s3().list_objects_v2(Bucket=BUCKET).get("Contents", [])
         left = [o["Key"] for o in objects if "/blobs/" in o["Key"]]
         assert left == [], left
-        assert _wait_for_settled_gc(stack) == 0
+        assert _wait_for_gc(stack) == 0

@@ -1,66 +1,129 @@
-"""The S3 error table."""
+"""S3 error responses as a client reads them.
+
+Not a copy of ERROR_TABLE: every code in it must reach an S3 client (botocore)
+as that code, with the table's status and message in a well-formed `<Error>`
+document; and an unexpected failure inside the service must reach the client
+as a bare InternalError or ServiceUnavailable, with nothing of what went wrong.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
+from botocore.exceptions import ClientError
+from sqlalchemy.exc import DBAPIError
+from starlette.requests import Request
 
 from app.s3.errors import ERROR_TABLE, S3Error
+from app.s3.routes import _error_response
+from app.s3.service import S3Service
+from tests.running_service import ServiceFactory
+from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET, client_for
+from tests.s3.test_xml import answer, parse
 
-EXPECTED_STATUS = {
-    "AccessDenied": 403,
-    "SignatureDoesNotMatch": 403,
-    "InvalidAccessKeyId": 403,
-    "RequestTimeTooSkewed": 403,
-    "AuthorizationHeaderMalformed": 400,
-    "AuthorizationQueryParametersError": 400,
-    "XAmzContentSHA256Mismatch": 400,
-    "BadDigest": 400,
-    "InvalidDigest": 400,
-    "IncompleteBody": 400,
-    "MalformedXML": 400,
-    "InvalidArgument": 400,
-    "InvalidRequest": 400,
-    "EntityTooLarge": 400,
-    "EntityTooSmall": 400,
-    "KeyTooLongError": 400,
-    "NoSuchKey": 404,
-    "NoSuchBucket": 404,
-    "NoSuchUpload": 404,
-    "BucketNotEmpty": 409,
-    "BucketAlreadyOwnedByYou": 409,
-    "InvalidBucketName": 400,
-    "InvalidPart": 400,
-    "InvalidPartOrder": 400,
-    "InvalidRange": 416,
-    "PreconditionFailed": 412,
-    "NotImplemented": 501,
-    "MethodNotAllowed": 405,
-    "InternalError": 500,
-    "SlowDown": 503,
-    "ServiceUnavailable": 503,
-}
+PATH = b"/bucket/some%20key"
 
 
-@pytest.mark.parametrize(("code", "status"), EXPECTED_STATUS.items())
-def test_codes_and_statuses(code: str, status: int) -> None:
-    err = S3Error(code)
-    assert err.status == status == ERROR_TABLE[code][0]
-    assert err.message
-    assert str(err) == f"{code}: {err.message}"
+def request(method: str = "GET") -> Request:
+    return Request(
+        {"type": "http", "method": method, "path": "/", "headers": [], "query_string": b""}
+    )
 
 
-def test_overrides_and_extras() -> None:
+def test_every_code_reaches_a_client_as_that_code_with_its_status_and_message() -> None:
+    for code, (status, message) in ERROR_TABLE.items():
+        response = _error_response(S3Error(code), request(), PATH)
+        assert response.status_code == status, code
+        assert 300 <= status < 600, code
+        if status == 304:  # NotModified: a bare status, as S3 sends it
+            assert response.body == b"", code
+            continue
+        assert response.media_type == "application/xml", code
+        root = parse(response.body)
+        assert root.tag == "Error", code
+        assert root.findtext("Code") == code
+        assert root.findtext("Message") == message
+        assert root.findtext("Resource") == PATH.decode()
+        if status == 503:
+            assert response.headers["retry-after"] == "5", code
+
+        with pytest.raises(ClientError) as caught:
+            answer("get_object", response.body, status=status, Bucket="bucket", Key="some key")
+        seen = caught.value.response
+        assert seen["Error"]["Code"] == code
+        assert seen["Error"]["Message"] == message
+        assert seen["ResponseMetadata"]["HTTPStatusCode"] == status
+
+
+def test_a_message_resource_details_and_headers_of_its_own_reach_the_client() -> None:
     err = S3Error(
         "NoSuchKey",
         "custom",
         resource="/b/k",
         details={"Key": "k"},
-        headers={"x-amz-request-id": "1"},
+        headers={"x-amz-id-2": "id"},
     )
-    assert (err.code, err.message, err.status, err.resource) == ("NoSuchKey", "custom", 404, "/b/k")
-    assert err.details == {"Key": "k"}
-    assert err.headers == {"x-amz-request-id": "1"}
-    assert repr(err) == "S3Error('NoSuchKey', 'custom', 404)"
-    assert S3Error("Custom", "free-form", 418).status == 418
+    response = _error_response(err, request(), PATH)
+    assert response.status_code == 404
+    assert response.headers["x-amz-id-2"] == "id"
+    root = parse(response.body)
+    assert [child.tag for child in root] == ["Code", "Message", "Key", "Resource", "RequestId"]
+    assert (root.findtext("Message"), root.findtext("Key"), root.findtext("Resource")) == (
+        "custom",
+        "k",
+        "/b/k",
+    )
+    assert str(err) == "NoSuchKey: custom"
+
+
+def test_head_requests_get_the_status_without_a_body() -> None:
+    response = _error_response(S3Error("NoSuchKey"), request("HEAD"), PATH)
+    assert response.status_code == 404
+    assert response.body == b""
+
+
+SECRET_DETAIL = "postgresql://teleuploader:hunter2@db.internal/teleuploader"
+
+
+@pytest.mark.parametrize(
+    ("failure", "code", "status"),
+    [
+        (RuntimeError(f"bug near {SECRET_DETAIL}"), "InternalError", 500),
+        (
+            DBAPIError("SELECT 1", {}, OSError(f"cannot reach {SECRET_DETAIL}")),
+            "ServiceUnavailable",
+            503,
+        ),
+    ],
+    ids=["unexpected-exception", "database-error"],
+)
+async def test_a_failure_inside_the_service_leaks_nothing_to_the_client(
+    start_service: ServiceFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+    code: str,
+    status: int,
+) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+
+    async def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(S3Service, "list_buckets", fail)
+    client = client_for(service)
+    with pytest.raises(ClientError) as caught:
+        await asyncio.to_thread(client.list_buckets)
+    seen = caught.value.response
+    assert seen["ResponseMetadata"]["HTTPStatusCode"] == status
+    assert seen["Error"]["Code"] == code
+    assert "hunter2" not in str(seen) and "db.internal" not in str(seen)
+    if code == "InternalError":
+        assert seen["Error"]["Message"] == ERROR_TABLE["InternalError"][1]
+
+
+def test_an_unknown_code_without_a_status_is_a_programming_error() -> None:
     with pytest.raises(KeyError):
         S3Error("NoSuchThing")
+    assert S3Error("Custom", "free-form", 418).status == 418

@@ -1,13 +1,17 @@
 """Unit tests of the per-bot dispatcher against a mocked Bot API (respx).
 
 Each fake bot answers sendDocument through a scripted list of replies, and
-records how many calls were in flight on its token at once.
+records how many calls were in flight on its token at once. The tests wait
+for events (a call arrived, a document was orphaned), never for a guessed
+time, and assert orders and counts, never durations: timings are measured by
+bench/dispatcher_bench.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+import time
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +80,8 @@ class FakeBot:
     in_flight: int = 0
     max_in_flight: int = 0
     gate: asyncio.Event | None = None
+    # Set when a call reaches this bot (before its gate).
+    called: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class FakeTelegram:
@@ -83,6 +89,8 @@ class FakeTelegram:
         self.bots = {bot_id: FakeBot(bot_id) for bot_id in bot_ids}
         self.order: list[tuple[int, str]] = []
         self.messages = defaultdict(int)
+        # Called with the bot as each call arrives, before its gate.
+        self.on_call: Callable[[FakeBot], None] | None = None
         for bot in self.bots.values():
             router.post(f"{API}/bot{token(bot.bot_id).value}/sendDocument").mock(
                 side_effect=self._handler(bot)
@@ -93,6 +101,9 @@ class FakeTelegram:
             bot.calls += 1
             bot.in_flight += 1
             bot.max_in_flight = max(bot.max_in_flight, bot.in_flight)
+            bot.called.set()
+            if self.on_call is not None:
+                self.on_call(bot)
             try:
                 if bot.gate is not None:
                     await bot.gate.wait()
@@ -276,7 +287,8 @@ async def test_jobs_queued_behind_a_rate_limited_bot_move_to_others(
     stopper.append(dispatcher)
 
     tasks = [asyncio.create_task(dispatcher.send_document(b"x" * 8, f"c{i}")) for i in range(6)]
-    await asyncio.sleep(0.05)
+    await fake.bots[1].called.wait()
+    await fake.bots[2].called.wait()
     # Both bots are busy, and jobs wait in both queues.
     assert len(dispatcher.workers[1].queue) >= 1
     gate.set()
@@ -296,15 +308,21 @@ async def test_all_bots_rate_limited_waits_then_succeeds(
     fake.bots[2].script = [lambda: too_many(1)]
     dispatcher, _ = await make_dispatcher([1, 2])
     stopper.append(dispatcher)
+    cooling_when_called: list[float] = []
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    def note_cooldown(bot: FakeBot) -> None:
+        (status,) = [s for s in dispatcher.status() if s.bot_id == bot.bot_id]
+        cooling_when_called.append(status.cooling_down_for)
+
+    fake.on_call = note_cooldown
     (doc,) = await send(dispatcher, 1)
 
     assert doc.bot_id in (1, 2)
+    # Both bots asked for 1 s; the third call went to a bot whose cooldown
+    # was over: the job waited for it rather than hammering the bots.
     assert fake.bots[1].calls + fake.bots[2].calls == 3
-    # It waited for a cooldown to end rather than hammering the bots.
-    assert loop.time() - started >= 0.9
+    assert cooling_when_called == [0.0, 0.0, 0.0]
+    assert sorted(s.rate_limited for s in dispatcher.status()) == [1, 1]
 
 
 # --- errors -----------------------------------------------------------------------
@@ -461,13 +479,15 @@ async def test_job_of_a_caller_that_left_is_dropped_before_it_starts(
 
     first = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a", caption="first"))
     second = asyncio.create_task(dispatcher.send_document(b"x" * 8, "b", caption="second"))
-    await asyncio.sleep(0.05)
+    await fake.bots[1].called.wait()  # the first runs, the second waits behind it
     second.cancel()
     gate.set()
     await first
+    # One bot runs its jobs in order: the second, had it not been dropped,
+    # would have been sent before the third.
+    await dispatcher.send_document(b"x" * 8, "c", caption="third")
 
-    await asyncio.sleep(0.05)
-    assert [caption for _, caption in fake.order] == ["first"]
+    assert [caption for _, caption in fake.order] == ["first", "third"]
 
 
 async def test_a_document_whose_caller_left_mid_call_is_handed_to_the_orphan_handler(
@@ -477,29 +497,41 @@ async def test_a_document_whose_caller_left_mid_call_is_handed_to_the_orphan_han
     gate = asyncio.Event()
     fake.bots[1].gate = gate
     orphans: list[StoredDocument] = []
-    dispatcher, _ = await make_dispatcher([1], on_orphan=orphans.append)
+    orphaned = asyncio.Event()
+
+    def on_orphan(document: StoredDocument) -> None:
+        orphans.append(document)
+        orphaned.set()
+
+    dispatcher, _ = await make_dispatcher([1], on_orphan=on_orphan)
     stopper.append(dispatcher)
 
     task = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
-    await asyncio.sleep(0.05)
+    await fake.bots[1].called.wait()  # the call is in flight
     task.cancel()
     gate.set()
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(orphaned.wait(), timeout=5)
 
     assert len(orphans) == 1
     assert orphans[0].bot_id == 1
+    assert orphans[0].message_id == 1
 
 
 async def test_stop_finishes_running_jobs_and_refuses_new_ones(
     mock_api: respx.MockRouter,
 ) -> None:
     fake = FakeTelegram(mock_api, [1])
-    fake.bots[1].delay = 0.2
+    gate = asyncio.Event()
+    fake.bots[1].gate = gate
     dispatcher, _ = await make_dispatcher([1])
 
     running = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
-    await asyncio.sleep(0.05)
-    await dispatcher.stop(grace=5)
+    await fake.bots[1].called.wait()  # the call is in flight
+    stopping = asyncio.create_task(dispatcher.stop(grace=5))
+    await asyncio.sleep(0)  # one turn of the loop (no time passes): the stop begins
+    assert not stopping.done()  # it waits for the running call
+    gate.set()
+    await stopping
 
     assert (await running).bot_id == 1
     with pytest.raises(DispatcherClosed):
@@ -515,7 +547,7 @@ async def test_stop_cancels_what_outlives_the_grace_period(
 
     running = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
     queued = asyncio.create_task(dispatcher.send_document(b"x" * 8, "b"))
-    await asyncio.sleep(0.05)
+    await fake.bots[1].called.wait()  # one call in flight, one job queued
     await dispatcher.stop(grace=0.1)
 
     for task in (running, queued):
@@ -526,25 +558,73 @@ async def test_stop_cancels_what_outlives_the_grace_period(
 # --- pacing -------------------------------------------------------------------------
 
 
-async def test_pacing_spreads_sends_over_the_window(
+class SkewedClock:
+    """The monotonic clock plus simulated time: a fake upload "takes" seconds
+    by moving this clock on instead of sleeping. The dispatcher and the fake
+    Telegram read the same clock, so what one sees of the other's timing does
+    not depend on how fast the machine runs the test."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.skew
+
+    def advance(self, seconds: float) -> None:
+        self.skew += seconds
+
+
+class PostingTelegram:
+    """One bot whose chat counts a message when it is posted, at the end of the
+    upload (which takes size / `bandwidth` seconds of `clock`, or none), and
+    refuses more than `budget` posts in any `window` seconds with 429, as
+    Telegram does."""
+
+    def __init__(
+        self,
+        router: respx.MockRouter,
+        clock: SkewedClock,
+        *,
+        budget: int,
+        window: float,
+        bandwidth: float | None = None,
+    ) -> None:
+        self.posts: deque[float] = deque()
+        self.rate_limited = 0
+        self.sent = 0
+
+        async def handle(request: httpx.Request) -> httpx.Response:
+            size = _document_size(request)
+            if bandwidth is not None:
+                clock.advance(size / bandwidth)
+            now = clock()
+            while self.posts and self.posts[0] <= now - window:
+                self.posts.popleft()
+            if len(self.posts) >= budget:
+                self.rate_limited += 1
+                return too_many(1)
+            self.posts.append(now)
+            self.sent += 1
+            return ok_message(1, self.sent, size)
+
+        handler: Callable[[httpx.Request], Any] = handle
+        router.post(f"{API}/bot{token(1).value}/sendDocument").mock(side_effect=handler)
+
+
+async def test_pacing_keeps_a_bot_within_telegrams_window(
     mock_api: respx.MockRouter, stopper: list[Dispatcher]
 ) -> None:
-    fake = FakeTelegram(mock_api, [1])
-    times: list[float] = []
-    loop = asyncio.get_running_loop()
-    dispatcher, _ = await make_dispatcher([1], sends_per_minute=2, pacing_window=0.4)
+    # Four sends at once, two allowed per 0.5 s: sent as they come, the third
+    # would be refused.
+    clock = SkewedClock()
+    telegram = PostingTelegram(mock_api, clock, budget=2, window=0.5)
+    dispatcher, _ = await make_dispatcher([1], sends_per_minute=2, pacing_window=0.5, clock=clock)
     stopper.append(dispatcher)
 
-    async def timed(i: int) -> None:
-        await dispatcher.send_document(b"x" * 8, f"c{i}")
-        times.append(loop.time())
+    await asyncio.gather(*(dispatcher.send_document(b"x" * 8, f"c{i}") for i in range(4)))
 
-    await asyncio.gather(*(timed(i) for i in range(4)))
-
-    times.sort()
-    # Two sends fit in a window; the third has to wait for the window to move.
-    assert times[2] - times[0] >= 0.35
-    assert fake.bots[1].calls == 4
+    assert telegram.rate_limited == 0
+    assert telegram.sent == 4
 
 
 async def test_get_file_is_pinned_to_the_bot_that_owns_the_file(
