@@ -513,10 +513,17 @@ class TelegramSimulator:
         return [m.message_id for m in self._chat(chat_id).messages.values() if not m.deleted]
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
+        return self._message(chat_id, message_id).file.data
+
+    def message_sender(self, chat_id: int, message_id: int) -> int:
+        """The id of the bot that posted (or forwarded) the message."""
+        return self._file_ids[self._message(chat_id, message_id).file_id].bot_id
+
+    def _message(self, chat_id: int, message_id: int) -> _Message:
         message = self._chat(chat_id).messages.get(message_id)
         if message is None:
             raise KeyError(f"no message {message_id} in chat {chat_id}")
-        return message.file.data
+        return message
 
     def snapshot(self) -> dict[str, Any]:
         """Stats and chat contents as JSON, for the /_sim/stats endpoint."""

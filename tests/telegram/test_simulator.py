@@ -116,6 +116,8 @@ async def test_forward_gives_the_other_bot_a_working_file_id_of_its_own(
     assert forwarded.message_id == original.message_id + 1
     assert await fetch(bots[1], forwarded.file_id) == data
     assert sim.message_count(CHAT_ID) == 2
+    assert sim.message_sender(CHAT_ID, original.message_id) == bots[0].bot_id
+    assert sim.message_sender(CHAT_ID, forwarded.message_id) == bots[1].bot_id
     with pytest.raises(PermanentError, match="wrong file_id"):
         await bots[1].get_file(original.file_id)
 
