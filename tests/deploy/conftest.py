@@ -311,13 +311,14 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path) -> ServiceStarter:
     """Starts `teleuploader serve` against the simulator.
 
-    `database`: the SQLite file to use; `api_key`: create a key first with
+    `database`: the SQLite file to use, or a database URL (a migrated
+    Postgres through pgbouncer, say); `api_key`: create a key first with
     `teleuploader keys create`; `wait_healthy`: return once /health answers;
     `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
     """
 
     def start(
-        database: Path,
+        database: Path | str,
         *,
         env: Mapping[str, str] | None = None,
         api_key: bool = False,
@@ -329,7 +330,7 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
             BOT_TOKENS=",".join(telegram_sim.tokens),
             STORAGE_CHAT_ID=str(telegram_sim.chat_id),
             TELEGRAM_API_BASE=telegram_sim.url,
-            DATABASE_URL=sqlite_url(database),
+            DATABASE_URL=database if isinstance(database, str) else sqlite_url(database),
             HOST="127.0.0.1",
             PORT=str(port),
             SENDS_PER_MINUTE="0",
