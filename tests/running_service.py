@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from app.config import BotToken, Settings
 from app.demo import create_api_key
@@ -31,6 +32,7 @@ class Service:
     key: str
     sim: TelegramSimulator
     settings: Settings
+    app: FastAPI
 
     @property
     def auth(self) -> dict[str, str]:
@@ -77,8 +79,9 @@ class ServiceLauncher:
         telegram_url = await self._stack.enter_async_context(run_simulator(sim))
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
-        url = await self._stack.enter_async_context(serve_in_task(create_app(settings)))
-        return Service(url=url, key=key, sim=sim, settings=settings)
+        app = create_app(settings)
+        url = await self._stack.enter_async_context(serve_in_task(app))
+        return Service(url=url, key=key, sim=sim, settings=settings, app=app)
 
     async def aclose(self) -> None:
         await self._stack.aclose()
