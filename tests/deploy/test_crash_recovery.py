@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import create_engine
 from app.db.models import Chunk
+from app.demo import create_api_key
 from tests.conftest import run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
@@ -80,7 +81,9 @@ def test_chunks_left_pending_by_kill_9_are_collected_at_the_next_start(
 ) -> None:
     env = {"CHUNK_SIZE": str(CHUNK)}
     before = live_messages(telegram_sim)
-    service = start_service(database.url, api_key=True, env=env)
+    key = run_async(lambda: create_api_key(database.url, name="crash-test"))
+    service = start_service(database.url, env=env)
+    service.key = key
     go_on = threading.Event()
     thread, outcome = gated_upload(service, go_on)
     try:

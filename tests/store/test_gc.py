@@ -138,7 +138,9 @@ async def test_messages_are_deleted_while_young_and_given_up_once_too_old(
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
-async def test_another_bot_deletes_when_the_uploader_is_gone(service: Service) -> None:
+async def test_another_bot_deletes_when_the_uploader_is_gone(
+    service: Service, sessionmaker: Sessions
+) -> None:
     data = payload(3 * CHUNK, seed=3)
     public_id = await put(service, "a.bin", data)
     posted_by = {m: service.sim.message_sender(CHAT_ID, m) for m in service.live_messages()}
@@ -149,12 +151,18 @@ async def test_another_bot_deletes_when_the_uploader_is_gone(service: Service) -
 
     await delete(service, public_id)
 
-    async def all_deleted() -> bool:
-        return service.live_messages() == []
+    async def uploader_failed() -> bool:  # the others' messages are gone already
+        entries = await ledger(sessionmaker)
+        return [attempts for attempts, _, _ in entries] == [1] and len(service.live_messages()) == 1
 
-    # The first try through the revoked bot fails (401); the retry after the
-    # backoff (5 s) goes through another bot.
-    await eventually(all_deleted, within=20)
+    await eventually(uploader_failed)
+    # The retry, after the backoff, goes through another bot.
+    await time_passes(sessionmaker)
+
+    async def all_deleted() -> bool:
+        return service.live_messages() == [] and await ledger(sessionmaker) == []
+
+    await eventually(all_deleted)
     calls = deletes(service)
     assert calls[gone] == 1
     assert sum(calls.values()) == 1 + len(posted_by)
@@ -248,5 +256,5 @@ async def test_chunks_of_an_upload_failing_while_the_database_is_down_are_delete
     async def first_deleted() -> bool:
         return service.live_messages() == []
 
-    # A few more GC rounds (every 2 s) with the database up.
-    await eventually(first_deleted, within=6)
+    # Two more GC rounds (every 2 s) with the database up.
+    await eventually(first_deleted, within=4)
