@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from app.config import BotToken, Settings
 from app.demo import create_api_key
@@ -40,6 +41,7 @@ class Service:
     key: str
     sim: TelegramSimulator
     settings: Settings
+    app: FastAPI
 
     @property
     def auth(self) -> dict[str, str]:
@@ -93,8 +95,9 @@ class ServiceLauncher:
         # Telegram's cap is 20 MB; every chunk of this service is at most chunk_size.
         sim.configure(max_getfile_bytes=settings.chunk_size)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
-        url = await self._stack.enter_async_context(serve_in_task(create_app(settings)))
-        return Service(url=url, key=key, sim=sim, settings=settings)
+        app = create_app(settings)
+        url = await self._stack.enter_async_context(serve_in_task(app))
+        return Service(url=url, key=key, sim=sim, settings=settings, app=app)
 
     async def aclose(self) -> None:
         """Stop everything, then check the simulators' records (the services'

@@ -20,9 +20,12 @@ layer depends on (see the reference notes on the Bot API):
 On top of that it can misbehave on purpose: added latency, limited bandwidth,
 random 5xx, random 429 and connections that drop halfway through a response.
 Random faults strike sendDocument, getFile, deleteMessage, forwardMessage and
-downloads (never getMe/getChatMember). A 429 or 5xx replaces the work; a drop
-comes after it, so a dropped sendDocument leaves a message the client never
-heard of, as a lost response from Telegram would.
+downloads (never getMe/getChatMember); `fault_download_drop_rate` drops file
+downloads only. A 429 or 5xx replaces the work; a drop comes after it, so a
+dropped sendDocument leaves a message the client never heard of, as a lost
+response from Telegram would. Tests can also hold every call of a method at
+the moment Telegram would do the work (`hold`/`release`), to act while such a
+call is in flight.
 
 The module has three layers: `SimulatorConfig` (the knobs), `TelegramSimulator`
 (state and Telegram's rules, synchronous so that every check-and-update is
@@ -93,6 +96,7 @@ MUTABLE_KNOBS = frozenset(
         "download_bandwidth",
         "fault_5xx_rate",
         "fault_drop_rate",
+        "fault_download_drop_rate",
         "fault_429_rate",
         "random_429_retry_after",
         "seed",
@@ -131,6 +135,8 @@ class SimulatorConfig:
     download_bandwidth: float | None = None  # bytes/s per connection
     fault_5xx_rate: float = 0.0
     fault_drop_rate: float = 0.0
+    # File downloads only: they drop halfway, Bot API methods are left alone.
+    fault_download_drop_rate: float = 0.0
     fault_429_rate: float = 0.0
     random_429_retry_after: int = 1
     seed: int | None = None
@@ -151,7 +157,12 @@ class SimulatorConfig:
             raise ValueError("the simulator needs at least one bot token")
         if not self.chat_ids:
             raise ValueError("the simulator needs at least one chat id")
-        for name in ("fault_5xx_rate", "fault_drop_rate", "fault_429_rate"):
+        for name in (
+            "fault_5xx_rate",
+            "fault_drop_rate",
+            "fault_download_drop_rate",
+            "fault_429_rate",
+        ):
             rate = getattr(self, name)
             if not _is_number(rate) or not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be a number between 0 and 1")
@@ -378,6 +389,9 @@ class TelegramSimulator:
         self._clock_offset = 0.0
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._call_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._holds: dict[str, asyncio.Event] = {}  # method -> released when set
+        self._held: dict[str, int] = {}  # method -> calls waiting at its hold now
+        self._held_waiters: list[tuple[str, int, asyncio.Future[None]]] = []
 
     # --- hooks for tests and benchmarks ----------------------------------------------
 
@@ -410,12 +424,14 @@ class TelegramSimulator:
         fault_5xx_rate: float | None = None,
         fault_drop_rate: float | None = None,
         fault_429_rate: float | None = None,
+        fault_download_drop_rate: float | None = None,
         seed: int | None = None,
     ) -> None:
         """Set the random fault rates; arguments left out keep their value."""
         changes = {
             "fault_5xx_rate": fault_5xx_rate,
             "fault_drop_rate": fault_drop_rate,
+            "fault_download_drop_rate": fault_download_drop_rate,
             "fault_429_rate": fault_429_rate,
             "seed": seed,
         }
@@ -434,6 +450,31 @@ class TelegramSimulator:
     def unkick(self, bot_id: int, chat_id: int) -> None:
         """The bot is made an administrator of the chat again."""
         self._kicked.discard((bot_id, chat_id))
+
+    def hold(self, method: str) -> None:
+        """Calls of `method` from now on wait, their body read and every check
+        passed, just before Telegram would do the work, until `release(method)`."""
+        self._holds.setdefault(_canonical_method(method), asyncio.Event())
+
+    def release(self, method: str) -> None:
+        """Let the held calls of `method` go on, and stop holding new ones."""
+        gate = self._holds.pop(_canonical_method(method), None)
+        if gate is not None:
+            gate.set()
+
+    def held_calls(self, method: str) -> int:
+        """How many calls of `method` are waiting at its hold right now."""
+        return self._held.get(_canonical_method(method), 0)
+
+    async def wait_held(self, method: str, calls: int = 1) -> None:
+        """Wait until at least `calls` calls of `method` wait at its hold.
+        Bound it with `asyncio.timeout`."""
+        method = _canonical_method(method)
+        if self.held_calls(method) >= calls:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._held_waiters.append((method, calls, waiter))
+        await waiter
 
     def advance_clock(self, seconds: float) -> None:
         """Move the simulated time forward (message ages, path expiry, send windows)."""
@@ -487,10 +528,17 @@ class TelegramSimulator:
         return [m.message_id for m in self._chat(chat_id).messages.values() if not m.deleted]
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
+        return self._message(chat_id, message_id).file.data
+
+    def message_sender(self, chat_id: int, message_id: int) -> int:
+        """The id of the bot that posted (or forwarded) the message."""
+        return self._file_ids[self._message(chat_id, message_id).file_id].bot_id
+
+    def _message(self, chat_id: int, message_id: int) -> _Message:
         message = self._chat(chat_id).messages.get(message_id)
         if message is None:
             raise KeyError(f"no message {message_id} in chat {chat_id}")
-        return message.file.data
+        return message
 
     def snapshot(self) -> dict[str, Any]:
         """Stats and chat contents as JSON, for the /_sim/stats endpoint."""
@@ -575,6 +623,22 @@ class TelegramSimulator:
             if not waiter.done():
                 waiter.set_result(None)
         self._idle_waiters.clear()
+
+    async def _wait_if_held(self, method: str) -> None:
+        gate = self._holds.get(method)
+        if gate is None:
+            return
+        self._held[method] = self._held.get(method, 0) + 1
+        for waiting in list(self._held_waiters):
+            name, calls, waiter = waiting
+            if name == method and self._held[method] >= calls:
+                self._held_waiters.remove(waiting)
+                if not waiter.done():
+                    waiter.set_result(None)
+        try:
+            await gate.wait()
+        finally:
+            self._held[method] -= 1
 
     def _count_received(self, bot_id: int, size: int) -> None:
         self._bots[bot_id].stats.bytes_received += size
@@ -1192,6 +1256,7 @@ class _BotApiEndpoint:
             early = _fault_before_work(self.sim, call.bot_id)
             if early is not None:
                 return early
+        await self.sim._wait_if_held(call.method)
         response = _ok(method.handler(self.sim, call.bot_id, body.params()))
         # A drop after the work is done: the message exists, the client never
         # learns it (the orphan case the storage layer must survive).
@@ -1235,7 +1300,9 @@ class _FileEndpoint:
         if isinstance(found, Response):
             await found(request.scope, request.receive, send)
             return
-        drop = self.sim._inject(bot_id, config.fault_drop_rate)
+        drop = self.sim._inject(bot_id, config.fault_drop_rate) or self.sim._inject(
+            bot_id, config.fault_download_drop_rate
+        )
         await _send_file(
             request,
             send,

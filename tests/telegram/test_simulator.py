@@ -122,6 +122,8 @@ async def test_forward_gives_the_other_bot_a_working_file_id_of_its_own(
     assert forwarded.message_id == original.message_id + 1
     assert await fetch(bots[1], forwarded.file_id) == data
     assert sim.message_count(CHAT_ID) == 2
+    assert sim.message_sender(CHAT_ID, original.message_id) == bots[0].bot_id
+    assert sim.message_sender(CHAT_ID, forwarded.message_id) == bots[1].bot_id
     with pytest.raises(PermanentError, match="wrong file_id"):
         await bots[1].get_file(original.file_id)
 
@@ -459,6 +461,46 @@ async def test_dropped_download_fails_midway(sim: TelegramSimulator, bots: list[
     with pytest.raises(TransientError):
         await download(bots[0], location.file_path)
     assert sim.stats()[bots[0].bot_id].bytes_sent == 100_000
+
+
+async def test_download_drops_strike_downloads_only(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    sim.set_faults(fault_download_drop_rate=1.0)
+    data = payload(200_000)
+
+    stored = await bots[0].send_document(CHAT_ID, data, "a.bin")
+    location = await bots[0].get_file(stored.file_id)
+    with pytest.raises(TransientError):
+        await download(bots[0], location.file_path)
+
+    stats = sim.stats()[bots[0].bot_id]
+    assert stats.faults_injected == 1
+    assert stats.bytes_sent == 100_000
+    sim.set_faults(fault_download_drop_rate=0.0)
+    assert await download(bots[0], location.file_path) == data
+
+
+async def test_held_calls_wait_until_released(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    sim.hold("senddocument")  # any case, as method names
+    sending = asyncio.create_task(bots[0].send_document(CHAT_ID, b"abc", "a.bin"))
+    async with asyncio.timeout(5):
+        await sim.wait_held("sendDocument")
+
+    assert sim.message_count(CHAT_ID) == 0
+    assert (await bots[1].get_me()).id == bots[1].bot_id  # other methods are not held
+    assert not sending.done()
+
+    sim.release("sendDocument")
+    stored = await sending
+    assert sim.message_count(CHAT_ID) == 1
+    assert sim.held_calls("sendDocument") == 0
+    # Released for good: later calls go straight through.
+    await bots[0].send_document(CHAT_ID, b"def", "b.bin")
+    assert stored.message_id == 1
+    assert sim.message_count(CHAT_ID) == 2
 
 
 async def test_random_429_is_rate_limited(sim: TelegramSimulator, bots: list[BotClient]) -> None:
