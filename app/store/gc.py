@@ -30,7 +30,10 @@ log = structlog.get_logger("app.store.gc")
 
 # Telegram's wording when the message is already gone: nothing left to do.
 _ALREADY_GONE = "message to delete not found"
-MAX_DELETE_ATTEMPTS = 12
+# Bots may delete channel posts for 48 hours. A message is posted before its
+# ledger entry is written, so past this age no retry can succeed.
+DELETE_WINDOW = timedelta(hours=48)
+MAX_RETRY_DELAY = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,13 @@ class GarbageCollector:
         self._interval = interval
         self._batch = batch
         self._unrecorded: list[tuple[StoredDocument, GcReason]] = []
+        # Releases the database refused (it was down): retried every round.
+        self._unreleased: list[tuple[list[int], GcReason]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.deleted = 0
+        self.undeletable = 0  # given up: the 48 h window closed first
         # Refreshed every round, for /metrics (a scrape cannot await the database).
         self.last_backlog = 0
 
@@ -71,10 +77,26 @@ class GarbageCollector:
         task.add_done_callback(self._background.discard)
 
     async def release_chunks(self, chunk_ids: list[int], *, reason: GcReason) -> None:
-        """Chunks no longer needed by their upload: ledger the unreferenced ones."""
-        async with session_scope(self._sessionmaker) as session:
-            await ChunkRepository(session).release(chunk_ids, reason)
+        """Chunks no longer needed by their upload: ledger the unreferenced ones.
+
+        If the database cannot take it now, the release is kept and retried
+        every round: a failed upload's chunks must not wait for a restart
+        (and Telegram's 48 h delete window) to be collected."""
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                await ChunkRepository(session).release(chunk_ids, reason)
+        except Exception as exc:
+            self._unreleased.append((list(chunk_ids), reason))
+            log.warning("chunk_release_deferred", chunks=len(chunk_ids), error=str(exc))
+            return
         self.wake()
+
+    async def _release_unreleased(self) -> None:
+        while self._unreleased:
+            chunk_ids, reason = self._unreleased[0]
+            async with session_scope(self._sessionmaker) as session:
+                await ChunkRepository(session).release(chunk_ids, reason)
+            self._unreleased.pop(0)
 
     async def sweep_orphans(self, before: datetime, live_owners: Iterable[str] = ()) -> int:
         """Pending chunks of instances that are gone (and unowned ones older
@@ -123,12 +145,15 @@ class GarbageCollector:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self._record_unrecorded()
+        with contextlib.suppress(Exception):
+            await self._release_unreleased()
 
     async def _loop(self) -> None:
         while True:
             self._wake.clear()
             try:
                 await self._record_unrecorded()
+                await self._release_unreleased()
                 done = await self.run_once()
                 self.last_backlog = await self.backlog()
             except Exception:
@@ -144,7 +169,7 @@ class GarbageCollector:
         now = datetime.now(UTC)
         async with session_scope(self._sessionmaker) as session:
             entries = [
-                (e.id, e.bot_id, e.chat_id, e.message_id, e.attempts)
+                (e.id, e.bot_id, e.chat_id, e.message_id, e.attempts, e.enqueued_at)
                 for e in await GcRepository(session).due(self._batch, now)
             ]
         if not entries:
@@ -152,13 +177,13 @@ class GarbageCollector:
         outcomes = await asyncio.gather(
             *(
                 self._delete(bot_id, chat_id, message_id)
-                for _, bot_id, chat_id, message_id, _ in entries
+                for _, bot_id, chat_id, message_id, _, _ in entries
             )
         )
         settled = 0
         async with session_scope(self._sessionmaker) as session:
             repo = GcRepository(session)
-            for (entry_id, bot_id, _, message_id, attempts), outcome in zip(
+            for (entry_id, bot_id, _, message_id, attempts, enqueued_at), outcome in zip(
                 entries, outcomes, strict=True
             ):
                 if outcome.settled:
@@ -173,14 +198,20 @@ class GarbageCollector:
                             message_id=message_id,
                             error=outcome.error,
                         )
-                elif attempts + 1 >= MAX_DELETE_ATTEMPTS:
+                elif now - enqueued_at > DELETE_WINDOW:
+                    # Retried for as long as Telegram allows a deletion.
                     log.error(
-                        "gc_gave_up", bot_id=bot_id, message_id=message_id, error=outcome.error
+                        "gc_gave_up_undeletable",
+                        bot_id=bot_id,
+                        message_id=message_id,
+                        attempts=attempts + 1,
+                        error=outcome.error,
                     )
+                    self.undeletable += 1
                     await repo.done(entry_id)
                     settled += 1
                 else:
-                    delay = timedelta(seconds=min(600, 5 * 2**attempts))
+                    delay = timedelta(seconds=min(MAX_RETRY_DELAY, 5 * 2 ** min(attempts, 10)))
                     await repo.failed(entry_id, outcome.error or "", now + delay)
         return settled
 
