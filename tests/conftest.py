@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import Base
+from app.store.instance import process_alive
 from tests.db.helpers import Database
 from tests.running_service import Service, ServiceFactory, ServiceLauncher
 
@@ -107,16 +108,6 @@ async def _pools_transactions(url: str) -> bool:
 _DATABASE_PREFIX = "teleuploader_test_"
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 async def _drop_abandoned_databases() -> None:
     """Drop test databases of runs that were killed before their teardown."""
     dsn = _asyncpg_dsn(_with_database(POSTGRES_URL, "postgres"))
@@ -127,7 +118,7 @@ async def _drop_abandoned_databases() -> None:
         )
         for (name,) in names:
             pid = name.removeprefix(_DATABASE_PREFIX).split("_")[0]
-            if pid.isdigit() and not _process_alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await connection.close()

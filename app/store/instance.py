@@ -115,12 +115,12 @@ class InstanceHeartbeat:
         instances = InstanceRepository(session)
         live = await instances.live_ids(self._stale_after)
         for instance_id, pid in await instances.processes_on(self._host, live):
-            if instance_id != self.instance_id and not _process_alive(pid):
+            if instance_id != self.instance_id and not process_alive(pid):
                 live.discard(instance_id)
         return live
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
