@@ -143,7 +143,9 @@ class Flusher:
             if not waiting:
                 return
             self.notify(upload_id)
-            flush = self._uploads[upload_id]
+            flush = self._uploads.get(upload_id)
+            if flush is None:
+                raise FlushFailed("the service is shutting down", final=True)
             flush.sealed = True
             flush.wake.set()
             error = flush.last_error
@@ -198,6 +200,9 @@ class Flusher:
             if self._uploads.get(flush.upload_id) is flush:
                 del self._uploads[flush.upload_id]
             flush.changed.set()
+            if flush.wake.is_set() and not self._stopping:
+                # A part came after the last look at the spool: a new run takes it.
+                self.notify(flush.upload_id)
 
     async def _round(self, flush: _UploadFlush) -> bool:
         """Flush what is spooled (and what comes meanwhile) until nothing is
