@@ -83,9 +83,9 @@ class DownloadBudget:
         return reader
 
     def status(self) -> BudgetStatus:
-        waiting = {
-            waiter.claim.reader for need in _Need for waiter in self._lines[(need, True)].all()
-        }
+        # A current piece waiting for bytes always has blocks out to its client
+        # (else it would get its reserved one): only a slot keeps a client idle.
+        waiting = {waiter.claim.reader for waiter in self._lines[(_Need.SLOT, True)].all()}
         return BudgetStatus(
             buffer_bytes=self.buffer_bytes,
             bytes_in_use=self._shared_used + self._reserved_used,
@@ -123,6 +123,8 @@ class DownloadBudget:
         return None
 
     def _try_grant(self, waiter: _Waiter, *, reserved_only: bool = False) -> bool:
+        if waiter.future.cancelled():
+            return False  # its task was cancelled and has yet to leave the line
         claim = waiter.claim
         if waiter.need is _Need.SLOT:
             if reserved_only or not self._slot_ok(claim):
@@ -141,7 +143,7 @@ class DownloadBudget:
                 claim.shared += waiter.size
                 claim.reader.shared += waiter.size
                 self._shared_used += waiter.size
-        if waiter.future is not None and not waiter.future.done():
+        if not waiter.future.done():
             waiter.future.set_result(None)
         if claim.waiter is waiter:
             # Granted: nothing of the claim waits any more, even before its
@@ -178,13 +180,13 @@ class DownloadBudget:
             self._serve(self._lines[(_Need.BYTES, False)])
 
     def _serve(self, line: _Line) -> None:
-        granted = True
-        while granted:
-            granted = False
+        changed = True
+        while changed:
+            changed = False
             for waiter in line.heads():
-                if self._try_grant(waiter):
+                if waiter.future.cancelled() or self._try_grant(waiter):
                     line.remove(waiter)
-                    granted = True
+                    changed = True
                     break
 
     def _serve_claim(self, claim: Claim) -> None:
@@ -210,8 +212,7 @@ class _Waiter:
     claim: Claim
     need: _Need
     size: int
-    # None for an attempt that will not wait (Claim.try_take).
-    future: asyncio.Future[None] | None
+    future: asyncio.Future[None]
 
 
 class _Line:
@@ -303,10 +304,6 @@ class Claim:
         """Wait until `size` more bytes (at most one block) may be queued."""
         await self._acquire(_Need.BYTES, size)
 
-    def try_take(self, size: int) -> bool:
-        """Take `size` bytes if that needs no wait."""
-        return not self.released and self._grant_now(_Waiter(self, _Need.BYTES, size, None))
-
     def give(self, size: int) -> None:
         """The client has taken `size` bytes of this piece."""
         if self.released:
@@ -336,7 +333,7 @@ class Claim:
         waiter = self.waiter
         if waiter is not None:
             budget._line(waiter).remove(waiter)
-            if waiter.future is not None and not waiter.future.done():
+            if not waiter.future.done():
                 waiter.future.set_exception(ReaderClosed("the download was dropped"))
         budget._return_bytes(self, self.shared + self.reserved)
         if self.holds_slot:
@@ -370,6 +367,7 @@ class Claim:
                     budget._serve_waiters()
             else:
                 budget._line(waiter).remove(waiter)
+                budget._serve_waiters()  # it may have stood in others' way
             raise
         finally:
             if self.waiter is waiter:

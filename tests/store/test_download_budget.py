@@ -220,7 +220,7 @@ async def test_closing_a_reader_returns_everything_and_ends_its_waits() -> None:
     waiting_slot = start(prefetch.connect())
     other = budget.open_reader().claim(current=True)
     other_wait = start(other.connect())
-    await until(lambda: budget.status().waiting_readers == 2)
+    await until(lambda: None not in (piece.waiter, prefetch.waiter, other.waiter))
 
     reader.close()
 
@@ -263,6 +263,25 @@ async def test_a_slot_granted_to_a_wait_cancelled_meanwhile_goes_back() -> None:
     waiting.cancel()  # ...and is cancelled before it does
     with pytest.raises(asyncio.CancelledError):
         await done(waiting)
+    assert in_use(budget) == (0, 0)
+
+
+async def test_a_wait_cancelled_just_before_its_turn_is_passed_over() -> None:
+    budget = DownloadBudget(buffer_bytes=2 * BLOCK, connections=1, block_size=BLOCK)
+    holder = await connected(budget)
+    first = budget.open_reader().claim(current=True)
+    second = budget.open_reader().claim(current=True)
+    leaving, staying = start(first.connect()), start(second.connect())
+    await until(lambda: budget.status().waiting_readers == 2)
+
+    leaving.cancel()  # its wait is cancelled, but the task has not run yet...
+    holder.disconnect()  # ...when the slot frees
+
+    with pytest.raises(asyncio.CancelledError):
+        await done(leaving)
+    await done(staying)
+    assert not first.holds_slot and second.holds_slot
+    second.disconnect()
     assert in_use(budget) == (0, 0)
 
 
