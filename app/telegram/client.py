@@ -43,6 +43,7 @@ class BotClient:
         api_base: str = "https://api.telegram.org",
         floor_bandwidth: int = 256 * 1024,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.token = token
         self.bot_id = token.bot_id
@@ -51,7 +52,11 @@ class BotClient:
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(CONNECT_TIMEOUT, read=60.0, write=60.0),
-            limits=httpx.Limits(max_keepalive_connections=4, keepalive_expiry=60.0),
+            # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
+            # downloads the budget allows, plus the one Bot API call a bot runs.
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=4, keepalive_expiry=60.0
+            ),
         )
 
     async def aclose(self) -> None:
