@@ -186,8 +186,7 @@ class Settings(BaseSettings):
         default=60.0,
         gt=0,
         validation_alias=AliasChoices("DOWNLOAD_STALL_SECONDS", "download_stall_seconds"),
-        description="A client that takes no byte, or a Telegram read that gives none, "
-        "for this long ends its download.",
+        description="A download whose client takes no byte, or waits for one, this long is ended.",
     )
 
     # --- S3 API -------------------------------------------------------------
