@@ -193,6 +193,27 @@ class Settings(BaseSettings):
         description="/metrics: off (404), public, or key (needs an API key).",
     )
 
+    # --- Downloads ------------------------------------------------------------
+    # One budget shared by every download in the process (app/store/download_budget.py).
+    download_buffer_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        validation_alias=AliasChoices("DOWNLOAD_BUFFER_BYTES", "download_buffer_bytes"),
+        description="Bytes fetched from Telegram and not yet sent, across all downloads.",
+    )
+    download_connections: int = Field(
+        default=32,
+        ge=1,
+        validation_alias=AliasChoices("DOWNLOAD_CONNECTIONS", "download_connections"),
+        description="Telegram file downloads open at once, across all downloads.",
+    )
+    download_stall_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias=AliasChoices("DOWNLOAD_STALL_SECONDS", "download_stall_seconds"),
+        description="A download whose client takes no byte, or waits for one, this long is ended.",
+    )
+
     # --- S3 API -------------------------------------------------------------
     s3_credentials: Annotated[dict[str, SecretStr], NoDecode] = Field(
         default_factory=dict,

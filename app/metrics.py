@@ -1,8 +1,9 @@
 """Prometheus metrics (prometheus-client), one registry per running service.
 
 Counters and histograms are updated where things happen (HTTP middleware,
-dispatcher attempts, upload and download byte counts); per-bot gauges, the GC
-backlog and database pool usage are read from the live objects at scrape time.
+dispatcher attempts, upload and download byte counts, dropped downloads);
+per-bot gauges, the GC backlog, database pool usage and the download budget are
+read from the live objects at scrape time.
 Bots are labelled by their numeric id, never by token.
 """
 
@@ -19,6 +20,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from app.store.download_budget import BudgetStatus
     from app.telegram.dispatcher import BotStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -52,6 +54,13 @@ class Metrics:
             "Bytes of object content sent to clients.",
             registry=self.registry,
         )
+        self.downloads_dropped = Counter(
+            "teleuploader_downloads_dropped",
+            "Downloads ended because they stalled: client_stalled (the client took "
+            "nothing) or telegram_stalled (Telegram sent nothing).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.telegram_call_duration = Histogram(
             "teleuploader_telegram_call_duration_seconds",
             "Duration of one Telegram Bot API call (one attempt), by bot, method and outcome.",
@@ -80,9 +89,11 @@ class Metrics:
         bots: Callable[[], list[BotStatus]],
         gc_backlog: Callable[[], int],
         db_pool: Callable[[], tuple[int, int]],
+        downloads: Callable[[], BudgetStatus],
     ) -> None:
-        """Read live state at scrape time: per-bot status, GC backlog, DB pool."""
-        self.registry.register(_LiveCollector(bots, gc_backlog, db_pool))
+        """Read live state at scrape time: per-bot status, GC backlog, DB pool,
+        download budget."""
+        self.registry.register(_LiveCollector(bots, gc_backlog, db_pool, downloads))
 
     def watch_uploads(self, budget: Callable[[], UploadBudgetUse]) -> None:
         """Read the upload buffer budget and the spool at scrape time."""
@@ -136,10 +147,12 @@ class _LiveCollector(Collector):
         bots: Callable[[], list[BotStatus]],
         gc_backlog: Callable[[], int],
         db_pool: Callable[[], tuple[int, int]],
+        downloads: Callable[[], BudgetStatus],
     ) -> None:
         self._bots = bots
         self._gc_backlog = gc_backlog
         self._db_pool = db_pool
+        self._downloads = downloads
 
     def collect(self) -> Iterator[Metric]:
         statuses = self._bots()
@@ -203,3 +216,31 @@ class _LiveCollector(Collector):
         pool.add_metric(["in_use"], in_use)
         pool.add_metric(["size"], size)
         yield pool
+        yield from _download_gauges(self._downloads())
+
+
+def _download_gauges(budget: BudgetStatus) -> Iterator[Metric]:
+    buffer = GaugeMetricFamily(
+        "teleuploader_download_buffer_bytes",
+        "Bytes fetched from Telegram for downloads and not yet sent, and the limit.",
+        labels=["state"],
+    )
+    buffer.add_metric(["in_use"], budget.bytes_in_use)
+    buffer.add_metric(["limit"], budget.buffer_bytes)
+    yield buffer
+    connections = GaugeMetricFamily(
+        "teleuploader_download_connections",
+        "Telegram file downloads open, and the limit.",
+        labels=["state"],
+    )
+    connections.add_metric(["in_use"], budget.connections_in_use)
+    connections.add_metric(["limit"], budget.connections)
+    yield connections
+    yield GaugeMetricFamily(
+        "teleuploader_downloads_active", "Downloads being streamed.", value=budget.readers
+    )
+    yield GaugeMetricFamily(
+        "teleuploader_downloads_waiting",
+        "Downloads whose client waits for a Telegram connection to be free.",
+        value=budget.waiting_readers,
+    )

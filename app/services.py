@@ -21,12 +21,13 @@ from app.db.migrations import check_schema
 from app.metrics import Metrics, UploadBudgetUse
 from app.s3.service import S3Service
 from app.store.buckets import BucketStore
+from app.store.download_budget import DownloadBudget
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
-from app.store.reader import RangeReader
+from app.store.reader import READ_BLOCK, RangeReader
 from app.store.service import ObjectStore
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
@@ -99,6 +100,7 @@ async def start_services(settings: Settings) -> Services:
             token,
             api_base=settings.telegram_api_base,
             floor_bandwidth=settings.telegram_floor_bandwidth,
+            max_connections=settings.download_connections + 1,
         )
         for token in settings.bot_tokens
     ]
@@ -152,7 +154,18 @@ async def start_services(settings: Settings) -> Services:
         owner=spool.instance_id,
         on_bytes=metrics.bytes_uploaded.inc,
     )
-    reader = RangeReader(ChunkLocator(dispatcher, gc), on_bytes=metrics.bytes_downloaded.inc)
+    budget = DownloadBudget(
+        buffer_bytes=settings.download_buffer_bytes,
+        connections=settings.download_connections,
+        block_size=READ_BLOCK,
+    )
+    reader = RangeReader(
+        ChunkLocator(dispatcher, gc),
+        budget,
+        stall_seconds=settings.download_stall_seconds,
+        on_bytes=metrics.bytes_downloaded.inc,
+        on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
+    )
     store = ObjectStore(sessionmaker, writer, reader, gc)
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     await flusher.resume()
@@ -186,6 +199,7 @@ async def start_services(settings: Settings) -> Services:
         bots=dispatcher.status,
         gc_backlog=lambda: gc.last_backlog,
         db_pool=lambda: _pool_usage(engine),
+        downloads=budget.status,
     )
     return Services(
         settings=settings,

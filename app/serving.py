@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.store.reader import CONSUMER_ABORT
 
 
 class ServerStartFailed(RuntimeError):
@@ -31,7 +34,12 @@ async def serve_in_task(
 ) -> AsyncIterator[str]:
     """Serve `app` until the block ends; yields its base URL."""
     config = uvicorn.Config(
-        app, host=host, port=port, lifespan=lifespan, log_config=None, log_level="warning"
+        AbortableConnections(app),
+        host=host,
+        port=port,
+        lifespan=lifespan,
+        log_config=None,
+        log_level="warning",
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -46,6 +54,31 @@ async def serve_in_task(
     finally:
         server.should_exit = True
         await task
+
+
+class AbortableConnections:
+    """Lets the code serving a request abort its connection (CONSUMER_ABORT).
+
+    An ASGI app can only end a response, and uvicorn then closes the connection
+    gracefully: the socket and uvicorn's write buffer stay until the client reads
+    them, which a stalled client never does. A dropped download must free them
+    at once. uvicorn's `send` is a method of the request's cycle, which holds the
+    connection's transport; if `send` is something else (another server,
+    uvicorn's trace logging) there is no hook, and a dropped download raises at
+    its client's next read instead.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        abort = getattr(transport, "abort", None)
+        if scope["type"] == "http":
+            # Each request runs in its own task, so this stays with it; set even
+            # when None, in case asyncio carried another request's over.
+            CONSUMER_ABORT.set(abort if callable(abort) else None)
+        await self.app(scope, receive, send)
 
 
 class _DrainingServer(uvicorn.Server):
@@ -71,7 +104,7 @@ def run_server(app: FastAPI, *, host: str, port: int, grace_seconds: float) -> N
         app.state.draining = True
 
     config = uvicorn.Config(
-        app,
+        AbortableConnections(app),
         host=host,
         port=port,
         log_config=None,

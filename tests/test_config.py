@@ -24,6 +24,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "PUBLIC_BASE_URL",
         "TELEGRAM_LOCAL_SERVER",
         "LOG_LEVEL",
+        "DOWNLOAD_BUFFER_BYTES",
+        "DOWNLOAD_CONNECTIONS",
+        "DOWNLOAD_STALL_SECONDS",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no stray .env
@@ -130,3 +133,27 @@ def test_an_s3_pair_without_a_real_secret_is_refused(
     assert "\n" not in message
     secret = value.partition(":")[2]
     assert not secret or secret not in message
+
+
+def test_download_budget_defaults() -> None:
+    settings = load_settings()
+    assert settings.download_buffer_bytes == 64 * 1024 * 1024
+    assert settings.download_connections == 32
+    assert settings.download_stall_seconds == 60
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DOWNLOAD_BUFFER_BYTES", "0"),
+        ("DOWNLOAD_CONNECTIONS", "0"),
+        ("DOWNLOAD_STALL_SECONDS", "0"),
+        ("DOWNLOAD_STALL_SECONDS", "soon"),
+    ],
+)
+def test_download_budget_settings_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=rf"^invalid settings: {name}: "):
+        load_settings()

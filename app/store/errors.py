@@ -19,3 +19,12 @@ class ObjectNotFound(StoreError):
 
 class ContentUnavailable(StoreError):
     """A chunk could not be read back from Telegram (after retries)."""
+
+
+class DownloadStalled(ContentUnavailable):
+    """No byte came for the stall timeout (Telegram slow or unreachable, or every
+    download connection busy): the download is aborted."""
+
+
+class ClientStalled(StoreError):
+    """The client took no byte for the stall timeout: its download was dropped."""

@@ -73,8 +73,9 @@ class ChunkLocator:
         if cached is not None and cached[1] > now:
             self._paths.move_to_end(key)
             return cached[0]
+        # A reader waits for it: ahead of the bot's queued uploads.
         location = await self._dispatcher.call(
-            bot_id, "getFile", lambda client: client.get_file(file_id)
+            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
         )
         self._paths[key] = (location.file_path, now + FILE_PATH_TTL)
         while len(self._paths) > CACHE_ENTRIES:

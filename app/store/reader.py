@@ -1,14 +1,26 @@
 """The download pipeline: stream a byte range of an object back from Telegram.
 
 Only the pieces the range touches are read. Each piece is fetched by its own
-task into a bounded buffer: the piece being sent streams straight through,
-and the next few are fetched at the same time (prefetch), each holding at most
-`buffer_bytes` in memory, so a slow client stalls the fetches rather than
-filling memory.
+task into a queue: the piece being sent (the current one) streams straight
+through, and the next few are fetched meanwhile (prefetch). How many bytes
+they may queue and how many Telegram connections they may open is decided by
+the process-wide `DownloadBudget`, which every download shares.
 
-A failed read is retried from the byte where it stopped. If it still fails,
-the iterator raises: the HTTP layer has already sent its headers then, and it
-must abort the connection rather than end a short body that looks complete.
+Nothing waits for ever:
+
+* A client that takes nothing for `stall_seconds` is dropped: its fetches are
+  cancelled, its budget goes back, and its connection is aborted (through
+  `CONSUMER_ABORT`, which the HTTP server sets for each request).
+* A client that waits `stall_seconds` for its next byte has its download
+  aborted, whatever held the byte up: Telegram, retries, a 429, or every
+  Telegram connection being busy with other downloads.
+* Whatever a fetch raises reaches the stream.
+
+A failed read is retried from the byte where it stopped; a 429 waits the
+`retry_after` Telegram asks for. If the read still fails, the headers are long
+sent: the connection is aborted (CONSUMER_ABORT) and the stream ends, or,
+without that hook, the iterator raises and the server closes the connection.
+Either way no short body can pass for a complete one.
 """
 
 from __future__ import annotations
@@ -16,18 +28,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import structlog
 
-from app.store.errors import ContentUnavailable
+from app.store.download_budget import Claim, DownloadBudget
+from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
 from app.store.locator import ChunkLocator, ChunkRef
-from app.telegram.errors import TelegramError
+from app.telegram.errors import RateLimited, TelegramError
 
 log = structlog.get_logger("app.store.reader")
 
-READ_BLOCK = 256 * 1024
+# What the budget counts as one block. httpx hands over at most 64 KiB per read,
+# so blocks are seldom cut.
+READ_BLOCK = 64 * 1024
 FETCH_ATTEMPTS = 4
+# The pause between attempts. Tests replace it to see what is waited for
+# rather than time it.
+_pause = asyncio.sleep
+
+# Aborts the connection of the client the current request streams to. Set by
+# the HTTP server per request (app/serving.py); without it a dropped download
+# raises when its client next asks for bytes.
+CONSUMER_ABORT: ContextVar[Callable[[], None] | None] = ContextVar(
+    "download_consumer_abort", default=None
+)
+
+DROPPED_CLIENT = "client_stalled"
+DROPPED_TELEGRAM = "telegram_stalled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,51 +75,145 @@ class _End:
 _END = _End()
 
 
+class _Piece:
+    """One span being fetched: its budget claim, its queue and its task."""
+
+    def __init__(self, span: PieceSpan, claim: Claim) -> None:
+        self.span = span
+        self.claim = claim
+        self.queue: asyncio.Queue[bytes | _End | BaseException] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+
+    def fetch_done(self, task: asyncio.Task[None]) -> None:
+        # However the fetch ended, the stream hears of it: a read never hangs.
+        if task.cancelled():
+            item: _End | BaseException = ContentUnavailable(
+                f"the read of chunk {self.span.chunk.chunk_id} was cancelled"
+            )
+        else:
+            item = task.exception() or _END
+        self.queue.put_nowait(item)
+
+
 class RangeReader:
     def __init__(
         self,
         locator: ChunkLocator,
+        budget: DownloadBudget,
         *,
         prefetch: int = 2,
-        buffer_bytes: int = 8 * 1024 * 1024,
+        stall_seconds: float = 60.0,
         retry_delay: float = 0.5,
         on_bytes: Callable[[int], None] | None = None,
+        on_dropped: Callable[[str], None] | None = None,
     ) -> None:
         self._locator = locator
-        self._on_bytes = on_bytes
+        self._budget = budget
         self._prefetch = max(0, prefetch)
-        self._queue_blocks = max(1, buffer_bytes // READ_BLOCK)
+        self._stall = stall_seconds
         self._retry_delay = retry_delay
+        self._on_bytes = on_bytes
+        self._on_dropped = on_dropped
 
     async def stream(self, spans: Sequence[PieceSpan]) -> AsyncIterator[bytes]:
         """Yield the bytes of `spans` in order."""
-        queues: list[asyncio.Queue[bytes | _End | BaseException]] = []
-        tasks: list[asyncio.Task[None]] = []
+        if not spans:
+            return
+        share = self._budget.open_reader()
+        abort = CONSUMER_ABORT.get()
+        pieces: list[_Piece] = []
+        sent = 0
+        dropped = False
 
         def launch(index: int) -> None:
-            queue: asyncio.Queue[bytes | _End | BaseException] = asyncio.Queue(self._queue_blocks)
-            queues.append(queue)
-            tasks.append(asyncio.create_task(self._fetch(spans[index], queue)))
+            piece = _Piece(spans[index], share.claim(current=index == 0))
+            piece.task = asyncio.create_task(self._fetch(piece))
+            piece.task.add_done_callback(piece.fetch_done)
+            pieces.append(piece)
 
+        def drop() -> None:
+            nonlocal dropped
+            dropped = True
+            for piece in pieces:
+                if piece.task is not None:
+                    piece.task.cancel()
+            share.close()
+            log.warning(
+                "download_dropped",
+                reason=DROPPED_CLIENT,
+                stall_seconds=self._stall,
+                bytes_sent=sent,
+                first_chunk=spans[0].chunk.chunk_id,
+            )
+            if self._on_dropped is not None:
+                self._on_dropped(DROPPED_CLIENT)
+            if abort is not None:
+                abort()
+
+        def starve() -> None:
+            piece = pieces[current]
+            piece.queue.put_nowait(
+                DownloadStalled(
+                    f"no byte of chunk {piece.span.chunk.chunk_id} came from Telegram "
+                    f"for {self._stall:g} s"
+                )
+            )
+
+        watch = _StallWatch(self._stall, on_client=drop, on_source=starve)
+        current = 0
         try:
             for index in range(min(len(spans), self._prefetch + 1)):
                 launch(index)
-            for index in range(len(spans)):
-                queue = queues[index]
+            for current in range(len(spans)):
+                piece = pieces[current]
+                piece.claim.make_current()
                 while True:
-                    item = await queue.get()
+                    if piece.queue.empty():
+                        watch.waiting_for_source()
+                        item = await piece.queue.get()
+                        watch.running()
+                    else:
+                        item = piece.queue.get_nowait()
                     if isinstance(item, _End):
                         break
                     if isinstance(item, BaseException):
-                        raise item
+                        if isinstance(item, DownloadStalled) and self._on_dropped is not None:
+                            self._on_dropped(DROPPED_TELEGRAM)
+                        if abort is None or not isinstance(item, ContentUnavailable):
+                            raise item  # a bug keeps its traceback
+                        # An expected failure: one line, not two tracebacks
+                        # (Starlette's and uvicorn's) per cut download.
+                        log.warning(
+                            "download_aborted",
+                            error=str(item),
+                            bytes_sent=sent,
+                            chunk_id=piece.span.chunk.chunk_id,
+                        )
+                        abort()
+                        # One turn for the server to see the connection gone, so
+                        # that the response ends without writing anything more.
+                        await asyncio.sleep(0)
+                        return
                     if self._on_bytes is not None:
                         self._on_bytes(len(item))
+                    watch.waiting_for_client()
                     yield item
+                    watch.running()
+                    if dropped:
+                        if abort is not None:
+                            return  # the connection is gone: nobody can see an end
+                        raise ClientStalled(
+                            f"the client took no byte for {self._stall:g} s; dropped"
+                        )
+                    sent += len(item)
+                    piece.claim.give(len(item))
                 # This piece is done: start the next one in the prefetch window.
-                following = index + self._prefetch + 1
+                following = current + self._prefetch + 1
                 if following < len(spans):
                     launch(following)
         finally:
+            watch.stop()
+            tasks = [piece.task for piece in pieces if piece.task is not None]
             for task in tasks:
                 task.cancel()
             # Shielded: when the client goes away this runs inside the response's
@@ -100,16 +223,15 @@ class RangeReader:
             # which then stay open (and Telegram's downloads with them) for good.
             with contextlib.suppress(BaseException):
                 await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+            share.close()
 
-    async def _fetch(
-        self, span: PieceSpan, queue: asyncio.Queue[bytes | _End | BaseException]
-    ) -> None:
+    async def _fetch(self, piece: _Piece) -> None:
+        span = piece.span
         progress = _Progress()
-        last_error: BaseException | None = None
+        last_error: TelegramError | None = None
         for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
-                await self._fetch_from(span, progress, queue)
-                await queue.put(_END)
+                await self._fetch_from(piece, progress)
                 return
             except TelegramError as exc:
                 # The next attempt starts at the byte where this one stopped.
@@ -121,36 +243,47 @@ class RangeReader:
                     delivered=progress.delivered,
                     error=str(exc),
                 )
-                self._locator.forget(span.chunk)
-                await asyncio.sleep(self._retry_delay * attempt)
-        await queue.put(
-            ContentUnavailable(
-                f"chunk {span.chunk.chunk_id} could not be read from Telegram: {last_error}"
-            )
+                if attempt == FETCH_ATTEMPTS:
+                    break
+                if isinstance(exc, RateLimited):
+                    # Asking again sooner only earns another 429; a wait longer
+                    # than a download may stall would end it anyway.
+                    if exc.retry_after > self._stall:
+                        raise ContentUnavailable(
+                            f"chunk {span.chunk.chunk_id}: Telegram asks to wait "
+                            f"{exc.retry_after:g} s, longer than a download may stall"
+                        ) from None
+                    await _pause(exc.retry_after)
+                else:
+                    self._locator.forget(span.chunk)
+                    await _pause(self._retry_delay * attempt)
+        raise ContentUnavailable(
+            f"chunk {span.chunk.chunk_id} could not be read from Telegram: {last_error}"
         )
 
-    async def _fetch_from(
-        self,
-        span: PieceSpan,
-        progress: _Progress,
-        queue: asyncio.Queue[bytes | _End | BaseException],
-    ) -> None:
-        """Send the span's bytes from `progress.delivered` on into the queue."""
+    async def _fetch_from(self, piece: _Piece, progress: _Progress) -> None:
+        """Queue the span's bytes from `progress.delivered` on."""
+        span, claim = piece.span, piece.claim
         client, file_path = await self._locator.locate(span.chunk)
-        skip = span.offset + progress.delivered
-        async with client.open_file(file_path) as body:
-            async for data in body:
-                if skip >= len(data):
-                    skip -= len(data)
-                    continue
-                data = data[skip : skip + span.length - progress.delivered]
-                skip = 0
-                for start in range(0, len(data), READ_BLOCK):
-                    block = data[start : start + READ_BLOCK]
-                    await queue.put(block)
-                    progress.delivered += len(block)
-                if progress.delivered >= span.length:
-                    return
+        await claim.connect()
+        try:
+            skip = span.offset + progress.delivered
+            async with client.open_file(file_path) as body:
+                async for data in body:
+                    if skip >= len(data):
+                        skip -= len(data)
+                        continue
+                    data = data[skip : skip + span.length - progress.delivered]
+                    skip = 0
+                    for start in range(0, len(data), READ_BLOCK):
+                        block = data[start : start + READ_BLOCK]
+                        await claim.take(len(block))
+                        piece.queue.put_nowait(block)
+                        progress.delivered += len(block)
+                    if progress.delivered >= span.length:
+                        return
+        finally:
+            claim.disconnect()
         raise TelegramError(
             f"chunk {span.chunk.chunk_id} ended after {progress.delivered} of {span.length} bytes"
         )
@@ -159,3 +292,53 @@ class RangeReader:
 @dataclass(slots=True)
 class _Progress:
     delivered: int = 0
+
+
+class _StallWatch:
+    """Notices a stream stuck for `seconds`: its client holding a block without
+    asking for the next (`on_client`), or its client waiting for a byte that
+    does not come (`on_source`). One timer per stall period, not per block."""
+
+    def __init__(
+        self, seconds: float, *, on_client: Callable[[], None], on_source: Callable[[], None]
+    ) -> None:
+        self._seconds = seconds
+        self._on_client = on_client
+        self._on_source = on_source
+        self._loop = asyncio.get_running_loop()
+        self._waiting_for: Callable[[], None] | None = None
+        self._since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def waiting_for_client(self) -> None:
+        self._wait(self._on_client)
+
+    def waiting_for_source(self) -> None:
+        self._wait(self._on_source)
+
+    def running(self) -> None:
+        self._waiting_for = None
+
+    def stop(self) -> None:
+        self._waiting_for = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _wait(self, on_stall: Callable[[], None]) -> None:
+        self._waiting_for = on_stall
+        self._since = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._seconds, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        on_stall = self._waiting_for
+        if on_stall is None:
+            return
+        left = self._since + self._seconds - self._loop.time()
+        if left > 0:
+            self._timer = self._loop.call_later(left, self._check)
+            return
+        self._waiting_for = None
+        on_stall()

@@ -46,6 +46,7 @@ class BotClient:
         connect_timeout: float = CONNECT_TIMEOUT,
         processing_allowance: float = SERVER_PROCESSING_ALLOWANCE,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int | None = None,
     ) -> None:
         self.token = token
         self.bot_id = token.bot_id
@@ -56,7 +57,11 @@ class BotClient:
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(connect_timeout, read=60.0, write=60.0),
-            limits=httpx.Limits(max_keepalive_connections=4, keepalive_expiry=60.0),
+            # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
+            # downloads the budget allows, plus the one Bot API call a bot runs.
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=4, keepalive_expiry=60.0
+            ),
         )
 
     async def aclose(self) -> None:

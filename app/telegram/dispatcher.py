@@ -95,6 +95,9 @@ class Job(Generic[T]):
     pinned_bot: int | None = None
     # Uploads count against the per-bot pacing budget.
     is_send: bool = False
+    # A download waits for it (getFile): it goes ahead of the bot's queued
+    # uploads, behind earlier priority jobs. Still one call at a time per token.
+    priority: bool = False
     attempts: int = 0
     tried: set[int] = field(default_factory=set)
     transient_tries: dict[int, int] = field(default_factory=dict)
@@ -267,9 +270,17 @@ class Dispatcher:
 
         return await self._submit("forwardMessage", run, is_send=True, exclude=exclude)
 
-    async def call(self, bot_id: int, kind: str, run: Callable[[BotClient], Awaitable[T]]) -> T:
-        """Run a call that must use one particular bot (getFile, deleteMessage...)."""
-        return await self._submit(kind, run, pinned_bot=bot_id)
+    async def call(
+        self,
+        bot_id: int,
+        kind: str,
+        run: Callable[[BotClient], Awaitable[T]],
+        *,
+        priority: bool = False,
+    ) -> T:
+        """Run a call that must use one particular bot (getFile, deleteMessage...).
+        `priority`: a reader waits for it; it goes ahead of queued uploads."""
+        return await self._submit(kind, run, pinned_bot=bot_id, priority=priority)
 
     async def verify_bots(self) -> dict[int, BotInfo | TelegramError]:
         """getMe on every bot; a revoked token takes its bot out of the pool."""
@@ -333,6 +344,7 @@ class Dispatcher:
         pinned_bot: int | None = None,
         is_send: bool = False,
         exclude: set[int] | None = None,
+        priority: bool = False,
     ) -> T:
         if not self._accepting:
             raise DispatcherClosed("the dispatcher is not accepting jobs")
@@ -344,6 +356,7 @@ class Dispatcher:
             future=future,
             pinned_bot=pinned_bot,
             is_send=is_send,
+            priority=priority,
             tried=set(exclude or ()),
             enqueued_at=self._clock(),
         )
@@ -391,6 +404,9 @@ class Dispatcher:
         worker.last_assigned = next(self._assignments)
         if front:
             worker.queue.appendleft(job)
+        elif job.priority:
+            ahead = sum(1 for _ in itertools.takewhile(lambda q: q.priority, worker.queue))
+            worker.queue.insert(ahead, job)
         else:
             worker.queue.append(job)
         self._wake_all()

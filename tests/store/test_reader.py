@@ -1,219 +1,313 @@
-"""The download promises of the README, through the real service and the
-Telegram simulator:
-
-- a download reads only the chunks its range touches, and `getFile` results
-  are cached;
-- each chunk is read through the bot that uploaded it (file_ids are
-  bot-scoped), so a normal download makes no `forwardMessage` call;
-- if that bot is gone, another bot forwards the stored message and reads it;
-- a download that fails after the headers were sent is aborted, never ended
-  short; transient drops are survived.
-
-What is checked is what Telegram saw (the simulator's per-bot counts) and the
-bytes the client got. The database plays no part in these promises, so they
-run on SQLite only.
-"""
+"""The range reader against a fake Telegram: stalls on either side, errors of
+any kind, 429s, and the download budget."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections import Counter
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
 import pytest
-import structlog
 
-from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually, payload
+from app.store import reader as reader_module
+from app.store.download_budget import DownloadBudget
+from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
+from app.store.locator import ChunkRef
+from app.store.reader import CONSUMER_ABORT, READ_BLOCK, PieceSpan, RangeReader
+from app.telegram.errors import RateLimited, TransientError
+from tests.running_service import eventually, payload
 
-pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
-
-
-async def put(service: Service, name: str, data: bytes) -> str:
-    async with service.client() as http:
-        response = await http.put(f"/api/files/{name}", content=data, headers=service.auth)
-    assert response.status_code == 201, response.text
-    return str(response.json()["public_id"])
-
-
-async def get(service: Service, public_id: str, first: int, last: int) -> bytes:
-    """The bytes first..last (inclusive) of a file, as a client sees them."""
-    async with service.client() as http:
-        response = await http.get(f"/f/{public_id}", headers={"Range": f"bytes={first}-{last}"})
-    assert response.status_code == 206, response.text
-    return response.content
+KiB = 1024
+PIECE = 16 * KiB  # what the fake hands over per read, as httpx does
 
 
-def uploaders(service: Service, data: bytes) -> list[int]:
-    """The bot that posted each CHUNK-sized chunk of `data`, found in the channel."""
-    by_content = {
-        service.sim.document_bytes(CHAT_ID, message_id): service.sim.message_sender(
-            CHAT_ID, message_id
-        )
-        for message_id in service.live_messages()
-    }
-    return [by_content[data[start : start + CHUNK]] for start in range(0, len(data), CHUNK)]
+@dataclass
+class Open:
+    """What one open_file of a chunk does: fail at once, or serve `serve`
+    bytes (all when None) and then fail with `then`, or hang."""
+
+    error: BaseException | None = None
+    serve: int | None = None
+    then: BaseException | None = None
+    hang: bool = False
 
 
-@pytest.fixture(autouse=True)
-def plain_tracebacks() -> Iterator[None]:
-    """structlog's default console renderer prints a failed request's traceback
-    with every local variable, which takes the shared event loop for seconds."""
-    saved = structlog.get_config()
-    structlog.configure(
-        processors=[
-            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
-            if isinstance(processor, structlog.dev.ConsoleRenderer)
-            else processor
-            for processor in saved["processors"]
-        ]
+@dataclass
+class FakeTelegram:
+    """A bot client and a locator in one: chunk i is `files[i]`."""
+
+    files: dict[int, bytes]
+    plans: dict[int, list[Open]] = field(default_factory=dict)
+    opens: int = 0
+    open_now: int = 0
+    most_open: int = 0
+    forgotten: list[int] = field(default_factory=list)
+    locate_error: BaseException | None = None
+
+    async def locate(self, chunk: ChunkRef) -> tuple[FakeTelegram, str]:
+        if self.locate_error is not None:
+            raise self.locate_error
+        return self, str(chunk.chunk_id)
+
+    def forget(self, chunk: ChunkRef) -> None:
+        self.forgotten.append(chunk.chunk_id)
+
+    @contextlib.asynccontextmanager
+    async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        chunk = int(file_path)
+        plan = self.plans.get(chunk, [])
+        step = plan.pop(0) if plan else Open()
+        self.opens += 1
+        if step.error is not None:
+            raise step.error
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        try:
+            yield self._body(self.files[chunk], step)
+        finally:
+            self.open_now -= 1
+
+    async def _body(self, data: bytes, step: Open) -> AsyncIterator[bytes]:
+        end = len(data) if step.serve is None else step.serve
+        for start in range(0, end, PIECE):
+            yield data[start : min(start + PIECE, end)]
+        if step.hang:
+            await asyncio.Event().wait()
+        if step.then is not None:
+            raise step.then
+
+
+def chunk(chunk_id: int, size: int) -> ChunkRef:
+    return ChunkRef(
+        chunk_id=chunk_id, bot_id=1, file_id=f"f{chunk_id}", chat_id=-1, message_id=1, size=size
     )
-    yield
-    structlog.configure(**saved)
 
 
-def per_bot(service: Service, count: str) -> Counter[int]:
-    """Per bot: a Bot API method's calls (e.g. "getFile"), or "downloads"."""
-    counts: Counter[int] = Counter()
-    for bot_id, stats in service.sim.stats().items():
-        counts[bot_id] = stats.downloads if count == "downloads" else stats.calls.get(count, 0)
-    return +counts  # without the zeros
-
-
-async def test_a_range_reads_only_the_chunks_it_touches_and_get_file_is_cached(
-    service: Service,
-) -> None:
-    data = payload(6 * CHUNK, seed=1)
-    public_id = await put(service, "six.bin", data)
-    owner = uploaders(service, data)
-    assert len(set(owner)) == 3  # spread over the bots, so a wrong-bot read would show
-    service.sim.reset_stats()
-    downloads: Counter[int] = Counter()
-    get_files: Counter[int] = Counter()
-
-    # (first byte, last byte, chunks read, chunks whose file_path is not cached yet)
-    steps = [
-        (4 * CHUNK + 10, 4 * CHUNK + 99, [4], [4]),  # inside one chunk
-        (2 * CHUNK - 5, 2 * CHUNK + 4, [1, 2], [1, 2]),  # across a boundary
-        (4 * CHUNK, 5 * CHUNK - 1, [4], []),  # exactly one chunk, path cached
-        (0, 6 * CHUNK - 1, [0, 1, 2, 3, 4, 5], [0, 3, 5]),  # the whole file
-        (CHUNK, 6 * CHUNK - 1, [1, 2, 3, 4, 5], []),  # all cached now
+def whole(telegram: FakeTelegram) -> list[PieceSpan]:
+    return [
+        PieceSpan(chunk(chunk_id, len(data)), 0, len(data))
+        for chunk_id, data in sorted(telegram.files.items())
     ]
-    for first, last, read, looked_up in steps:
-        assert await get(service, public_id, first, last) == data[first : last + 1]
-        downloads.update(owner[index] for index in read)
-        get_files.update(owner[index] for index in looked_up)
-        where = f"after bytes={first}-{last}"
-        assert per_bot(service, "downloads") == downloads, where
-        assert per_bot(service, "getFile") == get_files, where
-    assert per_bot(service, "forwardMessage") == Counter()
 
 
-async def test_a_normal_download_reads_each_chunk_through_its_uploader(
-    service: Service,
-) -> None:
-    files = {f"f{n}.bin": payload(3 * CHUNK + 1000 * n, seed=10 + n) for n in range(3)}
-    ids = {name: await put(service, name, data) for name, data in files.items()}
-    chunks_by_bot = Counter(
-        service.sim.message_sender(CHAT_ID, message_id) for message_id in service.live_messages()
-    )
-    assert len(chunks_by_bot) == 3
-    service.sim.reset_stats()
-
-    async def whole(name: str) -> bytes:
-        async with service.client() as http:
-            return (await http.get(f"/f/{ids[name]}")).content
-
-    got = await asyncio.gather(*(whole(name) for name in files))
-
-    assert got == list(files.values())
-    # Every chunk exactly once, by the bot that posted it; no bot was asked
-    # for a file_id it does not own (that would be a 400 from Telegram).
-    assert per_bot(service, "downloads") == chunks_by_bot
-    assert per_bot(service, "getFile") == chunks_by_bot
-    assert per_bot(service, "forwardMessage") == Counter()
-    assert all(stats.errors == {} for stats in service.sim.stats().values())
+def make_reader(
+    telegram: FakeTelegram, budget: DownloadBudget | None = None, **options: Any
+) -> RangeReader:
+    budget = budget or DownloadBudget(buffer_bytes=1024 * KiB, connections=4, block_size=READ_BLOCK)
+    return RangeReader(telegram, budget, retry_delay=0.01, **options)  # type: ignore[arg-type]
 
 
-async def test_when_the_uploader_is_gone_another_bot_forwards_the_message_and_reads_it(
-    service: Service,
-) -> None:
-    data = payload(3 * CHUNK, seed=2)
-    public_id = await put(service, "orphaned.bin", data)
-    originals = sorted(service.live_messages())
-    owner = uploaders(service, data)
-    gone = owner[1]
-    service.sim.revoke(gone)
-    service.sim.reset_stats()
-
-    async with service.client() as http:
-        first = await http.get(f"/f/{public_id}")
-        second = await http.get(f"/f/{public_id}")
-
-    assert first.status_code == second.status_code == 200
-    assert first.content == second.content == data
-    # One forward per chunk of the revoked bot, by another bot, and only for
-    # the first download: the new file_id is remembered.
-    forwards = per_bot(service, "forwardMessage")
-    assert sum(forwards.values()) == owner.count(gone)
-    assert gone not in forwards
-    assert per_bot(service, "downloads")[gone] == 0
-    # The forwarded copy was only a way to get a file_id: its post is deleted.
-
-    async def only_the_originals_left() -> bool:
-        return sorted(service.live_messages()) == originals
-
-    await eventually(only_the_originals_left)
+def idle(budget: DownloadBudget) -> bool:
+    status = budget.status()
+    return status.bytes_in_use == status.connections_in_use == status.readers == 0
 
 
-async def test_a_download_that_fails_after_the_headers_is_aborted_not_ended_short(
-    service: Service,
-) -> None:
-    data = payload(2 * CHUNK, seed=3)
-    public_id = await put(service, "doomed.bin", data)
-    service.sim.set_faults(fault_download_drop_rate=1.0)  # every download drops halfway
+async def collect(stream: AsyncIterator[bytes]) -> bytes:
+    """Everything the stream yields; a stream that stops yielding for 10 s
+    fails the test (a hang guard, not a timing)."""
+    out = bytearray()
+    async with asyncio.timeout(10):
+        async for block in stream:
+            assert len(block) <= READ_BLOCK
+            out += block
+    return bytes(out)
 
+
+async def until(check: Callable[[], bool]) -> None:
+    async def holds() -> bool:
+        return check()
+
+    await eventually(holds)
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses the reader takes between attempts, taken at once."""
+    taken: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        taken.append(seconds)
+
+    monkeypatch.setattr(reader_module, "_pause", pause)
+    return taken
+
+
+# --- reading ---------------------------------------------------------------------------
+
+
+async def test_streams_exactly_the_requested_bytes_of_each_piece() -> None:
+    files = {i: payload(300 * KiB, seed=i) for i in range(3)}
+    telegram = FakeTelegram(files)
+    budget = DownloadBudget(buffer_bytes=128 * KiB, connections=3, block_size=READ_BLOCK)
+    spans = [
+        PieceSpan(chunk(0, 300 * KiB), 10, 300 * KiB - 10),
+        PieceSpan(chunk(1, 300 * KiB), 0, 300 * KiB),
+        PieceSpan(chunk(2, 300 * KiB), 0, 5 * KiB),
+    ]
+
+    data = await collect(make_reader(telegram, budget).stream(spans))
+
+    assert data == files[0][10:] + files[1] + files[2][: 5 * KiB]
+    assert idle(budget)
+
+
+async def test_a_slow_client_holds_no_more_than_the_budget() -> None:
+    files = {i: payload(512 * KiB, seed=i) for i in range(4)}
+    telegram = FakeTelegram(files)
+    budget = DownloadBudget(buffer_bytes=128 * KiB, connections=3, block_size=READ_BLOCK)
+    limit = budget.buffer_bytes + budget.connections * READ_BLOCK
+    out = bytearray()
+    async with asyncio.timeout(10):
+        async for block in make_reader(telegram, budget).stream(whole(telegram)):
+            for _ in range(20):
+                await asyncio.sleep(0)  # the client lags; fetches run ahead
+            status = budget.status()
+            assert status.bytes_in_use <= limit
+            assert status.connections_in_use <= budget.connections
+            out += block
+
+    assert bytes(out) == b"".join(files[i] for i in range(4))
+    assert 1 < telegram.most_open <= budget.connections  # prefetch, within the cap
+    assert idle(budget)
+
+
+# --- stalls ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_abort", [True, False])
+async def test_a_client_that_takes_nothing_is_dropped(with_abort: bool) -> None:
+    files = {i: payload(1024 * KiB, seed=i) for i in range(3)}
+    telegram = FakeTelegram(files)
+    budget = DownloadBudget(buffer_bytes=256 * KiB, connections=4, block_size=READ_BLOCK)
+    dropped: list[str] = []
+    aborted: list[bool] = []
+    reader = make_reader(telegram, budget, stall_seconds=0.05, on_dropped=dropped.append)
+    if with_abort:
+        CONSUMER_ABORT.set(lambda: aborted.append(True))
+    stream = reader.stream(whole(telegram))
+
+    await anext(stream)  # ...and then nothing more
+    await until(lambda: bool(dropped))
+
+    assert dropped == ["client_stalled"]
+    assert idle(budget)
+    await until(lambda: telegram.open_now == 0)  # the Telegram downloads are closed
+    if with_abort:
+        assert aborted == [True]
+        # The connection is gone; nothing more comes, no short body is "ended".
+        with pytest.raises(StopAsyncIteration):
+            await anext(stream)
+    else:
+        with pytest.raises(ClientStalled):
+            await anext(stream)
+
+
+async def test_telegram_sending_nothing_fails_the_download() -> None:
+    telegram = FakeTelegram({0: payload(256 * KiB)}, plans={0: [Open(serve=3 * PIECE, hang=True)]})
+    budget = DownloadBudget(buffer_bytes=1024 * KiB, connections=4, block_size=READ_BLOCK)
+    dropped: list[str] = []
+    reader = make_reader(telegram, budget, stall_seconds=0.05, on_dropped=dropped.append)
     received = bytearray()
-    async with service.client() as http, http.stream("GET", f"/f/{public_id}") as response:
-        assert response.status_code == 200
-        announced = response.headers.get("content-length")
-        # A body that simply ended here would be a short 200 ("DID NOT RAISE").
-        with pytest.raises(httpx.RemoteProtocolError):
-            async for piece in response.aiter_raw():
-                received += piece
 
-    # Whatever arrived is the file's start: no filler, no bytes from elsewhere.
-    assert len(received) < len(data)
-    assert data.startswith(bytes(received))
-    assert announced == str(len(data))
+    with pytest.raises(DownloadStalled, match=r"no byte of chunk 0 came from Telegram for 0\.05 s"):
+        async with asyncio.timeout(10):
+            async for block in reader.stream(whole(telegram)):
+                received += block
 
-    service.sim.set_faults(fault_download_drop_rate=0.0)
-    async with service.client() as http:
-        again = await http.get(f"/f/{public_id}")
-    assert again.content == data
+    assert bytes(received) == payload(256 * KiB)[: 3 * PIECE]
+    assert dropped == ["telegram_stalled"]
+    assert idle(budget)
+    assert telegram.open_now == 0
 
 
-async def test_downloads_survive_transient_drops(start_service: ServiceFactory) -> None:
-    service = await start_service()
-    data = payload(6 * CHUNK, seed=4)
-    public_id = await put(service, "bumpy.bin", data)
-    # 40 % of downloads drop halfway. The requests below read (most of) one
-    # chunk each, one after another, so the seeded faults strike the same
-    # downloads on every run (one of them twice in a row). A chunk gets 4
-    # reads, so with other seeds some request may meet 4 drops in a row and
-    # fail: 0.4**4 = 2.6 % per chunk.
-    service.sim.set_faults(fault_download_drop_rate=0.4, seed=9)
-    ranges = [(n * CHUNK + 97 * n, (n + 1) * CHUNK - 1) for n in range(6)]
+async def test_a_download_that_waits_too_long_for_a_connection_is_aborted() -> None:
+    files = {0: payload(512 * KiB, seed=0), 1: payload(512 * KiB, seed=1)}
+    budget = DownloadBudget(buffer_bytes=64 * KiB, connections=1, block_size=READ_BLOCK)
+    first = FakeTelegram({0: files[0]})
+    second = FakeTelegram({1: files[1]})
+    dropped: list[str] = []
+    patient = make_reader(first, budget, stall_seconds=600)
+    hasty = make_reader(second, budget, stall_seconds=0.05, on_dropped=dropped.append)
+    holder = patient.stream(whole(first))
+    head = await anext(holder)  # holds the only connection, and stops reading
 
-    for first, last in ranges:
-        assert await get(service, public_id, first, last) == data[first : last + 1]
+    with pytest.raises(DownloadStalled):
+        await collect(hasty.stream(whole(second)))
+    assert second.opens == 0
+    assert dropped == ["telegram_stalled"]
 
-    stats = service.sim.stats().values()
-    dropped = sum(s.faults_injected for s in stats)
-    assert dropped >= len(ranges) // 3  # 4 of the 10 downloads with this seed
-    assert sum(s.downloads for s in stats) == len(ranges) + dropped
-    service.sim.set_faults(fault_download_drop_rate=0.0)
-    async with service.client() as http:
-        whole = await http.get(f"/f/{public_id}")
-    assert hashlib.sha256(whole.content).digest() == hashlib.sha256(data).digest()
+    # The one holding the connection is not disturbed.
+    assert head + await collect(holder) == files[0]
+    assert idle(budget)
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("plan", "locate_error", "expected"),
+    [
+        ([], RuntimeError("a bug in the locator"), RuntimeError),
+        ([Open(error=KeyError("a bug in the client"))], None, KeyError),
+        ([Open(serve=2 * PIECE, then=ValueError("a bug mid-body"))], None, ValueError),
+    ],
+)
+async def test_every_exception_of_a_fetch_reaches_the_stream(
+    plan: list[Open], locate_error: BaseException | None, expected: type[BaseException]
+) -> None:
+    telegram = FakeTelegram({0: payload(256 * KiB)}, plans={0: plan}, locate_error=locate_error)
+    budget = DownloadBudget(buffer_bytes=1024 * KiB, connections=4, block_size=READ_BLOCK)
+
+    with pytest.raises(expected):
+        await collect(make_reader(telegram, budget).stream(whole(telegram)))
+    assert telegram.opens <= 1  # a bug is not retried
+    assert idle(budget)
+
+
+async def test_a_fetch_cancelled_from_outside_fails_the_stream() -> None:
+    telegram = FakeTelegram({0: payload(64 * KiB)})
+
+    async def cancelled(chunk: ChunkRef) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(0)
+
+    telegram.locate = cancelled  # type: ignore[method-assign]
+
+    with pytest.raises(ContentUnavailable, match="the read of chunk 0 was cancelled"):
+        await collect(make_reader(telegram).stream(whole(telegram)))
+
+
+async def test_a_broken_read_resumes_where_it_stopped(pauses: list[float]) -> None:
+    data = payload(256 * KiB)
+    telegram = FakeTelegram(
+        {0: data}, plans={0: [Open(serve=5 * PIECE, then=TransientError("connection reset"))]}
+    )
+
+    assert await collect(make_reader(telegram).stream(whole(telegram))) == data
+    assert telegram.opens == 2
+    assert telegram.forgotten == [0]  # the file path may have expired
+    assert pauses == [0.01]
+
+
+async def test_a_429_on_a_read_waits_what_telegram_asks(pauses: list[float]) -> None:
+    data = payload(256 * KiB)
+    limited = RateLimited("Too Many Requests: retry after 7", retry_after=7, bot_id=1)
+    telegram = FakeTelegram({0: data}, plans={0: [Open(error=limited)]})
+
+    assert await collect(make_reader(telegram, stall_seconds=60).stream(whole(telegram))) == data
+    assert pauses == [7]
+    assert telegram.forgotten == []  # the path is fine; only the rate is not
+
+
+async def test_a_429_longer_than_the_stall_timeout_fails_at_once(pauses: list[float]) -> None:
+    limited = RateLimited("Too Many Requests: retry after 120", retry_after=120, bot_id=1)
+    telegram = FakeTelegram({0: payload(64 * KiB)}, plans={0: [Open(error=limited)]})
+
+    with pytest.raises(ContentUnavailable, match="asks to wait 120 s"):
+        await collect(make_reader(telegram, stall_seconds=60).stream(whole(telegram)))
+    assert pauses == []
+    assert telegram.opens == 1

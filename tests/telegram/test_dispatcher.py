@@ -648,3 +648,55 @@ async def test_get_file_is_pinned_to_the_bot_that_owns_the_file(
     assert location.file_path == "documents/1"
     assert route.call_count == 1
     assert b"file_id=f" in route.calls.last.request.content
+
+
+async def test_get_file_for_a_download_goes_ahead_of_queued_uploads(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    fake = FakeTelegram(mock_api, [1])
+    gate = asyncio.Event()
+    fake.bots[1].gate = gate
+
+    def get_file(request: httpx.Request) -> httpx.Response:
+        file_id = request.content.decode().partition("file_id=")[2]
+        fake.order.append((1, f"getFile {file_id}"))
+        result = {"file_id": file_id, "file_unique_id": "u", "file_path": f"documents/{file_id}"}
+        return httpx.Response(200, json={"ok": True, "result": result})
+
+    mock_api.post(f"{API}/bot{token(1).value}/getFile").mock(side_effect=get_file)
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+    worker = dispatcher.workers[1]
+
+    async def queued(count: int) -> None:
+        for _ in range(1000):
+            if worker.running is not None and len(worker.queue) == count:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(f"expected {count} queued jobs, found {len(worker.queue)}")
+
+    uploads = [
+        asyncio.create_task(dispatcher.send_document(b"x" * 8, f"c{i}", caption=f"upload{i}"))
+        for i in range(3)
+    ]
+    await queued(2)  # upload0 runs (held at the gate), two more wait
+    reads = []
+    for file_id in ("a", "b"):
+        reads.append(
+            asyncio.create_task(
+                dispatcher.call(1, "getFile", lambda c, f=file_id: c.get_file(f), priority=True)
+            )
+        )
+        await queued(len(reads) + 2)
+    gate.set()
+    await asyncio.gather(*uploads, *reads)
+
+    # Still one call at a time on the token: the reads wait for the running
+    # upload, then go first, in the order they came.
+    assert [what for _, what in fake.order] == [
+        "upload0",
+        "getFile a",
+        "getFile b",
+        "upload1",
+        "upload2",
+    ]

@@ -1,0 +1,168 @@
+"""Downloads under the process-wide budget, through real HTTP: clients that
+stop reading hold no more than the budget and are cut off after the stall
+timeout (and so are those left waiting for a connection that long), and
+Telegram's downloads end with them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from dataclasses import dataclass
+
+from app.store.reader import READ_BLOCK
+from tests.running_service import Service, ServiceFactory, eventually, payload
+
+KiB = 1024
+BUFFER = 256 * KiB
+CONNECTIONS = 2
+STALL = 0.5
+READERS = 6
+# Chunks larger than the budget lets a reader buffer, so stalled readers keep
+# their Telegram downloads open; 6 MiB in all, more than a socket's buffers hold.
+CHUNK_SIZE = 1024 * KiB
+SIZE = 6 * CHUNK_SIZE
+
+
+@dataclass
+class StalledClient:
+    """A client that sent its GET, read the response head, and then reads nothing."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    status_line: bytes
+    content_length: int
+
+    @classmethod
+    async def open(cls, service: Service, path: str) -> StalledClient:
+        host, port = service.url.removeprefix("http://").split(":")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # A small receive window, so the service's writes block soon.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=16 * KiB)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        match = re.search(rb"(?i)\r\ncontent-length: (\d+)", head)
+        assert match is not None, head
+        return cls(reader, writer, head.split(b"\r\n", 1)[0], int(match.group(1)))
+
+    async def read_rest(self) -> tuple[int, bool]:
+        """Read until the connection ends: (body bytes received, ended cleanly)."""
+        received = 0
+        try:
+            while data := await self.reader.read(64 * KiB):
+                received += len(data)
+        except ConnectionResetError:
+            return received, False
+        finally:
+            self.writer.close()
+        return received, True
+
+
+async def metrics(service: Service) -> dict[str, float]:
+    async with service.client() as http:
+        text = (await http.get("/metrics", headers=service.auth)).text
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("teleuploader_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def downloads_finished(seen: dict[str, float]) -> float:
+    """GET /f/... requests the service has finished with (sent or cut off)."""
+    return sum(
+        value
+        for name, value in seen.items()
+        if name.startswith("teleuploader_http_requests_total{")
+        and 'method="GET"' in name
+        and 'route="/f/{public_id}"' in name
+    )
+
+
+def telegram_downloads(service: Service) -> int:
+    return sum(stats.downloads_in_flight for stats in service.sim.stats().values())
+
+
+async def test_stalled_readers_hold_no_more_than_the_budget_and_are_cut_off(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(
+        download_buffer_bytes=BUFFER,
+        download_connections=CONNECTIONS,
+        download_stall_seconds=STALL,
+        chunk_size=CHUNK_SIZE,
+        max_upload_size=SIZE,
+    )
+    data = payload(SIZE)
+    async with service.client() as http:
+        stored = await http.put("/api/files/big.bin", content=data, headers=service.auth)
+    path = f"/f/{stored.json()['public_id']}"
+
+    clients: list[StalledClient] = []
+    try:
+        for _ in range(READERS):
+            clients.append(await StalledClient.open(service, path))
+        await check_stalled_readers(service, clients)
+    finally:
+        for client in clients:  # or the service's shutdown waits for them
+            client.writer.close()
+
+    async with service.client() as http:
+        again = await http.get(path)
+    assert again.content == data
+
+
+async def check_stalled_readers(service: Service, clients: list[StalledClient]) -> None:
+    assert all(client.status_line == b"HTTP/1.1 200 OK" for client in clients)
+    peak = {"bytes": 0.0, "connections": 0.0, "telegram": 0}
+    stalled = {"client": 0.0, "telegram": 0.0}
+
+    async def all_dropped() -> bool:
+        seen = await metrics(service)
+        peak["bytes"] = max(
+            peak["bytes"], seen['teleuploader_download_buffer_bytes{state="in_use"}']
+        )
+        peak["connections"] = max(
+            peak["connections"], seen['teleuploader_download_connections{state="in_use"}']
+        )
+        peak["telegram"] = max(peak["telegram"], telegram_downloads(service))
+        stalled["client"] = seen.get(
+            'teleuploader_downloads_dropped_total{reason="client_stalled"}', 0
+        )
+        # Those still waiting for a connection when their wait passed the stall
+        # timeout: they got no byte either.
+        stalled["telegram"] = seen.get(
+            'teleuploader_downloads_dropped_total{reason="telegram_stalled"}', 0
+        )
+        return stalled["client"] + stalled["telegram"] == READERS
+
+    await eventually(all_dropped, within=60)
+
+    assert stalled["client"] >= CONNECTIONS  # at least those that had a connection
+    assert peak["bytes"] <= BUFFER + CONNECTIONS * READ_BLOCK
+    assert 0 < peak["connections"] <= CONNECTIONS
+    assert peak["telegram"] <= CONNECTIONS
+
+    async def all_given_back() -> bool:
+        seen = await metrics(service)
+        return (
+            seen['teleuploader_download_buffer_bytes{state="in_use"}'] == 0
+            and seen['teleuploader_download_connections{state="in_use"}'] == 0
+            and seen["teleuploader_downloads_active"] == 0
+            and telegram_downloads(service) == 0
+            # The service has let go of every connection (aborted it), though
+            # no client has read another byte.
+            and downloads_finished(seen) == READERS
+        )
+
+    await eventually(all_given_back)
+    # Each client, reading again, gets what was under way and then the end of
+    # the connection: never the whole body, so it cannot pass for complete.
+    for client in clients:
+        received, _ended = await client.read_rest()
+        assert received < client.content_length == SIZE
