@@ -262,12 +262,14 @@ class Flusher:
     ) -> None:
         failure: FlushFailed | None = None
         try:
-            data = b"".join(
-                [
-                    await self._spool.read(segment.part.path, segment.offset, segment.length)
-                    for segment in segments
-                ]
-            )
+            data = bytearray(sum(segment.length for segment in segments))
+            view = memoryview(data)
+            at = 0
+            for segment in segments:
+                target = view[at : at + segment.length]
+                await self._spool.read_into(segment.part.path, segment.offset, target)
+                at += segment.length
+            view.release()
             piece = await self._writer.store_chunk(
                 data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
             )
@@ -277,7 +279,7 @@ class Flusher:
             final = isinstance(exc, NoUsableBot | PermanentError)
             failure = FlushFailed(str(exc), final=final)
         finally:
-            data = b""
+            data = bytearray()
             self._writer.buffers.release()
             lanes.release()
         if failure is not None:

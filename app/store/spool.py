@@ -142,8 +142,9 @@ class Spool:
             self.unreserve(reserved - size)
         return SpooledFile(path=name, size=size, md5_hex=md5.hexdigest())
 
-    async def read(self, path: str, offset: int, length: int) -> bytes:
-        return await asyncio.to_thread(_read_range, self.root / path, offset, length)
+    async def read_into(self, path: str, offset: int, target: memoryview) -> None:
+        """Fill `target` with the file's bytes from `offset` on."""
+        await asyncio.to_thread(_read_range_into, self.root / path, offset, target)
 
     async def delete(self, paths: Iterable[str]) -> None:
         """Delete spool files and give their room back. A file already gone
@@ -230,10 +231,12 @@ async def _replay(
         yield piece
 
 
-def _read_range(path: Path, offset: int, length: int) -> bytes:
+def _read_range_into(path: Path, offset: int, target: memoryview) -> None:
     with open(path, "rb") as file:
         file.seek(offset)
-        data = file.read(length)
-    if len(data) != length:
-        raise OSError(f"spool file {path.name} holds {offset + len(data)} bytes, expected more")
-    return data
+        done = 0
+        while done < len(target):
+            count = file.readinto(target[done:])
+            if not count:
+                raise OSError(f"spool file {path.name} ends at {offset + done} bytes")
+            done += count

@@ -121,11 +121,23 @@ class _HashingReader:
             self._pending.append(bytes(data))
             self._pending_size += len(data)
 
-    def take(self, size: int) -> bytes:
-        """The first `size` buffered bytes (or all there are), as one bytes object."""
+    def take(self, size: int) -> bytearray:
+        """The first `size` buffered bytes (or all there are), as one buffer.
+
+        Copied piece by piece into a buffer of the final size, each piece
+        dropped as soon as it is in: joining would hold the chunk twice."""
         size = min(size, self._pending_size)
         self._pending_size -= size
-        return _take(self._pending, size)
+        chunk = bytearray(size)
+        filled = 0
+        while filled < size:
+            head = self._pending.popleft()
+            if len(head) > size - filled:
+                self._pending.appendleft(head[size - filled :])
+                head = head[: size - filled]
+            chunk[filled : filled + len(head)] = head
+            filled += len(head)
+        return chunk
 
 
 class ChunkWriter:
@@ -184,7 +196,7 @@ class ChunkWriter:
                 md5_hex=reader.md5.hexdigest(),
                 sha256_hex=reader.sha256.hexdigest(),
                 pieces=[],
-                inline_data=reader.take(reader.total),
+                inline_data=bytes(reader.take(reader.total)),
             )
         # Chunks of this stream in memory at once: `lanes` being sent, one filling.
         own = asyncio.Semaphore(lanes + 1)
@@ -228,7 +240,7 @@ class ChunkWriter:
         )
 
     async def _send(
-        self, data: bytes, own: asyncio.Semaphore, *, label: str, index: int
+        self, data: bytearray, own: asyncio.Semaphore, *, label: str, index: int
     ) -> PieceSpec:
         try:
             return await self.store_chunk(data, label=label, index=index)
@@ -237,7 +249,9 @@ class ChunkWriter:
             self.buffers.release()
             own.release()
 
-    async def store_chunk(self, data: bytes, *, label: str = "", index: int = 0) -> PieceSpec:
+    async def store_chunk(
+        self, data: bytes | bytearray, *, label: str = "", index: int = 0
+    ) -> PieceSpec:
         """Send one chunk to Telegram and record it as pending. The caller
         holds a buffer of the budget for `data`."""
         filename = f"{secrets.token_hex(8)}.bin"
@@ -273,16 +287,3 @@ def _raise_first_failure(tasks: list[asyncio.Task[PieceSpec]]) -> None:
     for task in tasks:
         if task.done() and not task.cancelled() and (error := task.exception()) is not None:
             raise error
-
-
-def _take(pending: deque[bytes], size: int) -> bytes:
-    """The first `size` bytes of `pending`, removed from it, as one bytes object."""
-    parts: list[bytes] = []
-    while size:
-        head = pending.popleft()
-        if len(head) > size:
-            pending.appendleft(head[size:])
-            head = head[:size]
-        parts.append(head)
-        size -= len(head)
-    return b"".join(parts)

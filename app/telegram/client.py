@@ -36,6 +36,41 @@ SERVER_PROCESSING_ALLOWANCE = 30.0
 STREAM_READ_TIMEOUT = 30.0
 
 
+class _ChunkReader(io.RawIOBase):
+    """A chunk as a file, read in place: a BytesIO of a bytearray would copy
+    the whole chunk (and one chunk more per upload is what the memory budget
+    cannot afford). Seekable, so httpx sends a Content-Length."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        super().__init__()
+        self._view = memoryview(data)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}
+        self._position = max(0, base[whence] + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        count = max(0, min(len(buffer), len(self._view) - self._position))
+        buffer[:count] = self._view[self._position : self._position + count]
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        self._view.release()
+        super().close()
+
+
 class BotClient:
     def __init__(
         self,
@@ -83,7 +118,7 @@ class BotClient:
     async def send_document(
         self,
         chat_id: int,
-        data: bytes,
+        data: bytes | bytearray,
         filename: str,
         *,
         caption: str | None = None,
@@ -99,7 +134,7 @@ class BotClient:
         # reference cycle (Response.stream -> BoundAsyncStream -> Response) that
         # only the cyclic GC frees, seconds later. Each sent chunk would stay in
         # memory until then. A file object, closed here, drops the chunk at once.
-        body = io.BytesIO(data)  # shares `data`'s buffer, no copy
+        body = _ChunkReader(data)
         try:
             message = await self._call(
                 "sendDocument",

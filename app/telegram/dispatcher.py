@@ -248,7 +248,7 @@ class Dispatcher:
     # --- public calls -------------------------------------------------------------
 
     async def send_document(
-        self, data: bytes, filename: str, *, caption: str | None = None
+        self, data: bytes | bytearray, filename: str, *, caption: str | None = None
     ) -> StoredDocument:
         """Store `data` as a document in the storage chat through some bot."""
         chat_id = self.chat_id
