@@ -189,7 +189,9 @@ class ChunkWriter:
         reader = _HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
         # Content that may live inline is read without a buffer: it is small,
         # and the registry's many tiny files must not queue behind big uploads.
-        await reader.fill(inline_threshold + 1)
+        # A body known to be bigger is not read at all until it has a buffer.
+        if expected_size is None or expected_size <= inline_threshold:
+            await reader.fill(inline_threshold + 1)
         if reader.eof and reader.total <= inline_threshold:
             return WrittenContent(
                 size=reader.total,
