@@ -1,11 +1,13 @@
 """Multipart uploads: parts stored one by one, an object made of them at the end.
 
-Write-behind: a part of known size is written to the local staging spool,
-made durable, recorded, and acknowledged at disk speed; the flusher sends it
-to Telegram in the background, in full chunks cut across parts. Completing
-waits for the listed parts to be flushed. When the spool is off, full, or the
-size is unknown, a part goes through the chunk writer while the client waits,
-as any upload (never inline: an object is inline or pieces, not both).
+Write-behind: a part of known size smaller than bots x CHUNK_SIZE (on its own
+it would leave bots idle) is written to the local staging spool, made
+durable, recorded, and acknowledged at disk speed; the flusher sends it to
+Telegram in the background, in full chunks cut across parts. Completing
+waits for the listed parts to be flushed. A bigger part, or one of unknown
+size, or any part when the spool is off or full, goes through the chunk
+writer while the client waits, as any upload (cut into equal chunks that keep
+every bot busy; never inline: an object is inline or pieces, not both).
 
 A part copied from an existing object points into that object's chunks
 (metadata only). Completing writes the object from the listed parts' pieces in
@@ -115,7 +117,14 @@ class MultipartStore:
         Raises UploadMissing (the upload was completed or aborted meanwhile;
         the part's chunks are released) and UploadTooLarge."""
         spool = self._spool
-        if spool is not None and expected_size and spool.reserve(expected_size):
+        # A part big enough to keep every bot busy gains nothing from waiting
+        # in the spool: it goes straight on, cut into equal chunks.
+        if (
+            spool is not None
+            and expected_size
+            and not self._objects.fills_the_pool(expected_size)
+            and spool.reserve(expected_size)
+        ):
             try:
                 return await self._spool_part(
                     spool, upload, part_number, body, max_size=max_size, size=expected_size

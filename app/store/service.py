@@ -243,6 +243,9 @@ class ObjectStore:
         self._gc.wake()
         return info
 
+    def fills_the_pool(self, size: int) -> bool:
+        return self._writer.fills_the_pool(size)
+
     def count_uploaded_bytes(self, size: int) -> None:
         """Bytes received from a client that the writer did not see (spooled)."""
         self._writer.count_bytes(size)

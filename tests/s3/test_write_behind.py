@@ -196,3 +196,26 @@ async def test_a_full_spool_sends_parts_before_answering(start_service: ServiceF
     )
     body = await call(client, "get_object", Bucket="box", Key="blob")
     assert await asyncio.to_thread(body["Body"].read) == b"".join(parts)
+
+
+async def test_a_part_that_fills_the_pool_goes_straight_to_telegram(service: Service) -> None:
+    # 3 bots x 64 KiB: a part this big keeps every bot busy on its own, so it
+    # is cut into equal chunks at once rather than waiting in the spool.
+    client = default_client(service)
+    size = 3 * CHUNK + 1000
+    part = payload(size, seed=5)
+
+    upload_id, etags = await upload_parts(client, [part])
+
+    assert len(service.live_messages()) == -(-size // plan_chunk_size(size, CHUNK, 3))
+    assert spool_files(service) == []
+    await call(
+        client,
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="blob",
+        UploadId=upload_id,
+        MultipartUpload=listing(etags),
+    )
+    body = await call(client, "get_object", Bucket="box", Key="blob")
+    assert await asyncio.to_thread(body["Body"].read) == part
