@@ -243,8 +243,8 @@ class ObjectStore:
         self._gc.wake()
         return info
 
-    def fills_the_pool(self, size: int) -> bool:
-        return self._writer.fills_the_pool(size)
+    def keeps_the_pool_busy(self, size: int) -> bool:
+        return self._writer.keeps_the_pool_busy(size)
 
     def count_uploaded_bytes(self, size: int) -> None:
         """Bytes received from a client that the writer did not see (spooled)."""

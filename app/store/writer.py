@@ -170,10 +170,11 @@ class ChunkWriter:
         """Chunks of one stream sent at once: one per usable bot."""
         return max(1, len(self._dispatcher.usable_bots()))
 
-    def fills_the_pool(self, size: int) -> bool:
-        """Would a stream of `size` bytes, cut into equal chunks, keep every
-        usable bot busy on its own?"""
-        return size >= self.parallelism() * self.chunk_size
+    def keeps_the_pool_busy(self, size: int) -> bool:
+        """Would a stream of `size` bytes, cut into equal chunks, keep the
+        bots busy on its own? At half the pool's width or more, its equal
+        chunks (CHUNK_SIZE / 2 at least) go to every bot at once."""
+        return 2 * size >= self.parallelism() * self.chunk_size
 
     async def write(
         self,

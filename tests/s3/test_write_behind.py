@@ -23,7 +23,7 @@ from tests.running_service import CHUNK, Service, ServiceFactory, eventually, pa
 
 ACCESS_KEY = "AKIDWRITEBEHIND"
 SECRET = "write-behind-test-secret-0123456789"
-PART = 100 * 1024
+PART = 40 * 1024  # under half the pool (3 bots x 64 KiB): spooled
 
 
 def default_client(service: Service) -> BaseClient:
@@ -86,7 +86,7 @@ async def test_parts_are_acknowledged_from_the_spool_and_sent_in_full_chunks(
         "after-call.s3.CompleteMultipartUpload",
         lambda http_response, **_: raw_completion.append(http_response.content),
     )
-    parts = [payload(PART, seed=n) for n in range(5)]
+    parts = [payload(PART, seed=n) for n in range(8)]
 
     upload_id, etags = await upload_parts(client, parts)
 
@@ -106,9 +106,9 @@ async def test_parts_are_acknowledged_from_the_spool_and_sent_in_full_chunks(
     content = await asyncio.to_thread(body["Body"].read)
 
     assert content == b"".join(parts)
-    assert done["ETag"].endswith('-5"')
-    # 500 KiB in 64 KiB chunks: 8 messages, where one per part would need 10.
-    assert len(service.live_messages()) == -(-5 * PART // CHUNK)
+    assert done["ETag"].endswith('-8"')
+    # 320 KiB in 64 KiB chunks: 5 messages, where one per part would need 8.
+    assert len(service.live_messages()) == -(-8 * PART // CHUNK) == 5
     # The answer came early and was kept alive with whitespace.
     (raw,) = raw_completion
     assert raw.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n ')
@@ -199,10 +199,10 @@ async def test_a_full_spool_sends_parts_before_answering(start_service: ServiceF
 
 
 async def test_a_part_that_fills_the_pool_goes_straight_to_telegram(service: Service) -> None:
-    # 3 bots x 64 KiB: a part this big keeps every bot busy on its own, so it
-    # is cut into equal chunks at once rather than waiting in the spool.
+    # 3 bots x 64 KiB: a part of half that or more keeps the bots busy on its
+    # own, so it is cut into equal chunks at once rather than waiting in the spool.
     client = default_client(service)
-    size = 3 * CHUNK + 1000
+    size = 3 * CHUNK // 2
     part = payload(size, seed=5)
 
     upload_id, etags = await upload_parts(client, [part])
