@@ -57,7 +57,7 @@ class Metrics:
         self.downloads_dropped = Counter(
             "teleuploader_downloads_dropped",
             "Downloads ended because they stalled: client_stalled (the client took "
-            "nothing) or telegram_stalled (Telegram sent nothing).",
+            "nothing) or telegram_stalled (no byte came: Telegram, or no free connection).",
             ["reason"],
             registry=self.registry,
         )

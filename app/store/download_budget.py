@@ -271,6 +271,7 @@ class ReaderShare:
         self.closed = True
         for claim in self._claims:
             claim.release()
+        self._claims.clear()  # claims point back here: no cycle for the GC to find
         self._budget._close_reader(self)
 
 

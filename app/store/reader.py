@@ -85,6 +85,10 @@ class _Piece:
         self.task: asyncio.Task[None] | None = None
 
     def fetch_done(self, task: asyncio.Task[None]) -> None:
+        # A finished task keeps its exception, whose traceback holds the frames
+        # that hold this piece: a cycle that would keep the queued blocks alive
+        # until a full garbage collection.
+        self.task = None
         # However the fetch ended, the stream hears of it: a read never hangs.
         if task.cancelled():
             item: _End | BaseException = ContentUnavailable(
@@ -134,9 +138,7 @@ class RangeReader:
         def drop() -> None:
             nonlocal dropped
             dropped = True
-            for piece in pieces:
-                if piece.task is not None:
-                    piece.task.cancel()
+            _cancel(pieces)
             share.close()
             log.warning(
                 "download_dropped",
@@ -213,9 +215,7 @@ class RangeReader:
                     launch(following)
         finally:
             watch.stop()
-            tasks = [piece.task for piece in pieces if piece.task is not None]
-            for task in tasks:
-                task.cancel()
+            tasks = _cancel(pieces)
             # Shielded: when the client goes away this runs inside the response's
             # cancelled anyio scope, which cancels this task again on every loop
             # turn; an unshielded gather passes each of those on to the fetches
@@ -292,6 +292,19 @@ class RangeReader:
 @dataclass(slots=True)
 class _Progress:
     delivered: int = 0
+
+
+def _cancel(pieces: list[_Piece]) -> list[asyncio.Task[None]]:
+    """Cancel the fetches still running, each once; returns them.
+
+    Once: a second cancellation lands in the fetch's `response.aclose()` and
+    cuts it short, and httpcore then keeps the half-read connection in its pool
+    for good, still reading what Telegram sends into memory."""
+    running = [piece.task for piece in pieces if piece.task is not None]
+    for task in running:
+        if not task.done() and not task.cancelling():
+            task.cancel()
+    return running
 
 
 class _StallWatch:

@@ -45,6 +45,8 @@ class FakeTelegram:
     most_open: int = 0
     forgotten: list[int] = field(default_factory=list)
     locate_error: BaseException | None = None
+    # Closing a download takes until this is set (httpx's aclose awaits too).
+    close_gate: asyncio.Event | None = None
 
     async def locate(self, chunk: ChunkRef) -> tuple[FakeTelegram, str]:
         if self.locate_error is not None:
@@ -67,6 +69,8 @@ class FakeTelegram:
         try:
             yield self._body(self.files[chunk], step)
         finally:
+            if self.close_gate is not None:
+                await self.close_gate.wait()
             self.open_now -= 1
 
     async def _body(self, data: bytes, step: Open) -> AsyncIterator[bytes]:
@@ -202,6 +206,27 @@ async def test_a_client_that_takes_nothing_is_dropped(with_abort: bool) -> None:
     else:
         with pytest.raises(ClientStalled):
             await anext(stream)
+
+
+async def test_a_dropped_download_lets_its_telegram_reads_finish_closing() -> None:
+    """Cancelled once, not again while closing: a second cancellation would cut
+    httpx's closing short and leave the half-read connection open for good."""
+    telegram = FakeTelegram({0: payload(1024 * KiB)}, close_gate=asyncio.Event())
+    budget = DownloadBudget(buffer_bytes=128 * KiB, connections=4, block_size=READ_BLOCK)
+    dropped: list[str] = []
+    reader = make_reader(telegram, budget, stall_seconds=0.05, on_dropped=dropped.append)
+    CONSUMER_ABORT.set(lambda: None)
+    stream = reader.stream(whole(telegram))
+    await anext(stream)
+    await until(lambda: bool(dropped))
+
+    ending = asyncio.create_task(anext(stream, b"end"))  # the server resumes it
+    await until(lambda: telegram.open_now == 1 and not ending.done())
+    assert telegram.close_gate is not None
+    telegram.close_gate.set()
+
+    assert await ending == b"end"
+    assert telegram.open_now == 0
 
 
 async def test_telegram_sending_nothing_fails_the_download() -> None:
