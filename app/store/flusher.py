@@ -223,7 +223,7 @@ class Flusher:
                 _raise_failed(sends)
                 ready = sum(part.size - part.cut for part in queue)
                 if not ready and not sends:
-                    return not known or await self._nothing_spooled(flush.upload_id)
+                    return not known or not await self._load(flush.upload_id)
                 if ready >= self._chunk_size or (ready and (flush.sealed or tail)):
                     tail = False
                     await lanes.acquire()
@@ -310,9 +310,6 @@ class Flusher:
     async def _load(self, upload_id: str) -> list[SpooledPart]:
         async with session_scope(self._sessionmaker) as session:
             return await SpoolRepository(session).owned(self._spool.instance_id, upload_id)
-
-    async def _nothing_spooled(self, upload_id: str) -> bool:
-        return not await self._load(upload_id)
 
 
 def _cut(queue: deque[_Part], size: int) -> list[_Segment]:

@@ -596,20 +596,11 @@ class Dispatcher:
 
     def _on_rate_limited(self, worker: BotWorker, job: Job[Any], exc: RateLimited) -> None:
         worker.rate_limited += 1
-        worker.cooldown_until = max(worker.cooldown_until, self._clock() + exc.retry_after)
         log.warning("bot_rate_limited", bot_id=worker.bot_id, retry_after=exc.retry_after)
-        # Jobs queued behind this bot do not wait out its cooldown.
-        self._move_queue_away(worker)
-        if not self._budget_left(job, exc):
-            return
-        if job.pinned_bot is not None:
-            self._enqueue(worker, job, front=True)
-        else:
-            self._route(job)
+        self._cool_down(worker, job, exc, exc.retry_after, avoid=False)
 
     def _on_abandoned(self, worker: BotWorker, job: Job[Any], exc: CallAbandoned) -> None:
         worker.abandoned += 1
-        worker.cooldown_until = max(worker.cooldown_until, self._clock() + self._abandoned_hold)
         log.warning(
             "bot_call_abandoned",
             bot_id=worker.bot_id,
@@ -620,13 +611,24 @@ class Dispatcher:
         )
         if job.is_send and self.on_abandoned_send is not None:
             self.on_abandoned_send(worker.bot_id)
+        # Its own call may still be running there: the retry must go elsewhere.
+        self._cool_down(worker, job, exc, self._abandoned_hold, avoid=True)
+
+    def _cool_down(
+        self, worker: BotWorker, job: Job[Any], exc: TelegramError, seconds: float, *, avoid: bool
+    ) -> None:
+        """Keep `worker` out of use for `seconds` and send the job elsewhere
+        (`avoid`: never back to this bot in this round); a pinned job waits."""
+        worker.cooldown_until = max(worker.cooldown_until, self._clock() + seconds)
+        # Jobs queued behind this bot do not wait out its cooldown.
         self._move_queue_away(worker)
         if not self._budget_left(job, exc):
             return
         if job.pinned_bot is not None:
             self._enqueue(worker, job, front=True)
             return
-        job.tried.add(worker.bot_id)
+        if avoid:
+            job.tried.add(worker.bot_id)
         self._route(job)
 
     async def _on_transient(self, worker: BotWorker, job: Job[Any], exc: TransientError) -> None:
