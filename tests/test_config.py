@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.config import MAX_CHUNK_SIZE, BotToken, SettingsError, load_settings
@@ -27,6 +29,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "DOWNLOAD_BUFFER_BYTES",
         "DOWNLOAD_CONNECTIONS",
         "DOWNLOAD_STALL_SECONDS",
+        "UPLOAD_BUFFER_CHUNKS",
+        "SPOOL_DIR",
+        "SPOOL_MAX_BYTES",
+        "STATE_DIRECTORY",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no stray .env
@@ -152,6 +158,31 @@ def test_download_budget_defaults() -> None:
     ],
 )
 def test_download_budget_settings_must_be_positive(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=rf"^invalid settings: {name}: "):
+        load_settings()
+
+
+def test_upload_budget_and_spool_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BOT_TOKENS", f"{T1},{T2}")
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path}/db/t.db")
+    settings = load_settings()
+    assert settings.upload_buffers == 2 * 2 + 2
+    assert settings.spool_max_bytes == 8 * 1024**3
+    assert settings.spool_path == tmp_path / "db" / "spool"
+    # Under systemd's StateDirectory=, the spool lives there.
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
+    assert load_settings().spool_path == tmp_path / "state" / "spool"
+    monkeypatch.setenv("UPLOAD_BUFFER_CHUNKS", "3")
+    assert load_settings().upload_buffers == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("UPLOAD_BUFFER_CHUNKS", "0"), ("SPOOL_MAX_BYTES", "-1")]
+)
+def test_upload_budget_and_spool_limits_are_checked(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str
 ) -> None:
     monkeypatch.setenv(name, value)
