@@ -1,0 +1,511 @@
+"""Ten minutes of mixed clients against one service: RSS stays flat, errors are
+counted by status, and no Telegram message is left behind.
+
+One `teleuploader serve` (SQLite, S3 API on) in front of the Telegram simulator
+process, which injects faults into a share of the calls (5 % by default: 5xx,
+429 and dropped connections). For `--minutes` these clients run at once:
+
+- uploaders: native PUT and multipart POST of sizes from 2 KiB (inline) to
+  several chunks, each body a deterministic pattern so that any range of it
+  can be checked later without keeping it;
+- readers: ranged and whole GETs of uploaded files, every byte compared;
+- S3 clients: boto3 with its default configuration (multipart above 8 MiB),
+  put, ranged get and delete;
+- a deleter: removes native files, after giving readers time to finish
+  the ones already started.
+
+Printed: the service's RSS at the end of every minute (target: within 10 % of
+the value after the warm-up minute), every answer by operation and status,
+wrong bytes (must be 0) and, once the clients have stopped and the garbage
+collector has drained, the leak count: messages the simulator still stores
+minus the chunks that live objects reference (must be 0).
+
+    .venv/bin/python bench/soak.py                 # 10 minutes
+    .venv/bin/python bench/soak.py --minutes 2     # a quick look
+
+Numbers are printed, never asserted; the exit status is 1 when a target that
+is not a timing (wrong bytes, leaks) fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import io
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+import httpx
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
+from common import (
+    CHAT_ID,
+    Broken,
+    SimulatorProcess,
+    free_port,
+    running,
+    simulator_process,
+    teleuploader_command,
+    wait_until,
+)
+from http_bench import cpu_seconds, service_env
+
+KiB = 1024
+MiB = 1024 * KiB
+BLOCK = 256 * KiB
+S3_ACCESS_KEY = "soakaccesskey"
+S3_SECRET = "soak-secret-key-0123456789"
+BUCKET = "soak"
+# Native upload sizes: inline, one small chunk, several chunks.
+NATIVE_SIZES = (2 * KiB, 200 * KiB, 3 * MiB, 9 * MiB)
+# S3 objects: above boto3's 8 MiB multipart threshold, so they go as 2 parts.
+S3_SIZE = 12 * MiB
+# Between two uploads of one client. The simulator keeps every file it was
+# sent in memory (deleted ones too), so the pace bounds its size: about
+# 4 GiB over 10 minutes.
+THINK_SECONDS = 3.0
+# A deleted file may still be read by a reader that picked it just before.
+DELETE_GRACE = 20.0
+WARM_UP_MINUTES = 1
+
+
+# --- deterministic bodies ------------------------------------------------------------------
+
+
+_BASE = random.Random(20261130).randbytes(BLOCK)
+
+
+def _block(seed: int, index: int) -> bytes:
+    stamp = f"{seed}:{index}:".encode()
+    return stamp + _BASE[len(stamp) :]
+
+
+def body_range(seed: int, size: int, start: int, end: int) -> bytes:
+    """Bytes start..end (inclusive) of the body (seed, size)."""
+    end = min(end, size - 1)
+    first, last = start // BLOCK, end // BLOCK
+    data = b"".join(_block(seed, i) for i in range(first, last + 1))
+    return data[start - first * BLOCK : end - first * BLOCK + 1]
+
+
+def body_pieces(seed: int, size: int) -> Iterator[bytes]:
+    for index in range(-(-size // BLOCK)):
+        yield _block(seed, index)[: min(BLOCK, size - index * BLOCK)]
+
+
+async def _stream(seed: int, size: int) -> AsyncIterator[bytes]:
+    for piece in body_pieces(seed, size):
+        yield piece
+
+
+class _PatternFile(io.RawIOBase):
+    """A readable file of the body (seed, size), for boto3's upload_fileobj."""
+
+    def __init__(self, seed: int, size: int) -> None:
+        self._seed, self._size, self._position = seed, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._position >= self._size:
+            return 0
+        data = body_range(self._seed, self._size, self._position, self._position + len(buffer) - 1)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+# --- what the clients saw ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    public_id: str
+    seed: int
+    size: int
+
+
+@dataclass
+class Tally:
+    answers: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
+    wrong_bytes: int = 0
+    uploaded_bytes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self, operation: str, status: int | str) -> None:
+        with self.lock:
+            self.answers[(operation, str(status))] += 1
+
+
+@dataclass
+class Pool:
+    """Native files readers may pick; the deleter takes them out first."""
+
+    files: list[Stored] = field(default_factory=list)
+
+    def pick(self, rng: random.Random) -> Stored | None:
+        return rng.choice(self.files) if self.files else None
+
+
+# --- clients -------------------------------------------------------------------------------
+
+
+async def uploader(
+    http: httpx.AsyncClient, key: str, pool: Pool, tally: Tally, n: int, stop: float
+) -> None:
+    rng = random.Random(1000 + n)
+    count = 0
+    while time.monotonic() < stop:
+        count += 1
+        seed = n * 1_000_000 + count
+        size = rng.choice(NATIVE_SIZES)
+        name = f"soak-{n}-{count}.bin"
+        headers = {"Authorization": f"Bearer {key}"}
+        try:
+            if count % 2:
+                headers["Content-Length"] = str(size)
+                response = await http.put(
+                    f"/api/files/{name}", content=_stream(seed, size), headers=headers
+                )
+            else:
+                response = await http.post(
+                    "/api/upload",
+                    files={"file": (name, b"".join(body_pieces(seed, size)))},
+                    headers=headers,
+                )
+        except httpx.HTTPError as exc:
+            tally.count("upload", type(exc).__name__)
+            continue
+        tally.count("upload", response.status_code)
+        if response.status_code == 201:
+            pool.files.append(Stored(response.json()["public_id"], seed, size))
+            tally.uploaded_bytes += size
+        await asyncio.sleep(THINK_SECONDS)
+
+
+async def reader(http: httpx.AsyncClient, pool: Pool, tally: Tally, n: int, stop: float) -> None:
+    rng = random.Random(2000 + n)
+    while time.monotonic() < stop:
+        stored = pool.pick(rng)
+        if stored is None:
+            await asyncio.sleep(0.2)
+            continue
+        start = rng.randrange(stored.size)
+        end = rng.randrange(start, stored.size)
+        whole = rng.random() < 0.3
+        headers = {} if whole else {"Range": f"bytes={start}-{end}"}
+        if whole:
+            start, end = 0, stored.size - 1
+        try:
+            response = await http.get(f"/f/{stored.public_id}", headers=headers)
+        except httpx.HTTPError as exc:
+            tally.count("download", type(exc).__name__)
+            continue
+        tally.count("download", response.status_code)
+        if response.status_code in (200, 206) and response.content != body_range(
+            stored.seed, stored.size, start, end
+        ):
+            tally.wrong_bytes += 1
+
+
+async def deleter(http: httpx.AsyncClient, key: str, pool: Pool, tally: Tally, stop: float) -> None:
+    rng = random.Random(3000)
+    doomed: list[tuple[float, Stored]] = []
+    while time.monotonic() < stop or doomed:
+        await asyncio.sleep(1.0)
+        if time.monotonic() < stop and len(pool.files) > 20 and rng.random() < 0.5:
+            victim = pool.files.pop(rng.randrange(len(pool.files)))
+            doomed.append((time.monotonic() + DELETE_GRACE, victim))
+        while doomed and doomed[0][0] <= time.monotonic():
+            _, victim = doomed.pop(0)
+            try:
+                response = await http.delete(
+                    f"/api/files/{victim.public_id}", headers={"Authorization": f"Bearer {key}"}
+                )
+                tally.count("delete", response.status_code)
+            except httpx.HTTPError as exc:
+                tally.count("delete", type(exc).__name__)
+
+
+def s3_client_loop(url: str, tally: Tally, n: int, stop: float) -> None:
+    """boto3 with its defaults, in a thread: put (multipart), ranged get, delete."""
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+        config=BotoConfig(s3={"addressing_style": "path"}),
+    )
+    rng = random.Random(4000 + n)
+    count = 0
+    while time.monotonic() < stop:
+        count += 1
+        seed = 50_000_000 + n * 1_000_000 + count
+        key = f"s3-{n}/{count}.bin"
+        try:
+            s3.upload_fileobj(_PatternFile(seed, S3_SIZE), BUCKET, key)
+            tally.count("s3_put", 200)
+            tally.uploaded_bytes += S3_SIZE
+            start = rng.randrange(S3_SIZE)
+            end = min(S3_SIZE - 1, start + rng.randrange(4 * MiB))
+            got = s3.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={start}-{end}")
+            tally.count("s3_get", got["ResponseMetadata"]["HTTPStatusCode"])
+            if got["Body"].read() != body_range(seed, S3_SIZE, start, end):
+                tally.wrong_bytes += 1
+            if count % 2 == 0:
+                s3.delete_object(Bucket=BUCKET, Key=key)
+                tally.count("s3_delete", 204)
+            time.sleep(THINK_SECONDS)
+        except ClientError as exc:
+            tally.count("s3", exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?"))
+        except Exception as exc:  # a soak counts every kind of failure
+            tally.count("s3", type(exc).__name__)
+
+
+# --- the service and its database ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Service:
+    url: str
+    key: str
+    pid: int
+    database: Path
+
+
+@contextlib.contextmanager
+def service(sim: SimulatorProcess, workdir: Path, args: argparse.Namespace) -> Iterator[Service]:
+    database = workdir / "soak.db"
+    port = free_port()
+    env = service_env(
+        {
+            "BOT_TOKENS": ",".join(sim.tokens),
+            "STORAGE_CHAT_ID": str(CHAT_ID),
+            "TELEGRAM_API_BASE": sim.url,
+            "DATABASE_URL": f"sqlite+aiosqlite:///{database}",
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "CHUNK_SIZE": str(args.chunk_mib * MiB),
+            "SENDS_PER_MINUTE": "0",
+            "S3_CREDENTIALS": f"{S3_ACCESS_KEY}:{S3_SECRET}",
+            "LOG_LEVEL": "WARNING",
+            "SPOOL_DIR": str(workdir / "spool"),
+        }
+    )
+    command = teleuploader_command()
+    subprocess.run([*command, "migrate"], env=env, cwd=workdir, check=True, capture_output=True)
+    created = subprocess.run(
+        [*command, "keys", "create", "soak"], env=env, cwd=workdir, check=True, capture_output=True
+    )
+    key = created.stdout.decode().split()[0]
+    log_path = workdir / "service.log"
+    url = f"http://127.0.0.1:{port}"
+    with running([*command, "serve"], log_path, env=env, cwd=workdir) as process:
+        wait_until(process, f"{url}/ready", log_path, "the service")
+        yield Service(url=url, key=key, pid=process.pid, database=database)
+
+
+def _rss_mib(pid: int) -> float:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / KiB
+    return 0.0
+
+
+def _query(database: Path, sql: str) -> int:
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30)
+    try:
+        value = connection.execute(sql).fetchone()[0]
+        return int(value or 0)
+    finally:
+        connection.close()
+
+
+def referenced_chunks(database: Path) -> int:
+    """Chunks that a live object or an unfinished multipart upload holds."""
+    return _query(
+        database,
+        "SELECT count(*) FROM (SELECT chunk_id FROM pieces UNION SELECT chunk_id FROM part_pieces)",
+    )
+
+
+def garbage_backlog(database: Path) -> int:
+    ledger = _query(database, "SELECT count(*) FROM gc_ledger")
+    pending = _query(database, "SELECT count(*) FROM chunks WHERE state = 'pending'")
+    return ledger + pending
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+async def soak(svc: Service, args: argparse.Namespace) -> tuple[Tally, list[float], float]:
+    tally, pool = Tally(), Pool()
+    stop = time.monotonic() + args.minutes * 60
+    rss: list[float] = []
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(base_url=svc.url, timeout=300, limits=limits) as http:
+        await asyncio.to_thread(_create_bucket, svc.url)
+
+        async def sample() -> None:
+            for _ in range(args.minutes):
+                await asyncio.sleep(60)
+                rss.append(_rss_mib(svc.pid))
+                print(
+                    f"   minute {len(rss)}: RSS {rss[-1]:.0f} MiB, "
+                    f"{tally.uploaded_bytes / MiB:.0f} MiB uploaded",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+        cpu_before = cpu_seconds(svc.pid)
+        tasks = [
+            *(uploader(http, svc.key, pool, tally, n, stop) for n in range(args.uploaders)),
+            *(reader(http, pool, tally, n, stop) for n in range(args.readers)),
+            deleter(http, svc.key, pool, tally, stop),
+            *(
+                asyncio.to_thread(s3_client_loop, svc.url, tally, n, stop)
+                for n in range(args.s3_clients)
+            ),
+            sample(),
+        ]
+        await asyncio.gather(*tasks)
+        cpu = cpu_seconds(svc.pid) - cpu_before
+    return tally, rss, cpu
+
+
+def _create_bucket(url: str) -> None:
+    boto3.client(
+        "s3",
+        endpoint_url=url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    ).create_bucket(Bucket=BUCKET)
+
+
+def drain(svc: Service, sim: SimulatorProcess, limit: float) -> tuple[int, int, int]:
+    """Wait until the GC has nothing left (or `limit` s); then (stored messages,
+    referenced chunks, backlog)."""
+    deadline = time.monotonic() + limit
+    while garbage_backlog(svc.database) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    stored = int(sim.stats()["chats"][str(CHAT_ID)]["live_messages"])
+    return stored, referenced_chunks(svc.database), garbage_backlog(svc.database)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=int, default=10)
+    parser.add_argument("--bots", type=int, default=6)
+    parser.add_argument("--bandwidth", type=float, default=8, help="MiB/s per connection")
+    parser.add_argument("--chunk-mib", type=int, default=4, help="CHUNK_SIZE of the service")
+    parser.add_argument("--fault-rate", type=float, default=0.05, help="share of faulty calls")
+    parser.add_argument("--uploaders", type=int, default=4)
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--s3-clients", type=int, default=2)
+    parser.add_argument("--drain-seconds", type=float, default=180)
+    args = parser.parse_args(argv)
+    # The injected faults, split as the issue measured them: mostly 5xx.
+    fault_args = [
+        "--fault-5xx-rate",
+        str(args.fault_rate * 0.6),
+        "--fault-429-rate",
+        str(args.fault_rate * 0.2),
+        "--fault-drop-rate",
+        str(args.fault_rate * 0.2),
+        "--seed",
+        "7",
+    ]
+    sim_args = [
+        "--concurrency-limit",
+        "1",
+        "--upload-bandwidth",
+        str(int(args.bandwidth * MiB)),
+        *fault_args,
+    ]
+    with tempfile.TemporaryDirectory(prefix="soak-") as directory:
+        workdir = Path(directory)
+        with (
+            simulator_process(workdir, bots=args.bots, args=sim_args) as sim,
+            service(sim, workdir, args) as svc,
+        ):
+            print(f"== soak: {args.minutes} min, {args.fault_rate:.0%} faults", file=sys.stderr)
+            tally, rss, cpu = asyncio.run(soak(svc, args))
+            sim.configure(fault_5xx_rate=0.0, fault_429_rate=0.0, fault_drop_rate=0.0)
+            stored, referenced, backlog = drain(svc, sim, args.drain_seconds)
+            max_calls = max(int(b["max_concurrent_calls"]) for b in sim.stats()["bots"].values())
+    return report(args, tally, rss, cpu, stored, referenced, backlog, max_calls)
+
+
+def report(
+    args: argparse.Namespace,
+    tally: Tally,
+    rss: list[float],
+    cpu: float,
+    stored: int,
+    referenced: int,
+    backlog: int,
+    max_calls: int,
+) -> int:
+    print(
+        f"\n{args.minutes} min, {args.bots} bots at {args.bandwidth:g} MiB/s, CHUNK_SIZE "
+        f"{args.chunk_mib} MiB, {args.fault_rate:.0%} of calls faulty; "
+        f"{tally.uploaded_bytes / MiB:.0f} MiB uploaded, service CPU {cpu:.0f} s\n"
+    )
+    print("| minute | RSS (MiB) |")
+    print("|---:|---:|")
+    for minute, value in enumerate(rss, start=1):
+        print(f"| {minute} | {value:.0f} |")
+    after = rss[WARM_UP_MINUTES:]
+    flat = None
+    if len(after) >= 2:
+        reference = after[0]
+        flat = max(abs(v - reference) for v in after) / reference
+        print(
+            f"\nRSS after warm-up: {min(after):.0f}-{max(after):.0f} MiB, largest deviation "
+            f"from minute {WARM_UP_MINUTES + 1}: {flat:.1%} (target <= 10 %)"
+        )
+    print("\n| operation | status | count |")
+    print("|---|---|---:|")
+    for (operation, status), count in sorted(tally.answers.items()):
+        print(f"| {operation} | {status} | {count} |")
+    leaks = stored - referenced
+    print(
+        f"\nwrong bytes: {tally.wrong_bytes} (target 0); most calls in flight on one token: "
+        f"{max_calls} (target 1)\nTelegram messages stored: {stored}, chunks referenced: "
+        f"{referenced}, GC backlog left: {backlog}; leaked messages: {leaks} (target 0)"
+    )
+    return 0 if tally.wrong_bytes == 0 and leaks == 0 and max_calls <= 1 else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Broken as exc:
+        print(f"soak: {exc}", file=sys.stderr)
+        sys.exit(2)
