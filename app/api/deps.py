@@ -1,4 +1,11 @@
-"""FastAPI dependencies, as `Annotated` aliases."""
+"""FastAPI dependencies, as `Annotated` aliases.
+
+Who is calling: `resolve_key` finds the caller's API key (the Bearer header;
+another credential, such as a session cookie, would plug in there), and one
+alias per required scope checks it (`ReadKey`, `WriteKey`; `ReadAccess` for
+downloads, public unless REQUIRE_KEY_FOR_DOWNLOADS). What a key may do to a
+particular file (its owner) is decided by the route, which knows the file.
+"""
 
 from __future__ import annotations
 
