@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
+# A new key uploads and manages its own files; `admin` (everyone's files) must
+# be asked for. Keys from before scopes existed were migrated to admin.
+DEFAULT_KEY_SCOPE = "write"
 T = TypeVar("T")
 
 
@@ -61,6 +64,8 @@ def _one_line(exc: Exception) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.db.models import KEY_SCOPES
+
     parser = argparse.ArgumentParser(
         prog="teleuploader",
         description="Store files in a private Telegram channel through a pool of bots.",
@@ -137,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     key_commands = keys.add_subparsers(title="key commands", metavar="ACTION")
     create = key_commands.add_parser("create", help="create a key and print it (shown once)")
     create.add_argument("name")
+    create.add_argument(
+        "--scope",
+        choices=KEY_SCOPES,
+        default=DEFAULT_KEY_SCOPE,
+        help="read: list files (and download, with REQUIRE_KEY_FOR_DOWNLOADS); "
+        "write: also upload, and delete or replace the files this key uploaded; "
+        f"admin: everything, on every file ({DEFAULT_KEY_SCOPE})",
+    )
     create.set_defaults(handler=cmd_keys_create)
     listing = key_commands.add_parser("list", help="list keys (never their secret part)")
     listing.set_defaults(handler=cmd_keys_list)
@@ -221,27 +234,33 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     async def run(session_factory: _Sessions) -> str:
         async with session_factory() as session:
             try:
-                _key, plaintext = await ApiKeyRepository(session).create(args.name)
+                _key, plaintext = await ApiKeyRepository(session).create(
+                    args.name, scope=args.scope
+                )
             except ApiKeyNameTaken as exc:
                 raise CliError(str(exc)) from None
         return plaintext
 
     plaintext = _with_database(run)
     print(plaintext)
-    print(f"(key {args.name!r} created; it is shown only this once)", file=sys.stderr)
+    print(
+        f"(key {args.name!r} created with scope {args.scope}; it is shown only this once)",
+        file=sys.stderr,
+    )
     return 0
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
     from app.db.api_keys import ApiKeyRepository
 
-    async def run(session_factory: _Sessions) -> list[tuple[str, str, str, str]]:
+    async def run(session_factory: _Sessions) -> list[tuple[str, str, str, str, str]]:
         async with session_factory() as session:
             keys = await ApiKeyRepository(session).list()
             return [
                 (
                     key.name,
                     key.prefix + "…",
+                    key.scope,
                     key.created_at.strftime("%Y-%m-%d %H:%M"),
                     "revoked" if key.revoked else "active",
                 )
@@ -251,8 +270,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     rows = _with_database(run)
     if not rows:
         print("no API keys; create one with `teleuploader keys create NAME`")
-    for name, prefix, created, state in rows:
-        print(f"{name:<24} {prefix:<14} {created}  {state}")
+    for name, prefix, scope, created, state in rows:
+        print(f"{name:<24} {prefix:<14} {scope:<6} {created}  {state}")
     return 0
 
 

@@ -186,6 +186,14 @@ class Settings(BaseSettings):
         default=False,
         validation_alias=AliasChoices("REQUIRE_KEY_FOR_DOWNLOADS", "require_key_for_downloads"),
     )
+    refused_key_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=60,
+        validation_alias=AliasChoices("REFUSED_KEY_CACHE_SECONDS", "refused_key_cache_seconds"),
+        description="How long an unknown or revoked API key is refused from memory "
+        "(no database query); 0 asks the database every time.",
+    )
 
     metrics_access: Literal["off", "public", "key"] = Field(
         default="key",

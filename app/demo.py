@@ -15,6 +15,7 @@ from app.config import BotToken, Settings
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
+from app.db.models import KeyScope
 from app.db.session import session_scope
 from app.logging import configure_logging
 from app.main import create_app
@@ -24,11 +25,14 @@ from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_toke
 DEMO_CHAT_ID = -1001000000001
 
 
-async def create_api_key(database_url: str, name: str = "demo") -> str:
+async def create_api_key(
+    database_url: str, name: str = "demo", *, scope: KeyScope = "admin"
+) -> str:
+    """The demo's key is the operator's: admin, unless a caller asks for less."""
     engine = create_engine(database_url)
     try:
         async with session_scope(create_sessionmaker(engine)) as session:
-            _key, plaintext = await ApiKeyRepository(session).create(name)
+            _key, plaintext = await ApiKeyRepository(session).create(name, scope=scope)
     finally:
         await engine.dispose()
     return plaintext

@@ -15,6 +15,7 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.api.key_checks import KeyChecks
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
@@ -60,6 +61,10 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    key_checks: KeyChecks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key_checks = KeyChecks(self.sessionmaker, ttl=self.settings.refused_key_cache_seconds)
 
     async def database_ok(self) -> bool:
         try:

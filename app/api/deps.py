@@ -1,4 +1,11 @@
-"""FastAPI dependencies, as `Annotated` aliases."""
+"""FastAPI dependencies, as `Annotated` aliases.
+
+Who is calling: `resolve_key` finds the caller's API key (the Bearer header;
+another credential, such as a session cookie, would plug in there), and one
+alias per required scope checks it (`ReadKey`, `WriteKey`; `ReadAccess` for
+downloads, public unless REQUIRE_KEY_FOR_DOWNLOADS). What a key may do to a
+particular file (its owner) is decided by the route, which knows the file.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,7 @@ from fastapi import Depends, Request
 
 from app.api.errors import ApiError
 from app.config import Settings
-from app.db.api_keys import ApiKeyRepository
-from app.db.models import ApiKey
-from app.db.session import session_scope
+from app.db.models import ApiKey, KeyScope
 from app.services import Services
 from app.store.service import ObjectStore
 
@@ -45,20 +50,16 @@ def _bearer(request: Request) -> str | None:
     return credentials.strip()
 
 
-async def verify_key(request: Request, services: Services) -> ApiKey:
+async def resolve_key(request: Request, services: Services) -> ApiKey | None:
+    """The caller's API key, or None when the request carries none.
+
+    A key that is sent but unknown or revoked is a 401, not None: the client
+    must learn that its key is wrong rather than be treated as anonymous.
+    """
     key = _bearer(request)
     if key is None:
-        raise ApiError(
-            401,
-            "unauthorized",
-            "an API key is required: send `Authorization: Bearer <key>` "
-            "(create one with `teleuploader keys create NAME`)",
-            {"WWW-Authenticate": "Bearer"},
-        )
-    # A short session of its own: an upload must not hold a database
-    # connection for as long as its body takes to arrive.
-    async with session_scope(services.sessionmaker) as session:
-        found = await ApiKeyRepository(session).verify(key)
+        return None
+    found = await services.key_checks.verify(key)
     if found is None:
         raise ApiError(
             401, "unauthorized", "the API key is unknown or revoked", {"WWW-Authenticate": "Bearer"}
@@ -66,8 +67,38 @@ async def verify_key(request: Request, services: Services) -> ApiKey:
     return found
 
 
+async def verify_key(request: Request, services: Services) -> ApiKey:
+    """The caller's API key, of any scope; 401 without one."""
+    found = await resolve_key(request, services)
+    if found is None:
+        raise ApiError(
+            401,
+            "unauthorized",
+            "an API key is required: send `Authorization: Bearer <key>` "
+            "(create one with `teleuploader keys create NAME`)",
+            {"WWW-Authenticate": "Bearer"},
+        )
+    return found
+
+
+def _check_scope(key: ApiKey, scope: KeyScope) -> ApiKey:
+    if not key.allows(scope):
+        raise ApiError(
+            403,
+            "forbidden",
+            f"this needs an API key with the `{scope}` scope (or a wider one); "
+            f"the key {key.name!r} has `{key.scope}` "
+            f"(create one with `teleuploader keys create NAME --scope {scope}`)",
+        )
+    return key
+
+
+async def require_read_key(request: Request, services: ServicesDep) -> ApiKey:
+    return _check_scope(await verify_key(request, services), "read")
+
+
 async def require_write_key(request: Request, services: ServicesDep) -> ApiKey:
-    return await verify_key(request, services)
+    return _check_scope(await verify_key(request, services), "write")
 
 
 async def require_read_access(request: Request, services: ServicesDep) -> ApiKey | None:
@@ -75,8 +106,9 @@ async def require_read_access(request: Request, services: ServicesDep) -> ApiKey
     REQUIRE_KEY_FOR_DOWNLOADS setting says otherwise."""
     if not services.settings.require_key_for_downloads:
         return None
-    return await verify_key(request, services)
+    return await require_read_key(request, services)
 
 
+ReadKey = Annotated[ApiKey, Depends(require_read_key)]
 WriteKey = Annotated[ApiKey, Depends(require_write_key)]
 ReadAccess = Annotated[ApiKey | None, Depends(require_read_access)]

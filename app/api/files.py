@@ -14,7 +14,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import ReadAccess, SettingsDep, StoreDep, WriteKey
+from app.api.active_content import protective_headers
+from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.api.errors import ApiError
 from app.api.forms import StreamingForm
 from app.api.http_ranges import (
@@ -27,7 +28,9 @@ from app.api.http_ranges import (
 )
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
-from app.store.service import ObjectInfo
+from app.db.models import ApiKey
+from app.store.errors import NotOwner
+from app.store.service import ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
 
@@ -83,6 +86,33 @@ def _clean_name(name: str | None, fallback: str) -> str:
     return (cleaned or fallback)[:MAX_NAME_LENGTH]
 
 
+def _limited_to_own_files(key: ApiKey) -> int | None:
+    """The key id a caller may change files of, or None for an admin key (any file)."""
+    return None if key.allows("admin") else key.id
+
+
+def _belongs_to_another_key(what: str, headers: dict[str, str] | None = None) -> ApiError:
+    return ApiError(
+        403,
+        "forbidden",
+        f"{what} belongs to another API key: a `write` key may replace or delete "
+        "only the files it uploaded (an `admin` key may change any file)",
+        headers,
+    )
+
+
+async def _check_may_replace(store: ObjectStore, key: ApiKey, object_key: str, name: str) -> None:
+    """Refuse before the body is read. The store checks again under the
+    object's lock, which is what decides a race."""
+    own = _limited_to_own_files(key)
+    if own is None:
+        return
+    existing = await store.get(NATIVE_BUCKET, object_key)
+    if existing is not None and existing.owner_key_id != own:
+        # The body is not read: the connection cannot be reused.
+        raise _belongs_to_another_key(f"the file {name!r}", {"Connection": "close"})
+
+
 def _guess_type(name: str, declared: str | None) -> str:
     if (
         declared
@@ -120,7 +150,7 @@ def _guess_type(name: str, declared: str | None) -> str:
     },
 )
 async def upload_form(
-    request: Request, store: StoreDep, settings: SettingsDep, _key: WriteKey
+    request: Request, store: StoreDep, settings: SettingsDep, key: WriteKey
 ) -> FileOut:
     """Upload a file as the multipart field `file` (an optional `fileName`
     field overrides its name). Every upload makes a new file."""
@@ -147,30 +177,39 @@ async def upload_form(
         key=f"upload/{secrets.token_urlsafe(18)}",
         name=name,
         content_type=_guess_type(name, form.content_type),
+        owner_key_id=key.id,
     )
     return _file_out(request, settings, info)
 
 
 @router.put("/api/files/{name:path}", status_code=201, response_model=FileOut)
 async def upload_raw(
-    name: str, request: Request, store: StoreDep, settings: SettingsDep, _key: WriteKey
+    name: str, request: Request, store: StoreDep, settings: SettingsDep, key: WriteKey
 ) -> FileOut:
     """Upload the raw request body (`curl -T file URL`). Uploading again under
-    the same name replaces the content; the public id stays the same."""
+    the same name replaces the content; the public id stays the same. A
+    `write` key may replace only a file it uploaded."""
     clean = _clean_name(name, "")
     if not clean:
         raise ApiError(400, "bad_request", "the file name is empty")
     declared = _check_declared_length(request, settings.max_upload_size)
-    info = await store.put_stream(
-        request.stream(),
-        bucket=NATIVE_BUCKET,
-        key=f"named/{name}",
-        name=clean,
-        content_type=_guess_type(clean, request.headers.get("content-type")),
-        max_size=settings.max_upload_size,
-        keep_public_id=True,
-        expected_size=declared,
-    )
+    object_key = f"named/{name}"
+    await _check_may_replace(store, key, object_key, clean)
+    try:
+        info = await store.put_stream(
+            request.stream(),
+            bucket=NATIVE_BUCKET,
+            key=object_key,
+            name=clean,
+            content_type=_guess_type(clean, request.headers.get("content-type")),
+            max_size=settings.max_upload_size,
+            keep_public_id=True,
+            expected_size=declared,
+            owner_key_id=key.id,
+            only_if_owned_by=_limited_to_own_files(key),
+        )
+    except NotOwner:
+        raise _belongs_to_another_key(f"the file {clean!r}") from None
     return _file_out(request, settings, info)
 
 
@@ -195,8 +234,10 @@ async def download(
         "ETag": info.etag,
         "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
+        # Every file is a download, never a page shown on this origin; active
+        # types are sandboxed as well (app.api.active_content).
         "Content-Disposition": content_disposition(info.name),
-        "X-Content-Type-Options": "nosniff",
+        **protective_headers(info.content_type),
         "Cache-Control": "private, max-age=0, must-revalidate",
     }
     if not_modified(request.headers, etag=info.etag, last_modified=info.updated_at):
@@ -238,7 +279,7 @@ async def list_files(
     request: Request,
     store: StoreDep,
     settings: SettingsDep,
-    _key: WriteKey,
+    _key: ReadKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> FileList:
@@ -251,8 +292,15 @@ async def list_files(
 
 
 @router.delete("/api/files/{public_id}", status_code=204)
-async def delete_file(public_id: str, store: StoreDep, _key: WriteKey) -> Response:
-    """Delete a file; its chunks are deleted from Telegram once nothing else uses them."""
-    if not await store.delete_by_public_id(public_id):
+async def delete_file(public_id: str, store: StoreDep, key: WriteKey) -> Response:
+    """Delete a file; its chunks are deleted from Telegram once nothing else
+    uses them. A `write` key may delete only a file it uploaded."""
+    try:
+        deleted = await store.delete_by_public_id(
+            public_id, only_if_owned_by=_limited_to_own_files(key)
+        )
+    except NotOwner:
+        raise _belongs_to_another_key(f"the file with the id {public_id[:64]!r}") from None
+    if not deleted:
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     return Response(status_code=204)

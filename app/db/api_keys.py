@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from app.db.models import ApiKey
+from app.db.models import KEY_SCOPES, ApiKey, KeyScope
 from app.db.types import utcnow
 
 KEY_PREFIX = "tu_"
@@ -39,13 +39,19 @@ class ApiKeyRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    async def create(self, name: str) -> tuple[ApiKey, str]:
+    async def create(self, name: str, *, scope: KeyScope) -> tuple[ApiKey, str]:
         """A new key and its plaintext, which is not stored and cannot be shown again."""
         if not name.strip():
             raise ValueError("an API key needs a name")
+        if scope not in KEY_SCOPES:
+            raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(KEY_SCOPES)}")
         plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey(
-            name=name, prefix=plaintext[:8], key_hash=hash_key(plaintext), created_at=utcnow()
+            name=name,
+            prefix=plaintext[:8],
+            key_hash=hash_key(plaintext),
+            scope=scope,
+            created_at=utcnow(),
         )
         try:
             async with self._session.begin_nested():

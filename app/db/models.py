@@ -41,9 +41,14 @@ from app.db.types import BigIntPK, JsonDict, UtcDateTime, key_string, utcnow
 
 ChunkState = Literal["pending", "live"]
 GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphaned"]
+# What an API key may do, each scope including the ones before it: `read`
+# lists and (with REQUIRE_KEY_FOR_DOWNLOADS) downloads, `write` also uploads
+# and deletes or replaces what it uploaded, `admin` does everything.
+KeyScope = Literal["read", "write", "admin"]
 
 CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
 GC_REASONS: tuple[str, ...] = get_args(GcReason)
+KEY_SCOPES: tuple[KeyScope, ...] = get_args(KeyScope)
 
 MAX_KEY_LENGTH = 1024  # S3's limit, in bytes of UTF-8; we check characters.
 MAX_BUCKET_NAME_LENGTH = 63
@@ -136,6 +141,11 @@ class StoredObject(Base):
     inline_data: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # The API key (api_keys.id) that uploaded this version through the native
+    # API; None for S3 objects and files from before keys had owners. No
+    # foreign key: keys are never deleted (a revoked key keeps its row), and
+    # adding one would make SQLite rebuild this, the largest table.
+    owner_key_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
@@ -185,12 +195,13 @@ class ApiKey(Base):
     """An API key. Only its SHA-256 is stored; the key itself is shown once."""
 
     __tablename__ = "api_keys"
-    __table_args__ = (NEVER_REUSE_IDS,)
+    __table_args__ = (CheckConstraint(_in_list("scope", KEY_SCOPES), name="scope"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(255), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -199,8 +210,15 @@ class ApiKey(Base):
     def revoked(self) -> bool:
         return self.revoked_at is not None
 
+    def allows(self, scope: KeyScope) -> bool:
+        """Whether this key's scope includes `scope`."""
+        return KEY_SCOPES.index(self.scope) >= KEY_SCOPES.index(scope)
+
     def __repr__(self) -> str:
-        return f"ApiKey(name={self.name!r}, prefix={self.prefix!r}, revoked={self.revoked})"
+        return (
+            f"ApiKey(name={self.name!r}, prefix={self.prefix!r}, scope={self.scope!r}, "
+            f"revoked={self.revoked})"
+        )
 
 
 class GcEntry(Base):

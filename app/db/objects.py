@@ -54,6 +54,15 @@ def key_prefix_bounds(column: SQLColumnExpression[str], prefix: str) -> list[Col
     return bounds
 
 
+class NotOwner(Exception):
+    """The object belongs to another API key (or to none): nothing was changed."""
+
+    def __init__(self, bucket: str, key: str) -> None:
+        super().__init__(f"object {bucket}/{key} belongs to another API key")
+        self.bucket = bucket
+        self.key = key
+
+
 @dataclass(frozen=True, slots=True)
 class PieceSpec:
     """Bytes [offset, offset + length) of a chunk; pieces follow each other in the object."""
@@ -82,6 +91,8 @@ class ObjectSpec:
     user_metadata: Mapping[str, Any] = field(default_factory=dict)
     inline_data: bytes | None = None
     pieces: Sequence[PieceSpec] = ()
+    # The API key uploading it (recorded as the object's owner), if any.
+    owner_key_id: int | None = None
 
     def check(self) -> None:
         if not self.bucket or not self.key:
@@ -218,7 +229,12 @@ class ObjectRepository:
     # --- writing --------------------------------------------------------------
 
     async def put(
-        self, spec: ObjectSpec, *, keep_public_id: bool = False, now: datetime | None = None
+        self,
+        spec: ObjectSpec,
+        *,
+        keep_public_id: bool = False,
+        only_if_owned_by: int | None = None,
+        now: datetime | None = None,
     ) -> StoredObject:
         """Write a whole object under (bucket, key), replacing any previous one.
 
@@ -229,6 +245,8 @@ class ObjectRepository:
         see either version whole. The new object gets a new row id and, unless
         `keep_public_id`, a new public id.
 
+        With `only_if_owned_by`, a previous object must belong to that API key,
+        checked under the key's lock: otherwise NotOwner, nothing written.
         Raises ChunksMissing (nothing written) if a referenced chunk is gone.
         """
         spec.check()
@@ -238,6 +256,8 @@ class ObjectRepository:
         await self._chunks.mark_live(piece.chunk_id for piece in spec.pieces)
 
         previous = await self._get_for_update(spec.bucket, spec.key)
+        if previous is not None and not _owned(previous, only_if_owned_by):
+            raise NotOwner(spec.bucket, spec.key)
         if previous is None:
             created = await self._insert(spec, new_public_id(), now, now)
             await self._insert_pieces(created, spec)
@@ -259,7 +279,14 @@ class ObjectRepository:
         found = await self._get_for_update(bucket, key)
         return await self._delete_and_release(found, "deleted")
 
-    async def delete_by_public_id(self, public_id: str) -> bool:
+    async def delete_by_public_id(
+        self, public_id: str, *, only_if_owned_by: int | None = None
+    ) -> bool:
+        """Delete the object with this public id; False if there is none.
+
+        With `only_if_owned_by`, it must belong to that API key (checked under
+        the key's lock): otherwise NotOwner, nothing deleted.
+        """
         # SQLite: become the writer before reading (see app.db.locking).
         await lock_database_for_write(self._session)
         found = await self.get_by_public_id(public_id)
@@ -270,6 +297,8 @@ class ObjectRepository:
         locked = await self._session.scalar(
             self._locking(select(StoredObject).where(StoredObject.public_id == public_id))
         )
+        if locked is not None and not _owned(locked, only_if_owned_by):
+            raise NotOwner(locked.bucket, locked.key)
         return await self._delete_and_release(locked, "deleted")
 
     # --- helpers --------------------------------------------------------------
@@ -328,6 +357,7 @@ class ObjectRepository:
             inline_data=spec.inline_data,
             created_at=created_at,
             updated_at=updated_at,
+            owner_key_id=spec.owner_key_id,
         )
         self._session.add(obj)
         await self._session.flush()
@@ -351,3 +381,8 @@ class ObjectRepository:
             )
             start += piece.length
         await self._session.execute(insert(Piece), rows)
+
+
+def _owned(obj: StoredObject, only_if_owned_by: int | None) -> bool:
+    """Whether `obj` may be changed by a caller limited to its own objects (None: no limit)."""
+    return only_if_owned_by is None or obj.owner_key_id == only_if_owned_by

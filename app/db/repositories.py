@@ -15,7 +15,13 @@ from app.db.multipart import (
     UploadMissing,
     multipart_etag,
 )
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, prefix_upper_bound
+from app.db.objects import (
+    NotOwner,
+    ObjectRepository,
+    ObjectSpec,
+    PieceSpec,
+    prefix_upper_bound,
+)
 
 __all__ = [
     "ApiKeyNameTaken",
@@ -28,6 +34,7 @@ __all__ = [
     "InvalidPart",
     "InvalidPartOrder",
     "MultipartRepository",
+    "NotOwner",
     "ObjectRepository",
     "ObjectSpec",
     "PieceSpec",

@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.active_content import protective_headers
 from app.api.http_ranges import RangeNotSatisfiable, http_date, parse_http_date, parse_range
 from app.s3 import xml
 from app.s3.errors import S3Error
@@ -495,6 +496,8 @@ class S3Operation:
         for param, header in RESPONSE_OVERRIDES.items():
             if param in self.query:
                 headers[_title(header)] = self.query[param]
+        # After the overrides: a presigned URL may ask for text/html.
+        headers.update(protective_headers(headers["Content-Type"]))
         start, end, status = 0, info.size, 200
         range_header = self.headers.get("range")
         if range_header:

@@ -17,6 +17,11 @@ class ObjectNotFound(StoreError):
     pass
 
 
+class NotOwner(StoreError):
+    """The caller may change only the objects its API key uploaded, and this
+    one belongs to another key (or to none): nothing was changed."""
+
+
 class ContentUnavailable(StoreError):
     """A chunk could not be read back from Telegram (after retries)."""
 

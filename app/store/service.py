@@ -24,10 +24,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db import objects as db_objects
 from app.db.models import StoredObject
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
 from app.db.session import session_scope
-from app.store.errors import ObjectNotFound
+from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkRef
 from app.store.reader import PieceSpan, RangeReader
@@ -53,6 +54,8 @@ class ObjectInfo:
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    # The API key that uploaded it through the native API (None: S3, or older).
+    owner_key_id: int | None = None
     inline_data: bytes | None = field(default=None, repr=False)
 
     @classmethod
@@ -71,6 +74,7 @@ class ObjectInfo:
             metadata=dict(row.user_metadata or {}),
             created_at=row.created_at,
             updated_at=row.updated_at,
+            owner_key_id=row.owner_key_id,
             inline_data=row.inline_data if with_content else None,
         )
 
@@ -117,7 +121,14 @@ class ObjectStore:
         content_type: str | None,
         metadata: Mapping[str, Any] | None = None,
         keep_public_id: bool = False,
+        owner_key_id: int | None = None,
+        only_if_owned_by: int | None = None,
     ) -> ObjectInfo:
+        """Make `content` the object under (bucket, key), owned by `owner_key_id`.
+
+        With `only_if_owned_by`, an object it replaces must belong to that key:
+        otherwise NotOwner, and the content is discarded.
+        """
         spec = ObjectSpec(
             bucket=bucket,
             key=key,
@@ -130,11 +141,17 @@ class ObjectStore:
             user_metadata=dict(metadata or {}),
             inline_data=content.inline_data,
             pieces=content.pieces,
+            owner_key_id=owner_key_id,
         )
         try:
             async with session_scope(self._sessionmaker) as session:
-                row = await ObjectRepository(session).put(spec, keep_public_id=keep_public_id)
+                row = await ObjectRepository(session).put(
+                    spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
+                )
                 info = ObjectInfo.from_row(row, with_content=False)
+        except db_objects.NotOwner as exc:
+            await self.discard(content)
+            raise NotOwner(str(exc)) from None
         except BaseException:
             await self.discard(content)
             raise
@@ -163,6 +180,8 @@ class ObjectStore:
         max_size: int | None = None,
         keep_public_id: bool = False,
         expected_size: int | None = None,
+        owner_key_id: int | None = None,
+        only_if_owned_by: int | None = None,
     ) -> ObjectInfo:
         content = await self.write_content(
             stream, max_size=max_size, label=key, expected_size=expected_size
@@ -175,6 +194,8 @@ class ObjectStore:
             content_type=content_type,
             metadata=metadata,
             keep_public_id=keep_public_id,
+            owner_key_id=owner_key_id,
+            only_if_owned_by=only_if_owned_by,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -293,9 +314,18 @@ class ObjectStore:
         self._gc.wake()
         return deleted
 
-    async def delete_by_public_id(self, public_id: str) -> bool:
-        async with session_scope(self._sessionmaker) as session:
-            deleted = await ObjectRepository(session).delete_by_public_id(public_id)
+    async def delete_by_public_id(
+        self, public_id: str, *, only_if_owned_by: int | None = None
+    ) -> bool:
+        """False if no object has this id; NotOwner if `only_if_owned_by` is
+        given and the object belongs to another key (nothing deleted)."""
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                deleted = await ObjectRepository(session).delete_by_public_id(
+                    public_id, only_if_owned_by=only_if_owned_by
+                )
+        except db_objects.NotOwner as exc:
+            raise NotOwner(str(exc)) from None
         self._gc.wake()
         return deleted
 

@@ -140,13 +140,31 @@ def test_keys_create_list_revoke(
     key = capsys.readouterr().out.strip().splitlines()[-1]
     assert key.startswith("tu_") and len(key) > 30
 
+    assert main(["keys", "create", "backup-reader", "--scope", "read"]) == 0
+    capsys.readouterr()
+
     assert main(["keys", "list"]) == 0
     listing = capsys.readouterr().out
-    assert "laptop" in listing and "active" in listing and key not in listing
+    assert key not in listing
+    rows = {line.split()[0]: line.split() for line in listing.splitlines()}
+    # A new key writes (its own files) unless asked for another scope.
+    assert rows["laptop"][2] == "write" and rows["laptop"][-1] == "active"
+    assert rows["backup-reader"][2] == "read"
 
     assert main(["keys", "revoke", "laptop"]) == 0
     assert main(["keys", "revoke", "laptop"]) == 2
     assert main(["keys", "create", "laptop"]) == 2
+
+
+def test_keys_create_refuses_an_unknown_scope(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'k.db'}")
+    with pytest.raises(SystemExit) as exited:
+        main(["keys", "create", "x", "--scope", "root"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'root' (choose from 'read', 'write', 'admin')" in err
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import event, func, select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Base, Chunk
@@ -144,3 +145,19 @@ class LockWaits:
             if loop.time() > deadline:
                 raise AssertionError(f"no transaction waited for a lock within {within}s")
             await asyncio.sleep(0.01)
+
+
+@contextmanager
+def key_queries() -> Iterator[list[str]]:
+    """The SQL statements on api_keys that any engine in this process runs meanwhile."""
+    seen: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "api_keys" in statement:
+            seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)

@@ -120,7 +120,7 @@ async def test_put_racing_a_release_keeps_the_chunk(
 async def test_many_requests_verifying_one_key_at_once_all_succeed(sessionmaker: Sessions) -> None:
     """Each wants to record last_used_at; on SQLite only one transaction may write."""
     async with session_scope(sessionmaker) as session:
-        _, plaintext = await ApiKeyRepository(session).create("shared")
+        _, plaintext = await ApiKeyRepository(session).create("shared", scope="write")
 
     async def request() -> bool:
         async with session_scope(sessionmaker) as session:

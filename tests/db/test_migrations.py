@@ -6,10 +6,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, select
+from sqlalchemy import TextClause, bindparam, inspect, select, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.api_keys import hash_key
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
     MIGRATIONS_DIR,
@@ -21,15 +23,21 @@ from app.db.migrations import (
     upgrade,
 )
 from app.db.models import Base, Chunk, GcEntry, UploadPart
-from app.db.repositories import MultipartRepository, ObjectRepository, PieceSpec
+from app.db.repositories import (
+    ApiKeyRepository,
+    MultipartRepository,
+    ObjectRepository,
+    PieceSpec,
+)
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
+from app.db.types import UtcDateTime
 from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0003"
+    assert head_revision() == "0005"
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
@@ -41,7 +49,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0003: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0005: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -155,6 +163,70 @@ async def test_downgrade_below_the_spool_drops_the_parts_it_held(
         await engine.dispose()
 
 
+async def test_keys_from_before_scopes_stay_usable_as_admin_keys(
+    empty_database: Database,
+) -> None:
+    """0005: every key that existed could do everything, and still can; the
+    objects it uploaded have no owner (only admin keys may change them)."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url, "0003")
+    engine = create_engine(empty_database.url)
+    try:
+        plaintext = "tu_" + "k" * 43
+        # As 0003's code wrote them: the models have moved on.
+        async with engine.begin() as connection:
+            await connection.execute(
+                _at_now(
+                    "INSERT INTO api_keys (name, prefix, key_hash, created_at) "
+                    "VALUES ('old', 'tu_kkkkk', :hash, :now)"
+                ),
+                {"hash": hash_key(plaintext)},
+            )
+            await connection.execute(
+                _at_now(
+                    "INSERT INTO objects (bucket, key, public_id, name, content_type, size, "
+                    "etag, user_metadata, created_at, updated_at) VALUES ('bucket', 'old-file', "
+                    "'pid', 'old-file', 'text/plain', 0, '\"e\"', '{}', :now, :now)"
+                )
+            )
+        sessionmaker = create_sessionmaker(engine)
+        await engine.dispose()
+
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+
+        async with session_scope(sessionmaker) as session:
+            key = await ApiKeyRepository(session).verify(plaintext)
+            old_file = await ObjectRepository(session).get("bucket", "old-file")
+        assert key is not None and key.name == "old" and key.scope == "admin"
+        assert key.allows("admin")
+        assert old_file is not None and old_file.owner_key_id is None
+        # No default was left behind: a key must be given its scope.
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as connection:
+                await connection.execute(
+                    _at_now(
+                        "INSERT INTO api_keys (name, prefix, key_hash, created_at) "
+                        "VALUES ('new', 'tu_nnnnn', :hash, :now)"
+                    ),
+                    {"hash": "0" * 64},
+                )
+        await engine.dispose()
+
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0003")
+        async with engine.connect() as connection:
+            columns = await connection.run_sync(
+                lambda c: {
+                    table: {column["name"] for column in inspect(c).get_columns(table)}
+                    for table in ("api_keys", "objects")
+                }
+            )
+        assert "scope" not in columns["api_keys"] and "owner_key_id" not in columns["objects"]
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
 async def test_migrated_schema_matches_the_models(engine: AsyncEngine) -> None:
     def differences(connection: Connection) -> list[object]:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
@@ -162,6 +234,11 @@ async def test_migrated_schema_matches_the_models(engine: AsyncEngine) -> None:
 
     async with engine.connect() as connection:
         assert await connection.run_sync(differences) == []
+
+
+def _at_now(sql: str) -> TextClause:
+    """`sql` with :now bound to the current time, as the models store it."""
+    return text(sql).bindparams(bindparam("now", datetime.now(UTC), type_=UtcDateTime()))
 
 
 async def _tables(engine: AsyncEngine) -> set[str]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import InvalidRequestError
@@ -9,6 +11,7 @@ from app.db.models import Chunk, GcEntry, StoredObject
 from app.db.repositories import (
     ChunkRepository,
     ChunksMissing,
+    NotOwner,
     ObjectRepository,
     PieceSpec,
     prefix_upper_bound,
@@ -287,3 +290,53 @@ def test_prefix_upper_bound() -> None:
     assert prefix_upper_bound("a\U0010ffff") == "b"
     assert prefix_upper_bound("\U0010ffff") is None
     assert prefix_upper_bound("x\ud7ff") == "x\ue000"
+
+
+# --- owners -----------------------------------------------------------------------
+
+
+async def test_a_put_limited_to_its_owner_leaves_another_keys_object_alone(
+    sessionmaker: Sessions,
+) -> None:
+    theirs, mine = await add_chunks(sessionmaker, [100, 50])
+    async with session_scope(sessionmaker) as session:
+        created = await ObjectRepository(session).put(
+            replace(spec("k", whole_chunks([theirs])), owner_key_id=1)
+        )
+
+    with pytest.raises(NotOwner):
+        async with session_scope(sessionmaker) as session:
+            await ObjectRepository(session).put(
+                replace(spec("k", whole_chunks([mine])), owner_key_id=2),
+                keep_public_id=True,
+                only_if_owned_by=2,
+            )
+
+    async with session_scope(sessionmaker) as session:
+        found = await ObjectRepository(session).get("bucket", "k")
+        states = {row.id: row.state for row in await session.execute(select(Chunk.id, Chunk.state))}
+        ledger = await count(session, GcEntry)
+    assert found is not None and (found.id, found.owner_key_id) == (created.id, 1)
+    # The refused content is still the uploader's to discard; nothing was released.
+    assert states == {theirs.id: "live", mine.id: "pending"}
+    assert ledger == 0
+
+
+async def test_a_delete_limited_to_its_owner_refuses_other_and_ownerless_objects(
+    sessionmaker: Sessions,
+) -> None:
+    async with session_scope(sessionmaker) as session:
+        repo = ObjectRepository(session)
+        owned = await repo.put(replace(spec("owned", inline_data=b"x"), owner_key_id=1))
+        ownerless = await repo.put(spec("from-s3-or-before-owners", inline_data=b"y"))
+
+    for public_id in (owned.public_id, ownerless.public_id):
+        with pytest.raises(NotOwner):
+            async with session_scope(sessionmaker) as session:
+                await ObjectRepository(session).delete_by_public_id(public_id, only_if_owned_by=2)
+    async with session_scope(sessionmaker) as session:
+        repo = ObjectRepository(session)
+        assert await count(session, StoredObject) == 2
+        assert await repo.delete_by_public_id(owned.public_id, only_if_owned_by=1)
+        assert await repo.delete_by_public_id(ownerless.public_id)  # no limit: admin
+        assert await count(session, StoredObject) == 0

@@ -54,7 +54,7 @@ async def test_repository_work_from_many_sessions(pgbouncer_engine: AsyncEngine)
                 objects = ObjectRepository(session)
                 await objects.put(spec(f"c{n}/{round_}", inline_data=b"x" * n))
                 await objects.list("bucket", prefix=f"c{n}/")
-                await ApiKeyRepository(session).create(f"key-{n}-{round_}")
+                await ApiKeyRepository(session).create(f"key-{n}-{round_}", scope="write")
                 await GcRepository(session).backlog()
 
     await asyncio.gather(*(client(n) for n in range(CLIENTS)))
