@@ -242,6 +242,8 @@ class S3Operation:
         handlers: dict[tuple[str, str | None], Callable[[], Awaitable[Response]]] = {
             ("GET", "location"): self.get_location,
             ("GET", "versioning"): self.get_versioning,
+            ("PUT", "versioning"): self.put_versioning,
+            ("GET", "versions"): self.list_versions,
             ("GET", "uploads"): self.list_uploads,
             ("POST", "delete"): self.delete_objects,
         }
@@ -267,6 +269,9 @@ class S3Operation:
 
     async def _object_operation(self, method: str) -> Response:
         query = self.query
+        if query.get("versionId", xml.NULL_VERSION_ID) != xml.NULL_VERSION_ID:
+            # Buckets are never versioned: "null" names an object's one version.
+            raise S3Error("InvalidArgument", "Invalid version id specified")
         if method == "PUT":
             if "partNumber" in query and "uploadId" in query:
                 if "x-amz-copy-source" in self.headers:
@@ -364,6 +369,18 @@ class S3Operation:
         await self.s3.require_bucket(self._bucket())
         return _xml(xml.versioning_configuration_xml())
 
+    async def put_versioning(self) -> Response:
+        """Suspended is what an unversioned bucket already is; Enabled would
+        promise old versions that are never kept, so it is refused."""
+        await self.s3.require_bucket(self._bucket())
+        status = xml.parse_versioning_configuration(await self._drain_small_body())
+        if status == "Enabled":
+            raise S3Error(
+                "NotImplemented",
+                "Versioning is not supported: every object has one version (null).",
+            )
+        return _empty()
+
     def _encoding_type(self) -> str | None:
         value = self.query.get("encoding-type")
         if value is None:
@@ -396,6 +413,38 @@ class S3Operation:
                 delimiter=delimiter,
                 next_marker=listing.last if listing.truncated and delimiter else None,
                 encoding_type=self._encoding_type(),
+            )
+        )
+
+    async def list_versions(self) -> Response:
+        """ListObjectVersions: the objects, each as its one version "null"."""
+        prefix = self.query.get("prefix", "")
+        delimiter = self.query.get("delimiter") or None
+        key_marker = self.query.get("key-marker", "")
+        version_id_marker = self.query.get("version-id-marker", "")
+        max_keys = _int_param(self.query, "max-keys", MAX_KEYS, top=MAX_KEYS)
+        encoding_type = self._encoding_type()
+        # A key's only version is "null": after (key, "null") comes the next key.
+        listing = await self.s3.list_objects(
+            self._bucket(),
+            prefix=prefix,
+            delimiter=delimiter,
+            after=key_marker or None,
+            max_keys=max_keys,
+        )
+        return _xml(
+            xml.list_object_versions_xml(
+                bucket=self._bucket(),
+                prefix=prefix,
+                key_marker=key_marker,
+                version_id_marker=version_id_marker,
+                max_keys=max_keys,
+                is_truncated=listing.truncated,
+                versions=[_entry(info) for info in listing.objects],
+                common_prefixes=listing.prefixes,
+                delimiter=delimiter,
+                next_key_marker=listing.last if listing.truncated else None,
+                encoding_type=encoding_type,
             )
         )
 

@@ -30,6 +30,8 @@ from app.store.service import ObjectInfo, ObjectStore
 
 DEFAULT_CONTENT_TYPE = "binary/octet-stream"
 MAX_PART_NUMBER = 10_000
+# Uploads aborted per listing while a bucket is deleted.
+MAX_UPLOADS_PER_ROUND = 1000
 
 
 def object_name(key: str) -> str:
@@ -63,6 +65,14 @@ class S3Service:
             raise S3Error("NoSuchBucket", resource=f"/{name}")
 
     async def delete_bucket(self, name: str) -> None:
+        """Delete a bucket with no objects. Multipart uploads still in progress
+        do not keep it (as in AWS): they are aborted, their parts go to the GC."""
+        await self.require_bucket(name)
+        while uploads := await self._multipart.list_uploads(
+            name, prefix="", key_marker=None, upload_id_marker=None, limit=MAX_UPLOADS_PER_ROUND
+        ):
+            for upload in uploads:
+                await self._multipart.abort(upload)
         try:
             deleted = await self._buckets.delete(name)
         except BucketNotEmpty:
@@ -257,11 +267,18 @@ class S3Service:
     async def complete_upload(
         self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
     ) -> ObjectInfo:
-        upload = await self.require_upload(bucket, key, upload_id)
+        upload = await self._multipart.get(upload_id, bucket=bucket, key=key)
         try:
+            if upload is None:
+                raise UploadMissing(upload_id)
             return await self._multipart.complete(upload, parts, name=object_name(key))
         except UploadMissing:
-            raise _no_such_upload(bucket, key) from None
+            # An SDK retries a Complete whose answer it lost; the first one
+            # made the object, so the retry gets the same result.
+            done = await self._multipart.completed_object(bucket, key, parts)
+            if done is None:
+                raise _no_such_upload(bucket, key) from None
+            return done
         except FlushFailed as exc:
             raise S3Error(
                 "ServiceUnavailable", f"The parts cannot be stored in Telegram now: {exc}"

@@ -116,6 +116,10 @@ class Owner:
     display_name: str
 
 
+#: The version id of every object: buckets here are never versioned, and
+#: that is how S3 names the one version of an object in such a bucket.
+NULL_VERSION_ID: Final = "null"
+
 #: Used when the caller has no better owner to report.
 DEFAULT_OWNER: Final = Owner("teleuploader", "teleuploader")
 
@@ -275,6 +279,50 @@ def list_objects_v2_xml(
     doc.leaf("StartAfter", _encode(start_after, encoding_type))
     doc.leaf("EncodingType", encoding_type)
     _contents(doc, contents, encoding_type)
+    _common_prefixes(doc, common_prefixes, encoding_type)
+    return doc.bytes()
+
+
+def list_object_versions_xml(
+    *,
+    bucket: str,
+    prefix: str = "",
+    key_marker: str = "",
+    version_id_marker: str = "",
+    max_keys: int = 1000,
+    is_truncated: bool = False,
+    versions: Sequence[ObjectEntry] = (),
+    common_prefixes: Sequence[str] = (),
+    delimiter: str | None = None,
+    next_key_marker: str | None = None,
+    encoding_type: str | None = None,
+) -> bytes:
+    """``ListVersionsResult`` of an unversioned bucket: every object is its
+    one and latest version, with the version id ``null``, as AWS lists the
+    objects of a bucket that never had versioning."""
+    doc = _Doc("ListVersionsResult")
+    doc.leaf("Name", bucket)
+    doc.leaf("Prefix", _encode(prefix, encoding_type))
+    doc.leaf("KeyMarker", _encode(key_marker, encoding_type))
+    doc.leaf("VersionIdMarker", version_id_marker)
+    if is_truncated and next_key_marker is not None:
+        doc.leaf("NextKeyMarker", _encode(next_key_marker, encoding_type))
+        doc.leaf("NextVersionIdMarker", NULL_VERSION_ID)
+    doc.leaf("MaxKeys", max_keys)
+    doc.leaf("Delimiter", _encode(delimiter, encoding_type))
+    doc.leaf("IsTruncated", is_truncated)
+    doc.leaf("EncodingType", encoding_type)
+    for entry in versions:
+        doc.open("Version")
+        doc.leaf("Key", _encode(entry.key, encoding_type))
+        doc.leaf("VersionId", NULL_VERSION_ID)
+        doc.leaf("IsLatest", True)
+        doc.leaf("LastModified", iso8601(entry.last_modified))
+        doc.leaf("ETag", _etag(entry.etag))
+        doc.leaf("Size", entry.size)
+        _owner(doc, entry.owner)
+        doc.leaf("StorageClass", entry.storage_class)
+        doc.close("Version")
     _common_prefixes(doc, common_prefixes, encoding_type)
     return doc.bytes()
 
@@ -498,6 +546,15 @@ def _child_text(element: Element, name: str) -> str | None:
     if not found:
         return None
     return found[0].text or ""
+
+
+def parse_versioning_configuration(body: bytes) -> str:
+    """``<VersioningConfiguration><Status>Enabled|Suspended</Status>``: the status."""
+    root = parse_xml(body, "VersioningConfiguration")
+    status = (_child_text(root, "Status") or "").strip()
+    if status not in ("Enabled", "Suspended"):
+        raise S3Error("MalformedXML", "Status must be Enabled or Suspended.")
+    return status
 
 
 class DeleteRequest(NamedTuple):

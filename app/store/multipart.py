@@ -31,6 +31,8 @@ from app.db.multipart import (
     MultipartRepository,
     PartsNotStored,
     UploadMissing,
+    multipart_etag,
+    unquote_etag,
 )
 from app.db.objects import ObjectRepository, PieceSpec
 from app.db.session import session_scope
@@ -329,6 +331,19 @@ class MultipartStore:
         await self._forget_spooled(spooled)
         self._objects.wake_gc()
         return info
+
+    async def completed_object(
+        self, bucket: str, key: str, parts: Sequence[tuple[int, str]]
+    ) -> ObjectInfo | None:
+        """The object at bucket/key if it is what completing an upload with
+        exactly these (part number, ETag) parts made: its multipart ETag is
+        derived from the parts' ETags, in order. None otherwise (never
+        completed, or replaced since)."""
+        info = await self._objects.get(bucket, key)
+        if info is None:
+            return None
+        expected = multipart_etag([etag for _, etag in parts])
+        return info if unquote_etag(info.etag) == unquote_etag(expected) else None
 
     async def _spooled_paths(self, upload: UploadInfo) -> list[str]:
         if self._spool is None:
