@@ -100,10 +100,10 @@ async def test_session_scope_commits_or_rolls_back(
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> None:
     async with session_scope(sessionmaker) as session:
-        session.add(ApiKey(name="kept", prefix="tu_kept", key_hash="1" * 64))
+        session.add(ApiKey(name="kept", prefix="tu_kept", key_hash="1" * 64, scope="admin"))
     with pytest.raises(RuntimeError, match="boom"):
         async with session_scope(sessionmaker) as session:
-            session.add(ApiKey(name="lost", prefix="tu_lost", key_hash="2" * 64))
+            session.add(ApiKey(name="lost", prefix="tu_lost", key_hash="2" * 64, scope="admin"))
             await session.flush()
             raise RuntimeError("boom")
     async with session_scope(sessionmaker) as session:
