@@ -427,6 +427,8 @@ async def _append(
             f"the body ({declared} bytes) goes past the end of the upload "
             f"({state.length} bytes, at {state.offset})",
         )
+    if declared is not None:
+        room = declared  # no more can come: the server holds a body to it
     checksum = _parse_checksum(request.headers.get("upload-checksum"))
     try:
         return await uploads.append(

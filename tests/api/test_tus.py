@@ -10,6 +10,7 @@ import hashlib
 import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -20,6 +21,7 @@ from tusclient.client import TusClient
 from app.db.engine import create_engine
 from app.db.models import MultipartUpload, SpooledPart, TusUpload
 from app.demo import create_api_key
+from app.store import resumable
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 TUS = {"Tus-Resumable": "1.0.0"}
@@ -234,6 +236,19 @@ async def test_patch_at_the_wrong_offset_is_409_and_changes_nothing(service: Ser
     assert await download(service, done.headers["x-file-url"]) == data
 
 
+async def test_two_patches_racing_at_one_offset_one_wins_whole(service: Service) -> None:
+    first, second = payload(2 * CHUNK, seed=14), payload(2 * CHUNK, seed=15)
+    url = await create(service, 2 * CHUNK)
+
+    responses = await asyncio.gather(patch(service, url, 0, first), patch(service, url, 0, second))
+
+    assert sorted(response.status_code for response in responses) == [204, 409]
+    winner = next(r for r in responses if r.status_code == 204)
+    body = await download(service, winner.headers["x-file-url"])
+    assert body in (first, second)
+    await eventually(lambda: _spool_is_empty(service))
+
+
 async def test_a_body_past_the_upload_length_is_400(service: Service) -> None:
     url = await create(service, 10)
     response = await patch(service, url, 0, b"x" * 11)
@@ -444,18 +459,7 @@ async def test_a_patch_cut_off_midway_keeps_what_arrived(service: Service) -> No
     data = payload(3 * CHUNK, seed=12)
     url = await create(service, len(data))
     sent = CHUNK + 1000
-    address = urlsplit(service.url)
-    _, writer = await asyncio.open_connection(address.hostname, address.port)
-    request = (
-        f"PATCH {urlsplit(url).path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
-        f"Authorization: Bearer {service.key}\r\nTus-Resumable: 1.0.0\r\n"
-        f"Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
-    )
-    writer.write(request.encode() + data[:sent])
-    await writer.drain()
-    writer.close()
-    await writer.wait_closed()
+    await send_and_hang_up(service, url, data, sent)
 
     async def kept() -> bool:
         return (await head(service, url)).headers["upload-offset"] == str(sent)
@@ -481,6 +485,68 @@ async def test_tuspy_with_checksums_with_and_without_the_spool(
     assert await download(service, response.headers["x-file-url"]) == data
 
 
+# --- a PATCH in several segments -------------------------------------------------
+
+SMALL_SEGMENT = CHUNK // 2 + 1
+
+
+@pytest.fixture
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Segments smaller than a chunk, so a body spans several (the service
+    runs in this process)."""
+    monkeypatch.setattr(resumable, "SEGMENT_BYTES", SMALL_SEGMENT)
+    return SMALL_SEGMENT
+
+
+async def test_a_body_is_recorded_segment_by_segment(service: Service, small_segments: int) -> None:
+    data = payload(5 * CHUNK + 7, seed=16)
+    url = await create(service, len(data))
+
+    done = await patch(service, url, 0, data)
+
+    assert done.status_code == 204
+    assert await download(service, done.headers["x-file-url"]) == data
+    assert await _scalar(service, select(TusUpload.parts)) == -(-len(data) // small_segments)
+
+
+async def test_a_cut_off_body_keeps_its_complete_segments_and_the_rest_that_arrived(
+    service: Service, small_segments: int
+) -> None:
+    data = payload(5 * CHUNK, seed=17)
+    url = await create(service, len(data))
+    sent = 3 * small_segments + 100
+
+    await send_and_hang_up(service, url, data, sent)
+
+    async def kept() -> bool:
+        return (await head(service, url)).headers["upload-offset"] == str(sent)
+
+    await eventually(kept)
+    assert await _scalar(service, select(TusUpload.parts)) == 4
+    done = await patch(service, url, sent, data[sent:])
+    assert await download(service, done.headers["x-file-url"]) == data
+
+
+async def test_a_checksum_covers_every_segment_of_the_body(
+    service: Service, small_segments: int
+) -> None:
+    data = payload(4 * CHUNK, seed=18)
+    url = await create(service, len(data))
+
+    # Only the last segment differs from what the checksum was made of.
+    wrong = await patch(
+        service, url, 0, data, **{"Upload-Checksum": digest("sha256", data[:-1] + b"?")}
+    )
+
+    assert wrong.status_code == 460
+    assert (await head(service, url)).headers["upload-offset"] == "0"
+    assert await _scalar(service, select(TusUpload.parts)) == 0
+    await eventually(lambda: _spool_is_empty(service))
+    right = await patch(service, url, 0, data, **{"Upload-Checksum": digest("sha256", data)})
+    assert right.status_code == 204
+    assert await download(service, right.headers["x-file-url"]) == data
+
+
 # --- helpers ----------------------------------------------------------------------
 
 
@@ -504,3 +570,29 @@ def _no_live_messages(service: Service) -> Callable[[], Awaitable[bool]]:
         return not service.live_messages()
 
     return check
+
+
+async def send_and_hang_up(service: Service, url: str, data: bytes, sent: int) -> None:
+    """PATCH all of `data` from offset 0, but close the connection after
+    `sent` bytes of the body."""
+    address = urlsplit(service.url)
+    _, writer = await asyncio.open_connection(address.hostname, address.port)
+    request = (
+        f"PATCH {urlsplit(url).path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+        f"Authorization: Bearer {service.key}\r\nTus-Resumable: 1.0.0\r\n"
+        f"Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    )
+    writer.write(request.encode() + data[:sent])
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _scalar(service: Service, query: Any) -> Any:
+    engine = create_engine(service.settings.database_url)
+    try:
+        async with engine.connect() as connection:
+            return await connection.scalar(query)
+    finally:
+        await engine.dispose()
