@@ -263,7 +263,9 @@ async def create(
     name, content_type = _name_and_type(metadata)
     concat = (request.headers.get("upload-concat") or "").strip()
     if concat.startswith("final;"):
-        return await _create_final(request, key, uploads, settings, concat, raw_metadata)
+        return await _create_final(
+            request, key, uploads, settings, concat, raw_metadata, name, content_type
+        )
     if concat not in ("", "partial"):
         raise _error(400, "bad_request", "Upload-Concat must be `partial` or `final;<urls>`")
 
@@ -304,10 +306,11 @@ async def _create_final(
     settings: Settings,
     concat: str,
     raw_metadata: str,
+    name: str,
+    content_type: str,
 ) -> Response:
     if "upload-length" in request.headers:
         raise _error(400, "bad_request", "a final upload takes no Upload-Length")
-    name, content_type = _name_and_type(_parse_metadata(raw_metadata)[1])
     partial_ids = _partial_ids(concat)
     total = 0
     for partial_id in partial_ids:
@@ -403,6 +406,32 @@ async def terminate(
     except TusUploadMissing:
         raise _error(404, "not_found", "the upload is gone") from None
     return Response(status_code=204, headers={"Tus-Resumable": TUS_VERSION})
+
+
+@router.post(PREFIX + "/{upload_id}")
+async def overridden(
+    upload_id: str,
+    request: Request,
+    _version: TusVersion,
+    key: WriteKey,
+    uploads: UploadsDep,
+    settings: SettingsDep,
+) -> Response:
+    """POST with `X-HTTP-Method-Override` (for clients whose environment
+    cannot send PATCH or DELETE) is that method."""
+    method = request.headers.get("x-http-method-override", "").strip().upper()
+    if method == "PATCH":
+        return await patch(upload_id, request, None, key, uploads, settings)
+    if method == "DELETE":
+        return await terminate(upload_id, None, key, uploads)
+    if method == "HEAD":
+        return await head(upload_id, request, None, key, uploads, settings)
+    raise _error(
+        405,
+        "method_not_allowed",
+        "POST to an upload needs X-HTTP-Method-Override: PATCH, DELETE or HEAD",
+        {"Allow": "HEAD, PATCH, DELETE, OPTIONS"},
+    )
 
 
 # --- helpers ----------------------------------------------------------------------

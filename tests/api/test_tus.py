@@ -236,6 +236,30 @@ async def test_patch_at_the_wrong_offset_is_409_and_changes_nothing(service: Ser
     assert await download(service, done.headers["x-file-url"]) == data
 
 
+async def test_method_override_turns_post_into_patch_and_delete(service: Service) -> None:
+    data = payload(100, seed=19)
+    url = await create(service, len(data))
+    async with service.client() as http:
+        patched = await http.post(
+            url,
+            content=data[:60],
+            headers=tus_headers(
+                service,
+                **{**OCTETS, "Upload-Offset": "0", "X-HTTP-Method-Override": "PATCH"},
+            ),
+        )
+        plain = await http.post(url, headers=tus_headers(service))
+        deleted = await http.post(
+            url, headers=tus_headers(service, **{"X-HTTP-Method-Override": "DELETE"})
+        )
+
+    assert patched.status_code == 204, patched.text
+    assert patched.headers["upload-offset"] == "60"
+    assert plain.status_code == 405
+    assert deleted.status_code == 204
+    assert (await head(service, url)).status_code == 404
+
+
 async def test_two_patches_racing_at_one_offset_one_wins_whole(service: Service) -> None:
     first, second = payload(2 * CHUNK, seed=14), payload(2 * CHUNK, seed=15)
     url = await create(service, 2 * CHUNK)
