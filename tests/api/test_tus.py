@@ -509,6 +509,29 @@ async def test_tuspy_with_checksums_with_and_without_the_spool(
     assert await download(service, response.headers["x-file-url"]) == data
 
 
+async def test_when_telegram_refuses_the_last_patch_is_503_and_head_finishes_later(
+    service: Service,
+) -> None:
+    data = payload(2 * CHUNK + 3, seed=20)
+    url = await create(service, len(data))
+    service.sim.configure(max_upload_bytes=1024)  # every chunk is refused
+
+    refused = await patch(service, url, 0, data)
+
+    assert refused.status_code == 503, refused.text
+    assert "no usable bot" in refused.json()["detail"]
+    looked = await head(service, url)
+    assert looked.headers["upload-offset"] == str(len(data))  # the bytes are kept
+    assert "x-file-id" not in looked.headers
+    service.sim.configure(max_upload_bytes=50 * 1024 * 1024)
+
+    async def finished() -> bool:
+        return "x-file-id" in (await head(service, url)).headers
+
+    await eventually(finished, within=30)
+    assert await download(service, (await head(service, url)).headers["x-file-url"]) == data
+
+
 # --- a PATCH in several segments -------------------------------------------------
 
 SMALL_SEGMENT = CHUNK // 2 + 1
