@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from tusclient.client import TusClient
 
 from app.db.engine import create_engine
-from app.db.models import MultipartUpload, SpooledPart, TusUpload
+from app.db.models import Chunk, MultipartUpload, SpooledPart, TusUpload
 from app.demo import create_api_key
 from app.store import resumable
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
@@ -454,9 +454,10 @@ async def test_three_partial_uploads_concatenate_into_one_file(service: Service)
     assert looked.headers["upload-concat"] == "final;" + " ".join(f"/api/tus/{i}" for i in ids)
     appended = await patch(service, final.headers["location"], len(whole), b"x")
     assert appended.status_code == 403
-    # The partials were consumed; no byte was sent twice.
+    # The partials were consumed, and no byte went to Telegram twice.
     assert [(await head(service, url)).status_code for url in urls] == [404, 404, 404]
     assert await _count(service, MultipartUpload) == 0
+    assert await _scalar(service, select(func.sum(Chunk.size))) == len(whole)
 
 
 async def test_concatenation_refuses_unfinished_or_non_partial_uploads(
