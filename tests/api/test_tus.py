@@ -466,6 +466,8 @@ async def test_concatenation_refuses_unfinished_or_non_partial_uploads(
     unfinished = await create(service, 10, **{"Upload-Concat": "partial"})
     single = await create(service, 1)
     assert (await patch(service, single, 0, b"x")).status_code == 204
+    finished = await create(service, 1, **{"Upload-Concat": "partial"})
+    assert (await patch(service, finished, 0, b"y")).status_code == 204
 
     async with service.client() as http:
         responses = [
@@ -473,11 +475,12 @@ async def test_concatenation_refuses_unfinished_or_non_partial_uploads(
                 "/api/tus/",
                 headers=tus_headers(service, **{"Upload-Concat": f"final;{url}"}),
             )
-            for url in (unfinished, single, "/api/tus/nosuchupload")
+            for url in (unfinished, single, "/api/tus/nosuchupload", f"{finished} {finished}")
         ]
 
-    assert [response.status_code for response in responses] == [400, 400, 400]
+    assert [response.status_code for response in responses] == [400, 400, 400, 400]
     assert (await head(service, unfinished)).status_code == 200
+    assert (await head(service, finished)).status_code == 200  # not consumed
 
 
 async def test_a_patch_cut_off_midway_keeps_what_arrived(service: Service) -> None:
