@@ -14,7 +14,7 @@ from typing import TypedDict
 from fastapi import FastAPI
 from starlette.types import Scope
 
-from app.api import files, health
+from app.api import files, health, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
@@ -51,6 +51,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, metrics=_metrics_of)
     app.include_router(health.router)
     app.include_router(files.router)
+    app.include_router(tus.router)
     return app
 
 
