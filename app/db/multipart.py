@@ -327,6 +327,7 @@ class MultipartRepository:
         keep_public_id: bool = False,
         bucket: str | None = None,
         key: str | None = None,
+        owner_key_id: int | None = None,
         now: datetime | None = None,
     ) -> StoredObject:
         """Turn the listed (part number, ETag) parts, in order, into the object.
@@ -398,6 +399,7 @@ class MultipartRepository:
             sha256=None,
             user_metadata=dict(upload.user_metadata),
             pieces=_merge_adjacent(piece for number in listed for piece in pieces_of[number]),
+            owner_key_id=owner_key_id,
         )
         created = await ObjectRepository(self._session).put(
             spec, keep_public_id=keep_public_id, now=now

@@ -203,7 +203,10 @@ class TusRepository:
             .order_by(UploadPart.part_number)
         )
         created = await self._multipart.complete(
-            upload_id, [(number, etag) for number, etag in parts], name=name
+            upload_id,
+            [(number, etag) for number, etag in parts],
+            name=name,
+            owner_key_id=row.api_key_id,
         )
         row.public_id = created.public_id
         await self._session.flush()
@@ -271,6 +274,7 @@ class TusRepository:
                 size=size,
                 etag=multipart_etag(etags),
                 pieces=pieces,
+                owner_key_id=api_key_id,
             )
         )
         # The partials' parts go; their chunks now belong to the object.

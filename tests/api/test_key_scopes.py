@@ -202,3 +202,33 @@ async def _has_messages(service: Service) -> bool:
 
 async def _no_messages(service: Service) -> bool:
     return not service.live_messages()
+
+
+async def tus_upload(service: Service, data: bytes, auth: dict[str, str]) -> str:
+    """A one-PATCH tus upload; the public id of the file it made."""
+    tus = {"Tus-Resumable": "1.0.0", **auth}
+    async with service.client() as http:
+        created = await http.post("/api/tus/", headers={**tus, "Upload-Length": str(len(data))})
+        assert created.status_code == 201, created.text
+        patched = await http.patch(
+            created.headers["location"],
+            content=data,
+            headers={
+                **tus,
+                "Upload-Offset": "0",
+                "Content-Type": "application/offset+octet-stream",
+            },
+        )
+    assert patched.status_code == 204, patched.text
+    return patched.headers["x-file-id"]
+
+
+async def test_a_file_uploaded_with_tus_belongs_to_the_key_that_uploaded_it(
+    service: Service,
+) -> None:
+    alice = await new_key(service, "alice", "write")
+    bob = await new_key(service, "bob", "write")
+    public_id = await tus_upload(service, payload(2 * CHUNK, seed=5), alice)
+
+    assert (await delete(service, public_id, bob)).status_code == 403
+    assert (await delete(service, public_id, alice)).status_code == 204
