@@ -7,10 +7,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.errors import ApiError
+from app.api.web_session import check_csrf, session_token
 from app.config import Settings
 from app.db.api_keys import ApiKeyRepository
 from app.db.models import ApiKey
 from app.db.session import session_scope
+from app.db.web_sessions import WebSessionRepository
 from app.services import Services
 from app.store.service import ObjectStore
 
@@ -46,23 +48,34 @@ def _bearer(request: Request) -> str | None:
 
 
 async def verify_key(request: Request, services: Services) -> ApiKey:
+    """The caller's key: from `Authorization: Bearer`, or else from the web
+    page's session cookie (whose writes need the CSRF token)."""
     key = _bearer(request)
-    if key is None:
+    cookie = session_token(request) if key is None else None
+    if key is None and cookie is None:
         raise ApiError(
             401,
             "unauthorized",
             "an API key is required: send `Authorization: Bearer <key>` "
-            "(create one with `teleuploader keys create NAME`)",
+            "(create one with `teleuploader keys create NAME`) or sign in on the web page",
             {"WWW-Authenticate": "Bearer"},
         )
+    if cookie is not None:
+        check_csrf(request, cookie)
     # A short session of its own: an upload must not hold a database
     # connection for as long as its body takes to arrive.
     async with session_scope(services.sessionmaker) as session:
-        found = await ApiKeyRepository(session).verify(key)
+        if key is not None:
+            found = await ApiKeyRepository(session).verify(key)
+        else:
+            found = await WebSessionRepository(session).key_of(cookie or "")
     if found is None:
-        raise ApiError(
-            401, "unauthorized", "the API key is unknown or revoked", {"WWW-Authenticate": "Bearer"}
+        detail = (
+            "the API key is unknown or revoked"
+            if key is not None
+            else "the sign-in has expired or was ended: sign in again"
         )
+        raise ApiError(401, "unauthorized", detail, {"WWW-Authenticate": "Bearer"})
     return found
 
 

@@ -379,3 +379,20 @@ class SpooledPart(Base):
             f"SpooledPart(id={self.id}, upload_id={self.upload_id!r}, "
             f"part_number={self.part_number}, size={self.size})"
         )
+
+
+class WebSession(Base):
+    """A sign-in of the web page. Its cookie holds a random token; only the
+    token's SHA-256 is stored. Revoking or deleting the key ends its sessions
+    (the key is checked on every use; deleting it deletes them)."""
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (Index(None, "expires_at"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    api_key_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("api_keys.id", ondelete="CASCADE")
+    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
