@@ -174,6 +174,22 @@ class Settings(BaseSettings):
         "before they are acknowledged).",
     )
 
+    # --- Resumable uploads (tus) ----------------------------------------------
+    tus_expiration_seconds: float = Field(
+        default=24 * 3600,
+        gt=0,
+        validation_alias=AliasChoices("TUS_EXPIRATION_SECONDS", "tus_expiration_seconds"),
+        description="An unfinished tus upload untouched this long is deleted (Upload-Expires).",
+    )
+    tus_cleanup_interval_seconds: float = Field(
+        default=60,
+        gt=0,
+        validation_alias=AliasChoices(
+            "TUS_CLEANUP_INTERVAL_SECONDS", "tus_cleanup_interval_seconds"
+        ),
+        description="How often expired tus uploads are looked for and deleted.",
+    )
+
     # --- HTTP -----------------------------------------------------------------
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "host"))
     port: int = Field(default=4000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "port"))

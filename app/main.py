@@ -14,7 +14,7 @@ from typing import TypedDict
 from fastapi import FastAPI
 from starlette.types import Scope
 
-from app.api import browse, files, health, session, status
+from app.api import browse, files, health, session, status, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
@@ -52,6 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, metrics=_metrics_of)
     app.include_router(health.router)
     app.include_router(files.router)
+    app.include_router(tus.router)
     app.include_router(session.router)
     app.include_router(status.router)
     app.include_router(browse.router)

@@ -28,6 +28,7 @@ from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
+from app.store.resumable import ResumableStore
 from app.store.service import ObjectStore
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
@@ -58,6 +59,7 @@ class Services:
     spool: Spool
     flusher: Flusher
     instance: InstanceHeartbeat
+    resumable: ResumableStore
     throughput: ThroughputHistory
     metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
@@ -74,6 +76,7 @@ class Services:
     async def close(self) -> None:
         # Sends of spooled parts first: they need the dispatcher. What they
         # leave stays in the spool for the next start.
+        await self.resumable.stop()
         await self.throughput.stop()
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.instance.stop()
@@ -174,6 +177,15 @@ async def start_services(settings: Settings) -> Services:
     await flusher.resume()
     instance.on_adopted = flusher.resume
     instance.start()
+    resumable = ResumableStore(
+        sessionmaker,
+        store,
+        spool=spool,
+        flusher=flusher,
+        expiration=settings.tus_expiration_seconds,
+        cleanup_interval=settings.tus_cleanup_interval_seconds,
+    )
+    resumable.start()
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),
@@ -221,6 +233,7 @@ async def start_services(settings: Settings) -> Services:
         spool=spool,
         flusher=flusher,
         instance=instance,
+        resumable=resumable,
         bots=bots,
         started_at=started_at,
     )

@@ -1,7 +1,7 @@
 """web_sessions: sign-ins of the web page (a cookie names one row).
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0006
 Create Date: 2026-11-30
 
 Types are spelled out here rather than imported from app.db: a migration
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0003"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
