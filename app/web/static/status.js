@@ -7,6 +7,7 @@ const REFRESH_MS = 5000;
 const CHART_SECONDS = 600;
 const UPLOAD_COLOUR = '#2a7ab8';
 const DOWNLOAD_COLOUR = '#d9822b';
+const UPLOAD_FILL = 'rgba(42, 122, 184, 0.18)';
 
 let timer = null;
 
@@ -36,9 +37,10 @@ async function refresh() {
   $('status-error').textContent = '';
   const lately = formatDuration(status.recent_seconds);
   $('recent-sends-head').textContent = `Sends (last ${lately})`;
+  $('recent-bytes-head').textContent = `Bytes (last ${lately})`;
   $('bots-body').replaceChildren(...status.bots.map(botRow));
   facts(status);
-  drawChart(status.throughput);
+  drawChart(status.throughput, status.sample_seconds);
 }
 
 function botRow(bot) {
@@ -83,7 +85,7 @@ function facts(status) {
   );
 }
 
-function drawChart(points) {
+function drawChart(points, interval) {
   const canvas = $('chart');
   const ratio = window.devicePixelRatio || 1;
   const width = canvas.clientWidth || 640;
@@ -119,19 +121,31 @@ function drawChart(points) {
   context.fillText('now', left + plotWidth, height);
   context.textAlign = 'left';
 
+  // Each point is the rate over the sample interval that ends at it: a step.
+  const trace = (field) => {
+    context.beginPath();
+    points.forEach((point, i) => {
+      const py = y(point[field]);
+      if (i === 0) context.moveTo(x(point.at - interval), py);
+      else context.lineTo(x(point.at - interval), py);
+      context.lineTo(x(point.at), py);
+    });
+  };
+  if (points.length > 0) {
+    trace('upload_bytes_per_second');
+    context.lineTo(x(points[points.length - 1].at), y(0));
+    context.lineTo(x(points[0].at - interval), y(0));
+    context.closePath();
+    context.fillStyle = UPLOAD_FILL;
+    context.fill();
+  }
   for (const [field, colour] of [
     ['download_bytes_per_second', DOWNLOAD_COLOUR],
     ['upload_bytes_per_second', UPLOAD_COLOUR],
   ]) {
+    trace(field);
     context.strokeStyle = colour;
     context.lineWidth = 2;
-    context.beginPath();
-    points.forEach((point, i) => {
-      const px = x(point.at);
-      const py = y(point[field]);
-      if (i === 0) context.moveTo(px, py);
-      else context.lineTo(px, py);
-    });
     context.stroke();
   }
   const last = points[points.length - 1];
