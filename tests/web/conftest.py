@@ -26,11 +26,16 @@ _shots: list[Path] = []
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+def chromium() -> str:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (scripts/test does)")
+    return CHROMIUM
+
+
+@pytest.fixture
+async def browser(chromium: str) -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM)
+        browser = await playwright.chromium.launch(executable_path=chromium)
         try:
             yield browser
         finally:

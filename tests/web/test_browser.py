@@ -9,11 +9,14 @@ test_page_endpoints.py; here the browser is what is under test.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, Request, expect
@@ -22,6 +25,8 @@ from tests.db.helpers import Database
 from tests.running_service import Service, ServiceFactory, payload
 from tests.web.conftest import record_screenshot
 
+ACCESS_KEY = "AKIDBROWSER"
+SECRET = "browser-test-secret-0123456789"
 MiB = 1024 * 1024
 FILE_SIZE = 40 * MiB
 DESKTOP = {"width": 1280, "height": 860}
@@ -44,11 +49,18 @@ async def service(start_service: ServiceFactory) -> Service:
     return await start_service(bots=3, chunk_size=MiB, max_upload_size=64 * MiB)
 
 
+@dataclass(frozen=True)
+class LocalFile:
+    path: Path
+    data: bytes
+
+
 @pytest.fixture
-def big_file(tmp_path: Path) -> Path:
+def big_file(tmp_path: Path) -> LocalFile:
+    data = payload(FILE_SIZE, seed=40)
     path = tmp_path / "forty.bin"
-    path.write_bytes(payload(FILE_SIZE, seed=40))
-    return path
+    path.write_bytes(data)
+    return LocalFile(path, data)
 
 
 class PageWatch:
@@ -70,9 +82,9 @@ class PageWatch:
 async def open_page(browser: Browser, service: Service) -> AsyncIterator[Any]:
     watches: list[PageWatch] = []
 
-    async def open_page(viewport: dict[str, int] = DESKTOP) -> Page:
+    async def open_page(viewport: dict[str, int] = DESKTOP, url: str | None = None) -> Page:
         context = await browser.new_context(
-            viewport=viewport, base_url=service.url, accept_downloads=True
+            viewport=viewport, base_url=url or service.url, accept_downloads=True
         )
         page = await context.new_page()
         watch = PageWatch()
@@ -128,12 +140,12 @@ async def test_a_wrong_key_shows_an_error_and_a_right_one_signs_in(
 
 
 async def test_upload_through_the_page_then_download_and_delete(
-    open_page: Any, service: Service, big_file: Path, screenshot_dir: Path
+    open_page: Any, service: Service, big_file: LocalFile, screenshot_dir: Path
 ) -> None:
     page = await open_page()
     await sign_in(page, service.key)
 
-    await page.locator("#file-input").set_input_files(big_file)
+    await page.locator("#file-input").set_input_files(big_file.path)
 
     item = upload_item(page, "forty.bin")
     await expect(item.locator(".detail")).to_contain_text("/s", timeout=UPLOAD_TIMEOUT_MS)
@@ -148,7 +160,7 @@ async def test_upload_through_the_page_then_download_and_delete(
     async with httpx.AsyncClient(timeout=60) as http:
         fetched = await http.get(link)
     assert fetched.status_code == 200
-    assert fetched.content == big_file.read_bytes()
+    assert fetched.content == big_file.data
 
     await page.get_by_role("button", name="Files", exact=True).click()
     row = page.locator("#files-body tr", has_text="forty.bin")
@@ -174,7 +186,7 @@ async def test_upload_through_the_page_then_download_and_delete(
 
 
 async def test_a_reload_mid_upload_resumes_from_where_it_was(
-    open_page: Any, service: Service, big_file: Path, screenshot_dir: Path
+    open_page: Any, service: Service, big_file: LocalFile, screenshot_dir: Path
 ) -> None:
     page = await open_page()
     await sign_in(page, service.key)
@@ -189,7 +201,7 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
             "uploadThroughput": 4 * MiB,
         },
     )
-    await page.locator("#file-input").set_input_files(big_file)
+    await page.locator("#file-input").set_input_files(big_file.path)
     # Past the first 16 MiB request: its bytes are durable on the service.
     await page.wait_for_function(
         "() => (document.querySelector('li.upload progress') || {}).value >= 45",
@@ -207,7 +219,7 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
             patches.append(int(request.headers["upload-offset"]))
 
     page.on("request", note)
-    await page.locator("#file-input").set_input_files(big_file)
+    await page.locator("#file-input").set_input_files(big_file.path)
 
     item = upload_item(page, "forty.bin")
     await expect(item.locator(".percent")).to_have_text("100 %", timeout=UPLOAD_TIMEOUT_MS)
@@ -221,7 +233,7 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
     assert link is not None
     async with httpx.AsyncClient(timeout=60) as http:
         fetched = await http.get(link)
-    assert fetched.content == big_file.read_bytes()
+    assert fetched.content == big_file.data
     async with service.client() as http:
         listing = await http.get("/api/files", headers=service.auth)
     assert [item["file_name"] for item in listing.json()["items"]] == ["forty.bin"]
@@ -247,6 +259,61 @@ async def test_the_status_screen_shows_every_bot(
         await expect(page.locator("#facts")).to_contain_text("Upload buffers in use")
         await expect(page.locator("#facts")).to_contain_text("GC")
         await expect(page.locator("#chart-peak")).to_contain_text("up")
+        await shoot(page, screenshot_dir, name)
+
+
+async def test_a_file_over_the_limit_is_refused_in_words(
+    open_page: Any, start_service: ServiceFactory, tmp_path: Path
+) -> None:
+    small = await start_service(bots=1, max_upload_size=MiB)
+    path = tmp_path / "two.bin"
+    path.write_bytes(payload(2 * MiB))
+    page = await open_page(url=small.url)
+    await sign_in(page, small.key)
+
+    await page.locator("#file-input").set_input_files(path)
+
+    item = upload_item(page, "two.bin")
+    await expect(item.get_by_role("alert")).to_have_text(
+        "Failed: file larger than 1.0 MiB, the service's limit (MAX_UPLOAD_SIZE)"
+    )
+    async with small.client() as http:
+        listing = await http.get("/api/files", headers=small.auth)
+    assert listing.json()["items"] == []
+
+
+async def test_buckets_are_browsed_read_only(
+    open_page: Any, start_service: ServiceFactory, screenshot_dir: Path
+) -> None:
+    s3_service = await start_service(bots=1, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="photos")
+    for key in ("2024/beach.jpg", "2024/hills.jpg", "2025/city.jpg", "readme.txt"):
+        await asyncio.to_thread(s3.put_object, Bucket="photos", Key=key, Body=key.encode())
+
+    for viewport, name in ((DESKTOP, "buckets-desktop"), (PHONE, "buckets-phone")):
+        page = await open_page(viewport, url=s3_service.url)
+        await sign_in(page, s3_service.key)
+        await page.get_by_role("button", name="Buckets", exact=True).click()
+        await page.get_by_role("button", name="photos", exact=True).click()
+        await expect(page.get_by_role("button", name="2024/", exact=True)).to_be_visible()
+        await expect(page.locator("#objects-body tr")).to_have_count(1)
+        await expect(page.locator("#objects-body")).to_contain_text("readme.txt")
+
+        await page.get_by_role("button", name="2024/", exact=True).click()
+        await expect(page.locator("#objects-body tr")).to_have_count(2)
+        await expect(page.locator("#objects-body")).to_contain_text("beach.jpg")
+        await expect(page.locator("#crumbs")).to_contain_text("photos / 2024")
+        # Read-only: nothing here deletes or uploads.
+        await expect(
+            page.locator("#view-buckets").get_by_role("button", name="Delete")
+        ).to_have_count(0)
         await shoot(page, screenshot_dir, name)
 
 
