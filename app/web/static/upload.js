@@ -163,9 +163,15 @@ class UploadItem {
     while (this.samples.length > 2 && now - this.samples[0][0] > SPEED_WINDOW_SECONDS) {
       this.samples.shift();
     }
-    const percent = total ? Math.floor((sent / total) * 100) : 0;
+    // 100 % is for a stored file (onSuccess): the last request may take a
+    // moment after its last byte is sent, while the service stores it.
+    const percent = total ? Math.min(99, Math.floor((sent / total) * 100)) : 0;
     this.progress.value = percent;
     this.percent.textContent = `${percent} %`;
+    if (sent === total) {
+      this.detail.textContent = `${formatBytes(total)} sent · storing…`;
+      return;
+    }
     const [then, before] = this.samples[0];
     const speed = now > then ? (sent - before) / (now - then) : 0;
     const eta = speed > 0 ? (total - sent) / speed : Infinity;
