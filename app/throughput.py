@@ -62,7 +62,7 @@ class ThroughputHistory:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._samples.append(self._read())
+        self.sample()
         self._task = asyncio.create_task(self._run(), name="throughput-history")
 
     async def stop(self) -> None:
@@ -72,10 +72,14 @@ class ThroughputHistory:
                 await self._task
             self._task = None
 
+    def sample(self) -> None:
+        """Note the counters now (the oldest sample goes once the window is full)."""
+        self._samples.append(self._read())
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self._samples.append(self._read())
+            self.sample()
 
     def samples(self) -> list[Sample]:
         """The stored samples, oldest first, and one taken now."""

@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, Request, expect
+from playwright.async_api import Browser, CDPSession, ConsoleMessage, Page, Request, expect
 
 from tests.db.helpers import Database
 from tests.running_service import Service, ServiceFactory, payload
@@ -111,6 +111,26 @@ async def shoot(page: Page, directory: Path, name: str) -> None:
     record_screenshot(path)
 
 
+async def slow_uplink(page: Page) -> CDPSession:
+    """4 MiB/s up, so that a reload or a lost connection lands mid-upload;
+    the session returned can take the connection away (`set_online`)."""
+    cdp = await page.context.new_cdp_session(page)
+    await set_online(cdp, True)
+    return cdp
+
+
+async def set_online(cdp: CDPSession, online: bool) -> None:
+    await cdp.send(
+        "Network.emulateNetworkConditions",
+        {
+            "offline": not online,
+            "latency": 0,
+            "downloadThroughput": -1,
+            "uploadThroughput": 4 * MiB,
+        },
+    )
+
+
 def upload_item(page: Page, name: str) -> Any:
     return page.locator("li.upload", has_text=name)
 
@@ -190,17 +210,7 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
 ) -> None:
     page = await open_page()
     await sign_in(page, service.key)
-    # A slow uplink (4 MiB/s), so that the reload lands mid-upload.
-    cdp = await page.context.new_cdp_session(page)
-    await cdp.send(
-        "Network.emulateNetworkConditions",
-        {
-            "offline": False,
-            "latency": 0,
-            "downloadThroughput": -1,
-            "uploadThroughput": 4 * MiB,
-        },
-    )
+    await slow_uplink(page)
     await page.locator("#file-input").set_input_files(big_file.path)
     # Past the first 16 MiB request: its bytes are durable on the service.
     await page.wait_for_function(
@@ -237,6 +247,43 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
     async with service.client() as http:
         listing = await http.get("/api/files", headers=service.auth)
     assert [item["file_name"] for item in listing.json()["items"]] == ["forty.bin"]
+
+
+async def test_a_lost_connection_resumes_once_back_online(
+    open_page: Any, service: Service, big_file: LocalFile
+) -> None:
+    page = await open_page()
+    await sign_in(page, service.key)
+    network = await slow_uplink(page)
+    await page.locator("#file-input").set_input_files(big_file.path)
+    await page.wait_for_function(
+        "() => (document.querySelector('li.upload progress') || {}).value >= 45",
+        timeout=UPLOAD_TIMEOUT_MS,
+    )
+
+    await set_online(network, False)
+
+    item = upload_item(page, "forty.bin")
+    await expect(item.get_by_role("alert")).to_contain_text("the connection was lost")
+    await expect(item.get_by_role("button", name="Resume forty.bin")).to_be_visible()
+    patches: list[int] = []
+    page.on(
+        "request",
+        lambda request: (
+            patches.append(int(request.headers["upload-offset"]))
+            if request.method == "PATCH"
+            else None
+        ),
+    )
+    await set_online(network, True)  # the page carries on by itself
+
+    await expect(item.locator(".percent")).to_have_text("100 %", timeout=UPLOAD_TIMEOUT_MS)
+    assert patches and patches[0] >= 16 * MiB, patches
+    link = await item.get_by_role("link", name="Download").get_attribute("href")
+    assert link is not None
+    async with httpx.AsyncClient(timeout=60) as http:
+        fetched = await http.get(link)
+    assert fetched.content == big_file.data
 
 
 async def test_the_status_screen_shows_every_bot(
