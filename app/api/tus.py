@@ -14,8 +14,6 @@ link in `X-File-Url`.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -28,13 +26,22 @@ from app.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.api.errors import ApiError
 from app.api.files import NATIVE_BUCKET, _clean_name, _download_url, _guess_type
 from app.api.http_ranges import http_date
+from app.api.tus_headers import (
+    CHECKSUM_ALGORITHMS,
+    MAX_ID_LENGTH,
+    TUS_VERSION,
+    parse_checksum,
+    parse_length,
+    parse_metadata,
+    partial_ids,
+    tus_error,
+)
 from app.config import Settings
 from app.db.models import ApiKey
 from app.store.resumable_protocol import (
     MAX_SEGMENTS,
     AlreadyComplete,
     BodyTooLong,
-    Checksum,
     ChecksumMismatch,
     ConcatenationRefused,
     FlushFailed,
@@ -48,20 +55,13 @@ from app.store.resumable_protocol import (
 router = APIRouter(tags=["tus"])
 
 PREFIX = "/api/tus"
-TUS_VERSION = "1.0.0"
 EXTENSIONS = (
     "creation,creation-with-upload,creation-defer-length,termination,checksum,"
     "expiration,concatenation"
 )
-CHECKSUM_ALGORITHMS = ("sha1", "sha256", "md5")
 CONTENT_TYPE = "application/offset+octet-stream"
 # tus's own status for a body that does not match its Upload-Checksum.
 CHECKSUM_MISMATCH = 460
-# Partial uploads one final upload may name (tus-js-client makes one per
-# `parallelUploads`).
-MAX_PARTIALS = 100
-MAX_METADATA_LENGTH = 4096
-MAX_ID_LENGTH = 64
 RESULT_ID_HEADER = "X-File-Id"
 RESULT_URL_HEADER = "X-File-Url"
 DEFAULT_NAME = "upload"
@@ -74,15 +74,11 @@ def get_uploads(services: ServicesDep) -> ResumableUploads:
 UploadsDep = Annotated[ResumableUploads, Depends(get_uploads)]
 
 
-def _error(status: int, error: str, detail: str, extra: dict[str, str] | None = None) -> ApiError:
-    return ApiError(status, error, detail, {"Tus-Resumable": TUS_VERSION, **(extra or {})})
-
-
 async def require_tus_version(request: Request) -> None:
     """Every request but OPTIONS names the protocol version it speaks."""
     version = request.headers.get("tus-resumable")
     if version != TUS_VERSION:
-        raise _error(
+        raise tus_error(
             412,
             "precondition_failed",
             f"send `Tus-Resumable: {TUS_VERSION}` (got {version!r}); "
@@ -102,9 +98,9 @@ async def _owned(uploads: ResumableUploads, upload_id: str, key: ApiKey) -> Uplo
     key's upload is not revealed), 410 once it has expired."""
     state = await uploads.get(upload_id) if len(upload_id) <= MAX_ID_LENGTH else None
     if state is None or state.api_key_id != key.id:
-        raise _error(404, "not_found", f"no upload has the id {upload_id[:MAX_ID_LENGTH]!r}")
+        raise tus_error(404, "not_found", f"no upload has the id {upload_id[:MAX_ID_LENGTH]!r}")
     if state.expires_at <= datetime.now(UTC):
-        raise _error(410, "gone", "the upload expired; start a new one")
+        raise tus_error(410, "gone", "the upload expired; start a new one")
     return state
 
 
@@ -140,79 +136,19 @@ def _state_headers(request: Request, settings: Settings, state: UploadState) -> 
     return headers
 
 
-def _parse_metadata(header: str | None) -> tuple[str, dict[str, str]]:
-    """The raw header (kept to echo on HEAD) and its decoded pairs."""
-    raw = (header or "").strip()
-    if len(raw) > MAX_METADATA_LENGTH:
-        raise _error(
-            400, "bad_request", f"Upload-Metadata is longer than {MAX_METADATA_LENGTH} characters"
-        )
-    pairs: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        key, _, value = item.partition(" ")
-        if not key or " " in value.strip() or key in pairs:
-            raise _error(400, "bad_request", f"Upload-Metadata has a malformed pair {item!r}")
-        try:
-            pairs[key] = base64.b64decode(value.strip(), validate=True).decode("utf-8", "replace")
-        except (binascii.Error, ValueError):
-            raise _error(
-                400, "bad_request", f"Upload-Metadata: the value of {key!r} is not base64"
-            ) from None
-    return raw, pairs
-
-
 def _name_and_type(metadata: dict[str, str]) -> tuple[str, str]:
     name = _clean_name(metadata.get("filename"), DEFAULT_NAME)
     return name, _guess_type(name, metadata.get("filetype"))
 
 
-def _length(value: str | None, header: str) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit():
-        raise _error(400, "bad_request", f"{header} must be a non-negative integer")
-    return int(value)
-
-
 def _check_size(length: int, settings: Settings) -> None:
     if length > settings.max_upload_size:
-        raise _error(
+        raise tus_error(
             413,
             "payload_too_large",
             f"the upload is larger than the limit of {settings.max_upload_size} bytes "
             "(MAX_UPLOAD_SIZE, sent as Tus-Max-Size)",
         )
-
-
-def _parse_checksum(header: str | None) -> Checksum | None:
-    if header is None:
-        return None
-    algorithm, _, encoded = header.strip().partition(" ")
-    if algorithm not in CHECKSUM_ALGORITHMS:
-        raise _error(
-            400,
-            "bad_request",
-            f"Upload-Checksum algorithm {algorithm[:32]!r} is not supported; "
-            f"use one of {', '.join(CHECKSUM_ALGORITHMS)}",
-        )
-    try:
-        return Checksum(algorithm, base64.b64decode(encoded.strip(), validate=True))
-    except (binascii.Error, ValueError):
-        raise _error(400, "bad_request", "Upload-Checksum's digest is not base64") from None
-
-
-def _partial_ids(header: str) -> list[str]:
-    """The upload ids of `final;<url> <url> ...` (URLs or paths)."""
-    urls = header.removeprefix("final;").split()
-    if not urls:
-        raise _error(400, "bad_request", "Upload-Concat: final names no partial uploads")
-    if len(urls) > MAX_PARTIALS:
-        raise _error(400, "bad_request", f"Upload-Concat: more than {MAX_PARTIALS} partial uploads")
-    ids = [url.rstrip("/").rsplit("/", 1)[-1] for url in urls]
-    for upload_id in ids:
-        if not upload_id or len(upload_id) > MAX_ID_LENGTH:
-            raise _error(400, "bad_request", "Upload-Concat names a malformed upload URL")
-    return ids
 
 
 async def _until_disconnect(request: Request) -> AsyncIterator[bytes]:
@@ -259,20 +195,22 @@ async def create(
 ) -> Response:
     """Create an upload (`Upload-Length` or `Upload-Defer-Length: 1`), maybe
     with its first bytes, or a final upload from partial ones."""
-    raw_metadata, metadata = _parse_metadata(request.headers.get("upload-metadata"))
+    raw_metadata, metadata = parse_metadata(request.headers.get("upload-metadata"))
     name, content_type = _name_and_type(metadata)
     concat = (request.headers.get("upload-concat") or "").strip()
     if concat.startswith("final;"):
-        return await _create_final(request, key, uploads, settings, concat, raw_metadata)
+        return await _create_final(
+            request, key, uploads, settings, concat, raw_metadata, name, content_type
+        )
     if concat not in ("", "partial"):
-        raise _error(400, "bad_request", "Upload-Concat must be `partial` or `final;<urls>`")
+        raise tus_error(400, "bad_request", "Upload-Concat must be `partial` or `final;<urls>`")
 
-    length = _length(request.headers.get("upload-length"), "Upload-Length")
+    length = parse_length(request.headers.get("upload-length"), "Upload-Length")
     deferred = request.headers.get("upload-defer-length")
     if deferred is not None and deferred.strip() != "1":
-        raise _error(400, "bad_request", "Upload-Defer-Length must be 1")
+        raise tus_error(400, "bad_request", "Upload-Defer-Length must be 1")
     if (length is None) == (deferred is None):
-        raise _error(
+        raise tus_error(
             400, "bad_request", "send exactly one of Upload-Length and Upload-Defer-Length: 1"
         )
     if length is not None:
@@ -304,13 +242,14 @@ async def _create_final(
     settings: Settings,
     concat: str,
     raw_metadata: str,
+    name: str,
+    content_type: str,
 ) -> Response:
     if "upload-length" in request.headers:
-        raise _error(400, "bad_request", "a final upload takes no Upload-Length")
-    name, content_type = _name_and_type(_parse_metadata(raw_metadata)[1])
-    partial_ids = _partial_ids(concat)
+        raise tus_error(400, "bad_request", "a final upload takes no Upload-Length")
+    partials = partial_ids(concat)
     total = 0
-    for partial_id in partial_ids:
+    for partial_id in partials:
         partial = await uploads.get(partial_id)
         if partial is not None and partial.api_key_id == key.id:
             total += partial.length or 0
@@ -318,14 +257,14 @@ async def _create_final(
     try:
         state = await uploads.concatenate(
             api_key_id=key.id,
-            partial_ids=partial_ids,
+            partial_ids=partials,
             metadata=raw_metadata,
             bucket=NATIVE_BUCKET,
             name=name,
             content_type=content_type,
         )
     except ConcatenationRefused as exc:
-        raise _error(400, "bad_request", f"cannot concatenate: {exc}") from None
+        raise tus_error(400, "bad_request", f"cannot concatenate: {exc}") from None
     except FlushFailed as exc:
         raise _storage_unavailable(exc) from None
     headers = _state_headers(request, settings, state)
@@ -349,7 +288,7 @@ async def head(
     state = await _owned(uploads, upload_id, key)
     if state.has_all_bytes and state.kind == "single" and state.public_id is None:
         # The PATCH that brought the last byte could not finish (no bot then).
-        name, _ = _name_and_type(_parse_metadata(state.metadata)[1])
+        name, _ = _name_and_type(parse_metadata(state.metadata)[1])
         # No bot now: the offset is still true, and a later HEAD tries again.
         with contextlib.suppress(FlushFailed):
             state = await uploads.complete(state.id, name=name)
@@ -367,27 +306,27 @@ async def patch(
 ) -> Response:
     """Append the body at `Upload-Offset`."""
     if not _is_tus_body(request):
-        raise _error(415, "unsupported_media_type", f"send the bytes as {CONTENT_TYPE}")
-    offset = _length(request.headers.get("upload-offset"), "Upload-Offset")
+        raise tus_error(415, "unsupported_media_type", f"send the bytes as {CONTENT_TYPE}")
+    offset = parse_length(request.headers.get("upload-offset"), "Upload-Offset")
     if offset is None:
-        raise _error(400, "bad_request", "Upload-Offset is missing")
+        raise tus_error(400, "bad_request", "Upload-Offset is missing")
     state = await _owned(uploads, upload_id, key)
     if state.kind == "final":
-        raise _error(403, "forbidden", "a final upload cannot be appended to")
-    declared = _length(request.headers.get("upload-length"), "Upload-Length")
+        raise tus_error(403, "forbidden", "a final upload cannot be appended to")
+    declared = parse_length(request.headers.get("upload-length"), "Upload-Length")
     if declared is not None:
         _check_size(declared, settings)
         try:
             state = await uploads.declare_length(state.id, declared)
         except ValueError as exc:
-            raise _error(400, "bad_request", f"Upload-Length: {exc}") from None
+            raise tus_error(400, "bad_request", f"Upload-Length: {exc}") from None
     if offset != state.offset:
-        raise _error(
+        raise tus_error(
             409, "conflict", f"Upload-Offset is {offset}, but the upload is at {state.offset}"
         )
     state = await _append(request, uploads, settings, state)
     if state.has_all_bytes and state.kind == "single":
-        name, _ = _name_and_type(_parse_metadata(state.metadata)[1])
+        name, _ = _name_and_type(parse_metadata(state.metadata)[1])
         state = await _complete(uploads, state, name)
     return Response(status_code=204, headers=_state_headers(request, settings, state))
 
@@ -401,8 +340,34 @@ async def terminate(
     try:
         await uploads.terminate(state.id)
     except TusUploadMissing:
-        raise _error(404, "not_found", "the upload is gone") from None
+        raise tus_error(404, "not_found", "the upload is gone") from None
     return Response(status_code=204, headers={"Tus-Resumable": TUS_VERSION})
+
+
+@router.post(PREFIX + "/{upload_id}")
+async def overridden(
+    upload_id: str,
+    request: Request,
+    _version: TusVersion,
+    key: WriteKey,
+    uploads: UploadsDep,
+    settings: SettingsDep,
+) -> Response:
+    """POST with `X-HTTP-Method-Override` (for clients whose environment
+    cannot send PATCH or DELETE) is that method."""
+    method = request.headers.get("x-http-method-override", "").strip().upper()
+    if method == "PATCH":
+        return await patch(upload_id, request, None, key, uploads, settings)
+    if method == "DELETE":
+        return await terminate(upload_id, None, key, uploads)
+    if method == "HEAD":
+        return await head(upload_id, request, None, key, uploads, settings)
+    raise tus_error(
+        405,
+        "method_not_allowed",
+        "POST to an upload needs X-HTTP-Method-Override: PATCH, DELETE or HEAD",
+        {"Allow": "HEAD, PATCH, DELETE, OPTIONS"},
+    )
 
 
 # --- helpers ----------------------------------------------------------------------
@@ -417,17 +382,19 @@ async def _append(
     request: Request, uploads: ResumableUploads, settings: Settings, state: UploadState
 ) -> UploadState:
     room = (state.length if state.length is not None else settings.max_upload_size) - state.offset
-    declared = _length(request.headers.get("content-length"), "Content-Length")
+    declared = parse_length(request.headers.get("content-length"), "Content-Length")
     if declared is not None and declared > room:
         if state.length is None:
             _check_size(state.offset + declared, settings)
-        raise _error(
+        raise tus_error(
             400,
             "bad_request",
             f"the body ({declared} bytes) goes past the end of the upload "
             f"({state.length} bytes, at {state.offset})",
         )
-    checksum = _parse_checksum(request.headers.get("upload-checksum"))
+    if declared is not None:
+        room = declared  # no more can come: the server holds a body to it
+    checksum = parse_checksum(request.headers.get("upload-checksum"))
     try:
         return await uploads.append(
             state.id,
@@ -437,30 +404,30 @@ async def _append(
             checksum=checksum,
         )
     except OffsetMismatch as exc:
-        raise _error(
+        raise tus_error(
             409, "conflict", f"another request moved the upload to offset {exc.offset}"
         ) from None
     except ChecksumMismatch as exc:
-        raise _error(CHECKSUM_MISMATCH, "checksum_mismatch", str(exc)) from None
+        raise tus_error(CHECKSUM_MISMATCH, "checksum_mismatch", str(exc)) from None
     except BodyTooLong as exc:
         if state.length is None:
             _check_size(settings.max_upload_size + 1, settings)
-        raise _error(
+        raise tus_error(
             400,
             "bad_request",
             f"the body goes past the end of the upload; kept up to offset {exc.offset}",
         ) from None
     except TooManySegments:
-        raise _error(
+        raise tus_error(
             400,
             "bad_request",
             f"the upload has reached its most segments ({MAX_SEGMENTS}); "
             "resume it in bigger PATCH requests",
         ) from None
     except AlreadyComplete:
-        raise _error(400, "bad_request", "the upload already has all its bytes") from None
+        raise tus_error(400, "bad_request", "the upload already has all its bytes") from None
     except TusUploadMissing:
-        raise _error(404, "not_found", "the upload is gone") from None
+        raise tus_error(404, "not_found", "the upload is gone") from None
 
 
 async def _complete(uploads: ResumableUploads, state: UploadState, name: str) -> UploadState:
@@ -471,7 +438,7 @@ async def _complete(uploads: ResumableUploads, state: UploadState, name: str) ->
 
 
 def _storage_unavailable(exc: FlushFailed) -> ApiError:
-    return _error(
+    return tus_error(
         503,
         "storage_unavailable",
         f"no usable bot: the service cannot store right now ({exc}); "

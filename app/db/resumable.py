@@ -226,12 +226,24 @@ class TusRepository:
 
         Raises ConcatenationRefused (a partial missing, another key's, not a
         partial, or not finished) and PartsNotStored (wait for the flusher)."""
+        if len(set(partial_ids)) != len(partial_ids):
+            raise ConcatenationRefused("a partial upload is named twice")
         await lock_database_for_write(self._session)
+        # Locked in id order, so two finals naming the same partials in
+        # different orders cannot deadlock.
+        locked = {
+            row.id: row
+            for row in await self._session.scalars(
+                select(TusUpload)
+                .where(TusUpload.id.in_(builtins.list(partial_ids)))
+                .order_by(TusUpload.id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+        }
         partials: list[TusUpload] = []
         for partial_id in partial_ids:
-            partial = await self._session.scalar(
-                select(TusUpload).where(TusUpload.id == partial_id).with_for_update()
-            )
+            partial = locked.get(partial_id)
             if partial is None or partial.api_key_id != api_key_id:
                 raise ConcatenationRefused(f"no partial upload {partial_id!r}")
             if partial.kind != "partial":
@@ -239,8 +251,6 @@ class TusRepository:
             if partial.length is None or partial.offset != partial.length:
                 raise ConcatenationRefused(f"partial upload {partial_id!r} is not finished")
             partials.append(partial)
-        if len({partial.id for partial in partials}) != len(partials):
-            raise ConcatenationRefused("a partial upload is named twice")
 
         pieces: list[PieceSpec] = []
         etags: list[str] = []

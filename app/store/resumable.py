@@ -289,6 +289,8 @@ class ResumableStore:
                     row, _ = await TusRepository(session).complete(upload_id, name=name)
                     state = UploadState.from_row(row)
             except PartsNotStored:
+                if self._flusher is None:
+                    raise
                 continue
             self._objects.wake_gc()
             log.info("tus_upload_completed", upload_id=upload_id, size=state.length)
@@ -322,6 +324,8 @@ class ResumableStore:
                     )
                     state = UploadState.from_row(row)
             except PartsNotStored:
+                if self._flusher is None:
+                    raise
                 continue
             log.info("tus_upload_concatenated", partials=len(partial_ids), size=state.length)
             return state

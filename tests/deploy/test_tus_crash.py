@@ -1,0 +1,141 @@
+"""A tus upload survives kill -9 of the serving process mid-PATCH.
+
+Part of the file is acknowledged (204, Upload-Offset); a second PATCH is cut
+off by SIGKILL while its bytes are being written to the spool. A new process
+on the same database and spool reports an offset that counts every
+acknowledged byte and no byte that was not made durable; tuspy resumes from
+there, and the file reads back byte-exact.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from tusclient.client import TusClient
+
+from app.db.engine import create_engine
+from app.db.models import SpooledPart
+from tests.db.helpers import Database
+from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+
+CHUNK = 256 * 1024
+TUS = {"Tus-Resumable": "1.0.0"}
+NAME = "filename YS5iaW4="  # a.bin
+
+
+async def count(database: Database, what: object) -> int:
+    engine = create_engine(database.url)
+    try:
+        async with engine.connect() as connection:
+            return int(await connection.scalar(select(func.count()).select_from(what)) or 0)
+    finally:
+        await engine.dispose()
+
+
+def files(spool: Path, pattern: str) -> list[Path]:
+    return [path for path in spool.rglob(pattern) if path.is_file()]
+
+
+OCTETS = {"Content-Type": "application/offset+octet-stream"}
+
+
+def create_and_acknowledge(service: Service, data: bytes, acknowledged: int) -> str:
+    """Create the upload and PATCH its first bytes; its path."""
+    headers = {**service.auth, **TUS}
+    created = httpx.post(
+        f"{service.url}/api/tus/",
+        headers={**headers, "Upload-Length": str(len(data)), "Upload-Metadata": NAME},
+    )
+    assert created.status_code == 201, created.text
+    path = urlsplit(created.headers["location"]).path
+    patched = httpx.patch(
+        f"{service.url}{path}",
+        content=data[:acknowledged],
+        headers={**headers, **OCTETS, "Upload-Offset": "0"},
+    )
+    assert patched.status_code == 204, patched.text
+    assert patched.headers["upload-offset"] == str(acknowledged)
+    return path
+
+
+def kill_mid_patch(service: Service, path: str, data: bytes, start: int, end: int) -> None:
+    """PATCH the rest, send bytes [start, end) of it, and SIGKILL the server
+    once they are being written to the spool."""
+    address = urlsplit(service.url)
+    spool = Path(service.env["SPOOL_DIR"])
+    head = (
+        f"PATCH {path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+        f"Authorization: {service.auth['Authorization']}\r\nTus-Resumable: 1.0.0\r\n"
+        f"Content-Type: {OCTETS['Content-Type']}\r\n"
+        f"Upload-Offset: {start}\r\nContent-Length: {len(data) - start}\r\n\r\n"
+    )
+    with socket.create_connection((address.hostname, address.port)) as sock:
+        sock.sendall(head.encode() + data[start:end])
+        wait_for(
+            lambda: any(path.stat().st_size > 0 for path in files(spool, "*.tmp")),
+            within=15,
+            what="the second PATCH's bytes to reach the spool",
+        )
+        os.kill(service.proc.pid, signal.SIGKILL)
+        service.proc.wait(10)
+
+
+def offset_of(service: Service, path: str) -> int:
+    looked = httpx.head(f"{service.url}{path}", headers={**service.auth, **TUS})
+    assert looked.status_code == 200, looked.text
+    return int(looked.headers["upload-offset"])
+
+
+def resume_with_tuspy(service: Service, path: str, data: bytes) -> int:
+    """Finish the upload as tuspy resumes one; the offset it resumed from."""
+    client = TusClient(f"{service.url}/api/tus/", headers=service.auth)
+    uploader = client.uploader(
+        file_stream=io.BytesIO(data), url=f"{service.url}{path}", chunk_size=len(data)
+    )
+    resumed_from = int(uploader.offset)
+    uploader.upload()
+    return resumed_from
+
+
+def download(service: Service, path: str) -> bytes:
+    looked = httpx.head(f"{service.url}{path}", headers={**service.auth, **TUS})
+    return httpx.get(looked.headers["x-file-url"]).content
+
+
+async def test_an_upload_resumes_after_kill_9_mid_patch(
+    start_service: ServiceStarter,
+    telegram_sim: Simulator,
+    database: Database,
+    engine: AsyncEngine,  # empties the tables on Postgres
+    tmp_path: Path,
+) -> None:
+    spool = tmp_path / "spool"
+    env = {"DATABASE_URL": database.url, "CHUNK_SIZE": str(CHUNK), "SPOOL_DIR": str(spool)}
+    data = os.urandom(4 * 1024 * 1024 + 321)
+    acknowledged = 600 * 1024
+    sent = acknowledged + 2 * 1024 * 1024
+
+    first = start_service(tmp_path / "unused.db", env=env, api_key=True)
+    path = create_and_acknowledge(first, data, acknowledged)
+    kill_mid_patch(first, path, data, acknowledged, sent)
+
+    second = start_service(tmp_path / "unused.db", env=env)
+    second.key = first.key
+    offset = offset_of(second, path)
+    # Every acknowledged byte, and nothing that was not made durable.
+    assert acknowledged <= offset <= sent
+    assert resume_with_tuspy(second, path, data) == offset
+
+    assert offset_of(second, path) == len(data)
+    assert download(second, path) == data
+    assert await count(database, SpooledPart) == 0
+    # The dead process's half-written segment was swept, every flushed file deleted.
+    wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")
