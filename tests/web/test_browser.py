@@ -310,12 +310,12 @@ async def test_the_status_screen_shows_every_bot(
 
 
 async def test_a_file_over_the_limit_is_refused_in_words(
-    open_page: Any, start_service: ServiceFactory, tmp_path: Path
+    open_page: Any, start_service: ServiceFactory, tmp_path: Path, screenshot_dir: Path
 ) -> None:
     small = await start_service(bots=1, max_upload_size=MiB)
     path = tmp_path / "two.bin"
     path.write_bytes(payload(2 * MiB))
-    page = await open_page(url=small.url)
+    page = await open_page(PHONE, url=small.url)
     await sign_in(page, small.key)
 
     await page.locator("#file-input").set_input_files(path)
@@ -324,6 +324,7 @@ async def test_a_file_over_the_limit_is_refused_in_words(
     await expect(item.get_by_role("alert")).to_have_text(
         "Failed: file larger than 1.0 MiB, the service's limit (MAX_UPLOAD_SIZE)"
     )
+    await shoot(page, screenshot_dir, "upload-refused-phone")
     async with small.client() as http:
         listing = await http.get("/api/files", headers=small.auth)
     assert listing.json()["items"] == []
