@@ -211,6 +211,14 @@ class Settings(BaseSettings):
         "(no database query); 0 asks the database every time.",
     )
 
+    web_session_hours: float = Field(
+        default=12,
+        gt=0,
+        le=24 * 30,
+        validation_alias=AliasChoices("WEB_SESSION_HOURS", "web_session_hours"),
+        description="How long a sign-in of the web page lasts.",
+    )
+
     metrics_access: Literal["off", "public", "key"] = Field(
         default="key",
         validation_alias=AliasChoices("METRICS_ACCESS", "metrics_access"),

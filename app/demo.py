@@ -71,6 +71,7 @@ def _banner(base: str, key: str, bots: int, directory: Path) -> str:
     return f"""
 TeleUploader demo: {base}  ({bots} simulated bots; database in {directory})
 
+  Web page:  {base}/   (sign in with the API key)
   API key:   {key}
 
   Upload (multipart):  curl -H 'Authorization: Bearer {key}' -F file=@README.md {base}/api/upload

@@ -14,7 +14,7 @@ from typing import TypedDict
 from fastapi import FastAPI
 from starlette.types import Scope
 
-from app.api import files, health, tus
+from app.api import browse, files, health, session, status, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
@@ -22,6 +22,7 @@ from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
 from app.s3.routes import S3Gateway
 from app.services import Services, start_services
+from app.web import routes as web
 
 
 class State(TypedDict):
@@ -52,6 +53,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(files.router)
     app.include_router(tus.router)
+    app.include_router(session.router)
+    app.include_router(status.router)
+    app.include_router(browse.router)
+    app.include_router(web.router)
     return app
 
 

@@ -38,6 +38,7 @@ from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import TelegramError
 from app.telegram.types import BotInfo, StoredDocument
+from app.throughput import ThroughputHistory, sampler
 
 log = structlog.get_logger("app.services")
 
@@ -60,6 +61,7 @@ class Services:
     flusher: Flusher
     instance: InstanceHeartbeat
     resumable: ResumableStore
+    throughput: ThroughputHistory
     metrics: Metrics = field(default_factory=Metrics)
     bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -80,6 +82,7 @@ class Services:
         # Sends of spooled parts first: they need the dispatcher. What they
         # leave stays in the spool for the next start.
         await self.resumable.stop()
+        await self.throughput.stop()
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.instance.stop()
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
@@ -218,8 +221,12 @@ async def start_services(settings: Settings) -> Services:
         db_pool=lambda: _pool_usage(engine),
         downloads=budget.status,
     )
+    # The web page's status screen: the last ten minutes of throughput.
+    throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
+    throughput.start()
     return Services(
         settings=settings,
+        throughput=throughput,
         metrics=metrics,
         engine=engine,
         sessionmaker=sessionmaker,

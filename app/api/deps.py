@@ -1,9 +1,9 @@
 """FastAPI dependencies, as `Annotated` aliases.
 
-Who is calling: `resolve_key` finds the caller's API key (the Bearer header;
-another credential, such as a session cookie, would plug in there), and one
-alias per required scope checks it (`ReadKey`, `WriteKey`; `ReadAccess` for
-downloads, public unless REQUIRE_KEY_FOR_DOWNLOADS). What a key may do to a
+Who is calling: `resolve_key` finds the caller's API key (the Bearer header,
+or else the web page's session cookie), and one alias per required scope
+checks it (`ReadKey`, `WriteKey`; `ReadAccess` for downloads, public unless
+REQUIRE_KEY_FOR_DOWNLOADS). What a key may do to a
 particular file (its owner) is decided by the route, which knows the file.
 """
 
@@ -14,8 +14,11 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.api.errors import ApiError
+from app.api.web_session import check_csrf, session_token
 from app.config import Settings
 from app.db.models import ApiKey, KeyScope
+from app.db.session import session_scope
+from app.db.web_sessions import WebSessionRepository
 from app.services import Services
 from app.store.service import ObjectStore
 
@@ -51,20 +54,41 @@ def _bearer(request: Request) -> str | None:
 
 
 async def resolve_key(request: Request, services: Services) -> ApiKey | None:
-    """The caller's API key, or None when the request carries none.
+    """The caller's API key: from `Authorization: Bearer`, or else from the
+    web page's session cookie (whose writes need the CSRF token); None when
+    the request carries neither.
 
-    A key that is sent but unknown or revoked is a 401, not None: the client
-    must learn that its key is wrong rather than be treated as anonymous.
+    A key or sign-in that is sent but unknown, revoked or expired is a 401,
+    not None: the client must learn that it is wrong rather than be treated
+    as anonymous.
     """
     key = _bearer(request)
-    if key is None:
+    if key is not None:
+        found = await services.key_checks.verify(key)
+        if found is None:
+            raise ApiError(
+                401,
+                "unauthorized",
+                "the API key is unknown or revoked",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        return found
+    cookie = session_token(request)
+    if cookie is None:
         return None
-    found = await services.key_checks.verify(key)
-    if found is None:
+    check_csrf(request, cookie)
+    # A short session of its own: an upload must not hold a database
+    # connection for as long as its body takes to arrive.
+    async with session_scope(services.sessionmaker) as session:
+        signed_in = await WebSessionRepository(session).key_of(cookie)
+    if signed_in is None:
         raise ApiError(
-            401, "unauthorized", "the API key is unknown or revoked", {"WWW-Authenticate": "Bearer"}
+            401,
+            "unauthorized",
+            "the sign-in has expired or was ended: sign in again",
+            {"WWW-Authenticate": "Bearer"},
         )
-    return found
+    return signed_in
 
 
 async def verify_key(request: Request, services: Services) -> ApiKey:
@@ -75,7 +99,7 @@ async def verify_key(request: Request, services: Services) -> ApiKey:
             401,
             "unauthorized",
             "an API key is required: send `Authorization: Bearer <key>` "
-            "(create one with `teleuploader keys create NAME`)",
+            "(create one with `teleuploader keys create NAME`) or sign in on the web page",
             {"WWW-Authenticate": "Bearer"},
         )
     return found

@@ -282,10 +282,12 @@ async def list_files(
     _key: ReadKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
+    prefix: Annotated[str, Query(max_length=MAX_NAME_LENGTH)] = "",
 ) -> FileList:
-    """All files, a page at a time (pass `next_cursor` back as `cursor`).
+    """All files, a page at a time (pass `next_cursor` back as `cursor`);
+    `prefix` keeps those whose name starts with it, ignoring case.
     Needs a key: a listing reveals every public id."""
-    items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1)
+    items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1, name_prefix=prefix)
     page = items[:limit]
     next_cursor = page[-1].key if len(items) > limit else None
     return FileList(items=[_file_out(request, settings, i) for i in page], next_cursor=next_cursor)

@@ -4,7 +4,8 @@ cancellation on streaming routes).
 Every request gets a request id (the client's `X-Request-ID` when it is sane,
 else a new one) that is bound to every log line of the request and returned in
 the response; the request is counted and timed for /metrics by its route
-template, and logged once when its response ends.
+template, and logged once when its response ends. Every response says
+`X-Content-Type-Options: nosniff`: no browser may guess a type we did not send.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class RequestContextMiddleware:
                 status = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
+                if not any(name.lower() == _NOSNIFF[0] for name, _ in headers):
+                    headers.append(_NOSNIFF)
                 if not body_read:
                     # Answered before the body was read (an error, usually): the
                     # rest of the body must not be taken for the next request.
@@ -83,6 +86,7 @@ class RequestContextMiddleware:
 
 
 _WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 def _draining(scope: Scope) -> bool:
@@ -105,6 +109,7 @@ async def _refuse_while_draining(request_id: str, send: Send) -> None:
                 (b"retry-after", b"5"),
                 (b"connection", b"close"),
                 (b"x-request-id", request_id.encode()),
+                _NOSNIFF,
             ],
         }
     )

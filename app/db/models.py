@@ -443,3 +443,20 @@ class TusUpload(Base):
             f"TusUpload(id={self.id!r}, kind={self.kind!r}, offset={self.offset}, "
             f"length={self.length})"
         )
+
+
+class WebSession(Base):
+    """A sign-in of the web page. Its cookie holds a random token; only the
+    token's SHA-256 is stored. Revoking or deleting the key ends its sessions
+    (the key is checked on every use; deleting it deletes them)."""
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (Index(None, "expires_at"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    api_key_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("api_keys.id", ondelete="CASCADE")
+    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)

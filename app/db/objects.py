@@ -173,10 +173,14 @@ class ObjectRepository:
         limit: int = 1000,
         *,
         from_key: str | None = None,
+        name_prefix: str = "",
     ) -> builtins.list[StoredObject]:
         """Objects of `bucket` whose key starts with `prefix`, after `after_key`
         (and at or after `from_key`), in key order. `from_key` lets an S3
         delimiter listing jump past every key under a common prefix at once.
+        `name_prefix` keeps the objects whose name starts with it, ignoring
+        case (SQLite folds ASCII letters only); names have no index, so that
+        filter reads the bucket's rows in key order until the page is full.
 
         A range scan on the (bucket, key) index. `inline_data` is not loaded
         (touching it raises): listings must not drag content along.
@@ -190,6 +194,9 @@ class ObjectRepository:
             query = query.where(StoredObject.key > after_key)
         if from_key is not None:
             query = query.where(StoredObject.key >= from_key)
+        if name_prefix:
+            start = func.substr(StoredObject.name, 1, len(name_prefix))
+            query = query.where(func.lower(start) == name_prefix.lower())
         query = (
             query.options(defer(StoredObject.inline_data, raiseload=True))
             .order_by(StoredObject.key)

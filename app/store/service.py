@@ -218,10 +218,11 @@ class ObjectStore:
         after_key: str | None = None,
         from_key: str | None = None,
         limit: int = 1000,
+        name_prefix: str = "",
     ) -> list[ObjectInfo]:
         async with session_scope(self._sessionmaker) as session:
             rows = await ObjectRepository(session).list(
-                bucket, prefix, after_key, limit, from_key=from_key
+                bucket, prefix, after_key, limit, from_key=from_key, name_prefix=name_prefix
             )
             return [ObjectInfo.from_row(row, with_content=False) for row in rows]
 

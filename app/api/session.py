@@ -1,0 +1,100 @@
+"""Sign-in for the web page: POST /api/session trades an API key for an
+HttpOnly session cookie, GET tells the page who is signed in (and the CSRF
+token its writes send), DELETE signs out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, Field
+
+from app.api.deps import ServicesDep, verify_key
+from app.api.errors import ApiError
+from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
+from app.db.api_keys import ApiKeyRepository
+from app.db.session import session_scope
+from app.db.web_sessions import WebSessionRepository
+from app.services import Services
+
+router = APIRouter(tags=["web page"])
+
+# API keys are 46 characters; a body field far longer is not one.
+MAX_KEY_FIELD = 256
+
+
+class SignIn(BaseModel):
+    key: str = Field(min_length=1, max_length=MAX_KEY_FIELD)
+
+
+class SessionOut(BaseModel):
+    key_name: str
+    csrf_token: str | None
+    max_upload_size: int
+    s3_enabled: bool
+
+
+def _session_out(services: Services, key_name: str, token: str | None) -> SessionOut:
+    return SessionOut(
+        key_name=key_name,
+        csrf_token=csrf_token(token) if token else None,
+        max_upload_size=services.settings.max_upload_size,
+        s3_enabled=bool(services.settings.s3_credentials),
+    )
+
+
+def _secure(request: Request, services: Services) -> bool:
+    """Secure cookies where the page is served over https (behind Caddy the
+    proxy headers say so; PUBLIC_BASE_URL says so too)."""
+    base = services.settings.public_base_url or ""
+    return request.url.scheme == "https" or base.startswith("https://")
+
+
+@router.post("/api/session", response_model=SessionOut)
+async def sign_in(
+    body: SignIn, request: Request, response: Response, services: ServicesDep
+) -> SessionOut:
+    """Sign the page in with an API key; the answer sets the session cookie."""
+    lifetime = timedelta(hours=services.settings.web_session_hours)
+    async with session_scope(services.sessionmaker) as session:
+        key = await ApiKeyRepository(session).verify(body.key.strip())
+        if key is None:
+            raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
+        token = await WebSessionRepository(session).open(key, lifetime)
+        key_name = key.name
+    response.set_cookie(
+        SESSION_COOKIE,
+        token,
+        max_age=int(lifetime.total_seconds()),
+        path="/",
+        secure=_secure(request, services),
+        httponly=True,
+        samesite="strict",
+    )
+    return _session_out(services, key_name, token)
+
+
+@router.get("/api/session", response_model=SessionOut)
+async def who_am_i(request: Request, services: ServicesDep) -> SessionOut:
+    """The signed-in key's name and the CSRF token for the page's writes."""
+    key = await verify_key(request, services)
+    return _session_out(services, key.name, session_token(request))
+
+
+@router.delete("/api/session", status_code=204)
+async def sign_out(request: Request, services: ServicesDep) -> Response:
+    """End the page's session (its row and its cookie)."""
+    token = session_token(request)
+    response = Response(status_code=204)
+    if token is not None:
+        check_csrf(request, token)
+        async with session_scope(services.sessionmaker) as session:
+            await WebSessionRepository(session).close(token)
+        response.delete_cookie(
+            SESSION_COOKIE,
+            path="/",
+            secure=_secure(request, services),
+            httponly=True,
+            samesite="strict",
+        )
+    return response

@@ -1,0 +1,98 @@
+"""GET /api/status: what the web page's status screen shows an operator (per
+bot: usable, cooling down, queue, recent sends; the upload budget and spool;
+the GC backlog; the last ten minutes of throughput). Needs a key."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from app.api.deps import ServicesDep, verify_key
+
+router = APIRouter(tags=["web page"])
+
+
+class BotRow(BaseModel):
+    bot_id: int
+    username: str | None
+    usable: bool
+    cooling_down_seconds: float
+    queued: int
+    running: bool
+    recent_sends: int
+    recent_bytes: int
+    total_sends: int
+    total_bytes: int
+
+
+class UploadBudget(BaseModel):
+    buffers_in_use: int
+    buffers: int
+    waiting_uploads: int
+    spool_enabled: bool
+    spool_bytes: int
+    spool_max_bytes: int
+
+
+class ThroughputPoint(BaseModel):
+    at: float
+    upload_bytes_per_second: float
+    download_bytes_per_second: float
+
+
+class Status(BaseModel):
+    bots: list[BotRow]
+    recent_seconds: float
+    upload_budget: UploadBudget
+    gc_backlog: int
+    sample_seconds: float
+    throughput: list[ThroughputPoint]
+
+
+@router.get("/api/status", response_model=Status)
+async def status(request: Request, services: ServicesDep) -> Status:
+    """The service's state for the status screen (JSON)."""
+    await verify_key(request, services)
+    history = services.throughput
+    recent_seconds, recent = history.recent_bots()
+    bots = []
+    for bot in services.dispatcher.status():
+        info = services.bots.get(bot.bot_id)
+        lately = recent.get(bot.bot_id)
+        bots.append(
+            BotRow(
+                bot_id=bot.bot_id,
+                username=info.username if info else None,
+                usable=bot.usable,
+                cooling_down_seconds=round(bot.cooling_down_for, 1),
+                queued=bot.queued,
+                running=bot.running,
+                recent_sends=lately.sends if lately else 0,
+                recent_bytes=lately.bytes_sent if lately else 0,
+                total_sends=bot.sends,
+                total_bytes=bot.bytes_sent,
+            )
+        )
+    spool = services.spool
+    return Status(
+        bots=bots,
+        recent_seconds=round(recent_seconds, 1),
+        upload_budget=UploadBudget(
+            buffers_in_use=services.buffers.in_use,
+            buffers=services.buffers.count,
+            waiting_uploads=services.buffers.waiting,
+            spool_enabled=spool.enabled,
+            spool_bytes=spool.used,
+            spool_max_bytes=spool.max_bytes,
+        ),
+        gc_backlog=services.gc.last_backlog,
+        sample_seconds=history.interval,
+        throughput=[
+            ThroughputPoint(
+                at=rate.at,
+                upload_bytes_per_second=round(rate.upload_bytes_per_second, 1),
+                download_bytes_per_second=round(rate.download_bytes_per_second, 1),
+            )
+            for rate in history.rates()
+        ],
+    )

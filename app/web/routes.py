@@ -1,0 +1,55 @@
+"""Serving the page: `/` is the one HTML document, `/static/...` its scripts,
+styles and images. Every answer carries a strict Content-Security-Policy: the
+page runs only its own files, with no inline script or style."""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from app.api.errors import ApiError
+
+router = APIRouter(include_in_schema=False)
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    # Revalidate (by ETag) on every load, so an upgrade's new files are used at once.
+    "Cache-Control": "no-cache",
+}
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
+
+
+@router.get("/")
+async def page() -> FileResponse:
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=_HEADERS)
+
+
+@router.get("/static/{name:path}")
+async def static(name: str) -> FileResponse:
+    root = STATIC_DIR.resolve()
+    path = (root / name).resolve()
+    if not path.is_relative_to(root) or not path.is_file() or name.startswith("."):
+        raise ApiError(404, "not_found", f"no page file is named {name[:64]!r}")
+    suffix = path.suffix.lower()
+    media_type = _TYPES.get(suffix) or mimetypes.guess_type(path.name)[0] or "text/plain"
+    return FileResponse(path, media_type=media_type, headers=_HEADERS)

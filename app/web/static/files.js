@@ -1,0 +1,82 @@
+// The native files, a page at a time (GET /api/files), searchable by name
+// prefix; copy link, download, delete.
+
+import { api, copyLink, el, formatBytes, formatDate } from './api.js';
+
+const PAGE_SIZE = 25;
+
+let ready = false;
+let query = '';
+// The cursor of the page shown, and the next one (null: no more pages).
+let cursor = null;
+let nextCursor = null;
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+export function showFiles() {
+  if (!ready) {
+    ready = true;
+    $('search-form').addEventListener('submit', (event) => {
+      event.preventDefault();
+      query = $('search').value.trim();
+      load(null);
+    });
+    $('files-first').addEventListener('click', () => load(null));
+    $('files-next').addEventListener('click', () => load(nextCursor));
+  }
+  load(cursor);
+}
+
+async function load(from) {
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (from) params.set('cursor', from);
+  if (query) params.set('prefix', query);
+  $('files-error').textContent = '';
+  let page;
+  try {
+    page = await api('GET', `/api/files?${params}`);
+  } catch (error) {
+    $('files-error').textContent = `The files cannot be listed: ${error.message}`;
+    return;
+  }
+  cursor = from;
+  nextCursor = page.next_cursor;
+  $('files-body').replaceChildren(...page.items.map(row));
+  $('files-empty').hidden = page.items.length > 0;
+  $('files-empty').textContent = query ? `No file name starts with “${query}”.` : 'No files yet.';
+  $('files-next').disabled = !nextCursor;
+  $('files-first').disabled = !from;
+}
+
+function row(file) {
+  const copy = el('button', { type: 'button', text: 'Copy link' });
+  copy.setAttribute('aria-label', `Copy the link to ${file.file_name}`);
+  copy.addEventListener('click', () => copyLink(file.download_url));
+  const download = el('a', { href: file.download_url, class: 'button', download: '', text: 'Download' });
+  download.setAttribute('aria-label', `Download ${file.file_name}`);
+  const remove = el('button', { type: 'button', class: 'danger', text: 'Delete' });
+  remove.setAttribute('aria-label', `Delete ${file.file_name}`);
+  remove.addEventListener('click', () => deleteFile(file));
+  return el(
+    'tr',
+    { 'data-public-id': file.public_id },
+    el('td', { class: 'name', 'data-label': 'Name', text: file.file_name }),
+    el('td', { 'data-label': 'Size', text: formatBytes(file.size_bytes) }),
+    el('td', { class: 'type', 'data-label': 'Type', text: file.mime_type }),
+    el('td', { 'data-label': 'Date', text: formatDate(file.created_at) }),
+    el('td', { class: 'actions' }, copy, download, remove),
+  );
+}
+
+async function deleteFile(file) {
+  if (!window.confirm(`Delete “${file.file_name}”? Its link stops working.`)) return;
+  try {
+    await api('DELETE', `/api/files/${encodeURIComponent(file.public_id)}`);
+  } catch (error) {
+    $('files-error').textContent = `“${file.file_name}” was not deleted: ${error.message}`;
+    return;
+  }
+  load(cursor);
+}
