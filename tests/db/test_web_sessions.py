@@ -21,7 +21,7 @@ HOUR = timedelta(hours=1)
 
 async def test_a_session_is_stored_as_a_hash_and_names_its_key(sessionmaker: Sessions) -> None:
     async with session_scope(sessionmaker) as session:
-        key, _ = await ApiKeyRepository(session).create("page")
+        key, _ = await ApiKeyRepository(session).create("page", scope="write")
         token = await WebSessionRepository(session).open(key, HOUR, now=T0)
     async with session_scope(sessionmaker) as session:
         row = (await session.scalars(select(WebSession))).one()
@@ -36,8 +36,8 @@ async def test_a_session_is_stored_as_a_hash_and_names_its_key(sessionmaker: Ses
 async def test_a_session_ends_at_expiry_revocation_or_close(sessionmaker: Sessions) -> None:
     async with session_scope(sessionmaker) as session:
         keys = ApiKeyRepository(session)
-        first, _ = await keys.create("first")
-        second, _ = await keys.create("second")
+        first, _ = await keys.create("first", scope="write")
+        second, _ = await keys.create("second", scope="write")
         repo = WebSessionRepository(session)
         expiring = await repo.open(first, HOUR, now=T0)
         closing = await repo.open(first, 2 * HOUR, now=T0)
@@ -53,7 +53,7 @@ async def test_a_session_ends_at_expiry_revocation_or_close(sessionmaker: Sessio
 
 async def test_opening_a_session_sweeps_the_expired_ones(sessionmaker: Sessions) -> None:
     async with session_scope(sessionmaker) as session:
-        key, _ = await ApiKeyRepository(session).create("page")
+        key, _ = await ApiKeyRepository(session).create("page", scope="write")
         repo = WebSessionRepository(session)
         await repo.open(key, HOUR, now=T0)
         await repo.open(key, 3 * HOUR, now=T0)
