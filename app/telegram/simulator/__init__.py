@@ -27,6 +27,13 @@ response from Telegram would. Tests can also hold every call of a method at
 the moment Telegram would do the work (`hold`/`release`), to act while such a
 call is in flight.
 
+For crash and leak tests: each faultable method may have fault rates of its
+own (`method_fault_rates`, `set_method_faults`); `kill` (POST /_sim/kill)
+drops the connection of every call and download in flight at once, as a
+network failure would (bodies Telegram had whole are still carried out); and
+`stored_messages` (GET /_sim/messages) lists the messages each chat still
+holds, to count them against what the service references.
+
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (state and Telegram's rules, in `state`, with its records in
 `model`; synchronous so that every check-and-update is atomic on the event

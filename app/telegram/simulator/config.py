@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MB = 1000 * 1000
 MiB = 1024 * 1024
@@ -15,6 +15,11 @@ MIN_PACED_PIECE = 1024
 
 # The knobs that may change while the simulator runs (everything but the
 # tokens and chats, which the state is built from).
+# Bot API methods random faults strike (getMe and getChatMember stay clean so
+# that startup checks are deterministic), and the rates a method may override.
+FAULTABLE_METHODS = ("sendDocument", "getFile", "deleteMessage", "forwardMessage")
+METHOD_FAULT_KINDS = ("fault_5xx_rate", "fault_429_rate", "fault_drop_rate")
+
 MUTABLE_KNOBS = frozenset(
     {
         "max_concurrent_calls_per_bot",
@@ -27,6 +32,7 @@ MUTABLE_KNOBS = frozenset(
         "fault_drop_rate",
         "fault_download_drop_rate",
         "fault_429_rate",
+        "method_fault_rates",
         "random_429_retry_after",
         "seed",
         "max_upload_bytes",
@@ -60,6 +66,10 @@ class SimulatorConfig:
     # File downloads only: they drop halfway, Bot API methods are left alone.
     fault_download_drop_rate: float = 0.0
     fault_429_rate: float = 0.0
+    # Per Bot API method, rates that replace the ones above for that method:
+    # {"sendDocument": {"fault_drop_rate": 0.5}}. Keys: FAULTABLE_METHODS and
+    # METHOD_FAULT_KINDS.
+    method_fault_rates: dict[str, dict[str, float]] = field(default_factory=dict)
     random_429_retry_after: int = 1
     seed: int | None = None
     max_upload_bytes: int = 50 * MiB
@@ -88,6 +98,7 @@ class SimulatorConfig:
             rate = getattr(self, name)
             if not _is_number(rate) or not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be a number between 0 and 1")
+        _check_method_fault_rates(self.method_fault_rates)
         _check_number(self, "latency", minimum=0.0)
         _check_number(self, "delete_window", minimum=0.0)
         for name in ("upload_bandwidth", "download_bandwidth", "file_path_ttl"):
@@ -99,6 +110,26 @@ class SimulatorConfig:
         for name in ("max_upload_bytes", "max_getfile_bytes"):
             _check_int(self, name, minimum=1)
         _check_int(self, "seed", minimum=None, optional=True)
+
+
+def _check_method_fault_rates(rates: object) -> None:
+    if not isinstance(rates, dict):
+        raise ValueError("method_fault_rates must map method names to rates")
+    for method, kinds in rates.items():
+        if method not in FAULTABLE_METHODS:
+            raise ValueError(
+                f"method_fault_rates: {method!r} is not one of {', '.join(FAULTABLE_METHODS)}"
+            )
+        if not isinstance(kinds, dict):
+            raise ValueError(f"method_fault_rates[{method!r}] must map fault kinds to rates")
+        for kind, rate in kinds.items():
+            if kind not in METHOD_FAULT_KINDS:
+                raise ValueError(
+                    f"method_fault_rates[{method!r}]: {kind!r} is not one of "
+                    f"{', '.join(METHOD_FAULT_KINDS)}"
+                )
+            if not _is_number(rate) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"method_fault_rates[{method!r}][{kind!r}] must be 0 to 1")
 
 
 def _is_number(value: object) -> bool:

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
@@ -14,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.telegram.simulator.bodies import _pace, _read_body
 from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
@@ -125,7 +126,10 @@ class _BotApiEndpoint:
                 response = await self._refuse(request, token)
                 await response(scope, receive, send)
                 return
-            with self.sim._calling(bot_id, method) as call:
+            with (
+                self.sim._connection(_CONNECTION_ABORT.get()),
+                self.sim._calling(bot_id, method) as call,
+            ):
                 response = await self._respond(call, request)
                 await response(scope, receive, send)
         except ClientDisconnect:
@@ -167,24 +171,25 @@ class _BotApiEndpoint:
             log.warning("sim_concurrent_upload_refused", bot_id=call.bot_id)
             raise ApiError.too_many_requests(config.collision_retry_after)
         if method.faultable:
-            early = _fault_before_work(self.sim, call.bot_id)
+            early = _fault_before_work(self.sim, call.bot_id, call.method)
             if early is not None:
                 return early
         await self.sim._wait_if_held(call.method)
         response = _ok(method.handler(self.sim, call.bot_id, body.params()))
         # A drop after the work is done: the message exists, the client never
         # learns it (the orphan case the storage layer must survive).
-        if method.faultable and self.sim._inject(call.bot_id, config.fault_drop_rate):
+        drop_rate = self.sim.fault_rate(call.method, "fault_drop_rate")
+        if method.faultable and self.sim._inject(call.bot_id, drop_rate):
             return _truncated(response)
         return response
 
 
-def _fault_before_work(sim: TelegramSimulator, bot_id: int) -> Response | None:
-    """A random 429 (raised) or 5xx (returned) instead of doing the work, or None."""
-    config = sim.config
-    if sim._inject(bot_id, config.fault_429_rate):
-        raise ApiError.too_many_requests(config.random_429_retry_after)
-    if sim._inject(bot_id, config.fault_5xx_rate):
+def _fault_before_work(sim: TelegramSimulator, bot_id: int, method: str | None) -> Response | None:
+    """A random 429 (raised) or 5xx (returned) instead of doing the work, or None.
+    `method` None: a file download."""
+    if sim._inject(bot_id, sim.fault_rate(method, "fault_429_rate")):
+        raise ApiError.too_many_requests(sim.config.random_429_retry_after)
+    if sim._inject(bot_id, sim.fault_rate(method, "fault_5xx_rate")):
         response = _server_error(json_body=sim._coin())
         sim._count_error(bot_id, response.status_code)
         return response
@@ -203,7 +208,7 @@ class _FileEndpoint:
         if bot_id is None:
             await _error(ApiError(401, "Unauthorized"))(scope, receive, send)
             return
-        with self.sim._downloading(bot_id):
+        with self.sim._connection(_CONNECTION_ABORT.get()), self.sim._downloading(bot_id):
             await self._serve(bot_id, request, send)
 
     async def _serve(self, bot_id: int, request: Request, send: Send) -> None:
@@ -230,7 +235,7 @@ class _FileEndpoint:
         """The file's bytes, or the response that refuses them."""
         try:
             self.sim._check_token(bot_id)
-            fault = _fault_before_work(self.sim, bot_id)
+            fault = _fault_before_work(self.sim, bot_id, None)
             if fault is not None:
                 return fault
             return self.sim._file_for_download(bot_id, file_path)
@@ -262,6 +267,13 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         knobs = {name: getattr(sim.config, name) for name in sorted(MUTABLE_KNOBS)}
         return JSONResponse({"ok": True, "config": knobs})
 
+    async def messages(request: Request) -> Response:
+        stored = sim.stored_messages()
+        return JSONResponse({"ok": True, "chats": {str(chat): ids for chat, ids in stored.items()}})
+
+    async def kill(request: Request) -> Response:
+        return JSONResponse({"ok": True, "dropped": sim.kill()})
+
     async def revoke(request: Request) -> Response:
         return _control(lambda: sim.revoke(int(request.path_params["bot_id"])))
 
@@ -278,6 +290,8 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         Route("/_sim/stats", stats, methods=["GET"]),
         Route("/_sim/reset-stats", reset_stats, methods=["POST"]),
         Route("/_sim/config", config, methods=["GET", "POST"]),
+        Route("/_sim/messages", messages, methods=["GET"]),
+        Route("/_sim/kill", kill, methods=["POST"]),
         Route("/_sim/revoke/{bot_id}", revoke, methods=["POST"]),
         Route("/_sim/kick/{bot_id}/{chat_id}", kick, methods=["POST"]),
         Route("/_sim/unkick/{bot_id}/{chat_id}", unkick, methods=["POST"]),
@@ -294,14 +308,35 @@ def _control(action: Callable[[], None]) -> Response:
     return JSONResponse({"ok": True})
 
 
-def create_simulator_app(sim: TelegramSimulator) -> Starlette:
+# What drops the current request's connection at once (for `kill`); each
+# request runs in a task of its own, so this stays with it.
+_CONNECTION_ABORT: ContextVar[Callable[[], None] | None] = ContextVar(
+    "sim_connection_abort", default=None
+)
+
+
+class _DroppableConnections:
+    """The outermost layer: uvicorn's `send` is a method of the request's cycle,
+    which holds the connection's transport (inner layers wrap `send`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        abort = getattr(transport, "abort", None)
+        _CONNECTION_ABORT.set(abort if callable(abort) else None)
+        await self.app(scope, receive, send)
+
+
+def create_simulator_app(sim: TelegramSimulator) -> ASGIApp:
     _hide_simulated_drops()
     routes = [
         Route("/bot{token}/{method}", _BotApiEndpoint(sim), methods=["GET", "POST"]),
         Route("/file/bot{token}/{file_path:path}", _FileEndpoint(sim), methods=["GET"]),
         *_control_routes(sim),
     ]
-    return Starlette(routes=routes)
+    return _DroppableConnections(Starlette(routes=routes))
 
 
 class _HideSimulatedDrops(logging.Filter):

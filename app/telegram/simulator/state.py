@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import itertools
 import math
 import posixpath
 import random
@@ -19,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from app.config import BotToken
 from app.telegram.simulator.bodies import (
     _chat_id_param,
@@ -26,7 +29,13 @@ from app.telegram.simulator.bodies import (
     _message_id_param,
     _received_file,
 )
-from app.telegram.simulator.config import CAPTION_LIMIT, MUTABLE_KNOBS, SEND_WINDOW, SimulatorConfig
+from app.telegram.simulator.config import (
+    CAPTION_LIMIT,
+    FAULTABLE_METHODS,
+    MUTABLE_KNOBS,
+    SEND_WINDOW,
+    SimulatorConfig,
+)
 from app.telegram.simulator.model import (
     ApiError,
     BotStats,
@@ -38,6 +47,9 @@ from app.telegram.simulator.model import (
     _Params,
     _StoredFile,
 )
+
+log = structlog.get_logger()
+
 
 # --- the simulator ------------------------------------------------------------------
 
@@ -72,6 +84,8 @@ class TelegramSimulator:
         self._holds: dict[str, asyncio.Event] = {}  # method -> released when set
         self._held: dict[str, int] = {}  # method -> calls waiting at its hold now
         self._held_waiters: list[tuple[str, int, asyncio.Future[None]]] = []
+        self._connections: dict[int, Callable[[], None]] = {}  # in flight, for `kill`
+        self._connection_ids = itertools.count()
 
     # --- hooks for tests and benchmarks ----------------------------------------------
 
@@ -116,6 +130,60 @@ class TelegramSimulator:
             "seed": seed,
         }
         self.configure(**{name: value for name, value in changes.items() if value is not None})
+
+    def set_method_faults(
+        self,
+        method: str,
+        *,
+        fault_5xx_rate: float | None = None,
+        fault_429_rate: float | None = None,
+        fault_drop_rate: float | None = None,
+    ) -> None:
+        """Give one Bot API method fault rates of its own (the others keep the
+        global ones); arguments left out keep the method's current value."""
+        method = _canonical_method(method)
+        rates = {method: dict(kinds) for method, kinds in self.config.method_fault_rates.items()}
+        changes = {
+            "fault_5xx_rate": fault_5xx_rate,
+            "fault_429_rate": fault_429_rate,
+            "fault_drop_rate": fault_drop_rate,
+        }
+        rates.setdefault(method, {}).update(
+            {kind: rate for kind, rate in changes.items() if rate is not None}
+        )
+        self.configure(method_fault_rates=rates)
+
+    def fault_rate(self, method: str | None, kind: str) -> float:
+        """The rate of one kind of fault (a SimulatorConfig field name) for a
+        method; `None` (file downloads) has the global rates only."""
+        rates = self.config.method_fault_rates.get(method or "", {})
+        rate: float = rates.get(kind, getattr(self.config, kind))
+        return rate
+
+    def kill(self) -> int:
+        """Drop the connection of every call and download in flight, as a
+        network failure would; returns how many were dropped. A call whose
+        body Telegram had whole is still carried out (its client never hears
+        of it); one still sending its body stores nothing."""
+        aborts = list(self._connections.values())
+        self._connections.clear()
+        for abort in aborts:
+            abort()
+        log.warning("sim_killed_in_flight_calls", connections=len(aborts))
+        return len(aborts)
+
+    @contextlib.contextmanager
+    def _connection(self, abort: Callable[[], None] | None) -> Iterator[None]:
+        """Make a request's connection droppable by `kill` while it runs."""
+        if abort is None:
+            yield
+            return
+        key = next(self._connection_ids)
+        self._connections[key] = abort
+        try:
+            yield
+        finally:
+            self._connections.pop(key, None)
 
     def revoke(self, bot_id: int) -> None:
         """The token is revoked: every call with it gets 401 from now on."""
@@ -206,6 +274,11 @@ class TelegramSimulator:
     def live_messages(self, chat_id: int) -> list[int]:
         """Ids of the chat's messages that have not been deleted."""
         return [m.message_id for m in self._chat(chat_id).messages.values() if not m.deleted]
+
+    def stored_messages(self) -> dict[int, list[int]]:
+        """Every chat's messages that have not been deleted, by chat id: what a
+        leak count compares with the messages the service still references."""
+        return {chat_id: self.live_messages(chat_id) for chat_id in self._chats}
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
         return self._message(chat_id, message_id).file.data
@@ -567,21 +640,23 @@ _ADMIN_RIGHTS: dict[str, Any] = {
 class _Method:
     name: str
     handler: Callable[[TelegramSimulator, int, _Params], Any]
-    # Random faults strike here; getMe and getChatMember stay clean so that
-    # startup checks are deterministic.
-    faultable: bool
     upload: bool = False
+
+    @property
+    def faultable(self) -> bool:
+        """Whether random faults strike this method."""
+        return self.name in FAULTABLE_METHODS
 
 
 _METHODS = {
     method.name.lower(): method
     for method in (
-        _Method("getMe", TelegramSimulator._get_me, faultable=False),
-        _Method("sendDocument", TelegramSimulator._send_document, faultable=True, upload=True),
-        _Method("getFile", TelegramSimulator._get_file, faultable=True),
-        _Method("deleteMessage", TelegramSimulator._delete_message, faultable=True),
-        _Method("forwardMessage", TelegramSimulator._forward_message, faultable=True),
-        _Method("getChatMember", TelegramSimulator._get_chat_member, faultable=False),
+        _Method("getMe", TelegramSimulator._get_me),
+        _Method("sendDocument", TelegramSimulator._send_document, upload=True),
+        _Method("getFile", TelegramSimulator._get_file),
+        _Method("deleteMessage", TelegramSimulator._delete_message),
+        _Method("forwardMessage", TelegramSimulator._forward_message),
+        _Method("getChatMember", TelegramSimulator._get_chat_member),
     )
 }
 
