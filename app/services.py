@@ -28,6 +28,7 @@ from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
+from app.store.reconcile import Reconciler
 from app.store.service import ObjectStore
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
@@ -141,6 +142,8 @@ async def start_services(settings: Settings) -> Services:
         await spool.open()
     # Registering also sweeps the pending chunks of instances that died.
     instance = InstanceHeartbeat(sessionmaker, spool, gc)
+    # Unclean stops found on the way are reconciled in the background.
+    instance.reconciler = Reconciler(dispatcher, sessionmaker, gc, live_owners=instance.live_ids)
     await instance.register()
     gc.start()
     buffers = UploadBuffers(settings.upload_buffers)
@@ -170,6 +173,7 @@ async def start_services(settings: Settings) -> Services:
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     await flusher.resume()
     instance.on_adopted = flusher.resume
+    instance.running_since = writer.oldest_running
     instance.start()
     s3 = S3Service(
         store,

@@ -108,6 +108,16 @@ class GarbageCollector:
             self.wake()
         return count
 
+    async def sweep_stale(self, owner: str, before: datetime) -> int:
+        """A live instance's pending chunks created before `before` belong to
+        no running upload (a request task died): ledger them."""
+        async with session_scope(self._sessionmaker) as session:
+            count = await ChunkRepository(session).collect_stale_pending(owner, before)
+        if count:
+            log.warning("stale_pending_chunks_collected", count=count)
+            self.wake()
+        return count
+
     async def _record_unrecorded(self) -> None:
         if not self._unrecorded:
             return
