@@ -115,6 +115,7 @@ async def start_services(settings: Settings) -> Services:
         on_abandoned_send=metrics.observe_abandoned_send,
     )
     gc = GarbageCollector(dispatcher, sessionmaker)
+    gc.on_undeletable = metrics.gc_undeletable.inc
 
     def on_orphan(document: StoredDocument) -> None:
         # A send finished after its upload was abandoned: the message must go.
