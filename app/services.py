@@ -28,7 +28,7 @@ from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
-from app.store.reconcile import Reconciler
+from app.store.reconcile import Reconciler, may_have_posted
 from app.store.service import ObjectStore
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
@@ -145,6 +145,13 @@ async def start_services(settings: Settings) -> Services:
     instance = InstanceHeartbeat(sessionmaker, spool, gc)
     # Unclean stops found on the way are reconciled in the background.
     instance.reconciler = Reconciler(dispatcher, sessionmaker, gc, live_owners=instance.live_ids)
+
+    def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
+        metrics.observe_attempt(bot_id, method, outcome, seconds)
+        if may_have_posted(method, outcome):
+            instance.request_reconcile()
+
+    dispatcher.on_attempt = on_attempt
     await instance.register()
     gc.start()
     buffers = UploadBuffers(settings.upload_buffers)

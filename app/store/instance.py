@@ -71,6 +71,7 @@ class InstanceHeartbeat:
         # without it, the own pending chunks are left to the next start.
         self.running_since: Callable[[], datetime | None] | None = None
         self.reconciler: Reconciler | None = None
+        self._reconcile_requests = 0  # since the last sweep that marked the chat
         self._reconciling: asyncio.Task[None] | None = None
         self.instance_id = spool.instance_id
         self._host = socket.gethostname()[:255]
@@ -91,16 +92,22 @@ class InstanceHeartbeat:
         async with session_scope(self._sessionmaker) as session:
             live = await self._live_ids(session)
             dead = await IntentRepository(session).registered_instances() - live
+        # A transaction of its own: on SQLite, one that read first could not
+        # take the write lock once another connection has written since.
+        async with session_scope(self._sessionmaker) as session:
             sizes = await SpoolRepository(session).adopt(self.instance_id, live)
+            requested = self._reconcile_requests
             if self.reconciler is not None:
-                claimed = await WatermarkRepository(session).claim_dead(
-                    self.reconciler.chat_id, dead
-                )
+                marks = WatermarkRepository(session)
+                claimed = await marks.claim_dead(self.reconciler.chat_id, dead)
                 if claimed:
                     log.warning("unclean_stop_found", instances=claimed)
+                if requested:
+                    await marks.mark_unclean(self.reconciler.chat_id)
             else:
                 await InstanceRepository(session).forget_dead(self._stale_after)
             referenced = await SpoolRepository(session).all_paths()
+        self._reconcile_requests -= requested  # marked (those since wait for the next sweep)
         self._spool.account(sizes)
         adopted = len(sizes)
         removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
@@ -125,6 +132,12 @@ class InstanceHeartbeat:
         await self._gc.sweep_stale(self.instance_id, before=cutoff)
         async with session_scope(self._sessionmaker) as session:
             await IntentRepository(session).forget_older(self.instance_id, cutoff)
+
+    def request_reconcile(self) -> None:
+        """A send may have left a message no row knows of (its answer was
+        lost): reconcile the chat after the next sweep. Sync, for the
+        dispatcher's attempt observer."""
+        self._reconcile_requests += 1
 
     def _start_reconciling(self) -> None:
         """Run a reconciliation in the background if none runs (it decides

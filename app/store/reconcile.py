@@ -7,6 +7,11 @@ the service alone (deploy/README.md), so the ids above the chat's watermark
 (the highest id known reconciled) that no chunk or ledger row holds are
 exactly such orphans, once every send that was in flight has resolved.
 
+The same happens without a crash when a send's answer is lost (a dropped
+connection, a call given up on a timeout): the dispatcher retries, and the
+first attempt's message is an orphan. Such attempts (`may_have_posted`) mark
+the chat unclean too, at the next periodic sweep.
+
 A chat's first watermark is set as its first chunk is recorded (the id before
 it: what the chat held before is not the service's). A reconciliation runs
 when the chat is marked unclean (an instance died: see app/store/instance.py).
@@ -48,6 +53,18 @@ INTENT_POLL_SECONDS = 1.0
 # How long to wait for them before giving up this round (the next sweep tries
 # again with a new probe).
 INTENT_WAIT_SECONDS = 600.0
+
+
+# Failed attempts after which Telegram may still have posted the message (the
+# answer was lost, or the call was given up while Telegram worked on it).
+_POSTING_METHODS = frozenset({"sendDocument", "forwardMessage"})
+_MAYBE_POSTED_OUTCOMES = frozenset({"transient", "abandoned"})
+
+
+def may_have_posted(method: str, outcome: str) -> bool:
+    """Whether a dispatcher attempt that ended so may have left a message no
+    row knows of (and the chat needs a reconciliation)."""
+    return method in _POSTING_METHODS and outcome in _MAYBE_POSTED_OUTCOMES
 
 
 class IntentsStillOpen(Exception):
