@@ -134,23 +134,31 @@ class WatermarkRepository:
         return claimed
 
     async def mark_unclean(self, chat_id: int) -> None:
-        """Ids above the watermark may hold orphans: reconcile the chat. A
-        chat with no watermark yet gets none: its first probe sets it."""
+        """Ids above the watermark may hold orphans: reconcile the chat. The
+        mark is the latest such moment, so a reconciliation that began before
+        it does not clear it. (A chat with no watermark yet has had no chunk.)"""
+        now = utcnow()
         await self._session.execute(
             update(ChatWatermark)
-            .where(ChatWatermark.chat_id == chat_id, ChatWatermark.unclean_since.is_(None))
-            .values(unclean_since=utcnow(), updated_at=utcnow())
+            .where(ChatWatermark.chat_id == chat_id)
+            .values(unclean_since=now, updated_at=now)
         )
 
     async def reconcile(
-        self, chat_id: int, probe_id: int, *, started: datetime, limit: int = RECONCILE_BATCH
+        self,
+        chat_id: int,
+        probe_id: int,
+        *,
+        covers_marks_until: datetime,
+        limit: int = RECONCILE_BATCH,
     ) -> tuple[int, bool]:
         """Ledger the ids above the watermark and below `probe_id` that no
         chunk or ledger row holds, at most `limit` ids at a time, and raise the
         watermark past them. Returns (ids ledgered, whether `probe_id` is reached).
 
-        Once it is, the chat is clean again, unless it was marked unclean after
-        `started` (another death while this reconciliation ran).
+        Once it is, the chat is clean again, unless it was marked unclean
+        after `covers_marks_until` (a death while this reconciliation ran, or
+        one too recent for Telegram to have finished its last sends).
         """
         await lock_database_for_write(self._session)
         mark = await self._session.get(ChatWatermark, chat_id, with_for_update=True)
@@ -185,7 +193,7 @@ class WatermarkRepository:
             "message_id": max(low, probe_id if reached else high - 1),
             "updated_at": now,
         }
-        if reached and mark.unclean_since is not None and mark.unclean_since <= started:
+        if reached and mark.unclean_since is not None and mark.unclean_since <= covers_marks_until:
             values["unclean_since"] = None
         await self._session.execute(
             update(ChatWatermark).where(ChatWatermark.chat_id == chat_id).values(**values)

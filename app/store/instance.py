@@ -133,6 +133,11 @@ class InstanceHeartbeat:
         async with session_scope(self._sessionmaker) as session:
             await IntentRepository(session).forget_older(self.instance_id, cutoff)
 
+    @property
+    def reconciling(self) -> bool:
+        """Whether a reconciliation runs in the background now."""
+        return self._reconciling is not None and not self._reconciling.done()
+
     def request_reconcile(self) -> None:
         """A send may have left a message no row knows of (its answer was
         lost): reconcile the chat after the next sweep. Sync, for the

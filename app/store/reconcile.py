@@ -24,6 +24,10 @@ It:
 3. ledgers every id between the watermark and the probe that no row holds and
    raises the watermark to the probe, in one transaction per batch of ids.
 
+A death is covered only by a round that began LATE_POSTS_ALLOWANCE after it
+was marked (Telegram may post a dead process's last sends a while later), so
+a crash found at once is reconciled twice: at once, and at a later sweep.
+
 The deletions go through the GC ledger like every other (rate limits,
 retries, the 48 h window); ids of messages already deleted are answered
 "not found" and settled.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -53,6 +58,11 @@ INTENT_POLL_SECONDS = 1.0
 # How long to wait for them before giving up this round (the next sweep tries
 # again with a new probe).
 INTENT_WAIT_SECONDS = 600.0
+# Telegram finishes a send whose body it had even after its client died, for
+# up to about the server's allowance of a call (as ABANDONED_CALL_HOLD in the
+# dispatcher): a round probing sooner after a death may miss a late post, so
+# the chat stays marked for another round (the next sweep's).
+LATE_POSTS_ALLOWANCE = timedelta(seconds=60)
 
 
 # Failed attempts after which Telegram may still have posted the message (the
@@ -81,6 +91,7 @@ class Reconciler:
         live_owners: Callable[[], Awaitable[set[str]]],
         poll_seconds: float = INTENT_POLL_SECONDS,
         wait_seconds: float = INTENT_WAIT_SECONDS,
+        late_posts_allowance: timedelta = LATE_POSTS_ALLOWANCE,
     ) -> None:
         self._dispatcher = dispatcher
         self._sessionmaker = sessionmaker
@@ -88,6 +99,7 @@ class Reconciler:
         self._live_owners = live_owners
         self._poll_seconds = poll_seconds
         self._wait_seconds = wait_seconds
+        self.late_posts_allowance = late_posts_allowance
         self._lock = asyncio.Lock()
         self.reconciled = 0  # ids ledgered since the start, for logs and tests
 
@@ -119,7 +131,9 @@ class Reconciler:
             while not reached:
                 async with session_scope(self._sessionmaker) as session:
                     count, reached = await WatermarkRepository(session).reconcile(
-                        self.chat_id, probe_id, started=started
+                        self.chat_id,
+                        probe_id,
+                        covers_marks_until=started - self.late_posts_allowance,
                     )
                 ledgered += count
             self.reconciled += ledgered

@@ -58,7 +58,7 @@ async def test_reconcile_ledgers_only_ids_no_row_holds_in_batches(sessionmaker: 
     while not reached:
         async with session_scope(sessionmaker) as session:
             count, reached = await WatermarkRepository(session).reconcile(
-                CHAT_ID, 20, started=started, limit=3
+                CHAT_ID, 20, covers_marks_until=started, limit=3
             )
         rounds.append(count)
 
@@ -76,7 +76,9 @@ async def test_a_death_marked_during_the_reconciliation_keeps_the_chat_unclean(
     started = utcnow() - timedelta(minutes=1)  # the mark came after this round began
 
     async with session_scope(sessionmaker) as session:
-        count, reached = await WatermarkRepository(session).reconcile(CHAT_ID, 12, started=started)
+        count, reached = await WatermarkRepository(session).reconcile(
+            CHAT_ID, 12, covers_marks_until=started
+        )
 
     assert (count, reached) == (1, True)
     mark = await mark_of(sessionmaker)
@@ -104,7 +106,7 @@ async def test_the_first_watermark_goes_below_the_sends_still_in_flight(
 async def test_a_dead_instance_is_claimed_once_with_its_intents(sessionmaker: Sessions) -> None:
     await unclean_chat_at(sessionmaker, 10)
     async with session_scope(sessionmaker) as session:
-        await WatermarkRepository(session).reconcile(CHAT_ID, 10, started=utcnow())
+        await WatermarkRepository(session).reconcile(CHAT_ID, 10, covers_marks_until=utcnow())
         now = utcnow()
         for instance_id in ("dead", "live"):
             session.add(Instance(id=instance_id, host="h", pid=1, started_at=now, heartbeat_at=now))
@@ -120,7 +122,7 @@ async def test_a_dead_instance_is_claimed_once_with_its_intents(sessionmaker: Se
     async with session_scope(sessionmaker) as session:
         assert set(await session.scalars(select(Instance.id))) == {"live"}
         assert set(await session.scalars(select(SendIntent.id))) == {kept}
-        await WatermarkRepository(session).reconcile(CHAT_ID, 10, started=utcnow())
+        await WatermarkRepository(session).reconcile(CHAT_ID, 10, covers_marks_until=utcnow())
 
     async with session_scope(sessionmaker) as session:
         again = await WatermarkRepository(session).claim_dead(CHAT_ID, {"dead"})

@@ -71,6 +71,10 @@ async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]
         # Few attempts: a send that keeps failing fails fast.
         settings = make_settings(database, url, sim.tokens, spool_dir=spool, max_attempts=3)
         services = await start_services(settings)
+        assert services.instance.reconciler is not None
+        # As if every death were older than Telegram's last posts for it (one
+        # round covers it); the test of the allowance sets it back.
+        services.instance.reconciler.late_posts_allowance = timedelta(0)
         bot = BotClient(BotToken.parse(sim.tokens[0]), api_base=url)
         try:
             yield Stack(services, sim, bot)
@@ -142,6 +146,33 @@ async def test_a_dead_instances_orphans_are_deleted_and_held_messages_are_not(
     async with session_scope(services.sessionmaker) as session:
         assert await session.scalar(select(func.count()).select_from(Instance)) == 1
         assert await session.scalar(select(func.count()).select_from(SendIntent)) == 0
+
+
+async def test_a_death_found_at_once_is_reconciled_again_after_late_posts(
+    stack: Stack,
+) -> None:
+    services = stack.services
+    reconciler = services.instance.reconciler
+    assert reconciler is not None
+    reconciler.late_posts_allowance = timedelta(seconds=60)
+    await store_object(services, "kept.bin")
+    early = (await stack.orphan()).message_id
+    await add_dead_instance(services)
+
+    await services.instance.adopt()
+    await eventually(lambda: _not_stored(stack, early), within=20)
+    await eventually(lambda: _reconciler_idle(services), within=20)
+    assert not await reconciled(services)  # too soon after the death to be sure
+    # Telegram finishes the dead process's last send after the first probe.
+    late = (await stack.orphan()).message_id
+
+    reconciler.late_posts_allowance = timedelta(0)  # a minute passes
+    await services.instance.adopt()  # the next sweep
+
+    await eventually(lambda: reconciled(services), within=20)
+    expected = await chunk_messages(services)
+    await eventually(lambda: _stored_equals(stack, expected), within=20)
+    assert late not in stack.stored()
 
 
 async def test_a_second_sweep_without_a_new_death_probes_nothing(stack: Stack) -> None:
@@ -273,6 +304,14 @@ async def test_the_periodic_sweep_retires_a_dead_tasks_chunks_and_never_a_runnin
 
 async def _stored_equals(stack: Stack, expected: list[int]) -> bool:
     return stack.stored() == expected
+
+
+async def _not_stored(stack: Stack, message_id: int) -> bool:
+    return message_id not in stack.stored()
+
+
+async def _reconciler_idle(services: Services) -> bool:
+    return not services.instance.reconciling
 
 
 async def _posted_is(stack: Stack, count: int) -> bool:
