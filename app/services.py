@@ -146,6 +146,8 @@ async def start_services(settings: Settings) -> Services:
     # Unclean stops found on the way are reconciled in the background.
     instance.reconciler = Reconciler(dispatcher, sessionmaker, gc, live_owners=instance.live_ids)
 
+    # From now on (getMe at startup was observed by the metrics alone): a send
+    # whose answer was lost may have left a message no row knows of.
     def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
         metrics.observe_attempt(bot_id, method, outcome, seconds)
         if may_have_posted(method, outcome):
