@@ -69,6 +69,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.gc_undeletable = Counter(
+            "teleuploader_gc_undeletable",
+            "Telegram messages the GC gave up deleting: the 48 h delete window closed "
+            "while it retried, or Telegram refused for good. Each one stays in the channel "
+            "(logged as gc_gave_up_undeletable or gc_message_not_deletable).",
+            registry=self.registry,
+        )
         self.abandoned_sends = Counter(
             "teleuploader_abandoned_sends",
             "Uploads to Telegram given up on a timeout while Telegram may still post them: "

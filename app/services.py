@@ -29,6 +29,7 @@ from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
+from app.store.reconcile import Reconciler, may_have_posted
 from app.store.resumable import ResumableStore
 from app.store.service import ObjectStore
 from app.store.spool import Spool
@@ -125,6 +126,7 @@ async def start_services(settings: Settings) -> Services:
         on_abandoned_send=metrics.observe_abandoned_send,
     )
     gc = GarbageCollector(dispatcher, sessionmaker)
+    gc.on_undeletable = metrics.gc_undeletable.inc
 
     def on_orphan(document: StoredDocument) -> None:
         # A send finished after its upload was abandoned: the message must go.
@@ -152,6 +154,17 @@ async def start_services(settings: Settings) -> Services:
         await spool.open()
     # Registering also sweeps the pending chunks of instances that died.
     instance = InstanceHeartbeat(sessionmaker, spool, gc)
+    # Unclean stops found on the way are reconciled in the background.
+    instance.reconciler = Reconciler(dispatcher, sessionmaker, gc, live_owners=instance.live_ids)
+
+    # From now on (getMe at startup was observed by the metrics alone): a send
+    # whose answer was lost may have left a message no row knows of.
+    def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
+        metrics.observe_attempt(bot_id, method, outcome, seconds)
+        if may_have_posted(method, outcome):
+            instance.request_reconcile()
+
+    dispatcher.on_attempt = on_attempt
     await instance.register()
     gc.start()
     buffers = UploadBuffers(settings.upload_buffers)
@@ -181,6 +194,7 @@ async def start_services(settings: Settings) -> Services:
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     await flusher.resume()
     instance.on_adopted = flusher.resume
+    instance.running_since = writer.oldest_running
     instance.start()
     resumable = ResumableStore(
         sessionmaker,

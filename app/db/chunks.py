@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import and_, delete, exists, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
@@ -117,19 +117,32 @@ class ChunkRepository:
         of `live_owners`, or, having no owner, when it is older than `before`.
         The chunks of live instances' uploads are never touched.
         """
-        await lock_database_for_write(self._session)
-        unreferenced = ~exists().where(Piece.chunk_id == Chunk.id) & ~exists().where(
-            PartPiece.chunk_id == Chunk.id
-        )
         dead = or_(
             and_(Chunk.owner.is_(None), Chunk.created_at < before),
             # (Explicitly not NULL: an empty NOT IN list is true for NULL too.)
             and_(Chunk.owner.is_not(None), Chunk.owner.not_in(list(live_owners))),
         )
+        return await self._retire_unreferenced_pending(dead)
+
+    async def collect_stale_pending(self, owner: str, before: datetime) -> int:
+        """Retire `owner`'s pending chunks created before `before`; return how many.
+
+        For a live instance: `before` is when its oldest running upload began,
+        so these belong to request tasks that died without releasing them.
+        """
+        return await self._retire_unreferenced_pending(
+            and_(Chunk.owner == owner, Chunk.created_at < before)
+        )
+
+    async def _retire_unreferenced_pending(self, which: ColumnElement[bool]) -> int:
+        await lock_database_for_write(self._session)
+        unreferenced = ~exists().where(Piece.chunk_id == Chunk.id) & ~exists().where(
+            PartPiece.chunk_id == Chunk.id
+        )
         chunks = (
             await self._session.scalars(
                 select(Chunk)
-                .where(Chunk.state == "pending", dead, unreferenced)
+                .where(Chunk.state == "pending", which, unreferenced)
                 .order_by(Chunk.id)
                 .with_for_update(skip_locked=True)
             )

@@ -460,3 +460,43 @@ class WebSession(Base):
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class SendIntent(Base):
+    """A sendDocument that may be in flight: written before the call, deleted
+    once its message id is in a chunk row or the send has failed.
+
+    Reconciliation deletes unheld message ids only once every intent that
+    existed when it probed the chat is gone or belongs to a dead instance, so
+    a live upload's message is never taken for an orphan.
+    """
+
+    __tablename__ = "send_intents"
+    __table_args__ = (Index(None, "owner"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"SendIntent(id={self.id}, owner={self.owner!r}, chat_id={self.chat_id})"
+
+
+class ChatWatermark(Base):
+    """The highest message id of a chat known reconciled: every id up to it is
+    held by a row, deleted, or in the GC ledger. `unclean_since`: an instance
+    died with sends possibly in flight; ids above the mark need a probe."""
+
+    __tablename__ = "chat_watermarks"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    unclean_since: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatWatermark(chat_id={self.chat_id}, message_id={self.message_id}, "
+            f"unclean_since={self.unclean_since})"
+        )

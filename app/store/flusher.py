@@ -207,6 +207,12 @@ class Flusher:
     async def _round(self, flush: _UploadFlush) -> bool:
         """Flush what is spooled (and what comes meanwhile) until nothing is
         left; True when the upload has no spooled part any more."""
+        # The round's chunks stay pending until their parts are whole: it runs
+        # as one upload for the periodic sweep.
+        with self._writer.running():
+            return await self._flush_round(flush)
+
+    async def _flush_round(self, flush: _UploadFlush) -> bool:
         queue: deque[_Part] = deque()
         known: set[int] = set()
         chunk_ids: list[int] = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -62,7 +62,9 @@ class GarbageCollector:
         self._task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.deleted = 0
-        self.undeletable = 0  # given up: the 48 h window closed first
+        # Given up: the 48 h window closed first, or Telegram refused for good.
+        self.undeletable = 0
+        self.on_undeletable: Callable[[], None] | None = None  # e.g. a metric
         # Refreshed every round, for /metrics (a scrape cannot await the database).
         self.last_backlog = 0
 
@@ -105,6 +107,16 @@ class GarbageCollector:
             count = await ChunkRepository(session).collect_pending_orphans(before, live_owners)
         if count:
             log.warning("orphaned_chunks_collected", count=count)
+            self.wake()
+        return count
+
+    async def sweep_stale(self, owner: str, before: datetime) -> int:
+        """A live instance's pending chunks created before `before` belong to
+        no running upload (a request task died): ledger them."""
+        async with session_scope(self._sessionmaker) as session:
+            count = await ChunkRepository(session).collect_stale_pending(owner, before)
+        if count:
+            log.warning("stale_pending_chunks_collected", count=count)
             self.wake()
         return count
 
@@ -198,6 +210,7 @@ class GarbageCollector:
                             message_id=message_id,
                             error=outcome.error,
                         )
+                        self._count_undeletable()
                 elif now - enqueued_at > DELETE_WINDOW:
                     # Retried for as long as Telegram allows a deletion.
                     log.error(
@@ -207,13 +220,18 @@ class GarbageCollector:
                         attempts=attempts + 1,
                         error=outcome.error,
                     )
-                    self.undeletable += 1
+                    self._count_undeletable()
                     await repo.done(entry_id)
                     settled += 1
                 else:
                     delay = timedelta(seconds=min(MAX_RETRY_DELAY, 5 * 2 ** min(attempts, 10)))
                     await repo.failed(entry_id, outcome.error or "", now + delay)
         return settled
+
+    def _count_undeletable(self) -> None:
+        self.undeletable += 1
+        if self.on_undeletable is not None:
+            self.on_undeletable()
 
     async def backlog(self) -> int:
         async with session_scope(self._sessionmaker) as session:

@@ -4,6 +4,15 @@ It registers itself with an id, keeps a heartbeat, and takes over the spooled
 parts of instances that have died: those whose heartbeat went stale, or, on
 this host, whose process is gone (a restart after kill -9 need not wait for
 the heartbeat to age). Rows of a live instance are never touched.
+
+A dead instance is also an unclean stop: its row is deleted (the claim, so
+only one live instance acts on it) and the storage chat is marked for
+reconciliation (app/store/reconcile.py), which runs in the background.
+
+Every SWEEP_EVERY_BEATS beats it does all of that again, and retires this
+instance's own pending chunks (and send intents) older than its oldest
+running upload, less UNCOMMITTED_GRACE: they belong to request tasks that
+died without releasing them. A running upload's rows are never among them.
 """
 
 from __future__ import annotations
@@ -14,14 +23,17 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
 from app.db.types import utcnow
 from app.store.gc import GarbageCollector
+from app.store.reconcile import Reconciler
 from app.store.spool import Spool
 
 log = structlog.get_logger("app.store.instance")
@@ -31,6 +43,9 @@ HEARTBEAT_SECONDS = 5.0
 STALE_AFTER_SECONDS = 30.0
 # Every this many beats, take over what instances that died left behind.
 SWEEP_EVERY_BEATS = 12
+# An upload's chunks are committed moments after its last chunk is stored; the
+# periodic sweep leaves pending chunks younger than this alone in any case.
+UNCOMMITTED_GRACE = timedelta(minutes=10)
 
 
 def new_instance_id() -> str:
@@ -52,6 +67,12 @@ class InstanceHeartbeat:
         self._gc = gc
         self.started_at = utcnow()
         self.on_adopted: Callable[[], Awaitable[None]] | None = None
+        # When this instance's oldest running upload began (None: none runs);
+        # without it, the own pending chunks are left to the next start.
+        self.running_since: Callable[[], datetime | None] | None = None
+        self.reconciler: Reconciler | None = None
+        self._reconcile_requests = 0  # since the last sweep that marked the chat
+        self._reconciling: asyncio.Task[None] | None = None
         self.instance_id = spool.instance_id
         self._host = socket.gethostname()[:255]
         self._interval = interval
@@ -70,27 +91,90 @@ class InstanceHeartbeat:
         one from now on), spool files no row names, pending chunks."""
         async with session_scope(self._sessionmaker) as session:
             live = await self._live_ids(session)
+            dead = await IntentRepository(session).registered_instances() - live
+        # A transaction of its own: on SQLite, one that read first could not
+        # take the write lock once another connection has written since.
+        async with session_scope(self._sessionmaker) as session:
             sizes = await SpoolRepository(session).adopt(self.instance_id, live)
-            await InstanceRepository(session).forget_dead(self._stale_after)
+            requested = self._reconcile_requests
+            if self.reconciler is not None:
+                marks = WatermarkRepository(session)
+                claimed = await marks.claim_dead(self.reconciler.chat_id, dead)
+                if claimed:
+                    log.warning("unclean_stop_found", instances=claimed)
+                if requested:
+                    await marks.mark_unclean(self.reconciler.chat_id)
+            else:
+                await InstanceRepository(session).forget_dead(self._stale_after)
             referenced = await SpoolRepository(session).all_paths()
+        self._reconcile_requests -= requested  # marked (those since wait for the next sweep)
         self._spool.account(sizes)
         adopted = len(sizes)
         removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
         if adopted or removed:
             log.info("spool_adopted", parts=adopted, unreferenced_files_removed=removed)
         await self._gc.sweep_orphans(before=self.started_at, live_owners=live)
+        await self._sweep_own()
         if adopted and self.on_adopted is not None:
             await self.on_adopted()
+        self._start_reconciling()
         return adopted
+
+    async def _sweep_own(self) -> None:
+        """Retire this instance's pending chunks and intents that no running
+        upload can hold: older than the oldest running one (and the grace)."""
+        if self.running_since is None:
+            return
+        cutoff = utcnow() - UNCOMMITTED_GRACE
+        oldest = self.running_since()
+        if oldest is not None:
+            cutoff = min(cutoff, oldest)
+        await self._gc.sweep_stale(self.instance_id, before=cutoff)
+        async with session_scope(self._sessionmaker) as session:
+            await IntentRepository(session).forget_older(self.instance_id, cutoff)
+
+    @property
+    def reconciling(self) -> bool:
+        """Whether a reconciliation runs in the background now."""
+        return self._reconciling is not None and not self._reconciling.done()
+
+    def request_reconcile(self) -> None:
+        """A send may have left a message no row knows of (its answer was
+        lost): reconcile the chat after the next sweep. Sync, for the
+        dispatcher's attempt observer."""
+        self._reconcile_requests += 1
+
+    def _start_reconciling(self) -> None:
+        """Run a reconciliation in the background if none runs (it decides
+        itself whether the chat needs one)."""
+        if self.reconciler is None:
+            return
+        if self._reconciling is not None and not self._reconciling.done():
+            return
+        self._reconciling = asyncio.create_task(self._reconcile(), name="reconcile")
+
+    async def _reconcile(self) -> None:
+        assert self.reconciler is not None
+        try:
+            await self.reconciler.run()
+        except Exception as exc:
+            # Telegram or the database may be down; the next sweep tries again.
+            log.warning("reconcile_failed", error=str(exc))
+
+    async def live_ids(self) -> set[str]:
+        """The instances alive now (this one included)."""
+        async with session_scope(self._sessionmaker) as session:
+            return await self._live_ids(session)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._beat(), name="instance-heartbeat")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._reconciling):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         # A clean stop: its rows may be adopted at once (none are left unless
         # a flush was cut short by the grace period).
         with contextlib.suppress(Exception):
@@ -113,7 +197,7 @@ class InstanceHeartbeat:
 
     async def _live_ids(self, session: AsyncSession) -> set[str]:
         instances = InstanceRepository(session)
-        live = await instances.live_ids(self._stale_after)
+        live = await instances.live_ids(self._stale_after) | {self.instance_id}
         for instance_id, pid in await instances.processes_on(self._host, live):
             if instance_id != self.instance_id and not process_alive(pid):
                 live.discard(instance_id)

@@ -12,6 +12,15 @@ If the stream fails (client gone, size limit, Telegram error), the chunks alread
 stored are released to the GC ledger, so no Telegram message is left behind. If
 the process dies instead, the pending rows are swept into the ledger at the next
 start.
+
+Before every send a *send intent* row is written, and it goes in the same
+transaction as the chunk row (or once the send has failed): a message Telegram
+posted for a process that died before recording it is found later by
+reconciliation (app/store/reconcile.py), which must not mistake a live
+upload's message, posted but not yet recorded, for such an orphan. The
+writer also tells the periodic sweep since when its oldest running upload
+has been storing chunks (`oldest_running`): pending chunks of this instance
+older than that belong to no running upload.
 """
 
 from __future__ import annotations
@@ -19,21 +28,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunkRepository
+from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.objects import PieceSpec
 from app.db.session import session_scope
+from app.db.types import utcnow
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.types import StoredDocument
 
 log = structlog.get_logger("app.store.writer")
 
@@ -161,6 +175,24 @@ class ChunkWriter:
         self.buffers = buffers
         self.chunk_size = chunk_size
         self.inline_threshold = inline_threshold
+        self._running: dict[int, datetime] = {}  # uploads storing chunks now: since when
+        self._running_ids = itertools.count()
+        self._watermark_known = False  # the chat's watermark exists (see reconcile.py)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Mark an upload as running while the block runs: the pending chunks
+        it stores meanwhile (until it commits them) are not swept."""
+        key = next(self._running_ids)
+        self._running[key] = utcnow()
+        try:
+            yield
+        finally:
+            del self._running[key]
+
+    def oldest_running(self) -> datetime | None:
+        """When the oldest upload still running began (None: none runs)."""
+        return min(self._running.values(), default=None)
 
     def count_bytes(self, size: int) -> None:
         if self._on_bytes is not None:
@@ -189,6 +221,24 @@ class ChunkWriter:
 
         `allow_inline=False` stores even small content in Telegram (multipart
         parts: an object is inline or pieces, never both)."""
+        with self.running():
+            return await self._write(
+                stream,
+                max_size=max_size,
+                label=label,
+                allow_inline=allow_inline,
+                expected_size=expected_size,
+            )
+
+    async def _write(
+        self,
+        stream: AsyncIterator[bytes],
+        *,
+        max_size: int | None,
+        label: str,
+        allow_inline: bool,
+        expected_size: int | None,
+    ) -> WrittenContent:
         inline_threshold = self.inline_threshold if allow_inline else 0
         lanes = self.parallelism()
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
@@ -262,20 +312,79 @@ class ChunkWriter:
     ) -> PieceSpec:
         """Send one chunk to Telegram and record it as pending. The caller
         holds a buffer of the budget for `data`."""
-        filename = f"{secrets.token_hex(8)}.bin"
-        caption = f"{label} #{index}" if label else None
-        document = await self._dispatcher.send_document(data, filename, caption=caption)
-        digest = hashlib.sha256(data).hexdigest()
-        try:
-            async with session_scope(self._sessionmaker) as session:
-                chunk = await ChunkRepository(session).add_pending(
-                    document, digest, owner=self._owner
+        with self.running():
+            filename = f"{secrets.token_hex(8)}.bin"
+            caption = f"{label} #{index}" if label else None
+            intent = await self._open_intent()
+            try:
+                document = await self._dispatcher.send_document(data, filename, caption=caption)
+            except BaseException:
+                # No chunk row will hold whatever Telegram posted: an orphan for
+                # the dispatcher's on_orphan or for reconciliation to delete.
+                await self._resolve_intent(intent)
+                raise
+            digest = hashlib.sha256(data).hexdigest()
+            # Shielded: a cancellation arriving while the commit is on its way
+            # cannot tell whether the row was written; the commit's own end can.
+            recording = asyncio.ensure_future(self._record(document, digest, intent))
+            try:
+                chunk_id = await asyncio.shield(recording)
+            except asyncio.CancelledError:
+                await self._abandon_recording(recording, document, intent)
+                raise
+            except BaseException:
+                # Telegram has it but the database does not: it must not stay.
+                self._gc.enqueue_document(document, reason="failed_upload")
+                await self._resolve_intent(intent)
+                raise
+            return PieceSpec(chunk_id=chunk_id, offset=0, length=len(data))
+
+    async def _record(self, document: StoredDocument, digest: str, intent: int | None) -> int:
+        """The chunk row, and the intent resolved, in one transaction."""
+        async with session_scope(self._sessionmaker) as session:
+            chunk = await ChunkRepository(session).add_pending(document, digest, owner=self._owner)
+            if intent is not None:
+                await IntentRepository(session).resolve(intent)
+                if not self._watermark_known:
+                    await WatermarkRepository(session).ensure(document.chat_id, document.message_id)
+        if intent is not None:
+            self._watermark_known = True
+        return chunk.id
+
+    async def _abandon_recording(
+        self, recording: asyncio.Future[int], document: StoredDocument, intent: int | None
+    ) -> None:
+        """The upload was cancelled while its chunk was being recorded: let the
+        recording end, then release the chunk (or ledger the message)."""
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(recording)
+        if recording.done() and not recording.cancelled() and recording.exception() is None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self._gc.release_chunks([recording.result()], reason="failed_upload")
                 )
-        except BaseException:
-            # Telegram has it but the database does not: it must not stay.
-            self._gc.enqueue_document(document, reason="failed_upload")
-            raise
-        return PieceSpec(chunk_id=chunk.id, offset=0, length=len(data))
+            return
+        self._gc.enqueue_document(document, reason="failed_upload")
+        await self._resolve_intent(intent)
+
+    async def _open_intent(self) -> int | None:
+        """Record the send about to start (None: no owner, as in some tests)."""
+        if self._owner is None:
+            return None
+        async with session_scope(self._sessionmaker) as session:
+            return await IntentRepository(session).open(self._owner, self._dispatcher.chat_id)
+
+    async def _resolve_intent(self, intent: int | None) -> None:
+        """After a failed send. If the database refuses, the periodic sweep
+        drops the intent once no upload that old runs any more."""
+        if intent is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._resolve(intent))
+
+    async def _resolve(self, intent: int) -> None:
+        async with session_scope(self._sessionmaker) as session:
+            await IntentRepository(session).resolve(intent)
 
     async def _abandon(self, tasks: list[asyncio.Task[PieceSpec]]) -> None:
         """Cancel chunks still in flight and release the stored ones to GC."""

@@ -28,6 +28,7 @@ from app.db.gc import GcRepository
 from app.db.models import Chunk, GcEntry
 from app.db.session import session_scope
 from app.db.types import utcnow
+from app.metrics import Metrics
 from app.store.gc import GarbageCollector
 from tests.api.test_database_outage import PrivatePgbouncer, outage_service, pgbouncer
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually, payload
@@ -263,6 +264,8 @@ async def test_deletions_are_retried_until_the_48_hour_window_closes(
     sessionmaker: Sessions,
 ) -> None:
     gc = GarbageCollector(NoBots(), sessionmaker)  # type: ignore[arg-type]
+    metrics = Metrics()
+    gc.on_undeletable = metrics.gc_undeletable.inc
     now = utcnow()
     async with session_scope(sessionmaker) as session:
         repo = GcRepository(session)
@@ -285,3 +288,21 @@ async def test_deletions_are_retried_until_the_48_hour_window_closes(
     # The young one stays, to be tried again; the old one can never be deleted.
     assert left == {1: 41}
     assert gc.undeletable == 1
+    assert "teleuploader_gc_undeletable_total 1.0" in metrics.render().decode()
+
+
+async def test_a_message_telegram_refuses_to_delete_is_counted_in_the_metrics(
+    service: Service,
+) -> None:
+    public_id = await put(service, "old.bin", payload(100 + CHUNK // 2))
+    service.sim.advance_clock(49 * HOUR)  # past Telegram's 48 hours
+
+    await delete(service, public_id)
+
+    async def counted() -> bool:
+        async with service.client() as http:
+            scraped = await http.get("/metrics", headers=service.auth)
+        return "teleuploader_gc_undeletable_total 1.0" in scraped.text
+
+    await eventually(counted, within=20)
+    assert len(service.live_messages()) == 1  # it stays: Telegram will not delete it

@@ -709,10 +709,10 @@ def test_main_simulator_prints_and_writes_its_tokens(
 ) -> None:
     served: dict[str, Any] = {}
     monkeypatch.setattr(
-        "app.telegram.simulator.create_simulator_app", lambda sim: served.update(sim=sim)
+        "app.telegram.simulator.server.create_simulator_app", lambda sim: served.update(sim=sim)
     )
     monkeypatch.setattr(
-        "app.telegram.simulator.uvicorn.run", lambda app, **kwargs: served.update(kwargs)
+        "app.telegram.simulator.server.uvicorn.run", lambda app, **kwargs: served.update(kwargs)
     )
     tokens_file = tmp_path / "tokens.txt"
 

@@ -1,0 +1,70 @@
+"""A Telegram Bot API simulator: a real HTTP server for tests, benchmarks and demos.
+
+Everything that talks to Telegram is tested against this server instead, so
+it is only useful if it is as strict as Telegram on the points the storage
+layer depends on (see the reference notes on the Bot API):
+
+- a file_id works only for the bot that received it; forwardMessage gives
+  another bot a file_id of its own for the same file;
+- uploads over 50 MB get 413, getFile over 20 MB gets "file is too big";
+- two calls at once on one token (any method) get 429 with a long
+  retry_after, and so does a bot sending more than its per-minute budget into
+  one chat;
+- a call whose body arrived whole is carried out even if its client gives up
+  while waiting for the answer, and counts as in flight until it is done (an
+  upload abandoned by a timeout still posts its message); a client that drops
+  the connection before its body is complete stores nothing;
+- revoked tokens get 401 and bots kicked from the chat get 403;
+- file paths expire, and bots can delete messages for 48 hours only.
+
+On top of that it can misbehave on purpose: added latency, limited bandwidth,
+random 5xx, random 429 and connections that drop halfway through a response.
+Random faults strike sendDocument, getFile, deleteMessage, forwardMessage and
+downloads (never getMe/getChatMember); `fault_download_drop_rate` drops file
+downloads only. A 429 or 5xx replaces the work; a drop comes after it, so a
+dropped sendDocument leaves a message the client never heard of, as a lost
+response from Telegram would. Tests can also hold every call of a method at
+the moment Telegram would do the work (`hold`/`release`), to act while such a
+call is in flight.
+
+For crash and leak tests: each faultable method may have fault rates of its
+own (`method_fault_rates`, `set_method_faults`); `kill` (POST /_sim/kill)
+drops the connection of every call and download in flight at once, as a
+network failure would (bodies Telegram had whole are still carried out); and
+`stored_messages` (GET /_sim/messages) lists the messages each chat still
+holds, to count them against what the service references.
+
+The package has three layers: `SimulatorConfig` (the knobs, in `config`),
+`TelegramSimulator` (state and Telegram's rules, in `state`, with its records in
+`model`; synchronous so that every check-and-update is atomic on the event
+loop) and the Starlette app built by `create_simulator_app` (in `http`: HTTP
+parsing, pacing, faults, in-flight accounting; request bodies in `bodies`).
+`server` runs it, inside a host's event loop or standalone.
+"""
+
+from app.telegram.simulator.config import (
+    MB,
+    MUTABLE_KNOBS,
+    MiB,
+    SimulatorConfig,
+    make_tokens,
+)
+from app.telegram.simulator.http import create_simulator_app
+from app.telegram.simulator.model import ApiError, BotStats, SimulatedDrop
+from app.telegram.simulator.server import main_simulator, run_simulator
+from app.telegram.simulator.state import TelegramSimulator
+
+__all__ = [
+    "MB",
+    "MUTABLE_KNOBS",
+    "ApiError",
+    "BotStats",
+    "MiB",
+    "SimulatedDrop",
+    "SimulatorConfig",
+    "TelegramSimulator",
+    "create_simulator_app",
+    "main_simulator",
+    "make_tokens",
+    "run_simulator",
+]

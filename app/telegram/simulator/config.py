@@ -1,0 +1,175 @@
+"""The simulator's knobs: `SimulatorConfig`, its validation, and test tokens."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+
+MB = 1000 * 1000
+MiB = 1024 * 1024
+CAPTION_LIMIT = 1024
+SEND_WINDOW = 60.0  # seconds: the per-chat flood limit counts sends over one minute
+DOWNLOAD_PIECE = 64 * 1024
+MIN_PACED_PIECE = 1024
+
+# The knobs that may change while the simulator runs (everything but the
+# tokens and chats, which the state is built from).
+# Bot API methods random faults strike (getMe and getChatMember stay clean so
+# that startup checks are deterministic), and the rates a method may override.
+FAULTABLE_METHODS = ("sendDocument", "getFile", "deleteMessage", "forwardMessage")
+METHOD_FAULT_KINDS = ("fault_5xx_rate", "fault_429_rate", "fault_drop_rate")
+
+MUTABLE_KNOBS = frozenset(
+    {
+        "max_concurrent_calls_per_bot",
+        "collision_retry_after",
+        "sends_per_minute",
+        "latency",
+        "upload_bandwidth",
+        "download_bandwidth",
+        "fault_5xx_rate",
+        "fault_drop_rate",
+        "fault_download_drop_rate",
+        "fault_429_rate",
+        "method_fault_rates",
+        "random_429_retry_after",
+        "seed",
+        "max_upload_bytes",
+        "max_getfile_bytes",
+        "file_path_ttl",
+        "delete_window",
+    }
+)
+
+# Telegram's own gateway error page; the client must cope with a non-JSON 5xx.
+
+# --- configuration ------------------------------------------------------------------
+
+
+@dataclass
+class SimulatorConfig:
+    """Everything the simulator can be told. Rates are probabilities per call."""
+
+    tokens: list[str]
+    chat_ids: list[int]
+    # None means no limit. Telegram answers concurrent calls on one token with 429.
+    max_concurrent_calls_per_bot: int | None = 1
+    collision_retry_after: int = 30
+    # Per bot per chat, over a sliding minute (Telegram: about 20 into one channel).
+    sends_per_minute: int | None = None
+    latency: float = 0.0
+    upload_bandwidth: float | None = None  # bytes/s per connection
+    download_bandwidth: float | None = None  # bytes/s per connection
+    fault_5xx_rate: float = 0.0
+    fault_drop_rate: float = 0.0
+    # File downloads only: they drop halfway, Bot API methods are left alone.
+    fault_download_drop_rate: float = 0.0
+    fault_429_rate: float = 0.0
+    # Per Bot API method, rates that replace the ones above for that method:
+    # {"sendDocument": {"fault_drop_rate": 0.5}}. Keys: FAULTABLE_METHODS and
+    # METHOD_FAULT_KINDS.
+    method_fault_rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    random_429_retry_after: int = 1
+    seed: int | None = None
+    max_upload_bytes: int = 50 * MiB
+    # It is unknown whether Telegram's "20 MB" is 10**6- or 2**20-based; the
+    # smaller reading is the stricter test of the 19 MiB chunk size.
+    max_getfile_bytes: int = 20 * MB
+    # Telegram keeps a file_path valid for "at least one hour". None: forever.
+    file_path_ttl: float | None = 3600.0
+    # Bots may delete messages younger than 48 hours only.
+    delete_window: float = 48 * 3600.0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if not self.tokens:
+            raise ValueError("the simulator needs at least one bot token")
+        if not self.chat_ids:
+            raise ValueError("the simulator needs at least one chat id")
+        for name in (
+            "fault_5xx_rate",
+            "fault_drop_rate",
+            "fault_download_drop_rate",
+            "fault_429_rate",
+        ):
+            rate = getattr(self, name)
+            if not _is_number(rate) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be a number between 0 and 1")
+        _check_method_fault_rates(self.method_fault_rates)
+        _check_number(self, "latency", minimum=0.0)
+        _check_number(self, "delete_window", minimum=0.0)
+        for name in ("upload_bandwidth", "download_bandwidth", "file_path_ttl"):
+            _check_number(self, name, minimum=0.0, exclusive=True, optional=True)
+        for name in ("max_concurrent_calls_per_bot", "sends_per_minute"):
+            _check_int(self, name, minimum=1, optional=True)
+        for name in ("collision_retry_after", "random_429_retry_after"):
+            _check_int(self, name, minimum=1)
+        for name in ("max_upload_bytes", "max_getfile_bytes"):
+            _check_int(self, name, minimum=1)
+        _check_int(self, "seed", minimum=None, optional=True)
+
+
+def _check_method_fault_rates(rates: object) -> None:
+    if not isinstance(rates, dict):
+        raise ValueError("method_fault_rates must map method names to rates")
+    for method, kinds in rates.items():
+        if method not in FAULTABLE_METHODS:
+            raise ValueError(
+                f"method_fault_rates: {method!r} is not one of {', '.join(FAULTABLE_METHODS)}"
+            )
+        if not isinstance(kinds, dict):
+            raise ValueError(f"method_fault_rates[{method!r}] must map fault kinds to rates")
+        for kind, rate in kinds.items():
+            if kind not in METHOD_FAULT_KINDS:
+                raise ValueError(
+                    f"method_fault_rates[{method!r}]: {kind!r} is not one of "
+                    f"{', '.join(METHOD_FAULT_KINDS)}"
+                )
+            if not _is_number(rate) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"method_fault_rates[{method!r}][{kind!r}] must be 0 to 1")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_number(
+    config: SimulatorConfig,
+    name: str,
+    *,
+    minimum: float,
+    exclusive: bool = False,
+    optional: bool = False,
+) -> None:
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    too_small = _is_number(value) and (value <= minimum if exclusive else value < minimum)
+    if not _is_number(value) or too_small:
+        relation = ">" if exclusive else ">="
+        raise ValueError(f"{name} must be a number {relation} {minimum}")
+
+
+def _check_int(
+    config: SimulatorConfig, name: str, *, minimum: int | None, optional: bool = False
+) -> None:
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}")
+
+
+def make_tokens(n: int, first_id: int = 100001) -> list[str]:
+    """Deterministic, valid-looking tokens `<id>:<35 chars of [A-Za-z0-9_-]>`."""
+    tokens = []
+    for bot_id in range(first_id, first_id + n):
+        digest = hashlib.sha256(f"teleuploader-simulator-{bot_id}".encode()).digest()
+        secret = base64.urlsafe_b64encode(digest).decode("ascii")[:35]
+        tokens.append(f"{bot_id}:{secret}")
+    return tokens

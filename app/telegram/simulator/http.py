@@ -1,0 +1,353 @@
+"""The Starlette app: HTTP parsing, pacing, faults, in-flight accounting, control endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.telegram.simulator.bodies import _pace, _read_body
+from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
+from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
+from app.telegram.simulator.state import _METHODS, TelegramSimulator, _canonical_method
+
+log = structlog.get_logger()
+
+_BAD_GATEWAY_HTML = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n"
+    b"</body>\r\n</html>\r\n"
+)
+_WELL_FORMED_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
+
+
+# --- responses ------------------------------------------------------------------------
+
+
+def _ok(result: Any) -> JSONResponse:
+    return JSONResponse({"ok": True, "result": result})
+
+
+def _error(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.payload(), status_code=err.status)
+
+
+def _server_error(*, json_body: bool) -> Response:
+    # Telegram's API answers 500 in JSON; its front end's 502 is an HTML page.
+    if json_body:
+        return _error(ApiError(500, "Internal Server Error"))
+    return Response(_BAD_GATEWAY_HTML, status_code=502, media_type="text/html")
+
+
+class _TruncatedResponse(Response):
+    """Announces the whole body, sends half of it, then drops the connection."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        half = self.body[: len(self.body) // 2]
+        await send({"type": "http.response.body", "body": half, "more_body": True})
+        raise SimulatedDrop("simulated connection drop")
+
+
+def _truncated(response: Response) -> Response:
+    return _TruncatedResponse(
+        response.body, status_code=response.status_code, media_type="application/json"
+    )
+
+
+async def _send_file(
+    request: Request,
+    send: Send,
+    data: bytes,
+    *,
+    bandwidth: float | None,
+    drop_at: int | None,
+    on_sent: Callable[[int], None],
+) -> None:
+    """Stream a file in pieces, paced at `bandwidth`; stop and fail at `drop_at`."""
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    piece_size = DOWNLOAD_PIECE
+    if bandwidth is not None:
+        # Small enough pieces that pacing is smooth (about 20 per second).
+        piece_size = max(MIN_PACED_PIECE, min(DOWNLOAD_PIECE, int(bandwidth / 20)))
+    end = len(data) if drop_at is None else drop_at
+    view = memoryview(data)
+    started = time.monotonic()
+    sent = 0
+    while sent < end:
+        piece = bytes(view[sent : min(sent + piece_size, end)])
+        if bandwidth is not None:
+            # A piece leaves when its last byte would have crossed the link.
+            await _pace(started, sent + len(piece), bandwidth)
+        if await request.is_disconnected():
+            return  # nobody is reading: stop pacing bytes into the void
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+        sent += len(piece)
+        on_sent(len(piece))
+    if drop_at is not None:
+        raise SimulatedDrop("simulated connection drop")
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+# --- HTTP endpoints -------------------------------------------------------------------
+
+
+class _BotApiEndpoint:
+    """`/bot{token}/{method}`. A raw ASGI app, so that a call counts as in flight
+    until the last byte of its response is sent, not just until a handler returns."""
+
+    def __init__(self, sim: TelegramSimulator) -> None:
+        self.sim = sim
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        token = str(request.path_params["token"])
+        method = _canonical_method(str(request.path_params["method"]))
+        bot_id = self.sim._bot_for_token(token)
+        try:
+            if bot_id is None:
+                response = await self._refuse(request, token)
+                await response(scope, receive, send)
+                return
+            with (
+                self.sim._connection(_CONNECTION_ABORT.get()),
+                self.sim._calling(bot_id, method) as call,
+            ):
+                response = await self._respond(call, request)
+                await response(scope, receive, send)
+        except ClientDisconnect:
+            pass  # the client gave up while sending; nothing was stored
+
+    async def _refuse(self, request: Request, token: str) -> Response:
+        await _read_body(request, max_bytes=0, bandwidth=None, on_bytes=lambda _: None)
+        if _WELL_FORMED_TOKEN.match(token):
+            return _error(ApiError(401, "Unauthorized"))
+        return _error(ApiError(404, "Not Found"))
+
+    async def _respond(self, call: _Call, request: Request) -> Response:
+        try:
+            return await self._handle(call, request)
+        except ApiError as err:
+            self.sim._count_error(call.bot_id, err.status)
+            return _error(err)
+
+    async def _handle(self, call: _Call, request: Request) -> Response:
+        config = self.sim.config
+        method = _METHODS.get(call.method.lower())
+        # The whole body is read before any answer, as Telegram's front end does.
+        body = await _read_body(
+            request,
+            max_bytes=config.max_upload_bytes,
+            bandwidth=config.upload_bandwidth if method and method.upload else None,
+            on_bytes=lambda size: self.sim._count_received(call.bot_id, size),
+        )
+        if config.latency:
+            # Telegram's work on a whole request: it goes on if the client
+            # leaves meanwhile, and the call stays in flight until it is done.
+            await asyncio.sleep(config.latency)
+        self.sim._check_token(call.bot_id)
+        if method is None:
+            raise ApiError(404, "Not Found")
+        if body.too_large:
+            raise ApiError(413, "Request Entity Too Large")
+        if call.collided:
+            log.warning("sim_concurrent_upload_refused", bot_id=call.bot_id)
+            raise ApiError.too_many_requests(config.collision_retry_after)
+        if method.faultable:
+            early = _fault_before_work(self.sim, call.bot_id, call.method)
+            if early is not None:
+                return early
+        await self.sim._wait_if_held(call.method)
+        response = _ok(method.handler(self.sim, call.bot_id, body.params()))
+        # A drop after the work is done: the message exists, the client never
+        # learns it (the orphan case the storage layer must survive).
+        drop_rate = self.sim.fault_rate(call.method, "fault_drop_rate")
+        if method.faultable and self.sim._inject(call.bot_id, drop_rate):
+            return _truncated(response)
+        return response
+
+
+def _fault_before_work(sim: TelegramSimulator, bot_id: int, method: str | None) -> Response | None:
+    """A random 429 (raised) or 5xx (returned) instead of doing the work, or None.
+    `method` None: a file download."""
+    if sim._inject(bot_id, sim.fault_rate(method, "fault_429_rate")):
+        raise ApiError.too_many_requests(sim.config.random_429_retry_after)
+    if sim._inject(bot_id, sim.fault_rate(method, "fault_5xx_rate")):
+        response = _server_error(json_body=sim._coin())
+        sim._count_error(bot_id, response.status_code)
+        return response
+    return None
+
+
+class _FileEndpoint:
+    """`/file/bot{token}/{file_path}`: the bytes behind a getFile path."""
+
+    def __init__(self, sim: TelegramSimulator) -> None:
+        self.sim = sim
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        bot_id = self.sim._bot_for_token(str(request.path_params["token"]))
+        if bot_id is None:
+            await _error(ApiError(401, "Unauthorized"))(scope, receive, send)
+            return
+        with self.sim._connection(_CONNECTION_ABORT.get()), self.sim._downloading(bot_id):
+            await self._serve(bot_id, request, send)
+
+    async def _serve(self, bot_id: int, request: Request, send: Send) -> None:
+        config = self.sim.config
+        if config.latency:
+            await asyncio.sleep(config.latency)
+        found = self._lookup(bot_id, str(request.path_params["file_path"]))
+        if isinstance(found, Response):
+            await found(request.scope, request.receive, send)
+            return
+        drop = self.sim._inject(bot_id, config.fault_drop_rate) or self.sim._inject(
+            bot_id, config.fault_download_drop_rate
+        )
+        await _send_file(
+            request,
+            send,
+            found,
+            bandwidth=config.download_bandwidth,
+            drop_at=len(found) // 2 if drop else None,
+            on_sent=lambda size: self.sim._count_sent(bot_id, size),
+        )
+
+    def _lookup(self, bot_id: int, file_path: str) -> bytes | Response:
+        """The file's bytes, or the response that refuses them."""
+        try:
+            self.sim._check_token(bot_id)
+            fault = _fault_before_work(self.sim, bot_id, None)
+            if fault is not None:
+                return fault
+            return self.sim._file_for_download(bot_id, file_path)
+        except ApiError as err:
+            self.sim._count_error(bot_id, err.status)
+            return _error(err)
+
+
+# --- control endpoints (/_sim/...) ---------------------------------------------------
+
+
+def _control_routes(sim: TelegramSimulator) -> list[Route]:
+    async def stats(request: Request) -> Response:
+        return JSONResponse(sim.snapshot())
+
+    async def reset_stats(request: Request) -> Response:
+        sim.reset_stats()
+        return JSONResponse({"ok": True})
+
+    async def config(request: Request) -> Response:
+        if request.method == "POST":
+            try:
+                changes = await request.json()
+                if not isinstance(changes, dict):
+                    raise ValueError("expected a JSON object of settings")
+                sim.configure(**changes)
+            except ValueError as exc:
+                return JSONResponse({"ok": False, "description": str(exc)}, status_code=400)
+        knobs = {name: getattr(sim.config, name) for name in sorted(MUTABLE_KNOBS)}
+        return JSONResponse({"ok": True, "config": knobs})
+
+    async def messages(request: Request) -> Response:
+        stored = sim.stored_messages()
+        return JSONResponse({"ok": True, "chats": {str(chat): ids for chat, ids in stored.items()}})
+
+    async def kill(request: Request) -> Response:
+        return JSONResponse({"ok": True, "dropped": sim.kill()})
+
+    async def revoke(request: Request) -> Response:
+        return _control(lambda: sim.revoke(int(request.path_params["bot_id"])))
+
+    # Channel ids are negative, which Starlette's int convertor does not match.
+    async def kick(request: Request) -> Response:
+        params = request.path_params
+        return _control(lambda: sim.kick(int(params["bot_id"]), int(params["chat_id"])))
+
+    async def unkick(request: Request) -> Response:
+        params = request.path_params
+        return _control(lambda: sim.unkick(int(params["bot_id"]), int(params["chat_id"])))
+
+    return [
+        Route("/_sim/stats", stats, methods=["GET"]),
+        Route("/_sim/reset-stats", reset_stats, methods=["POST"]),
+        Route("/_sim/config", config, methods=["GET", "POST"]),
+        Route("/_sim/messages", messages, methods=["GET"]),
+        Route("/_sim/kill", kill, methods=["POST"]),
+        Route("/_sim/revoke/{bot_id}", revoke, methods=["POST"]),
+        Route("/_sim/kick/{bot_id}/{chat_id}", kick, methods=["POST"]),
+        Route("/_sim/unkick/{bot_id}/{chat_id}", unkick, methods=["POST"]),
+    ]
+
+
+def _control(action: Callable[[], None]) -> Response:
+    try:
+        action()
+    except ValueError:
+        return JSONResponse({"ok": False, "description": "ids must be integers"}, status_code=400)
+    except KeyError as exc:
+        return JSONResponse({"ok": False, "description": str(exc.args[0])}, status_code=404)
+    return JSONResponse({"ok": True})
+
+
+# What drops the current request's connection at once (for `kill`); each
+# request runs in a task of its own, so this stays with it.
+_CONNECTION_ABORT: ContextVar[Callable[[], None] | None] = ContextVar(
+    "sim_connection_abort", default=None
+)
+
+
+class _DroppableConnections:
+    """The outermost layer: uvicorn's `send` is a method of the request's cycle,
+    which holds the connection's transport (inner layers wrap `send`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        abort = getattr(transport, "abort", None)
+        _CONNECTION_ABORT.set(abort if callable(abort) else None)
+        await self.app(scope, receive, send)
+
+
+def create_simulator_app(sim: TelegramSimulator) -> ASGIApp:
+    _hide_simulated_drops()
+    routes = [
+        Route("/bot{token}/{method}", _BotApiEndpoint(sim), methods=["GET", "POST"]),
+        Route("/file/bot{token}/{file_path:path}", _FileEndpoint(sim), methods=["GET"]),
+        *_control_routes(sim),
+    ]
+    return _DroppableConnections(Starlette(routes=routes))
+
+
+class _HideSimulatedDrops(logging.Filter):
+    """uvicorn logs every exception escaping the app; the drops are on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, SimulatedDrop)
+
+
+def _hide_simulated_drops() -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _HideSimulatedDrops) for f in logger.filters):
+        logger.addFilter(_HideSimulatedDrops())

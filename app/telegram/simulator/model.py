@@ -1,0 +1,142 @@
+"""The simulator's records: Bot API errors, statistics, bots, chats, messages, files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- errors and statistics ---------------------------------------------------------
+
+
+class ApiError(Exception):
+    """A Bot API error response: `{"ok": false, "error_code": ..., "description": ...}`."""
+
+    def __init__(self, status: int, description: str, *, retry_after: int | None = None) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+
+    @classmethod
+    def too_many_requests(cls, retry_after: int) -> ApiError:
+        return cls(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
+
+    def payload(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "ok": False,
+            "error_code": self.status,
+            "description": self.description,
+        }
+        if self.retry_after is not None:
+            body["parameters"] = {"retry_after": self.retry_after}
+        return body
+
+
+class SimulatedDrop(Exception):
+    """Raised mid-response so that the server closes the connection (a fault)."""
+
+
+@dataclass
+class BotStats:
+    """What one bot's token has been asked and answered since the last reset."""
+
+    calls: dict[str, int] = field(default_factory=dict)  # by Bot API method
+    bytes_received: int = 0  # request bodies of method calls, as read off the wire
+    bytes_sent: int = 0  # file bytes served by downloads
+    max_concurrent_calls: int = 0  # Bot API method calls in flight at once, any method
+    max_concurrent_uploads: int = 0  # sendDocument calls in flight at once
+    rate_limited: int = 0  # 429s given, for any reason
+    faults_injected: int = 0  # random 5xx, 429 and drops
+    errors: dict[int, int] = field(default_factory=dict)  # error responses by status
+    downloads: int = 0
+    max_concurrent_downloads: int = 0
+    # Gauges, as of the snapshot: what is running right now.
+    calls_in_flight: int = 0
+    downloads_in_flight: int = 0
+
+
+# --- state --------------------------------------------------------------------------
+
+
+@dataclass
+class _Bot:
+    bot_id: int
+    token: str
+    revoked: bool = False
+    calls_in_flight: int = 0
+    uploads_in_flight: int = 0
+    downloads_in_flight: int = 0
+    stats: BotStats = field(default_factory=BotStats)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": f"Simulated bot {self.bot_id}",
+            "username": f"sim{self.bot_id}_bot",
+        }
+
+
+@dataclass(frozen=True)
+class _StoredFile:
+    unique_id: str
+    data: bytes
+    file_name: str
+    mime_type: str
+
+
+@dataclass
+class _Message:
+    chat_id: int
+    message_id: int
+    date: int
+    posted_at: float  # on the simulator's monotonic clock, for the delete window
+    file: _StoredFile
+    file_id: str  # the file_id of the bot that posted (or forwarded) it
+    caption: str | None
+    forwarded_from: _Message | None = None
+    deleted: bool = False
+
+
+@dataclass
+class _Chat:
+    chat_id: int
+    title: str
+    last_message_id: int = 0
+    messages: dict[int, _Message] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.chat_id, "title": self.title, "type": "channel"}
+
+
+@dataclass(frozen=True)
+class _FileRef:
+    """What a file_id or a file_path resolves to: a file, for one bot only."""
+
+    bot_id: int
+    file: _StoredFile
+    issued_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Upload:
+    """One file part of a multipart request."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
+@dataclass
+class _Params:
+    fields: dict[str, str] = field(default_factory=dict)
+    files: dict[str, _Upload] = field(default_factory=dict)
+
+
+@dataclass
+class _Call:
+    """One Bot API method call while it is in flight."""
+
+    bot_id: int
+    method: str
+    collided: bool = False  # arrived while the token had its limit of calls in flight
