@@ -303,6 +303,18 @@ class Dispatcher:
     def usable_bots(self) -> list[int]:
         return [w.bot_id for w in self.workers.values() if w.usable]
 
+    def seconds_until_free(self) -> float:
+        """How long until some usable bot is likely to take a new job: the
+        shortest cooldown left, counting a bot that is not cooling down (it
+        failed transiently) as the pause the pool waits after such failures."""
+        now = self._clock()
+        waits = [
+            w.cooldown_until - now if w.cooling(now) else self._all_failed_pause
+            for w in self.workers.values()
+            if w.usable
+        ]
+        return min(waits, default=self._all_failed_pause)
+
     def status(self) -> list[BotStatus]:
         now = self._clock()
         return [
@@ -590,6 +602,7 @@ class Dispatcher:
                 attempts=job.attempts,
                 error=str(exc),
             )
+            exc.pool_wait = self.seconds_until_free()
             self._fail(job, exc)
             return False
         return True
