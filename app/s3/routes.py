@@ -30,7 +30,7 @@ from app.s3 import xml
 from app.s3.errors import S3Error, s3_error_for
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
 from app.s3.payload import request_body, strip_aws_chunked
-from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service
+from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service, SourceChanged
 from app.s3.sigv4 import VerifiedRequest, is_sigv4_request, parse_query, verify_request
 from app.services import Services
 from app.store.service import ObjectInfo
@@ -55,6 +55,8 @@ RESPONSE_OVERRIDES = {
     "response-content-disposition": "content-disposition",
     "response-content-encoding": "content-encoding",
 }
+# Tries of a copy whose source is replaced while it runs (then SlowDown).
+COPY_ATTEMPTS = 5
 _COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
 ServiceLookup = Callable[[Scope], Services | None]
@@ -542,7 +544,22 @@ class S3Operation:
             raise S3Error("PreconditionFailed")
         return source
 
+    async def _retrying_copy(self, copy: Callable[[], Awaitable[Response]]) -> Response:
+        """Run `copy` again (reading the source and its conditions afresh) when
+        the source was replaced while it ran: the request is valid, and the
+        copy takes the version current then. A source that keeps changing
+        gets SlowDown after COPY_ATTEMPTS."""
+        for _ in range(COPY_ATTEMPTS):
+            try:
+                return await copy()
+            except SourceChanged:
+                log.info("copy_source_changed", bucket=self.bucket, key=self.key)
+        raise S3Error("SlowDown", "The source object kept changing while being copied.")
+
     async def copy_object(self) -> Response:
+        return await self._retrying_copy(self._copy_object_once)
+
+    async def _copy_object_once(self) -> Response:
         source = await self._source_object()
         directive = self.headers.get("x-amz-metadata-directive", "COPY").upper()
         if directive not in ("COPY", "REPLACE"):
@@ -600,6 +617,9 @@ class S3Operation:
         return _empty(headers={"ETag": etag})
 
     async def upload_part_copy(self) -> Response:
+        return await self._retrying_copy(self._upload_part_copy_once)
+
+    async def _upload_part_copy_once(self) -> Response:
         source = await self._source_object()
         start, end = 0, source.size
         copy_range = self.headers.get("x-amz-copy-source-range")
