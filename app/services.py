@@ -1,13 +1,16 @@
 """Building and tearing down everything the service runs on.
 
 `start_services` is what the app's lifespan calls: database (schema checked),
-bot clients, the dispatcher (bots verified with getMe), the GC and the object
-store. `Services.close` stops them in the reverse order, letting in-flight work
-finish first.
+bot clients, the dispatcher, the GC and the object store. It does not wait for
+Telegram: each bot joins the pool when its getMe check passes
+(app.telegram.probe), so the service listens at once; `wait_ready` (/ready,
+systemd's READY=1) waits for the first bot. `Services.close` stops them in
+the reverse order, letting in-flight work finish first.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -34,7 +37,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import TelegramError
+from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 
 log = structlog.get_logger("app.services")
@@ -57,9 +60,19 @@ class Services:
     spool: Spool
     flusher: Flusher
     instance: InstanceHeartbeat
+    prober: BotProber
     metrics: Metrics = field(default_factory=Metrics)
-    bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def bots(self) -> dict[int, BotInfo]:
+        """What getMe said about each bot that passed its check."""
+        return self.prober.bots
+
+    async def wait_ready(self) -> None:
+        """Until the service can store files: a bot has passed its check (the
+        database and schema were checked before the service started)."""
+        await self.prober.one_admitted.wait()
 
     async def database_ok(self) -> bool:
         try:
@@ -72,6 +85,7 @@ class Services:
     async def close(self) -> None:
         # Sends of spooled parts first: they need the dispatcher. What they
         # leave stays in the spool for the next start.
+        await self.prober.stop()
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.instance.stop()
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
@@ -107,6 +121,7 @@ async def start_services(settings: Settings) -> Services:
     metrics = Metrics()
     dispatcher = Dispatcher(
         clients,
+        checked=False,  # each bot joins the pool once its getMe passes (BotProber)
         chat_id=settings.storage_chat_id,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
@@ -121,18 +136,6 @@ async def start_services(settings: Settings) -> Services:
 
     dispatcher.on_orphan = on_orphan
     await dispatcher.start()
-
-    bots: dict[int, BotInfo] = {}
-    for bot_id, result in (await dispatcher.verify_bots()).items():
-        if isinstance(result, TelegramError):
-            log.error("bot_check_failed", bot_id=bot_id, error=str(result))
-        else:
-            bots[bot_id] = result
-    if not dispatcher.usable_bots():
-        await dispatcher.stop(grace=0)
-        await engine.dispose()
-        raise StartupError("no bot token works (every getMe failed); run `teleuploader check`")
-    log.info("bots_ready", usable=len(dispatcher.usable_bots()), configured=len(clients))
 
     spool = Spool(
         settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
@@ -168,9 +171,21 @@ async def start_services(settings: Settings) -> Services:
     )
     store = ObjectStore(sessionmaker, writer, reader, gc)
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
-    await flusher.resume()
     instance.on_adopted = flusher.resume
     instance.start()
+    background: set[asyncio.Task[None]] = set()
+
+    def on_admitted(info: BotInfo) -> None:
+        usable = len(dispatcher.usable_bots())
+        if usable == 1:
+            log.info("bots_ready", usable=usable, configured=len(clients))
+            # Spooled parts left by the last run can be sent now.
+            task = asyncio.create_task(flusher.resume(), name="spool-resume")
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+    prober = BotProber(dispatcher, on_admitted=on_admitted)
+    prober.start()
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),
@@ -214,7 +229,7 @@ async def start_services(settings: Settings) -> Services:
         spool=spool,
         flusher=flusher,
         instance=instance,
-        bots=bots,
+        prober=prober,
         started_at=started_at,
     )
 
