@@ -47,7 +47,8 @@ DATABASE_RETRY_AFTER = 5
 #: Retry-After when the service is shutting down (another instance, or this
 #: one restarted, takes the request).
 SHUTDOWN_RETRY_AFTER = 5
-#: Retry-After when no bot is usable (tokens revoked, or none passed getMe yet).
+#: Retry-After when no bot is usable (tokens revoked); while the bots are still
+#: being checked at startup the dispatcher estimates a shorter one.
 NO_BOT_RETRY_AFTER = 30
 #: Retry-After when Telegram failed and the dispatcher gave no estimate.
 STORAGE_RETRY_AFTER = 5
@@ -149,7 +150,7 @@ def _telegram_failure(exc: TelegramError, path: str) -> Failure:
             "storage_unavailable",
             "ServiceUnavailable",
             f"no Telegram bot can store or read files right now: {description}",
-            NO_BOT_RETRY_AFTER,
+            retry_after_seconds(exc.pool_wait, NO_BOT_RETRY_AFTER),
         )
     if isinstance(exc, RateLimited):
         # Every attempt was used up, the last on a 429: the bots' cooldowns

@@ -433,10 +433,12 @@ class Dispatcher:
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
             if any(w.probing for w in self.workers.values()):
-                reason = "no bot has passed its getMe check yet"
+                error = NoUsableBot("no bot has passed its getMe check yet")
+                # Checks are retried within seconds: worth asking again soon.
+                error.pool_wait = self._all_failed_pause
             else:
-                reason = "no usable bot is left in the pool"
-            self._fail(job, NoUsableBot(reason))
+                error = NoUsableBot("no usable bot is left in the pool")
+            self._fail(job, error)
             return
         untried = [w for w in usable if w.bot_id not in job.tried]
         if not untried:

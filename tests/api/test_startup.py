@@ -35,7 +35,8 @@ async def test_the_service_answers_health_while_getme_hangs_and_is_ready_once_a_
         assert upload.status_code == 503, upload.text
         assert upload.json()["error"] == "storage_unavailable"
         assert "getMe" in upload.json()["detail"]
-        assert int(upload.headers["retry-after"]) >= 1
+        # The bots are being checked: sooner than for a pool with none left (30).
+        assert 1 <= int(upload.headers["retry-after"]) <= 5
 
         service.sim.release("getMe")
 
