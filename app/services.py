@@ -180,9 +180,17 @@ async def start_services(settings: Settings) -> Services:
         if usable == 1:
             log.info("bots_ready", usable=usable, configured=len(clients))
             # Spooled parts left by the last run can be sent now.
-            task = asyncio.create_task(flusher.resume(), name="spool-resume")
+            task = asyncio.create_task(resume_spool(), name="spool-resume")
             background.add(task)
             task.add_done_callback(background.discard)
+
+    async def resume_spool() -> None:
+        try:
+            await flusher.resume()
+        except Exception:
+            # The parts stay in the spool: the next part or the completion of
+            # their upload, or the next start, sends them.
+            log.exception("spool_resume_failed")
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     prober.start()
