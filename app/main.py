@@ -20,7 +20,7 @@ from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
-from app.s3.routes import S3Gateway
+from app.s3.routes import XML, S3Gateway, draining_refusal
 from app.services import Services, start_services
 from app.web import routes as web
 
@@ -49,7 +49,9 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of)
-    app.add_middleware(RequestContextMiddleware, metrics=_metrics_of)
+    app.add_middleware(
+        RequestContextMiddleware, metrics=_metrics_of, draining_refusal=_draining_refusal
+    )
     app.include_router(health.router)
     app.include_router(files.router)
     app.include_router(tus.router)
@@ -68,3 +70,9 @@ def _services_of(scope: Scope) -> Services | None:
 def _metrics_of(scope: Scope) -> Metrics | None:
     services = _services_of(scope)
     return services.metrics if services is not None else None
+
+
+def _draining_refusal(scope: Scope, request_id: str) -> tuple[str, bytes] | None:
+    """S3 clients read why a write was refused during shutdown in XML."""
+    body = draining_refusal(scope, _services_of(scope), request_id)
+    return None if body is None else (XML, body)

@@ -1,13 +1,16 @@
 """Building and tearing down everything the service runs on.
 
 `start_services` is what the app's lifespan calls: database (schema checked),
-bot clients, the dispatcher (bots verified with getMe), the GC and the object
-store. `Services.close` stops them in the reverse order, letting in-flight work
-finish first.
+bot clients, the dispatcher, the GC and the object store. It does not wait for
+Telegram: each bot joins the pool when its getMe check passes
+(app.telegram.probe), so the service listens at once; `wait_ready` (/ready,
+systemd's READY=1) waits for the first bot. `Services.close` stops them in
+the reverse order, letting in-flight work finish first.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -37,7 +40,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import TelegramError
+from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 from app.throughput import ThroughputHistory, sampler
 
@@ -63,13 +66,23 @@ class Services:
     instance: InstanceHeartbeat
     resumable: ResumableStore
     throughput: ThroughputHistory
+    prober: BotProber
     metrics: Metrics = field(default_factory=Metrics)
-    bots: dict[int, BotInfo] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     key_checks: KeyChecks = field(init=False)
 
     def __post_init__(self) -> None:
         self.key_checks = KeyChecks(self.sessionmaker, ttl=self.settings.refused_key_cache_seconds)
+
+    @property
+    def bots(self) -> dict[int, BotInfo]:
+        """What getMe said about each bot that passed its check."""
+        return self.prober.bots
+
+    async def wait_ready(self) -> None:
+        """Until the service can store files: a bot has passed its check (the
+        database and schema were checked before the service started)."""
+        await self.prober.one_admitted.wait()
 
     async def database_ok(self) -> bool:
         try:
@@ -84,6 +97,7 @@ class Services:
         # leave stays in the spool for the next start.
         await self.resumable.stop()
         await self.throughput.stop()
+        await self.prober.stop()
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.instance.stop()
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
@@ -119,6 +133,7 @@ async def start_services(settings: Settings) -> Services:
     metrics = Metrics()
     dispatcher = Dispatcher(
         clients,
+        checked=False,  # each bot joins the pool once its getMe passes (BotProber)
         chat_id=settings.storage_chat_id,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
@@ -134,18 +149,6 @@ async def start_services(settings: Settings) -> Services:
 
     dispatcher.on_orphan = on_orphan
     await dispatcher.start()
-
-    bots: dict[int, BotInfo] = {}
-    for bot_id, result in (await dispatcher.verify_bots()).items():
-        if isinstance(result, TelegramError):
-            log.error("bot_check_failed", bot_id=bot_id, error=str(result))
-        else:
-            bots[bot_id] = result
-    if not dispatcher.usable_bots():
-        await dispatcher.stop(grace=0)
-        await engine.dispose()
-        raise StartupError("no bot token works (every getMe failed); run `teleuploader check`")
-    log.info("bots_ready", usable=len(dispatcher.usable_bots()), configured=len(clients))
 
     spool = Spool(
         settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
@@ -192,7 +195,6 @@ async def start_services(settings: Settings) -> Services:
     )
     store = ObjectStore(sessionmaker, writer, reader, gc)
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
-    await flusher.resume()
     instance.on_adopted = flusher.resume
     instance.running_since = writer.oldest_running
     instance.start()
@@ -205,6 +207,27 @@ async def start_services(settings: Settings) -> Services:
         cleanup_interval=settings.tus_cleanup_interval_seconds,
     )
     resumable.start()
+    background: set[asyncio.Task[None]] = set()
+
+    def on_admitted(info: BotInfo) -> None:
+        usable = len(dispatcher.usable_bots())
+        if usable == 1:
+            log.info("bots_ready", usable=usable, configured=len(clients))
+            # Spooled parts left by the last run can be sent now.
+            task = asyncio.create_task(resume_spool(), name="spool-resume")
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+    async def resume_spool() -> None:
+        try:
+            await flusher.resume()
+        except Exception:
+            # The parts stay in the spool: the next part or the completion of
+            # their upload, or the next start, sends them.
+            log.exception("spool_resume_failed")
+
+    prober = BotProber(dispatcher, on_admitted=on_admitted)
+    prober.start()
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),
@@ -253,7 +276,7 @@ async def start_services(settings: Settings) -> Services:
         flusher=flusher,
         instance=instance,
         resumable=resumable,
-        bots=bots,
+        prober=prober,
         started_at=started_at,
     )
 

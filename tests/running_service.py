@@ -84,8 +84,20 @@ class ServiceLauncher:
         self._stack = AsyncExitStack()
         self._sims: list[TelegramSimulator] = []
 
-    async def start(self, bots: int = 3, **overrides: Any) -> Service:
+    async def start(
+        self,
+        bots: int = 3,
+        *,
+        wait_ready: bool = True,
+        prepare: Callable[[TelegramSimulator], None] | None = None,
+        **overrides: Any,
+    ) -> Service:
+        """A service on a simulator of its own; by default once `/ready` is 200
+        (the bots are checked in the background after it starts listening).
+        `prepare(sim)` runs before the service starts."""
         sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
+        if prepare is not None:
+            prepare(sim)
         self._sims.append(sim)
         telegram_url = await self._stack.enter_async_context(run_simulator(sim))
         spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
@@ -97,7 +109,15 @@ class ServiceLauncher:
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         app = create_app(settings)
         url = await self._stack.enter_async_context(serve_in_task(app))
-        return Service(url=url, key=key, sim=sim, settings=settings, app=app)
+        service = Service(url=url, key=key, sim=sim, settings=settings, app=app)
+        if wait_ready:
+            async with service.client() as http:
+
+                async def ready() -> bool:
+                    return (await http.get("/ready")).status_code == 200
+
+                await eventually(ready)
+        return service
 
     async def aclose(self) -> None:
         """Stop everything, then check the simulators' records (the services'

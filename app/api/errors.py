@@ -1,7 +1,8 @@
 """Errors as JSON `{"error": ..., "detail": ...}` with the right status.
 
-Handlers never echo an internal exception: an unexpected error is logged with
-its traceback and answered with a generic 500.
+Store, Telegram and database errors are answered from the table both APIs
+share (`app.http.errors`). Handlers never echo an internal exception: an
+unexpected error is logged with its traceback and answered with a generic 500.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from app.api.forms import FormError
-from app.store.errors import ContentUnavailable, ObjectNotFound, UploadTooLarge
-from app.telegram.errors import DispatcherClosed, NoUsableBot, TelegramError
+from app.http.errors import INTERNAL_ERROR, Failure, failure_for
+from app.store.errors import StoreError
+from app.telegram.errors import TelegramError
 
 log = structlog.get_logger("app.api")
 
@@ -39,14 +41,12 @@ def error_response(
     return JSONResponse({"error": error, "detail": detail}, status_code=status, headers=headers)
 
 
-def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database_unavailable", path=request.url.path, error=type(exc).__name__)
-    return error_response(
-        503,
-        "database_unavailable",
-        "the database cannot be reached right now; try again shortly",
-        {"Retry-After": "5"},
-    )
+def failure_response(failure: Failure) -> JSONResponse:
+    headers = failure.headers
+    if failure.status == 413:
+        # The rest of the body is not read: it must not pass for the next request.
+        headers["Connection"] = "close"
+    return error_response(failure.status, failure.error, failure.message, headers or None)
 
 
 _STATUS_NAMES = {
@@ -79,61 +79,22 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return error_response(422, "invalid_request", problems)
 
-    @app.exception_handler(UploadTooLarge)
-    async def _too_large(request: Request, exc: UploadTooLarge) -> JSONResponse:
-        return error_response(413, "payload_too_large", str(exc), {"Connection": "close"})
-
     @app.exception_handler(FormError)
     async def _form(request: Request, exc: FormError) -> JSONResponse:
         return error_response(400, "bad_request", str(exc))
-
-    @app.exception_handler(ObjectNotFound)
-    async def _not_found(request: Request, exc: ObjectNotFound) -> JSONResponse:
-        return error_response(404, "not_found", str(exc))
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
         log.info("client_disconnected", path=request.url.path)
         return error_response(400, "client_disconnected", "the client went away")
 
-    @app.exception_handler(NoUsableBot)
-    async def _no_bot(request: Request, exc: NoUsableBot) -> JSONResponse:
-        return error_response(503, "storage_unavailable", str(exc), {"Retry-After": "30"})
+    # Store, Telegram and database errors: the one table both APIs share.
+    async def _from_table(request: Request, exc: Exception) -> JSONResponse:
+        failure = failure_for(exc, path=request.url.path)
+        if failure is None:
+            log.exception("unhandled_error", path=request.url.path)
+            failure = INTERNAL_ERROR
+        return failure_response(failure)
 
-    @app.exception_handler(DispatcherClosed)
-    async def _closing(request: Request, exc: DispatcherClosed) -> JSONResponse:
-        return error_response(
-            503, "shutting_down", "the service is shutting down", {"Retry-After": "5"}
-        )
-
-    @app.exception_handler(TelegramError)
-    async def _telegram(request: Request, exc: TelegramError) -> JSONResponse:
-        # str(exc) is built from Telegram's description and a bot id; no token.
-        log.warning("telegram_error", path=request.url.path, error=str(exc))
-        return error_response(502, "telegram_error", str(exc))
-
-    @app.exception_handler(ContentUnavailable)
-    async def _unavailable(request: Request, exc: ContentUnavailable) -> JSONResponse:
-        return error_response(502, "content_unavailable", str(exc))
-
-    @app.exception_handler(DBAPIError)
-    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
-        if exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError)):
-            return _database_unavailable(request, exc)
-        log.exception("database_error", path=request.url.path)
-        return error_response(500, "internal_error", "an internal error occurred; see the logs")
-
-    @app.exception_handler(ConnectionError)
-    async def _connection(request: Request, exc: ConnectionError) -> JSONResponse:
-        # Telegram's connection errors are wrapped by the client; a bare one
-        # comes from connecting to the database (or pgbouncer).
-        return _database_unavailable(request, exc)
-
-    @app.exception_handler(PoolTimeout)
-    async def _pool(request: Request, exc: PoolTimeout) -> JSONResponse:
-        return _database_unavailable(request, exc)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled_error", path=request.url.path)
-        return error_response(500, "internal_error", "an internal error occurred; see the logs")
+    for kind in (StoreError, TelegramError, DBAPIError, PoolTimeout, ConnectionError, Exception):
+        app.add_exception_handler(kind, _from_table)

@@ -1,4 +1,11 @@
-"""Liveness and readiness."""
+"""Liveness, readiness and metrics.
+
+`/health` answers as long as the event loop does: from the moment the service
+listens, before any bot has been checked. `/ready` answers 200 once the
+service can store files (database reachable, a usable bot); in public it says
+only that, and the bots' ids, usernames and queues only to whom may read
+`/metrics` (METRICS_ACCESS).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
 from app.api.schemas import BotReadiness, Readiness
 from app.metrics import CONTENT_TYPE
+from app.services import Services
 
 router = APIRouter(tags=["health"])
 
@@ -19,31 +27,54 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", response_model=Readiness, responses={503: {"model": Readiness}})
-async def ready(services: ServicesDep) -> JSONResponse:
-    """The database answers and at least one bot can work (checked with getMe at
-    startup; a bot leaves the pool as soon as Telegram rejects its token)."""
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    response_model_exclude_none=True,
+    responses={503: {"model": Readiness}},
+)
+async def ready(request: Request, services: ServicesDep) -> JSONResponse:
+    """200 when the database answers and at least one bot passed its getMe
+    check and is still usable, else 503. The body is `{"status": ...}`; the
+    details (database, bots) come with the access `/metrics` needs."""
     database = await services.database_ok()
-    bots = [
-        BotReadiness(
-            bot_id=status.bot_id,
-            username=info.username if (info := services.bots.get(status.bot_id)) else None,
-            usable=status.usable,
-            cooling_down_seconds=round(status.cooling_down_for, 1),
-            queued=status.queued,
-            running=status.running,
-        )
-        for status in services.dispatcher.status()
-    ]
-    usable = sum(1 for bot in bots if bot.usable)
+    usable = len(services.dispatcher.usable_bots())
     is_ready = database and usable > 0
-    body = Readiness(
-        status="ready" if is_ready else "not_ready",
-        database=database,
-        usable_bots=usable,
-        bots=bots,
-    )
-    return JSONResponse(body.model_dump(), status_code=200 if is_ready else 503)
+    body = Readiness(status="ready" if is_ready else "not_ready")
+    if await _may_see_details(request, services):
+        body.database = database
+        body.usable_bots = usable
+        body.bots = [
+            BotReadiness(
+                bot_id=status.bot_id,
+                username=info.username if (info := services.bots.get(status.bot_id)) else None,
+                usable=status.usable,
+                checking=status.probing,
+                cooling_down_seconds=round(status.cooling_down_for, 1),
+                queued=status.queued,
+                running=status.running,
+            )
+            for status in services.dispatcher.status()
+        ]
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if is_ready else 503)
+
+
+async def _may_see_details(request: Request, services: Services) -> bool:
+    access = services.settings.metrics_access
+    if access == "public":
+        return True
+    if access == "off" or "authorization" not in request.headers:
+        return False
+    try:
+        await verify_key(request, services)
+    except ApiError:
+        # A load balancer's check with a stale key still learns the status.
+        return False
+    except Exception:
+        # The key cannot be checked (the database is down): the status is
+        # still the answer.
+        return False
+    return True
 
 
 @router.get("/metrics", response_class=Response)

@@ -26,10 +26,21 @@ log = structlog.get_logger("app.http")
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+# (scope, request id) -> (media type, body) of the 503 that refuses a write
+# during shutdown, or None for the native API's JSON. The S3 API answers in XML.
+DrainingRefusal = Callable[[Scope, str], tuple[str, bytes] | None]
+
+
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Callable[[Scope], Metrics | None]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Callable[[Scope], Metrics | None],
+        draining_refusal: DrainingRefusal | None = None,
+    ) -> None:
         self.app = app
         self._metrics = metrics
+        self._draining_refusal = draining_refusal
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -37,7 +48,10 @@ class RequestContextMiddleware:
             return
         request_id = _request_id(scope)
         if scope["method"] in _WRITES and _draining(scope):
-            await _refuse_while_draining(request_id, send)
+            refusal = None
+            if self._draining_refusal is not None:
+                refusal = self._draining_refusal(scope, request_id)
+            await _refuse_while_draining(request_id, send, refusal)
             return
         status = 500
         started = time.perf_counter()
@@ -94,17 +108,22 @@ def _draining(scope: Scope) -> bool:
     return bool(getattr(getattr(app, "state", None), "draining", False))
 
 
-async def _refuse_while_draining(request_id: str, send: Send) -> None:
+async def _refuse_while_draining(
+    request_id: str, send: Send, refusal: tuple[str, bytes] | None
+) -> None:
     """Shutdown has begun: in-flight requests finish, new writes go elsewhere."""
-    body = json.dumps(
-        {"error": "shutting_down", "detail": "the service is shutting down; retry shortly"}
-    ).encode()
+    media_type, body = refusal or (
+        "application/json",
+        json.dumps(
+            {"error": "shutting_down", "detail": "the service is shutting down; retry shortly"}
+        ).encode(),
+    )
     await send(
         {
             "type": "http.response.start",
             "status": 503,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", media_type.encode()),
                 (b"content-length", str(len(body)).encode()),
                 (b"retry-after", b"5"),
                 (b"connection", b"close"),

@@ -28,13 +28,16 @@ class BotReadiness(BaseModel):
     bot_id: int
     username: str | None
     usable: bool
+    checking: bool  # its getMe check has not passed yet
     cooling_down_seconds: float
     queued: int
     running: bool
 
 
 class Readiness(BaseModel):
+    """`status` for everyone; the rest only with metrics access."""
+
     status: str
-    database: bool
-    usable_bots: int
-    bots: list[BotReadiness]
+    database: bool | None = None
+    usable_bots: int | None = None
+    bots: list[BotReadiness] | None = None

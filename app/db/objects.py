@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import secrets
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
 from app.db.chunks import ChunkRepository
-from app.db.locking import lock_database_for_write, lock_object_key
+from app.db.locking import batches, dialect_name, lock_database_for_write, lock_object_key
 from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
 from app.db.types import utcnow
 
@@ -259,18 +259,20 @@ class ObjectRepository:
         spec.check()
         now = now or utcnow()
         await lock_object_key(self._session, spec.bucket, spec.key)
-        # Before any change, so a chunk released meanwhile fails the put cleanly.
-        await self._chunks.mark_live(piece.chunk_id for piece in spec.pieces)
-
         previous = await self._get_for_update(spec.bucket, spec.key)
         if previous is not None and not _owned(previous, only_if_owned_by):
             raise NotOwner(spec.bucket, spec.key)
+        old_chunk_ids = await self._chunk_ids_of(previous.id) if previous is not None else []
+        new_chunk_ids = [piece.chunk_id for piece in spec.pieces]
+        await self._lock_chunks(new_chunk_ids, old_chunk_ids)
+        # Before any change, so a chunk released meanwhile fails the put cleanly.
+        await self._chunks.mark_live(new_chunk_ids)
+
         if previous is None:
             created = await self._insert(spec, new_public_id(), now, now)
             await self._insert_pieces(created, spec)
             return created
 
-        old_chunk_ids = await self._chunk_ids_of(previous.id)
         public_id = previous.public_id if keep_public_id else new_public_id()
         created_at = previous.created_at
         await self._delete_row(previous)
@@ -309,6 +311,25 @@ class ObjectRepository:
         return await self._delete_and_release(locked, "deleted")
 
     # --- helpers --------------------------------------------------------------
+
+    async def _lock_chunks(self, *chunk_ids: Iterable[int]) -> None:
+        """Lock every chunk this put touches, once, in id order, FOR UPDATE.
+
+        Postgres: a put references its new chunks and may release the
+        replaced object's. Locking the new ones FOR SHARE and then the old
+        ones FOR UPDATE deadlocks two puts over metadata-only copies of each
+        other (A->B while B->A): each holds a share lock the other must
+        upgrade past. One pass in one order cannot form such a cycle, and the
+        later FOR SHARE / FOR UPDATE of `mark_live` and `release` find the
+        rows already held. SQLite: the write lock is held already.
+        """
+        ids = sorted(set().union(*chunk_ids))
+        if not ids or dialect_name(self._session) == "sqlite":
+            return
+        for batch in batches(ids):
+            await self._session.execute(
+                select(Chunk.id).where(Chunk.id.in_(batch)).order_by(Chunk.id).with_for_update()
+            )
 
     @staticmethod
     def _locking(query: Select[StoredObject]) -> Select[StoredObject]:

@@ -18,7 +18,8 @@ method is a no-op. A failing send never raises into the service: it is logged
 once as a warning.
 
 `systemd_notify(services)` is what the app's lifespan wraps around the running
-service: READY=1 (once the HTTP port accepts connections), watchdog and STATUS
+service: READY=1 (once a bot passed getMe and the HTTP port accepts
+connections), watchdog and STATUS
 tasks, STOPPING=1 as soon as SIGTERM/SIGINT arrives (before the HTTP drain),
 and the tasks stopped when the block ends.
 """
@@ -177,9 +178,12 @@ def describe_bots(statuses: Sequence[BotStatus]) -> str:
     cooling = sum(1 for s in usable if s.cooling_down_for > 0)
     running = sum(1 for s in statuses if s.running)
     queued = sum(s.queued for s in statuses)
+    probing = sum(1 for s in statuses if s.probing)
     text = f"{len(usable)}/{len(statuses)} bots usable"
     if cooling:
         text += f" ({cooling} cooling down)"
+    if probing:
+        text += f" ({probing} being checked)"
     return f"{text}; Telegram calls: {running} running, {queued} queued"
 
 
@@ -264,10 +268,12 @@ async def systemd_notify(
     status_interval: float = STATUS_INTERVAL,
 ) -> AsyncIterator[Lifecycle]:
     """Tell systemd about the running service; enter it once `start_services`
-    has succeeded (database reachable, schema current, a usable bot).
+    has succeeded (database reachable, schema current).
 
-    READY=1 is sent as soon as the HTTP port accepts connections (the lifespan
-    starts before uvicorn binds it), then the watchdog and STATUS tasks start.
+    READY=1 is sent once a bot has passed its getMe check
+    (`Services.wait_ready`) and the HTTP port accepts connections (the
+    lifespan starts before uvicorn binds it); then the watchdog and STATUS
+    tasks start. Until then systemd's start timeout applies.
     Call `stopping()` on the yielded object before closing the services; the
     tasks keep running (so the watchdog keeps being fed through the drain)
     until the block ends.
@@ -286,6 +292,8 @@ async def systemd_notify(
     settings = services.settings
 
     async def announce() -> None:
+        # Ready means able to store files: a bot passed its getMe check.
+        await services.wait_ready()
         if settings.port and not await wait_listening(settings.host, settings.port):
             log.warning("sd_notify_port_not_listening", host=settings.host, port=settings.port)
         statuses = dispatcher.status()

@@ -14,13 +14,16 @@ Use::
     raise S3Error("NoSuchKey", resource="/bucket/key")
     raise S3Error("InvalidArgument", "max-keys must be a non-negative integer")
 
-``app.s3.xml.error_xml(err, ...)`` renders it.
+``app.s3.xml.error_xml(err, ...)`` renders it. Store, Telegram and database
+errors become S3Errors through the table both APIs share (`s3_error_for`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Final
+
+from app.http.errors import Failure, failure_for
 
 #: code -> (HTTP status, default message). Messages follow AWS's wording.
 ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
@@ -164,3 +167,16 @@ class S3Error(Exception):
 
     def __repr__(self) -> str:
         return f"S3Error({self.code!r}, {self.message!r}, {self.status})"
+
+
+def from_failure(failure: Failure) -> S3Error:
+    """The S3 rendering of a decision of the shared error table."""
+    status = failure.s3_status if failure.s3_status is not None else failure.status
+    return S3Error(failure.s3_code, failure.message, status, headers=failure.headers)
+
+
+def s3_error_for(exc: BaseException) -> S3Error | None:
+    """A store, Telegram or database error as S3 reports it (the table in
+    `app.http.errors`); None for anything else."""
+    failure = failure_for(exc)
+    return None if failure is None else from_failure(failure)

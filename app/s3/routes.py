@@ -20,8 +20,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import structlog
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -30,15 +28,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.active_content import protective_headers
 from app.api.http_ranges import RangeNotSatisfiable, http_date, parse_http_date, parse_range
 from app.s3 import xml
-from app.s3.errors import S3Error
+from app.s3.errors import S3Error, s3_error_for
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
 from app.s3.payload import request_body, strip_aws_chunked
-from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service
+from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service, SourceChanged
 from app.s3.sigv4 import VerifiedRequest, is_sigv4_request, parse_query, verify_request
 from app.services import Services
-from app.store.errors import ContentUnavailable, ObjectNotFound
 from app.store.service import ObjectInfo
-from app.telegram.errors import DispatcherClosed, NoUsableBot, TelegramError
 
 log = structlog.get_logger("app.s3")
 
@@ -60,6 +56,8 @@ RESPONSE_OVERRIDES = {
     "response-content-disposition": "content-disposition",
     "response-content-encoding": "content-encoding",
 }
+# Tries of a copy whose source is replaced while it runs (then SlowDown).
+COPY_ATTEMPTS = 5
 _COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
 
 ServiceLookup = Callable[[Scope], Services | None]
@@ -83,6 +81,19 @@ class S3Gateway:
         request = Request(scope, receive)
         response = await _handle(request, services, virtual_bucket)
         await response(scope, receive, send)
+
+
+def draining_refusal(scope: Scope, services: Services | None, request_id: str) -> bytes | None:
+    """The `<Error>` body of the 503 that refuses an S3 write during shutdown
+    (the request middleware sends it); None if the request is not an S3 one."""
+    headers = Headers(scope=scope)
+    if _virtual_host_bucket(headers, services) is None and not is_sigv4_request(
+        headers, scope["query_string"]
+    ):
+        return None
+    path = scope.get("raw_path") or scope["path"].encode()
+    error = S3Error("ServiceUnavailable", "The service is shutting down; retry shortly.")
+    return xml.s3_error_xml(error, resource=path.decode("latin-1"), request_id=request_id)
 
 
 def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | None:
@@ -135,18 +146,12 @@ async def _handle(
 
 
 def _as_s3_error(exc: BaseException, method: str) -> S3Error:
-    """The one mapping of what an operation raises to what an S3 client reads."""
+    """What an operation raised, as an S3 client reads it."""
     if isinstance(exc, S3Error):
         return exc
-    if isinstance(exc, NoUsableBot | DispatcherClosed):
-        return S3Error("ServiceUnavailable", str(exc))
-    if isinstance(exc, TelegramError | ContentUnavailable):
-        log.warning("s3_storage_error", error=str(exc))
-        return S3Error("ServiceUnavailable", f"Telegram storage failed: {exc}")
-    if isinstance(exc, ObjectNotFound):
-        return S3Error("NoSuchKey")
-    if isinstance(exc, DBAPIError | PoolTimeout | ConnectionError):
-        return S3Error("ServiceUnavailable", "The database cannot be reached right now.")
+    error = s3_error_for(exc)
+    if error is not None:
+        return error
     log.error("s3_internal_error", method=method, exc_info=exc)
     return S3Error("InternalError")
 
@@ -591,7 +596,22 @@ class S3Operation:
             raise S3Error("PreconditionFailed")
         return source
 
+    async def _retrying_copy(self, copy: Callable[[], Awaitable[Response]]) -> Response:
+        """Run `copy` again (reading the source and its conditions afresh) when
+        the source was replaced while it ran: the request is valid, and the
+        copy takes the version current then. A source that keeps changing
+        gets SlowDown after COPY_ATTEMPTS."""
+        for _ in range(COPY_ATTEMPTS):
+            try:
+                return await copy()
+            except SourceChanged:
+                log.info("copy_source_changed", bucket=self.bucket, key=self.key)
+        raise S3Error("SlowDown", "The source object kept changing while being copied.")
+
     async def copy_object(self) -> Response:
+        return await self._retrying_copy(self._copy_object_once)
+
+    async def _copy_object_once(self) -> Response:
         source = await self._source_object()
         directive = self.headers.get("x-amz-metadata-directive", "COPY").upper()
         if directive not in ("COPY", "REPLACE"):
@@ -649,6 +669,9 @@ class S3Operation:
         return _empty(headers={"ETag": etag})
 
     async def upload_part_copy(self) -> Response:
+        return await self._retrying_copy(self._upload_part_copy_once)
+
+    async def _upload_part_copy_once(self) -> Response:
         source = await self._source_object()
         start, end = 0, source.size
         copy_range = self.headers.get("x-amz-copy-source-range")

@@ -34,6 +34,14 @@ MAX_PART_NUMBER = 10_000
 MAX_UPLOADS_PER_ROUND = 1000
 
 
+class SourceChanged(S3Error):
+    """The copy source was replaced or deleted between reading it and copying
+    its pieces. The routes read it again and retry (`COPY_ATTEMPTS`)."""
+
+    def __init__(self) -> None:
+        super().__init__("NoSuchKey", "The source object changed while being copied.")
+
+
 def object_name(key: str) -> str:
     return key.rstrip("/").rsplit("/", 1)[-1] or key
 
@@ -138,7 +146,7 @@ class S3Service:
             metadata=metadata,
         )
         if copied is None:
-            raise S3Error("NoSuchKey", "The source object changed while being copied.")
+            raise SourceChanged()
         return copied
 
     async def list_objects(
@@ -226,7 +234,7 @@ class S3Service:
                 upload, part_number, source, start, end, etag=etag
             )
         except ObjectNotFound:
-            raise S3Error("NoSuchKey", "The source object changed while being copied.") from None
+            raise SourceChanged() from None
         except UploadMissing:
             raise _no_such_upload(bucket, key) from None
         return etag

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.chunks import ChunksMissing
 from app.db.models import MultipartUpload, UploadPart
 from app.db.multipart import (
     InvalidPart,
@@ -35,6 +36,7 @@ from app.db.multipart import (
     unquote_etag,
 )
 from app.db.objects import ObjectRepository, PieceSpec
+from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.errors import ObjectNotFound
@@ -208,10 +210,12 @@ class MultipartStore:
                 upload, part_number, source.inline_data[start:end], etag
             )
             return
-        async with session_scope(self._sessionmaker) as session:
+        changed = ObjectNotFound(f"{source.bucket}/{source.key} changed while being copied")
+
+        async def put_part(session: AsyncSession) -> None:
             pieces = await ObjectRepository(session).piece_specs(source.id, start, end)
             if pieces is None:
-                raise ObjectNotFound(f"{source.bucket}/{source.key} changed while being copied")
+                raise changed
             await MultipartRepository(session).put_part(
                 upload.upload_id,
                 part_number,
@@ -221,6 +225,12 @@ class MultipartStore:
                 bucket=upload.bucket,
                 key=upload.key,
             )
+
+        try:
+            await in_transaction(self._sessionmaker, put_part)
+        except ChunksMissing:
+            # Released between reading the source's pieces and locking them.
+            raise changed from None
 
     async def upload_part_from_bytes(
         self, upload: UploadInfo, part_number: int, data: bytes, etag: str

@@ -25,8 +25,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import objects as db_objects
+from app.db.chunks import ChunksMissing
 from app.db.models import StoredObject
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
@@ -143,12 +145,15 @@ class ObjectStore:
             pieces=content.pieces,
             owner_key_id=owner_key_id,
         )
+
+        async def put(session: AsyncSession) -> ObjectInfo:
+            row = await ObjectRepository(session).put(
+                spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
+            )
+            return ObjectInfo.from_row(row, with_content=False)
+
         try:
-            async with session_scope(self._sessionmaker) as session:
-                row = await ObjectRepository(session).put(
-                    spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
-                )
-                info = ObjectInfo.from_row(row, with_content=False)
+            info = await in_transaction(self._sessionmaker, put)
         except db_objects.NotOwner as exc:
             await self.discard(content)
             raise NotOwner(str(exc)) from None
@@ -238,7 +243,8 @@ class ObjectStore:
     ) -> ObjectInfo | None:
         """A new object with the source's content, by reference to the same
         chunks (metadata only). None if the source changed meanwhile."""
-        async with session_scope(self._sessionmaker) as session:
+
+        async def copy(session: AsyncSession) -> ObjectInfo | None:
             repo = ObjectRepository(session)
             if source.inline_data is not None:
                 pieces: list[PieceSpec] | None = []
@@ -261,8 +267,16 @@ class ObjectStore:
                     pieces=pieces,
                 )
             )
-            info = ObjectInfo.from_row(row, with_content=False)
-        self._gc.wake()
+            return ObjectInfo.from_row(row, with_content=False)
+
+        try:
+            info = await in_transaction(self._sessionmaker, copy)
+        except ChunksMissing:
+            # The source was replaced and its chunks released between reading
+            # its pieces and locking them.
+            return None
+        if info is not None:
+            self._gc.wake()
         return info
 
     def keeps_the_pool_busy(self, size: int) -> bool:

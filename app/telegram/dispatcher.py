@@ -27,6 +27,9 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
 * Permanent error: the job fails at once with Telegram's description.
 * 401/403: the bot leaves the pool (logged once); with no usable bot left every
   job fails fast with `NoUsableBot`.
+* Built with `checked=False`, every bot waits outside the pool until its getMe
+  check passes (`admit`, from app.telegram.probe), so the service need not wait
+  for every bot before it starts.
 * At most `max_attempts` attempts per job across all bots (429s count too, so a
   job cannot loop forever), then it fails with the last error.
 * Optional pacing: at most `sends_per_minute` uploads per bot per minute, so a
@@ -122,6 +125,7 @@ class BotStatus:
     rate_limited: int
     abandoned: int
     errors: dict[str, int]
+    probing: bool = False
 
 
 class BotWorker:
@@ -134,6 +138,8 @@ class BotWorker:
         self.queue: deque[Job[Any]] = deque()
         self.running: Job[Any] | None = None
         self.usable = True
+        # Held back until its getMe check passes (app.telegram.probe).
+        self.probing = False
         self.cooldown_until = 0.0
         self.last_assigned = 0
         self.send_times: deque[float] = deque()
@@ -181,7 +187,10 @@ class Dispatcher:
         all_failed_pause: float = ALL_FAILED_PAUSE,
         pacing_window: float = PACING_WINDOW,
         abandoned_hold: float = ABANDONED_CALL_HOLD,
+        checked: bool = True,
     ) -> None:
+        """`checked=False`: every bot waits outside the pool until `admit`
+        (after its getMe check passed) or `reject`."""
         if not clients:
             raise ValueError("the dispatcher needs at least one bot")
         self.chat_id = chat_id
@@ -198,6 +207,10 @@ class Dispatcher:
         self.workers: dict[int, BotWorker] = {
             c.bot_id: BotWorker(c, index) for index, c in enumerate(clients)
         }
+        if not checked:
+            for worker in self.workers.values():
+                worker.usable = False
+                worker.probing = True
         self._job_ids = itertools.count(1)
         self._assignments = itertools.count(1)
         self._accepting = False
@@ -211,9 +224,32 @@ class Dispatcher:
     async def start(self) -> None:
         self._accepting = True
         for worker in self.workers.values():
-            worker.task = asyncio.create_task(
-                self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
-            )
+            if worker.usable:
+                self._start_worker(worker)
+
+    def _start_worker(self, worker: BotWorker) -> None:
+        worker.task = asyncio.create_task(
+            self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
+        )
+
+    def admit(self, bot_id: int) -> None:
+        """A held-back bot passed its check: it joins the pool now."""
+        worker = self.workers[bot_id]
+        if not worker.probing:
+            return
+        worker.probing = False
+        worker.usable = True
+        if self._accepting:
+            self._start_worker(worker)
+        self._wake_all()
+
+    def reject(self, bot_id: int) -> None:
+        """A held-back bot failed its check for good: it stays out."""
+        self.workers[bot_id].probing = False
+
+    def probing_bots(self) -> list[int]:
+        """The bots held back until their check passes."""
+        return [w.bot_id for w in self.workers.values() if w.probing]
 
     async def stop(self, grace: float = 30.0) -> None:
         """Two-phase stop: take no new jobs, let queued and running ones finish
@@ -303,6 +339,18 @@ class Dispatcher:
     def usable_bots(self) -> list[int]:
         return [w.bot_id for w in self.workers.values() if w.usable]
 
+    def seconds_until_free(self) -> float:
+        """How long until some usable bot is likely to take a new job: the
+        shortest cooldown left, counting a bot that is not cooling down (it
+        failed transiently) as the pause the pool waits after such failures."""
+        now = self._clock()
+        waits = [
+            w.cooldown_until - now if w.cooling(now) else self._all_failed_pause
+            for w in self.workers.values()
+            if w.usable
+        ]
+        return min(waits, default=self._all_failed_pause)
+
     def status(self) -> list[BotStatus]:
         now = self._clock()
         return [
@@ -317,6 +365,7 @@ class Dispatcher:
                 rate_limited=w.rate_limited,
                 abandoned=w.abandoned,
                 errors=dict(w.errors),
+                probing=w.probing,
             )
             for w in self.workers.values()
         ]
@@ -383,7 +432,13 @@ class Dispatcher:
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
-            self._fail(job, NoUsableBot("no usable bot is left in the pool"))
+            if any(w.probing for w in self.workers.values()):
+                error = NoUsableBot("no bot has passed its getMe check yet")
+                # Checks are retried within seconds: worth asking again soon.
+                error.pool_wait = self._all_failed_pause
+            else:
+                error = NoUsableBot("no usable bot is left in the pool")
+            self._fail(job, error)
             return
         untried = [w for w in usable if w.bot_id not in job.tried]
         if not untried:
@@ -590,6 +645,7 @@ class Dispatcher:
                 attempts=job.attempts,
                 error=str(exc),
             )
+            exc.pool_wait = self.seconds_until_free()
             self._fail(job, exc)
             return False
         return True

@@ -16,6 +16,10 @@ class TelegramError(Exception):
         super().__init__(description)
         self.description = description
         self.bot_id = bot_id
+        # Set by the dispatcher when it gives a job up: seconds until the pool
+        # is likely to take the job again (the first bot's cooldown ending), the
+        # Retry-After a client should hear. None: no estimate.
+        self.pool_wait: float | None = None
 
     def __str__(self) -> str:
         prefix = f"bot {self.bot_id}: " if self.bot_id is not None else ""

@@ -441,8 +441,10 @@ async def test_telegram_failure_mid_upload_is_a_clean_error_and_leaves_nothing(
     async with service.client() as http:
         response = await http.put("/api/files/doomed.bin", content=body(), headers=service.auth)
         listing = (await http.get("/api/files", headers=service.auth)).json()
-    assert response.status_code == 502
-    assert response.json()["error"] == "telegram_error"
+    # Transient failures used up the attempts: worth retrying later.
+    assert response.status_code == 503
+    assert response.json()["error"] == "telegram_unavailable"
+    assert int(response.headers["retry-after"]) >= 1
     assert listing["items"] == []
 
     service.sim.configure(fault_5xx_rate=0.0)
@@ -459,14 +461,21 @@ async def test_telegram_failure_mid_upload_is_a_clean_error_and_leaves_nothing(
 async def test_health_and_ready(service: Service) -> None:
     async with service.client() as http:
         health = await http.get("/health")
-        ready = await http.get("/ready")
+        public = await http.get("/ready")
+        wrong_key = await http.get("/ready", headers={"Authorization": "Bearer nope"})
+        ready = await http.get("/ready", headers=service.auth)
     assert health.json() == {"status": "ok"}
+    # In public only the status: no bot ids, usernames or queues.
+    assert (public.status_code, public.json()) == (200, {"status": "ready"})
+    assert (wrong_key.status_code, wrong_key.json()) == (200, {"status": "ready"})
+    # With the key /metrics needs (METRICS_ACCESS=key), the details.
     body = ready.json()
     assert ready.status_code == 200
     assert body["database"] is True
     assert body["usable_bots"] == 3
     assert {bot["bot_id"] for bot in body["bots"]} == set(service.sim.bot_ids)
     assert all(bot["username"] for bot in body["bots"])
+    assert not any(bot["checking"] for bot in body["bots"])
 
 
 async def test_no_response_reveals_a_token(service: Service) -> None:

@@ -132,3 +132,46 @@ async def test_many_requests_verifying_one_key_at_once_all_succeed(sessionmaker:
     async with session_scope(sessionmaker) as session:
         (key,) = await ApiKeyRepository(session).list()
     assert key.last_used_at is not None
+
+
+CROSSING_ROUNDS = 20
+
+
+async def test_puts_over_copies_of_each_other_never_deadlock(sessionmaker: Sessions) -> None:
+    """A <- copy of B while B <- copy of A, both at once, round after round:
+    each put either commits or finds its source's chunk released by the other
+    (ChunksMissing, the "source changed" case the callers retry); Postgres
+    never has to break a deadlock between them (40P01)."""
+    outcomes: list[str] = []
+    for _ in range(CROSSING_ROUNDS):
+        (a_chunk, b_chunk) = await add_chunks(sessionmaker, [10, 10])
+        async with session_scope(sessionmaker) as session:
+            await ObjectRepository(session).put(spec("a", whole_chunks([a_chunk])))
+            await ObjectRepository(session).put(spec("b", whole_chunks([b_chunk])))
+        go = asyncio.Event()
+
+        async def copy(key: str, source: Chunk, go: asyncio.Event) -> str:
+            await go.wait()
+            try:
+                async with session_scope(sessionmaker) as session:
+                    await ObjectRepository(session).put(spec(key, whole_chunks([source])))
+            except ChunksMissing:
+                return "source_changed"
+            return "copied"
+
+        tasks = [
+            asyncio.create_task(copy("b", a_chunk, go)),
+            asyncio.create_task(copy("a", b_chunk, go)),
+        ]
+        go.set()
+        outcomes += await asyncio.gather(*tasks)
+        async with session_scope(sessionmaker) as session:
+            objects = (await session.scalars(select(StoredObject))).all()
+            # Whatever the order, both objects exist and each is whole.
+            assert sorted(o.key for o in objects) == ["a", "b"]
+            for obj in objects:
+                (piece,) = (
+                    await session.scalars(select(Piece).where(Piece.object_id == obj.id))
+                ).all()
+                assert await session.get(Chunk, piece.chunk_id) is not None
+    assert "copied" in outcomes

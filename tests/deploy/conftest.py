@@ -374,7 +374,7 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
 
     `database`: the SQLite file to use, or a DATABASE_URL; `api_key`: create a
     key first with `teleuploader keys create`; `wait_healthy`: return once
-    /health answers; `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
+    /ready answers 200; `env`: extra settings (NOTIFY_SOCKET, CHUNK_SIZE, ...).
     The simulator's getFile cap becomes the service's CHUNK_SIZE.
     """
 
@@ -411,7 +411,7 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
             wait_for(
                 lambda: _healthy(service.url),
                 within=START_TIMEOUT,
-                what="teleuploader serve to answer /health",
+                what="teleuploader serve to answer /ready",
                 proc=proc,
             )
         return service
@@ -424,7 +424,8 @@ DEFAULT_CHUNK_SIZE: int = Settings.model_fields["chunk_size"].default
 
 def _healthy(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
+        # Ready, not only alive: the bots are checked after the port opens.
+        return httpx.get(f"{url}/ready", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -217,9 +217,17 @@ class FakeDispatcher:
         return self.bots
 
 
-def fake_services(port: int) -> Services:
+def fake_services(port: int, ready: asyncio.Event | None = None) -> Services:
     settings = SimpleNamespace(host="127.0.0.1", port=port)
-    return cast(Services, SimpleNamespace(settings=settings, dispatcher=FakeDispatcher([bot(1)])))
+    if ready is None:
+        ready = asyncio.Event()
+        ready.set()
+    return cast(
+        Services,
+        SimpleNamespace(
+            settings=settings, dispatcher=FakeDispatcher([bot(1)]), wait_ready=ready.wait
+        ),
+    )
 
 
 async def test_lifecycle(
@@ -273,6 +281,29 @@ async def test_lifecycle(
     # The tasks are gone.
     left = {task.get_name() for task in asyncio.all_tasks() if task is not asyncio.current_task()}
     assert "sd_notify" not in left, left
+
+
+async def test_ready_waits_until_a_bot_passed_its_check(
+    receiver: tuple[socket.socket, str],
+) -> None:
+    """READY=1 means the service can store files, not merely that it listens."""
+    sock, path = receiver
+    bot_passed = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def wait_ready() -> None:
+        asked.set()
+        await bot_passed.wait()
+
+    services = fake_services(0)
+    services.wait_ready = wait_ready  # type: ignore[method-assign]
+    notifier = Notifier.from_env({"NOTIFY_SOCKET": path})
+    async with systemd_notify(services, notifier):
+        await asyncio.wait_for(asked.wait(), 5)
+        assert drain(sock) == []  # no bot yet: not ready
+        bot_passed.set()
+        (ready,) = await receive_until(sock, lambda m: len(m) == 1)
+        assert ready.startswith("READY=1")
 
 
 async def test_sigterm_sends_stopping_at_once(receiver: tuple[socket.socket, str]) -> None:

@@ -330,7 +330,7 @@ def start_stack(
         run_cli(["migrate"], env=env, cwd=directory)
     service = processes.start("teleuploader-serve", [TELEUPLOADER, "serve"], env=env)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _answers(f"{url}/health"), within=START_TIMEOUT, what="/health", proc=service)
+    wait_for(lambda: _answers(f"{url}/ready"), within=START_TIMEOUT, what="/ready", proc=service)
     stack = Stack(sim, sim_url, service, url, port, chunk_size, env)
     if bucket is not None:
         stack.s3().create_bucket(Bucket=bucket)

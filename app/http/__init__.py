@@ -1,0 +1,1 @@
+"""Rules both HTTP APIs (native and S3) share."""

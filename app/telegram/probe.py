@@ -1,0 +1,110 @@
+"""Checking the bots (getMe) without holding up the service.
+
+At startup every bot is checked before it joins the pool, each in its own
+task, and a bot whose check fails for a passing reason (timeouts, 5xx, 429) is
+checked again with backoff for as long as the service runs. So the service
+answers `/health` at once, `/ready` as soon as one bot passed, and a bot that
+Telegram lets through only later joins the pool then. A token Telegram
+rejects (401/403, or another 4xx) is reported once and left out for good.
+
+The check calls the bot's client directly: until it is admitted no worker
+runs for that token, so it is the only call on it (one call per token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+
+import structlog
+
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
+from app.telegram.types import BotInfo
+
+log = structlog.get_logger("app.telegram.probe")
+
+#: Seconds before a failed getMe is tried again; doubled after each failure.
+PROBE_FIRST_PAUSE = 1.0
+#: The longest pause between two getMe checks of one bot.
+PROBE_MAX_PAUSE = 60.0
+
+AdmittedHandler = Callable[[BotInfo], None]
+
+
+class BotProber:
+    """Checks every bot the dispatcher holds back and admits those that pass."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        on_admitted: AdmittedHandler | None = None,
+        first_pause: float = PROBE_FIRST_PAUSE,
+        max_pause: float = PROBE_MAX_PAUSE,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._on_admitted = on_admitted
+        self._first_pause = first_pause
+        self._max_pause = max_pause
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.bots: dict[int, BotInfo] = {}
+        #: Set once a bot has passed (the service can store files).
+        self.one_admitted = asyncio.Event()
+
+    def start(self) -> None:
+        for bot_id in self._dispatcher.probing_bots():
+            task = asyncio.create_task(self._probe(bot_id), name=f"bot-probe-{bot_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def probing(self) -> int:
+        """Bots still being checked."""
+        return len(self._tasks)
+
+    async def _probe(self, bot_id: int) -> None:
+        client = self._dispatcher.workers[bot_id].client
+        pause = self._first_pause
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                info = await client.get_me()
+            except (BotUnusable, PermanentError) as exc:
+                # A wrong or revoked token: checking again cannot help.
+                log.error("bot_check_failed", bot_id=bot_id, error=str(exc))
+                self._dispatcher.reject(bot_id)
+                return
+            except TelegramError as exc:
+                wait = exc.retry_after if isinstance(exc, RateLimited) else pause
+                log.warning(
+                    "bot_check_retrying",
+                    bot_id=bot_id,
+                    attempt=attempt,
+                    retry_in=round(wait, 1),
+                    error=str(exc),
+                )
+                await asyncio.sleep(wait * random.uniform(1.0, 1.2))
+                pause = min(pause * 2, self._max_pause)
+                continue
+            self.bots[bot_id] = info
+            self._dispatcher.admit(bot_id)
+            log.info(
+                "bot_admitted",
+                bot_id=bot_id,
+                username=info.username,
+                attempts=attempt,
+                usable=len(self._dispatcher.usable_bots()),
+            )
+            self.one_admitted.set()
+            if self._on_admitted is not None:
+                self._on_admitted(info)
+            return

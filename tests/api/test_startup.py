@@ -1,0 +1,50 @@
+"""The service listens at once, whatever Telegram does: /health answers while
+every bot's getMe is still unanswered, /ready and uploads say "not yet" (503),
+and the service becomes ready as soon as a bot passes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.running_service import CHUNK, ServiceFactory, eventually, payload
+
+pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+
+BOTS = 5
+
+
+async def test_the_service_answers_health_while_getme_hangs_and_is_ready_once_a_bot_passes(
+    start_service: ServiceFactory,
+) -> None:
+    # Telegram takes every getMe and answers none of them (yet).
+    async with asyncio.timeout(20):  # the old startup never got past getMe
+        service = await start_service(
+            bots=BOTS, wait_ready=False, prepare=lambda sim: sim.hold("getMe")
+        )
+        await service.sim.wait_held("getMe", BOTS)
+    async with service.client() as http:
+        health = await http.get("/health")
+        ready = await http.get("/ready")
+        upload = await http.put(
+            "/api/files/early.bin", content=payload(2 * CHUNK), headers=service.auth
+        )
+        assert health.status_code == 200
+        assert (ready.status_code, ready.json()) == (503, {"status": "not_ready"})
+        assert upload.status_code == 503, upload.text
+        assert upload.json()["error"] == "storage_unavailable"
+        assert "getMe" in upload.json()["detail"]
+        # The bots are being checked: sooner than for a pool with none left (30).
+        assert 1 <= int(upload.headers["retry-after"]) <= 5
+
+        service.sim.release("getMe")
+
+        async def is_ready() -> bool:
+            return (await http.get("/ready")).status_code == 200
+
+        await eventually(is_ready)
+        stored = await http.put(
+            "/api/files/later.bin", content=payload(2 * CHUNK), headers=service.auth
+        )
+        assert stored.status_code == 201, stored.text

@@ -1,0 +1,48 @@
+"""A download never outlives DOWNLOAD_STALL_SECONDS without a byte, whatever
+holds the byte up: here getFile failing on every try, which the dispatcher
+and the reader would otherwise retry with backoff for many minutes. The
+connection is aborted (no short body passes for a whole one), and the same
+file downloads whole once Telegram recovers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from tests.running_service import CHUNK, ServiceFactory, payload
+
+pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+
+STALL = 1.0
+# The retries alone: 10 dispatcher attempts with backoff from 0.5 s, times
+# 4 reads, are minutes. A download still running at this point was not
+# bounded by the stall timeout.
+NOT_BOUNDED = 60
+
+
+async def test_a_download_whose_getfile_keeps_failing_is_aborted_after_the_stall_timeout(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(download_stall_seconds=STALL)
+    data = payload(3 * CHUNK, seed=11)
+    async with service.client() as http:
+        stored = await http.put("/api/files/f.bin", content=data, headers=service.auth)
+        assert stored.status_code == 201, stored.text
+        public_id = stored.json()["public_id"]
+
+        service.sim.set_faults(fault_5xx_rate=1.0)  # getFile and downloads fail
+        received = bytearray()
+        async with asyncio.timeout(NOT_BOUNDED):
+            with pytest.raises(httpx.RemoteProtocolError):
+                async with http.stream("GET", f"/f/{public_id}") as response:
+                    assert response.status_code == 200
+                    async for piece in response.aiter_raw():
+                        received += piece
+        assert bytes(received) == b""  # nothing of the file came, and no filler
+
+        service.sim.set_faults(fault_5xx_rate=0.0)
+        again = await http.get(f"/f/{public_id}")
+        assert again.status_code == 200
+        assert again.content == data

@@ -1,0 +1,120 @@
+"""Bots join the pool as their getMe check passes, without holding up the
+others (respx stands in for the Bot API; pauses are zero so the retries are
+counted, not timed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import respx
+
+from app.config import BotToken
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import NoUsableBot
+from app.telegram.probe import BotProber
+from app.telegram.types import BotInfo
+
+API = "https://api.telegram.org"
+SLOW, LATE, REVOKED = 1, 2, 3
+
+
+def token(bot_id: int) -> BotToken:
+    return BotToken(bot_id=bot_id, secret=f"secret{bot_id}" + "x" * 30)
+
+
+def me(bot_id: int) -> httpx.Response:
+    return httpx.Response(
+        200,
+        json={
+            "ok": True,
+            "result": {
+                "id": bot_id,
+                "is_bot": True,
+                "first_name": "b",
+                "username": f"bot{bot_id}_bot",
+            },
+        },
+    )
+
+
+def failing() -> httpx.Response:
+    return httpx.Response(502, json={"ok": False, "error_code": 502, "description": "Bad Gateway"})
+
+
+class GetMe:
+    """getMe of one bot: fails until `passing`, counting the calls."""
+
+    def __init__(self, bot_id: int, *, fail_first: int = 0, forever: bool = False) -> None:
+        self.bot_id = bot_id
+        self.fail_first = fail_first
+        self.forever = forever
+        self.calls = 0
+        self.called_often = asyncio.Event()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls >= 5:
+            self.called_often.set()
+        if self.forever or self.calls <= self.fail_first:
+            return failing()
+        return me(self.bot_id)
+
+
+@pytest.fixture
+async def dispatcher() -> AsyncIterator[Dispatcher]:
+    clients = [BotClient(token(bot_id), api_base=API) for bot_id in (SLOW, LATE, REVOKED)]
+    pool = Dispatcher(clients, chat_id=-1001, checked=False)
+    await pool.start()
+    yield pool
+    await pool.stop(grace=0)
+
+
+async def test_bots_join_the_pool_as_they_pass_and_a_rejected_one_stays_out(
+    dispatcher: Dispatcher,
+) -> None:
+    slow = GetMe(SLOW, fail_first=2)
+    late = GetMe(LATE, forever=True)
+    admitted: list[int] = []
+    late_admitted = asyncio.Event()
+
+    def on_admitted(info: BotInfo) -> None:
+        admitted.append(info.id)
+        if info.id == LATE:
+            late_admitted.set()
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(f"{API}/bot{token(SLOW).value}/getMe").mock(side_effect=slow)
+        router.post(f"{API}/bot{token(LATE).value}/getMe").mock(side_effect=late)
+        router.post(f"{API}/bot{token(REVOKED).value}/getMe").mock(
+            return_value=httpx.Response(
+                401, json={"ok": False, "error_code": 401, "description": "Unauthorized"}
+            )
+        )
+        prober = BotProber(dispatcher, on_admitted=on_admitted, first_pause=0, max_pause=0)
+        # Before any check: nothing may be sent, and the caller hears why.
+        with pytest.raises(NoUsableBot, match="getMe"):
+            await dispatcher.send_document(b"x", "x.bin")
+        try:
+            prober.start()
+            async with asyncio.timeout(10):
+                await prober.one_admitted.wait()
+                assert dispatcher.usable_bots() == [SLOW]
+                assert prober.bots[SLOW].username == "bot1_bot"
+                # The late bot is still being checked, again and again.
+                await late.called_often.wait()
+                assert dispatcher.probing_bots() == [LATE]
+                # Telegram lets it through at last: it joins the pool.
+                late.forever = False
+                await late_admitted.wait()
+        finally:
+            await prober.stop()
+    assert admitted == [SLOW, LATE]
+    assert sorted(dispatcher.usable_bots()) == [SLOW, LATE]
+    assert dispatcher.probing_bots() == []  # the revoked bot is out for good
+    assert slow.calls == 3
+    status = {s.bot_id: s for s in dispatcher.status()}
+    assert not status[REVOKED].usable and not status[REVOKED].probing
