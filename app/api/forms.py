@@ -10,15 +10,33 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-MAX_TEXT_FIELD = 64 * 1024
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH
+
+# Only `file` and `fileName` matter; the caps leave room for what a browser
+# form adds (a submit button, a CSRF token) and refuse a body that is mostly
+# fields, before it is read on. Every field read is held until the end.
+#: Parts (fields and files) in one form.
+MAX_FORM_PARTS: Final = 32
+#: Bytes of all text fields together.
+MAX_FORM_TEXT_BYTES: Final = 64 * 1024
+#: Bytes of one part's headers (names and values).
+MAX_PART_HEADER_BYTES: Final = 8 * 1024
 
 
 class FormError(Exception):
-    """The body is not a usable multipart form; the message says why."""
+    """The body is not a usable multipart form; the message says why.
+
+    ``status`` is 413 when the form is over one of the caps above, else 400.
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -52,6 +70,9 @@ class StreamingForm:
         self._header_name = b""
         self._header_value = b""
         self._text = bytearray()
+        self._text_bytes = 0
+        self._parts = 0
+        self._header_bytes = 0
         self._in_file = False
         self._done_with_file = False
         self._finished = False
@@ -92,13 +113,24 @@ class StreamingForm:
     # --- parser callbacks ---------------------------------------------------------
 
     def _on_part_begin(self) -> None:
+        self._parts += 1
+        if self._parts > MAX_FORM_PARTS:
+            raise FormError(f"the form has more than {MAX_FORM_PARTS} fields", 413)
         self._part = _Part()
         self._text = bytearray()
+        self._header_bytes = 0
+
+    def _count_header_bytes(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > MAX_PART_HEADER_BYTES:
+            raise FormError(f"a form part's headers are over {MAX_PART_HEADER_BYTES} bytes")
 
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._header_name += data[start:end]
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._header_value += data[start:end]
 
     def _on_header_end(self) -> None:
@@ -116,6 +148,11 @@ class StreamingForm:
             raw_filename.decode("utf-8", "replace") if raw_filename is not None else None
         )
         self._part.content_type = self._part.headers.get("content-type")
+        if len(self._part.content_type or "") > MAX_CONTENT_TYPE_LENGTH:
+            raise FormError(
+                f"the Content-Type of form field {self._part.name[:64]!r} is longer than "
+                f"{MAX_CONTENT_TYPE_LENGTH} characters"
+            )
         # Only the first file field is the upload; later ones are read and dropped.
         self._in_file = self._part.name == self.file_field and not self._done_with_file
         if self._in_file:
@@ -127,8 +164,11 @@ class StreamingForm:
         if self._in_file:
             self._out.append(bytes(data[start:end]))
         elif self._part.filename is None:
-            if len(self._text) + (end - start) > MAX_TEXT_FIELD:
-                raise FormError(f"form field {self._part.name!r} is over {MAX_TEXT_FIELD} bytes")
+            self._text_bytes += end - start
+            if self._text_bytes > MAX_FORM_TEXT_BYTES:
+                raise FormError(
+                    f"the form's text fields are over {MAX_FORM_TEXT_BYTES} bytes in all", 413
+                )
             self._text += data[start:end]
 
     def _on_part_end(self) -> None:
