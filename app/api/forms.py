@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
@@ -56,7 +56,10 @@ class StreamingForm:
     """
 
     def __init__(self, content_type_header: str, *, file_field: str = "file") -> None:
-        kind, params = parse_options_header(content_type_header)
+        try:
+            kind, params = parse_options_header(content_type_header)
+        except UnicodeEncodeError:  # HTTP headers are latin-1; an app may pass more
+            kind, params = b"", {}
         boundary = params.get(b"boundary")
         if kind != b"multipart/form-data" or not boundary:
             raise FormError("expected a multipart/form-data body with a boundary")
@@ -76,7 +79,13 @@ class StreamingForm:
         self._in_file = False
         self._done_with_file = False
         self._finished = False
-        self._parser = MultipartParser(
+        try:
+            self._parser = self._new_parser(boundary)
+        except FormParserError as exc:  # a boundary over its 256-byte limit
+            raise FormError(f"unusable multipart boundary: {exc}") from None
+
+    def _new_parser(self, boundary: bytes) -> MultipartParser:
+        return MultipartParser(
             boundary,
             callbacks={
                 "on_part_begin": self._on_part_begin,
@@ -94,7 +103,7 @@ class StreamingForm:
         async for data in body:
             try:
                 self._parser.write(data)
-            except MultipartParseError as exc:
+            except FormParserError as exc:
                 raise FormError(f"malformed multipart body: {exc}") from None
             if self._out:
                 out, self._out = self._out, []
@@ -102,7 +111,7 @@ class StreamingForm:
                     yield piece
         try:
             self._parser.finalize()
-        except MultipartParseError as exc:
+        except FormParserError as exc:
             raise FormError(f"malformed multipart body: {exc}") from None
         if not self._finished:
             raise FormError("the multipart body ended before its closing boundary")
@@ -135,7 +144,9 @@ class StreamingForm:
 
     def _on_header_end(self) -> None:
         name = self._header_name.decode("latin-1").lower()
-        self._part.headers[name] = self._header_value.decode("utf-8", "replace")
+        # Kept byte for byte (latin-1): parse_options_header works on latin-1
+        # text, and a browser sends a non-Latin file name as raw UTF-8 bytes.
+        self._part.headers[name] = self._header_value.decode("latin-1")
         self._header_name = b""
         self._header_value = b""
 
@@ -147,7 +158,12 @@ class StreamingForm:
         self._part.filename = (
             raw_filename.decode("utf-8", "replace") if raw_filename is not None else None
         )
-        self._part.content_type = self._part.headers.get("content-type")
+        content_type = self._part.headers.get("content-type")
+        self._part.content_type = (
+            content_type.encode("latin-1").decode("utf-8", "replace")
+            if content_type is not None
+            else None
+        )
         if len(self._part.content_type or "") > MAX_CONTENT_TYPE_LENGTH:
             raise FormError(
                 f"the Content-Type of form field {self._part.name[:64]!r} is longer than "

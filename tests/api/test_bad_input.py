@@ -214,3 +214,32 @@ async def test_a_content_length_that_is_not_a_number_is_a_400(
         )
     assert response.status_code == 400, response.text
     assert "Content-Length" in response.json()["detail"]
+
+
+def test_a_boundary_over_the_parsers_limit_is_a_form_error() -> None:
+    # python-multipart refuses boundaries over 256 bytes with its own error,
+    # which reached a 500 (found by tests/test_fuzz_http.py).
+    with pytest.raises(FormError) as refused:
+        StreamingForm("multipart/form-data; boundary=" + "b" * 300)
+
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("name", ["отчёт.pdf", "日本語.txt", "emoji 😀.png"])
+async def test_a_file_name_in_raw_utf8_is_read(name: str) -> None:
+    # Browsers send the file name's UTF-8 bytes as they are; a name outside
+    # latin-1 reached a 500 (found by tests/test_fuzz_http.py).
+    body = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        f"Content-Type: text/plain\r\n\r\nhello\r\n--{BOUNDARY}--\r\n"
+    ).encode()
+    form = StreamingForm(FORM_TYPE)
+
+    async def one_piece() -> AsyncIterator[bytes]:
+        yield body
+
+    data = b"".join([piece async for piece in form.file_bytes(one_piece())])
+
+    assert data == b"hello"
+    assert form.filename == name
+    assert form.content_type == "text/plain"
