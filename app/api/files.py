@@ -211,7 +211,9 @@ async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
     return info
 
 
-@router.api_route("/f/{public_id}", methods=["GET", "HEAD"], response_class=StreamingResponse)
+# One route per method: a shared route gives both the same OpenAPI operation id.
+@router.get("/f/{public_id}", response_class=StreamingResponse, operation_id="download")
+@router.head("/f/{public_id}", response_class=StreamingResponse, operation_id="download_head")
 async def download(
     public_id: str, request: Request, store: StoreDep, _access: ReadAccess
 ) -> Response:
