@@ -107,6 +107,15 @@ async def test_a_copy_range_no_integer_can_hold_is_refused(s3: S3) -> None:
     assert error_code(response) == "InvalidArgument"
 
 
+@pytest.mark.parametrize("header", ["bytes=" + "9" * 5000 + "-", "bytes=1" + "0" * 30 + "-"])
+async def test_a_range_past_any_integer_is_invalid_range(s3: S3, header: str) -> None:
+    await s3("put_object", Bucket="box", Key="r", Body=b"ranged")
+
+    error = await s3.error("get_object", Bucket="box", Key="r", Range=header)
+
+    assert code(error) == "InvalidRange"
+
+
 # --- the copy source is an S3 bucket, checked like the destination ------------------
 
 
