@@ -81,7 +81,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(FormError)
     async def _form(request: Request, exc: FormError) -> JSONResponse:
-        return error_response(400, "bad_request", str(exc))
+        return error_response(exc.status, _STATUS_NAMES[exc.status], str(exc))
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:

@@ -29,7 +29,9 @@ from app.api.http_ranges import (
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
 from app.db.models import ApiKey
+from app.parsing import parse_decimal
 from app.store.errors import NotOwner
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from app.store.service import ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
@@ -39,7 +41,10 @@ router = APIRouter(tags=["files"])
 NATIVE_BUCKET = "_native"
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
-MAX_NAME_LENGTH = 255
+# File names are cut to this many characters (they name downloads).
+MAX_FILE_NAME_LENGTH = 255
+# `PUT /api/files/{name}` stores the file under this key prefix.
+NAMED_PREFIX = "named/"
 
 
 def _download_url(request: Request, settings: Settings, public_id: str) -> str:
@@ -67,23 +72,34 @@ def _check_declared_length(request: Request, limit: int) -> int | None:
     declared = request.headers.get("content-length")
     if declared is None:
         return None
-    if not declared.isdigit():
+    length = parse_decimal(declared.strip())
+    if length is None:
         raise ApiError(400, "bad_request", "Content-Length is not a number")
-    if int(declared) > limit:
+    if length > limit:
         raise ApiError(
             413,
             "payload_too_large",
             f"the upload is larger than the limit of {limit} bytes",
             {"Connection": "close"},
         )
-    return int(declared)
+    return length
+
+
+def _check_content_type(content_type: str | None) -> None:
+    """Refuse, before the body is read, a type the database could not store."""
+    if content_type is not None and len(content_type.strip()) > MAX_CONTENT_TYPE_LENGTH:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"the Content-Type is longer than {MAX_CONTENT_TYPE_LENGTH} characters",
+        )
 
 
 def _clean_name(name: str | None, fallback: str) -> str:
     cleaned = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f").strip()
     # Browsers on Windows send a full path as the file name.
     cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
-    return (cleaned or fallback)[:MAX_NAME_LENGTH]
+    return (cleaned or fallback)[:MAX_FILE_NAME_LENGTH]
 
 
 def _limited_to_own_files(key: ApiKey) -> int | None:
@@ -192,8 +208,18 @@ async def upload_raw(
     clean = _clean_name(name, "")
     if not clean:
         raise ApiError(400, "bad_request", "the file name is empty")
+    if "\x00" in name:
+        raise ApiError(400, "bad_request", "the file name contains NUL")
+    if len(NAMED_PREFIX + name) > MAX_KEY_LENGTH:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"the file name is longer than {MAX_KEY_LENGTH - len(NAMED_PREFIX)} characters",
+        )
     declared = _check_declared_length(request, settings.max_upload_size)
-    object_key = f"named/{name}"
+    declared_type = request.headers.get("content-type")
+    _check_content_type(declared_type)
+    object_key = NAMED_PREFIX + name
     await _check_may_replace(store, key, object_key, clean)
     try:
         info = await store.put_stream(
@@ -201,7 +227,7 @@ async def upload_raw(
             bucket=NATIVE_BUCKET,
             key=object_key,
             name=clean,
-            content_type=_guess_type(clean, request.headers.get("content-type")),
+            content_type=_guess_type(clean, declared_type),
             max_size=settings.max_upload_size,
             keep_public_id=True,
             expected_size=declared,
@@ -217,13 +243,16 @@ async def upload_raw(
 
 
 async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
-    info = await store.get_by_public_id(public_id) if len(public_id) <= 64 else None
+    valid = len(public_id) <= 64 and "\x00" not in public_id
+    info = await store.get_by_public_id(public_id) if valid else None
     if info is None:
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     return info
 
 
-@router.api_route("/f/{public_id}", methods=["GET", "HEAD"], response_class=StreamingResponse)
+# One route per method: a shared route gives both the same OpenAPI operation id.
+@router.get("/f/{public_id}", response_class=StreamingResponse, operation_id="download")
+@router.head("/f/{public_id}", response_class=StreamingResponse, operation_id="download_head")
 async def download(
     public_id: str, request: Request, store: StoreDep, _access: ReadAccess
 ) -> Response:
@@ -282,11 +311,13 @@ async def list_files(
     _key: ReadKey,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
-    prefix: Annotated[str, Query(max_length=MAX_NAME_LENGTH)] = "",
+    prefix: Annotated[str, Query(max_length=MAX_FILE_NAME_LENGTH)] = "",
 ) -> FileList:
     """All files, a page at a time (pass `next_cursor` back as `cursor`);
     `prefix` keeps those whose name starts with it, ignoring case.
     Needs a key: a listing reveals every public id."""
+    if cursor is not None and "\x00" in cursor:
+        raise ApiError(400, "bad_request", "the cursor contains NUL")
     items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1, name_prefix=prefix)
     page = items[:limit]
     next_cursor = page[-1].key if len(items) > limit else None
@@ -297,6 +328,8 @@ async def list_files(
 async def delete_file(public_id: str, store: StoreDep, key: WriteKey) -> Response:
     """Delete a file; its chunks are deleted from Telegram once nothing else
     uses them. A `write` key may delete only a file it uploaded."""
+    if "\x00" in public_id:
+        raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     try:
         deleted = await store.delete_by_public_id(
             public_id, only_if_owned_by=_limited_to_own_files(key)

@@ -10,15 +10,33 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Final
 
-from python_multipart.exceptions import MultipartParseError
+from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-MAX_TEXT_FIELD = 64 * 1024
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH
+
+# Only `file` and `fileName` matter; the caps leave room for what a browser
+# form adds (a submit button, a CSRF token) and refuse a body that is mostly
+# fields, before it is read on. Every field read is held until the end.
+#: Parts (fields and files) in one form.
+MAX_FORM_PARTS: Final = 32
+#: Bytes of all text fields together.
+MAX_FORM_TEXT_BYTES: Final = 64 * 1024
+#: Bytes of one part's headers (names and values).
+MAX_PART_HEADER_BYTES: Final = 8 * 1024
 
 
 class FormError(Exception):
-    """The body is not a usable multipart form; the message says why."""
+    """The body is not a usable multipart form; the message says why.
+
+    ``status`` is 413 when the form is over one of the caps above, else 400.
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -38,7 +56,10 @@ class StreamingForm:
     """
 
     def __init__(self, content_type_header: str, *, file_field: str = "file") -> None:
-        kind, params = parse_options_header(content_type_header)
+        try:
+            kind, params = parse_options_header(content_type_header)
+        except UnicodeEncodeError:  # HTTP headers are latin-1; an app may pass more
+            kind, params = b"", {}
         boundary = params.get(b"boundary")
         if kind != b"multipart/form-data" or not boundary:
             raise FormError("expected a multipart/form-data body with a boundary")
@@ -52,10 +73,19 @@ class StreamingForm:
         self._header_name = b""
         self._header_value = b""
         self._text = bytearray()
+        self._text_bytes = 0
+        self._parts = 0
+        self._header_bytes = 0
         self._in_file = False
         self._done_with_file = False
         self._finished = False
-        self._parser = MultipartParser(
+        try:
+            self._parser = self._new_parser(boundary)
+        except FormParserError as exc:  # a boundary over its 256-byte limit
+            raise FormError(f"unusable multipart boundary: {exc}") from None
+
+    def _new_parser(self, boundary: bytes) -> MultipartParser:
+        return MultipartParser(
             boundary,
             callbacks={
                 "on_part_begin": self._on_part_begin,
@@ -73,7 +103,7 @@ class StreamingForm:
         async for data in body:
             try:
                 self._parser.write(data)
-            except MultipartParseError as exc:
+            except FormParserError as exc:
                 raise FormError(f"malformed multipart body: {exc}") from None
             if self._out:
                 out, self._out = self._out, []
@@ -81,7 +111,7 @@ class StreamingForm:
                     yield piece
         try:
             self._parser.finalize()
-        except MultipartParseError as exc:
+        except FormParserError as exc:
             raise FormError(f"malformed multipart body: {exc}") from None
         if not self._finished:
             raise FormError("the multipart body ended before its closing boundary")
@@ -92,18 +122,31 @@ class StreamingForm:
     # --- parser callbacks ---------------------------------------------------------
 
     def _on_part_begin(self) -> None:
+        self._parts += 1
+        if self._parts > MAX_FORM_PARTS:
+            raise FormError(f"the form has more than {MAX_FORM_PARTS} fields", 413)
         self._part = _Part()
         self._text = bytearray()
+        self._header_bytes = 0
+
+    def _count_header_bytes(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > MAX_PART_HEADER_BYTES:
+            raise FormError(f"a form part's headers are over {MAX_PART_HEADER_BYTES} bytes")
 
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._header_name += data[start:end]
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._count_header_bytes(end - start)
         self._header_value += data[start:end]
 
     def _on_header_end(self) -> None:
         name = self._header_name.decode("latin-1").lower()
-        self._part.headers[name] = self._header_value.decode("utf-8", "replace")
+        # Kept byte for byte (latin-1): parse_options_header works on latin-1
+        # text, and a browser sends a non-Latin file name as raw UTF-8 bytes.
+        self._part.headers[name] = self._header_value.decode("latin-1")
         self._header_name = b""
         self._header_value = b""
 
@@ -115,7 +158,17 @@ class StreamingForm:
         self._part.filename = (
             raw_filename.decode("utf-8", "replace") if raw_filename is not None else None
         )
-        self._part.content_type = self._part.headers.get("content-type")
+        content_type = self._part.headers.get("content-type")
+        self._part.content_type = (
+            content_type.encode("latin-1").decode("utf-8", "replace")
+            if content_type is not None
+            else None
+        )
+        if len(self._part.content_type or "") > MAX_CONTENT_TYPE_LENGTH:
+            raise FormError(
+                f"the Content-Type of form field {self._part.name[:64]!r} is longer than "
+                f"{MAX_CONTENT_TYPE_LENGTH} characters"
+            )
         # Only the first file field is the upload; later ones are read and dropped.
         self._in_file = self._part.name == self.file_field and not self._done_with_file
         if self._in_file:
@@ -127,8 +180,11 @@ class StreamingForm:
         if self._in_file:
             self._out.append(bytes(data[start:end]))
         elif self._part.filename is None:
-            if len(self._text) + (end - start) > MAX_TEXT_FIELD:
-                raise FormError(f"form field {self._part.name!r} is over {MAX_TEXT_FIELD} bytes")
+            self._text_bytes += end - start
+            if self._text_bytes > MAX_FORM_TEXT_BYTES:
+                raise FormError(
+                    f"the form's text fields are over {MAX_FORM_TEXT_BYTES} bytes in all", 413
+                )
             self._text += data[start:end]
 
     def _on_part_end(self) -> None:

@@ -10,7 +10,11 @@ from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import quote
 
-_RANGE_RE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
+# ASCII digits and blanks only: `\d` and `\s` would let other scripts' digits in.
+_RANGE_RE = re.compile(r"[ \t]*([0-9]*)[ \t]*-[ \t]*([0-9]*)[ \t]*")
+#: Positions with more digits than this are past the end of any object.
+MAX_POSITION_DIGITS = 19
+_BEYOND_ANY_SIZE = 10**MAX_POSITION_DIGITS
 
 
 class RangeNotSatisfiable(Exception):
@@ -49,22 +53,29 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
         raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
     if "," in spec:
         return None
-    match = _RANGE_RE.match(spec)
+    match = _RANGE_RE.fullmatch(spec)
     if match is None or (match.group(1) == "" and match.group(2) == ""):
         raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
     first, last = match.group(1), match.group(2)
+    unsatisfiable = f"range {spec[:100]} is not satisfiable for {size} bytes"
     if first == "":
-        suffix = int(last)
+        suffix = _position(last)
         if suffix == 0 or size == 0:
-            raise RangeNotSatisfiable(size, f"range {spec} is not satisfiable for {size} bytes")
+            raise RangeNotSatisfiable(size, unsatisfiable)
         return ByteRange(max(0, size - suffix), size)
-    start = int(first)
-    end = size if last == "" else min(int(last) + 1, size)
-    if last != "" and int(last) < start:
+    start = _position(first)
+    end = size if last == "" else min(_position(last) + 1, size)
+    if last != "" and _position(last) < start:
         raise RangeNotSatisfiable(size, f"malformed Range header {header[:100]!r}")
     if start >= size:
-        raise RangeNotSatisfiable(size, f"range {spec} is not satisfiable for {size} bytes")
+        raise RangeNotSatisfiable(size, unsatisfiable)
     return ByteRange(start, end)
+
+
+def _position(digits: str) -> int:
+    """A byte position of ASCII digits; one too long for any object is past its end
+    (and `int()` refuses more than 4300 digits)."""
+    return int(digits) if len(digits) <= MAX_POSITION_DIGITS else _BEYOND_ANY_SIZE
 
 
 def _utc(moment: datetime) -> datetime:

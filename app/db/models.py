@@ -54,6 +54,8 @@ TUS_KINDS: tuple[str, ...] = get_args(TusKind)
 
 MAX_KEY_LENGTH = 1024  # S3's limit, in bytes of UTF-8; we check characters.
 MAX_BUCKET_NAME_LENGTH = 63
+MAX_NAME_LENGTH = 1024  # an object's file name, in characters
+MAX_CONTENT_TYPE_LENGTH = 255  # in characters
 MAX_PART_NUMBER = 10_000
 UPLOAD_ID_LENGTH = 64
 
@@ -131,8 +133,8 @@ class StoredObject(Base):
     key: Mapped[str] = mapped_column(key_string(MAX_KEY_LENGTH))
     # The unguessable id of public download links (/f/<public_id>).
     public_id: Mapped[str] = mapped_column(String(64), unique=True)
-    name: Mapped[str] = mapped_column(String(1024))
-    content_type: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH))
+    content_type: Mapped[str] = mapped_column(String(MAX_CONTENT_TYPE_LENGTH))
     size: Mapped[int] = mapped_column(BigInteger)
     # S3 ETag as sent to clients, quotes included: "<md5>" or "<md5>-<parts>".
     etag: Mapped[str] = mapped_column(String(80))
@@ -277,7 +279,7 @@ class MultipartUpload(Base):
     id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH), primary_key=True)
     bucket: Mapped[str] = mapped_column(key_string(255))
     key: Mapped[str] = mapped_column(key_string(MAX_KEY_LENGTH))
-    content_type: Mapped[str] = mapped_column(String(255))
+    content_type: Mapped[str] = mapped_column(String(MAX_CONTENT_TYPE_LENGTH))
     user_metadata: Mapped[dict[str, Any]] = mapped_column(JsonDict, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 

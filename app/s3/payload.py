@@ -24,12 +24,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import google_crc32c
+from awscrt import checksums as crt_checksums
 
 from app.s3.errors import S3Error
 from app.s3.sigv4 import (
@@ -52,6 +54,7 @@ CHECKSUM_HEADER_PREFIX: Final = "x-amz-checksum-"
 #: ``x-amz-checksum-*`` headers that are not checksum values.
 _NOT_CHECKSUM_VALUES: Final = frozenset({"algorithm", "type", "mode"})
 TRAILER_SIGNATURE: Final = "x-amz-trailer-signature"
+_HEX64_BYTES: Final = re.compile(rb"[0-9a-fA-F]{64}")
 
 
 # --------------------------------------------------------------------------- checksums
@@ -87,6 +90,17 @@ class _Crc32c:
         return self._crc.to_bytes(4, "big")
 
 
+class _Crc64Nvme:
+    def __init__(self) -> None:
+        self._crc = 0
+
+    def update(self, data: bytes, /) -> None:
+        self._crc = int(crt_checksums.crc64nvme(data, self._crc))
+
+    def digest(self) -> bytes:
+        return self._crc.to_bytes(8, "big")
+
+
 #: Digest size in bytes of every flexible-checksum algorithm S3 defines.
 CHECKSUM_SIZES: Final[Mapping[str, int]] = {
     "crc32": 4,
@@ -95,10 +109,9 @@ CHECKSUM_SIZES: Final[Mapping[str, int]] = {
     "sha1": 20,
     "sha256": 32,
 }
-#: The algorithms verified here. ``crc64nvme`` (sent by clients built on the AWS
-#: CRT) has no implementation in the standard library or our dependencies: its
-#: values are accepted unverified and reported in ``BodyResult.unverified``.
-SUPPORTED_CHECKSUMS: Final = frozenset({"crc32", "crc32c", "sha1", "sha256"})
+#: The algorithms verified here: all of them (``crc64nvme``, the default of
+#: clients built on the AWS CRT, through awscrt's implementation).
+SUPPORTED_CHECKSUMS: Final = frozenset(CHECKSUM_SIZES)
 
 
 def new_checksum(algorithm: str) -> Checksum | None:
@@ -108,6 +121,8 @@ def new_checksum(algorithm: str) -> Checksum | None:
         return _Crc32()
     if algorithm == "crc32c":
         return _Crc32c()
+    if algorithm == "crc64nvme":
+        return _Crc64Nvme()
     if algorithm == "sha1":
         return hashlib.sha1(usedforsecurity=False)
     if algorithm == "sha256":
@@ -141,7 +156,7 @@ class BodyResult:
     #: algorithm -> base64 value of every checksum that was verified.
     checksums: dict[str, str] = field(default_factory=dict)
     #: algorithm -> base64 value of checksums that could not be verified
-    #: (algorithm unknown or unsupported, e.g. ``crc64nvme``).
+    #: (an algorithm S3 does not define).
     unverified: dict[str, str] = field(default_factory=dict)
 
 
@@ -326,8 +341,13 @@ def _parse_chunk_header(line: bytes, signed: bool) -> tuple[int, str | None]:
     for extension in extensions.split(b";") if extensions else ():
         name, _, value = extension.partition(b"=")
         if name.strip(b" \t") == b"chunk-signature":
-            signature = value.strip(b" \t").decode("ascii", "replace")
-    if signed and (signature is None or len(signature) != 64):
+            value = value.strip(b" \t")
+            # Hex only: a signature is compared as ASCII, and bytes beyond
+            # that would fail there instead of here.
+            if not _HEX64_BYTES.fullmatch(value):
+                raise _malformed("a chunk signature is not 64 hexadecimal digits")
+            signature = value.decode("ascii")
+    if signed and signature is None:
         raise _malformed("a chunk signature is missing")
     return size, signature
 
@@ -412,9 +432,8 @@ async def decode_aws_chunked(
 
     ``declared_trailers``: the names from ``x-amz-trailer``; each must arrive and
     nothing else may. ``x-amz-checksum-<alg>`` trailers are verified (crc32,
-    crc32c, sha1, sha256) against checksums computed while streaming, which is
-    why they must be declared; an unsupported algorithm (``crc64nvme``) is
-    recorded in ``result.unverified`` instead. Mismatch: ``BadDigest``.
+    crc32c, crc64nvme, sha1, sha256) against checksums computed while streaming,
+    which is why they must be declared. Mismatch: ``BadDigest``.
 
     Data is yielded as it arrives, before the signature of its chunk has been
     checked (see the module docstring): a caller must discard everything if the

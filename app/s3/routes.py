@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.active_content import protective_headers
 from app.api.http_ranges import RangeNotSatisfiable, http_date, parse_http_date, parse_range
+from app.parsing import parse_decimal
 from app.s3 import xml
 from app.s3.errors import S3Error, s3_error_for
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
@@ -34,6 +35,7 @@ from app.s3.payload import request_body, strip_aws_chunked
 from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service, SourceChanged
 from app.s3.sigv4 import VerifiedRequest, is_sigv4_request, parse_query, verify_request
 from app.services import Services
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_USER_METADATA_BYTES
 from app.store.service import ObjectInfo
 
 log = structlog.get_logger("app.s3")
@@ -58,7 +60,7 @@ RESPONSE_OVERRIDES = {
 }
 # Tries of a copy whose source is replaced while it runs (then SlowDown).
 COPY_ATTEMPTS = 5
-_COPY_RANGE = re.compile(r"^bytes=(\d+)-(\d+)$")
+_COPY_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})")
 
 ServiceLookup = Callable[[Scope], Services | None]
 
@@ -198,12 +200,13 @@ def _int_param(query: Mapping[str, str], name: str, default: int, *, top: int) -
     raw = query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise S3Error("InvalidArgument", f"{name} must be an integer.") from None
-    if value < 0:
-        raise S3Error("InvalidArgument", f"{name} must not be negative.")
+    value = parse_decimal(raw.strip())
+    if value is None:
+        raise S3Error(
+            "InvalidArgument",
+            f"{name} must be a non-negative integer of at most 19 digits.",
+            details={"ArgumentName": name, "ArgumentValue": raw[:64]},
+        )
     return min(value, top)
 
 
@@ -228,6 +231,9 @@ class S3Operation:
         self.key = key
         self.query: dict[str, str] = {}
         for name, value in parse_query(request.scope["query_string"]):
+            # Markers and prefixes go to the database, which cannot hold NUL.
+            if "\x00" in name or "\x00" in value:
+                raise S3Error("InvalidArgument", "A query parameter contains NUL.")
             self.query.setdefault(name, value)
 
     async def run(self) -> Response:
@@ -320,7 +326,7 @@ class S3Operation:
         declared = self.headers.get("content-length")
         size = self.verified.decoded_content_length
         if size is None and declared is not None and not self.verified.is_aws_chunked:
-            size = int(declared) if declared.isdigit() else None
+            size = parse_decimal(declared.strip())
         return size
 
     def _body(self) -> AsyncIterator[bytes]:
@@ -333,12 +339,34 @@ class S3Operation:
             )
         return request_body(self.request.stream(), self.verified, self.headers)
 
+    def _content_type(self) -> str | None:
+        """The request's Content-Type, refused before the body if it cannot be stored."""
+        value = self.headers.get("content-type")
+        if value is not None and len(value) > MAX_CONTENT_TYPE_LENGTH:
+            raise S3Error(
+                "InvalidArgument",
+                f"The Content-Type is longer than {MAX_CONTENT_TYPE_LENGTH} characters.",
+                details={"ArgumentName": "Content-Type"},
+            )
+        return value
+
     def _metadata(self) -> dict[str, str]:
+        """Stored headers and user metadata (checked against S3's size limit)."""
         stored: dict[str, str] = {}
+        user_bytes = 0
         for name, value in self.headers.items():
             lower = name.lower()
+            if lower.startswith("x-amz-meta-"):
+                user_bytes += len(lower) - len("x-amz-meta-") + len(value.encode("latin-1"))
             if lower.startswith("x-amz-meta-") or lower in STORED_HEADERS:
                 stored[lower] = value
+        if user_bytes > MAX_USER_METADATA_BYTES:
+            raise S3Error(
+                "MetadataTooLarge",
+                f"Your metadata headers exceed the maximum allowed metadata size of "
+                f"{MAX_USER_METADATA_BYTES} bytes.",
+                details={"MaxSizeAllowed": str(MAX_USER_METADATA_BYTES)},
+            )
         encoding = strip_aws_chunked(stored.get("content-encoding"))
         if encoding is None:
             stored.pop("content-encoding", None)
@@ -529,12 +557,13 @@ class S3Operation:
     # --- objects -------------------------------------------------------------------
 
     async def put_object(self) -> Response:
+        content_type, metadata = self._content_type(), self._metadata()
         info = await self.s3.put_object(
             self._bucket(),
             self._key(),
             self._body(),
-            content_type=self.headers.get("content-type"),
-            metadata=self._metadata(),
+            content_type=content_type,
+            metadata=metadata,
             expected_size=self._declared_size(),
         )
         return _empty(headers={"ETag": info.etag})
@@ -578,18 +607,27 @@ class S3Operation:
         return StreamingResponse(body, status_code=status, headers=headers)
 
     def _copy_source(self) -> tuple[str, str]:
+        """The source's bucket and key, validated like a request's own: a
+        source outside the S3 buckets (the native API's `_native`) is refused."""
         raw = self.headers["x-amz-copy-source"]
-        source = unquote(raw.split("?", 1)[0]).lstrip("/")
+        try:
+            source = unquote(raw.split("?", 1)[0], errors="strict").lstrip("/")
+        except UnicodeDecodeError:
+            raise S3Error("InvalidArgument", "Copy Source is not valid UTF-8.") from None
         bucket, _, key = source.partition("/")
         if not bucket or not key:
             raise S3Error(
                 "InvalidArgument",
                 "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.",
             )
+        validate_bucket_name(bucket, allow_reserved=True)
+        validate_object_key(key)
         return bucket, key
 
     async def _source_object(self) -> ObjectInfo:
         bucket, key = self._copy_source()
+        # Read access to the source bucket, exactly as a GET of it would need.
+        await self.s3.require_bucket(bucket)
         source = await self.s3.head_object(bucket, key)
         condition = _check_copy_preconditions(self.headers, source)
         if condition:
@@ -625,7 +663,7 @@ class S3Operation:
                 "location or encryption attributes.",
             )
         if directive == "REPLACE":
-            content_type = self.headers.get("content-type") or DEFAULT_CONTENT_TYPE
+            content_type = self._content_type() or DEFAULT_CONTENT_TYPE
             metadata: dict[str, Any] = self._metadata()
         else:
             content_type, metadata = source.content_type, source.metadata
@@ -642,15 +680,20 @@ class S3Operation:
 
     def _part_number(self) -> int:
         raw = self.query.get("partNumber", "")
-        if not raw.isdigit():
-            raise S3Error("InvalidArgument", "Part number must be an integer.")
-        return int(raw)
+        number = parse_decimal(raw.strip(), max_digits=5)
+        if number is None:
+            raise S3Error(
+                "InvalidArgument",
+                f"Part number must be an integer between 1 and {xml.MAX_PART_NUMBER}, inclusive.",
+                details={"ArgumentName": "partNumber", "ArgumentValue": raw[:64]},
+            )
+        return number
 
     async def create_upload(self) -> Response:
         upload = await self.s3.create_upload(
             self._bucket(),
             self._key(),
-            content_type=self.headers.get("content-type"),
+            content_type=self._content_type(),
             metadata=self._metadata(),
         )
         return _xml(
@@ -658,11 +701,12 @@ class S3Operation:
         )
 
     async def upload_part(self) -> Response:
+        part_number = self._part_number()
         etag = await self.s3.upload_part(
             self._bucket(),
             self._key(),
             self.query["uploadId"],
-            self._part_number(),
+            part_number,
             self._body(),
             expected_size=self._declared_size(),
         )
@@ -676,7 +720,7 @@ class S3Operation:
         start, end = 0, source.size
         copy_range = self.headers.get("x-amz-copy-source-range")
         if copy_range:
-            match = _COPY_RANGE.match(copy_range.strip())
+            match = _COPY_RANGE.fullmatch(copy_range.strip())
             if match is None:
                 raise S3Error(
                     "InvalidArgument",
@@ -756,7 +800,7 @@ class S3Operation:
 
     async def list_parts(self) -> Response:
         upload_id = self.query["uploadId"]
-        marker = _int_param(self.query, "part-number-marker", 0, top=10_000)
+        marker = _int_param(self.query, "part-number-marker", 0, top=xml.MAX_PART_NUMBER)
         max_parts = _int_param(self.query, "max-parts", MAX_KEYS, top=MAX_KEYS)
         parts = await self.s3.list_parts(
             self._bucket(), self._key(), upload_id, after=marker, limit=max_parts + 1
@@ -804,9 +848,12 @@ def _decode_token(token: str) -> str:
     import binascii
 
     try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
+        after = base64.urlsafe_b64decode(token.encode()).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise S3Error("InvalidArgument", "The continuation token provided is incorrect") from None
+        after = "\x00"
+    if "\x00" in after:
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect")
+    return after
 
 
 def _title(header: str) -> str:

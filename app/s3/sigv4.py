@@ -59,6 +59,7 @@ from email.utils import parsedate_to_datetime
 from typing import Final, Literal
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
+from app.parsing import parse_decimal
 from app.s3.errors import S3Error
 
 ALGORITHM: Final = "AWS4-HMAC-SHA256"
@@ -93,7 +94,7 @@ AUTH_QUERY_PARAMS: Final = frozenset(
 
 #: Query parameters whose presence makes a request a presigned one.
 _PRESIGN_MARKERS: Final = frozenset({b"X-Amz-Signature", b"X-Amz-Algorithm", b"X-Amz-Credential"})
-_AMZ_DATE_RE: Final = re.compile(r"\d{8}T\d{6}Z")
+_AMZ_DATE_RE: Final = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 _HEX64_RE: Final = re.compile(r"[0-9a-fA-F]{64}")
 _BLANKS_RE: Final = re.compile(rb"[ \t]+")
 _SIGNED_HEADER_RE: Final = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
@@ -391,7 +392,7 @@ def _parse_credential(value: str, error_code: str) -> _Credential:
             '"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".',
         )
     access_key, date, region, service, _ = parts
-    if not (len(date) == 8 and date.isdigit()):
+    if len(date) != 8 or parse_decimal(date, max_digits=8) is None:
         raise S3Error(error_code, f"Invalid credential date {date!r}; expecting YYYYMMDD.")
     if not region:
         raise S3Error(error_code, "The credential has an empty region.")
@@ -495,13 +496,14 @@ def _int_header(collected: Mapping[str, list[str]], name: str) -> int | None:
     if value is None:
         return None
     value = value.strip()
-    if not value.isdigit() or len(value) > 19:
+    number = parse_decimal(value)
+    if number is None:
         raise S3Error(
             "InvalidArgument",
             f"{name} must be a non-negative integer.",
             details={"ArgumentName": name, "ArgumentValue": value[:64]},
         )
-    return int(value)
+    return number
 
 
 def _declared_trailers(collected: Mapping[str, list[str]]) -> tuple[str, ...]:
@@ -782,9 +784,9 @@ def _verify_presigned(
             f"Invalid credential date {credential.date!r}. Date is not the same as X-Amz-Date.",
         )
     expires_text = params["X-Amz-Expires"]
-    if not expires_text.isdigit() or len(expires_text) > 10:
+    expires = parse_decimal(expires_text, max_digits=10)
+    if expires is None:
         raise S3Error(code, "X-Amz-Expires should be a number")
-    expires = int(expires_text)
     if expires > MAX_PRESIGN_EXPIRES:
         raise S3Error(
             code,
@@ -793,9 +795,10 @@ def _verify_presigned(
 
     secret = _lookup_secret(credentials, credential.access_key)
 
-    expires_at = request_time + timedelta(seconds=expires)
+    # Checked first: a date in year 9999 has no expiry datetime can hold.
     if request_time - now > MAX_SKEW:
         raise S3Error("AccessDenied", "Request is not valid yet")
+    expires_at = request_time + timedelta(seconds=expires)
     if now > expires_at:
         raise S3Error(
             "AccessDenied",

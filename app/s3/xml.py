@@ -32,6 +32,7 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml.ElementTree as DefusedET
 from defusedxml import DefusedXmlException
 
+from app.parsing import parse_decimal
 from app.s3.errors import S3Error
 
 S3_NAMESPACE: Final = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -617,9 +618,9 @@ def parse_complete_multipart(body: bytes) -> list[CompletedPart]:
         if number_text is None or etag is None:
             raise S3Error("MalformedXML", "Every Part needs a PartNumber and an ETag.")
         number_text = number_text.strip()
-        if not number_text.isdigit() or len(number_text) > 9:
+        number = parse_decimal(number_text, max_digits=9)
+        if number is None:
             raise S3Error("MalformedXML", "PartNumber must be an integer.")
-        number = int(number_text)
         if not 1 <= number <= MAX_PART_NUMBER:
             raise S3Error(
                 "InvalidArgument",

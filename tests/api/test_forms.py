@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.api.forms import MAX_TEXT_FIELD, FormError, StreamingForm
+from app.api.forms import MAX_FORM_TEXT_BYTES, FormError, StreamingForm
 
 BOUNDARY = "----boundary42"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"
@@ -83,7 +83,7 @@ async def test_oversized_text_field_is_refused() -> None:
     form = StreamingForm(CONTENT_TYPE)
 
     with pytest.raises(FormError, match="over"):
-        await read(form, form_body(("fileName", None, b"x" * (MAX_TEXT_FIELD + 1))), 4096)
+        await read(form, form_body(("fileName", None, b"x" * (MAX_FORM_TEXT_BYTES + 1))), 4096)
 
 
 @pytest.mark.parametrize(

@@ -364,6 +364,9 @@ async def test_malformed_framing(frozen: None) -> None:
         body + b"garbage after the end",
         body.replace(b"64;chunk-signature=", b"64;chunk-signature=abc\r\n", 1),
         b"10000000000000000;chunk-signature=" + b"0" * 64 + b"\r\n",
+        # Not ASCII: the signature comparison must never see it.
+        body.replace(body[body.index(b"=") + 1 : body.index(b"=") + 65], "é".encode() * 32, 1),
+        body.replace(body[body.index(b"=") + 1 : body.index(b"=") + 65], b"\xff" * 64, 1),
     ]
     for case in cases:
         with pytest.raises(S3Error) as caught:
@@ -429,7 +432,19 @@ async def test_minio_go_style_unsigned_trailer(frozen: None) -> None:
     assert await decode(with_ext, verified) == data
 
 
-async def test_unsupported_trailer_algorithm_is_reported(frozen: None) -> None:
+def crc64nvme_reference(data: bytes) -> bytes:
+    """CRC-64/NVME bit by bit, straight from its definition (reflected
+    polynomial 0x9A6C9329AC4BC9B5, init and xorout all ones): slow, obvious,
+    and independent of the implementation under test."""
+    crc = 0xFFFFFFFFFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x9A6C9329AC4BC9B5 if crc & 1 else 0)
+    return (crc ^ 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+
+
+async def test_crc64nvme_trailer_is_verified(frozen: None) -> None:
     data = b"n" * 10
     wire = sign_with_botocore(
         "PUT",
@@ -438,14 +453,17 @@ async def test_unsupported_trailer_algorithm_is_reported(frozen: None) -> None:
         headers=[("x-amz-trailer", "x-amz-checksum-crc64nvme")],
     )
     verified = wire.verify()
-    value = b64(b"\x01" * 8)
-    body = encode_unsigned_chunks(
-        data, chunk_size=4, trailers=[("x-amz-checksum-crc64nvme", value)]
-    )
+    good = b64(crc64nvme_reference(data))
+    body = encode_unsigned_chunks(data, chunk_size=4, trailers=[("x-amz-checksum-crc64nvme", good)])
     result = BodyResult()
     assert await decode(body, verified, result=result) == data
-    assert result.unverified == {"crc64nvme": value}
-    assert result.checksums == {}
+    assert result.checksums == {"crc64nvme": good}
+    assert result.unverified == {}
+
+    wrong = encode_unsigned_chunks(
+        data, chunk_size=4, trailers=[("x-amz-checksum-crc64nvme", b64(b"\x01" * 8))]
+    )
+    await expect_stream_error("BadDigest", _decode_stream(wrong, verified))
 
 
 # -------------------------------------------------------------------------------- simple verifiers
@@ -479,6 +497,7 @@ async def test_verify_md5() -> None:
     [
         ("crc32", lambda d: zlib.crc32(d).to_bytes(4, "big")),
         ("crc32c", lambda d: int(google_crc32c.value(d)).to_bytes(4, "big")),
+        ("crc64nvme", crc64nvme_reference),
         ("sha1", lambda d: hashlib.sha1(d).digest()),
         ("sha256", lambda d: hashlib.sha256(d).digest()),
     ],
@@ -509,7 +528,23 @@ async def test_crc32c_known_value() -> None:
     assert checksum is not None
     checksum.update(b"123456789")
     assert checksum.digest().hex() == "e3069283"
-    assert new_checksum("crc64nvme") is None
+
+
+@pytest.mark.parametrize(
+    ("data", "crc"),
+    [
+        # The catalogue's check value (CRC-64/NVME, "123456789").
+        (b"123456789", "ae8b14860a799888"),
+        (b"", "0000000000000000"),
+    ],
+)
+async def test_crc64nvme_known_values(data: bytes, crc: str) -> None:
+    checksum = new_checksum("crc64nvme")
+    assert checksum is not None
+    checksum.update(data[:4])
+    checksum.update(data[4:])
+    assert checksum.digest().hex() == crc
+    assert crc64nvme_reference(data).hex() == crc
 
 
 async def test_request_body_with_md5_and_checksum_headers(s3: CapturingClient) -> None:
