@@ -98,12 +98,14 @@ async def test_native_raw_uploads(
 
 
 @FUZZ
-@given(query_value, query_value, query_value)
+@given(query_value, query_value, query_value, query_value)
 async def test_native_listing_and_lookups(
-    app: InProcess, limit: str, cursor: str, public_id: str
+    app: InProcess, limit: str, cursor: str, prefix: str, public_id: str
 ) -> None:
     listing = await app.client.get(
-        "/api/files", params={"limit": limit, "cursor": cursor}, headers=app.auth
+        "/api/files",
+        params={"limit": limit, "cursor": cursor, "prefix": prefix},
+        headers=app.auth,
     )
     info = await app.client.get(f"/file/{quote(public_id)}/info")
     deleted = await app.client.delete(f"/api/files/{quote(public_id)}", headers=app.auth)

@@ -318,6 +318,8 @@ async def list_files(
     Needs a key: a listing reveals every public id."""
     if cursor is not None and "\x00" in cursor:
         raise ApiError(400, "bad_request", "the cursor contains NUL")
+    if "\x00" in prefix:
+        raise ApiError(400, "bad_request", "the prefix contains NUL")
     items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1, name_prefix=prefix)
     page = items[:limit]
     next_cursor = page[-1].key if len(items) > limit else None

@@ -243,3 +243,13 @@ async def test_a_file_name_in_raw_utf8_is_read(name: str) -> None:
     assert data == b"hello"
     assert form.filename == name
     assert form.content_type == "text/plain"
+
+
+async def test_a_listing_prefix_with_nul_is_refused_before_the_database(
+    service: Service,
+) -> None:
+    """Postgres refuses NUL in text: that must be the client's 400, not a 500."""
+    async with service.client() as http:
+        response = await http.get("/api/files", params={"prefix": "a\x00b"}, headers=service.auth)
+    assert response.status_code == 400
+    assert response.json()["detail"] == "the prefix contains NUL"

@@ -130,8 +130,9 @@ def test_upload_cut_off_by_the_grace_period_leaves_nothing(
     assert outcome.get("status") != 201, outcome
 
     restarted = start_service(database_url, env={"CHUNK_SIZE": str(CHUNK)})
-    listing = httpx.get(f"{restarted.url}/api/files", headers=service.auth, timeout=10).json()
-    assert [item["file_name"] for item in listing["items"]] == []
+    response = httpx.get(f"{restarted.url}/api/files", headers=service.auth, timeout=10)
+    assert response.status_code == 200, (response.status_code, response.text)
+    assert [item["file_name"] for item in response.json()["items"]] == []
     try:
         wait_for(
             lambda: live_messages(telegram_sim) == before,

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import boto3
 import botocore.auth
+import botocore.crt.auth
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSPreparedRequest, AWSRequest
 from botocore.config import Config
@@ -341,6 +342,14 @@ async def collect(stream: AsyncIterator[bytes]) -> bytes:
 
 
 def freeze_botocore(monkeypatch: Any, when: datetime = NOW) -> None:
-    naive = when.astimezone(UTC).replace(tzinfo=None)
-    fake: Callable[..., datetime] = lambda *a, **k: naive  # noqa: E731
+    """Make botocore sign at `when`: its Python signers and, since awscrt is
+    installed (we verify crc64nvme with it), the CRT signers botocore then
+    prefers for SigV4."""
+    moment = when.astimezone(UTC)
+
+    def fake(remove_tzinfo: bool = True) -> datetime:
+        return moment.replace(tzinfo=None) if remove_tzinfo else moment
+
     monkeypatch.setattr(botocore.auth, "get_current_datetime", fake)
+    if botocore.auth.HAS_CRT:
+        monkeypatch.setattr(botocore.crt.auth, "get_current_datetime", fake)
