@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import event, func, select, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Base, Chunk
@@ -144,3 +145,18 @@ class LockWaits:
             if loop.time() > deadline:
                 raise AssertionError(f"no transaction waited for a lock within {within}s")
             await asyncio.sleep(0.01)
+
+
+@contextmanager
+def statements() -> Iterator[list[str]]:
+    """The SQL every engine in this process runs meanwhile (the service's too)."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
