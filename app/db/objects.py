@@ -11,13 +11,17 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, SQLColumnExpression, delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
 from app.db.chunks import ChunkRepository
-from app.db.locking import lock_database_for_write, lock_object_key
+from app.db.locking import dialect_name, lock_database_for_write, lock_object_key
 from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
 from app.db.types import utcnow
+
+# Every column of an object's row, in table order.
+_OBJECT_COLUMNS = tuple(StoredObject.__table__.columns)
 
 
 def new_public_id() -> str:
@@ -112,9 +116,14 @@ class ObjectRepository:
     # --- reading --------------------------------------------------------------
 
     async def get(self, bucket: str, key: str) -> StoredObject | None:
-        return await self._session.scalar(
-            select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
+        """The object under (bucket, key), detached from the session: a plain
+        SELECT without the ORM's loading, which is most of the cost of a small
+        GET or HEAD."""
+        row = await self._session.execute(
+            select(*_OBJECT_COLUMNS).where(StoredObject.bucket == bucket, StoredObject.key == key)
         )
+        found = row.first()
+        return StoredObject(**found._asdict()) if found is not None else None
 
     async def get_by_public_id(self, public_id: str) -> StoredObject | None:
         return await self._session.scalar(
@@ -237,21 +246,27 @@ class ObjectRepository:
         # Before any change, so a chunk released meanwhile fails the put cleanly.
         await self._chunks.mark_live(piece.chunk_id for piece in spec.pieces)
 
-        previous = await self._get_for_update(spec.bucket, spec.key)
-        if previous is None:
-            created = await self._insert(spec, new_public_id(), now, now)
+        # A new key (the common case) is one statement; only a replacement
+        # reads the previous version.
+        created = await self._insert(spec, new_public_id(), now, now, unless_exists=True)
+        if created is not None:
             await self._insert_pieces(created, spec)
             return created
 
+        previous = await self._get_for_update(spec.bucket, spec.key)
+        if previous is None:
+            # Only a concurrent delete could do this, and the key lock rules it out.
+            raise RuntimeError(f"object {spec.bucket}/{spec.key} vanished under its lock")
         old_chunk_ids = await self._chunk_ids_of(previous.id)
         public_id = previous.public_id if keep_public_id else new_public_id()
         created_at = previous.created_at
         await self._delete_row(previous)
-        created = await self._insert(spec, public_id, created_at, now)
-        await self._insert_pieces(created, spec)
+        replacement = await self._insert(spec, public_id, created_at, now)
+        assert replacement is not None  # the key is free: its row was just deleted
+        await self._insert_pieces(replacement, spec)
         # After the new pieces exist, so a chunk shared by both versions stays.
         await self._chunks.release(old_chunk_ids, "overwritten")
-        return created
+        return replacement
 
     async def delete(self, bucket: str, key: str) -> bool:
         """Delete the object and release its chunks ('deleted'). False if there was none."""
@@ -312,26 +327,42 @@ class ObjectRepository:
         return True
 
     async def _insert(
-        self, spec: ObjectSpec, public_id: str, created_at: datetime, updated_at: datetime
-    ) -> StoredObject:
-        obj = StoredObject(
-            bucket=spec.bucket,
-            key=spec.key,
-            public_id=public_id,
-            name=spec.name,
-            content_type=spec.content_type,
-            size=spec.size,
-            etag=spec.etag,
-            md5=spec.md5,
-            sha256=spec.sha256,
-            user_metadata=dict(spec.user_metadata),
-            inline_data=spec.inline_data,
-            created_at=created_at,
-            updated_at=updated_at,
-        )
-        self._session.add(obj)
-        await self._session.flush()
-        return obj
+        self,
+        spec: ObjectSpec,
+        public_id: str,
+        created_at: datetime,
+        updated_at: datetime,
+        *,
+        unless_exists: bool = False,
+    ) -> StoredObject | None:
+        """Insert the object's row in one statement (no ORM flush); None if
+        `unless_exists` and the key already has an object."""
+        values = {
+            "bucket": spec.bucket,
+            "key": spec.key,
+            "public_id": public_id,
+            "name": spec.name,
+            "content_type": spec.content_type,
+            "size": spec.size,
+            "etag": spec.etag,
+            "md5": spec.md5,
+            "sha256": spec.sha256,
+            "user_metadata": dict(spec.user_metadata),
+            "inline_data": spec.inline_data,
+            "created_at": created_at,
+            "updated_at": updated_at,
+        }
+        dialect = postgresql if dialect_name(self._session) == "postgresql" else sqlite
+        statement = dialect.insert(StoredObject).values(values)
+        if unless_exists:
+            statement = statement.on_conflict_do_nothing(
+                index_elements=[StoredObject.bucket, StoredObject.key]
+            )
+        new_id = await self._session.scalar(statement.returning(StoredObject.id))
+        if new_id is None:
+            return None
+        # Detached, like `get`'s: what callers read after the commit.
+        return StoredObject(id=new_id, **values)
 
     async def _insert_pieces(self, obj: StoredObject, spec: ObjectSpec) -> None:
         if not spec.pieces:

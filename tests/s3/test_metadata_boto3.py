@@ -1,6 +1,6 @@
-"""S3 listings at scale, through real boto3 against a running service (SQLite
-and Postgres through pgbouncer): what a delimiter listing costs the database,
-and ListMultipartUploads with a delimiter."""
+"""Metadata at scale through real boto3 against a running service (SQLite and
+Postgres through pgbouncer): what a listing and a small object cost the
+database, and ListMultipartUploads with a delimiter."""
 
 from __future__ import annotations
 
@@ -80,3 +80,22 @@ async def test_a_delimiter_ending_in_the_last_code_point_is_a_clear_400(s3: S3) 
     error = await s3.error("list_objects_v2", Bucket="box", Delimiter="/\U0010ffff")
     assert code(error) == "InvalidArgument"
     assert "U+10FFFF" in error.response["Error"]["Message"]
+
+
+async def test_small_objects_do_not_ask_for_the_bucket_and_a_new_key_is_one_insert(
+    s3: S3,
+) -> None:
+    await s3("put_object", Bucket="box", Key="warm", Body=b"w")
+    with statements() as seen:
+        await s3("put_object", Bucket="box", Key="new", Body=b"x" * 2048)
+        assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 2048
+    # The bucket is known to exist: no query for it on either request.
+    assert [sql for sql in seen if "FROM buckets" in sql] == []
+    # The PUT of a new key writes its row with one statement and reads none.
+    objects = [sql for sql in seen if " objects" in sql]
+    assert [sql.split()[0] for sql in objects] == ["INSERT", "SELECT"], objects
+    assert "ON CONFLICT" in objects[0]
+
+    # Replacing a key still works (the insert yields, the old version goes).
+    await s3("put_object", Bucket="box", Key="new", Body=b"y")
+    assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 1
