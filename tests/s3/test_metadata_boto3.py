@@ -99,3 +99,26 @@ async def test_small_objects_do_not_ask_for_the_bucket_and_a_new_key_is_one_inse
     # Replacing a key still works (the insert yields, the old version goes).
     await s3("put_object", Bucket="box", Key="new", Body=b"y")
     assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 1
+
+
+async def test_pages_of_one_with_another_delimiter_and_unicode_keys(s3: S3) -> None:
+    keys = ["a-1", "a-2-x", "b", "é-1", "é-2", "ü+ key", "😀-x"]
+    for key in keys:
+        await s3("put_object", Bucket="box", Key=key, Body=b"k")
+    seen: list[str] = []
+    params: dict[str, Any] = {"Bucket": "box", "Delimiter": "-", "MaxKeys": 1}
+    for _ in range(20):
+        # boto3 asks for encoding-type=url and decodes the answer.
+        page = await s3("list_objects_v2", **params)
+        assert page["KeyCount"] == 1
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        seen += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        params["ContinuationToken"] = page["NextContinuationToken"]
+    assert seen == ["a-", "b", "é-", "ü+ key", "😀-"]
+
+    v1 = await s3("list_objects", Bucket="box", Delimiter="-", Marker="a-1", MaxKeys=2)
+    assert [o["Key"] for o in v1.get("Contents", [])] == ["b"]
+    assert [p["Prefix"] for p in v1["CommonPrefixes"]] == ["é-"]
+    assert v1["NextMarker"] == "é-"
