@@ -112,6 +112,9 @@ class ObjectRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
         self._chunks = ChunkRepository(session)
+        # Chunks this repository's writes handed to the GC ledger: callers wake
+        # the collector only when there is something for it to do.
+        self.chunks_released = 0
 
     # --- reading --------------------------------------------------------------
 
@@ -266,6 +269,7 @@ class ObjectRepository:
         await self._insert_pieces(replacement, spec)
         # After the new pieces exist, so a chunk shared by both versions stays.
         await self._chunks.release(old_chunk_ids, "overwritten")
+        self.chunks_released += len(old_chunk_ids)
         return replacement
 
     async def delete(self, bucket: str, key: str) -> bool:
@@ -324,6 +328,7 @@ class ObjectRepository:
         chunk_ids = await self._chunk_ids_of(obj.id)
         await self._delete_row(obj)
         await self._chunks.release(chunk_ids, reason)
+        self.chunks_released += len(chunk_ids)
         return True
 
     async def _insert(

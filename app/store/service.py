@@ -133,13 +133,16 @@ class ObjectStore:
         )
         try:
             async with session_scope(self._sessionmaker) as session:
-                row = await ObjectRepository(session).put(spec, keep_public_id=keep_public_id)
+                repo = ObjectRepository(session)
+                row = await repo.put(spec, keep_public_id=keep_public_id)
                 info = ObjectInfo.from_row(row, with_content=False)
         except BaseException:
             await self.discard(content)
             raise
-        # The replaced object's chunks (if any) are in the ledger now.
-        self._gc.wake()
+        # The replaced object's chunks are in the ledger now. Only then: a GC
+        # round per small PUT would cost more than the PUT itself.
+        if repo.chunks_released:
+            self._gc.wake()
         return info
 
     async def discard(self, content: WrittenContent) -> None:
@@ -240,7 +243,8 @@ class ObjectStore:
                 )
             )
             info = ObjectInfo.from_row(row, with_content=False)
-        self._gc.wake()
+        if repo.chunks_released:
+            self._gc.wake()
         return info
 
     def keeps_the_pool_busy(self, size: int) -> bool:
@@ -289,14 +293,18 @@ class ObjectStore:
 
     async def delete(self, bucket: str, key: str) -> bool:
         async with session_scope(self._sessionmaker) as session:
-            deleted = await ObjectRepository(session).delete(bucket, key)
-        self._gc.wake()
+            repo = ObjectRepository(session)
+            deleted = await repo.delete(bucket, key)
+        if repo.chunks_released:
+            self._gc.wake()
         return deleted
 
     async def delete_by_public_id(self, public_id: str) -> bool:
         async with session_scope(self._sessionmaker) as session:
-            deleted = await ObjectRepository(session).delete_by_public_id(public_id)
-        self._gc.wake()
+            repo = ObjectRepository(session)
+            deleted = await repo.delete_by_public_id(public_id)
+        if repo.chunks_released:
+            self._gc.wake()
         return deleted
 
 
