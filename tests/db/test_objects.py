@@ -14,7 +14,7 @@ from app.db.repositories import (
     prefix_upper_bound,
 )
 from app.db.session import session_scope
-from tests.db.helpers import add_chunks, count, spec, whole_chunks
+from tests.db.helpers import add_chunks, count, spec, statements, whole_chunks
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -287,3 +287,19 @@ def test_prefix_upper_bound() -> None:
     assert prefix_upper_bound("a\U0010ffff") == "b"
     assert prefix_upper_bound("\U0010ffff") is None
     assert prefix_upper_bound("x\ud7ff") == "x\ue000"
+
+
+async def test_a_new_small_key_is_written_with_one_statement(sessionmaker: Sessions) -> None:
+    async with session_scope(sessionmaker) as session:
+        with statements() as seen:
+            created = await ObjectRepository(session).put(spec("new", inline_data=b"small"))
+    # No read first and no ORM flush; on SQLite not even a locking no-op (the
+    # INSERT takes the write lock), on Postgres the key's advisory lock.
+    writes = [sql.split()[0] for sql in seen if sql not in ("BEGIN", "COMMIT")]
+    expected = (
+        ["INSERT"] if sessionmaker.kw["bind"].dialect.name == "sqlite" else ["SELECT", "INSERT"]
+    )
+    assert writes == expected, seen
+    async with session_scope(sessionmaker) as session:
+        stored = await ObjectRepository(session).get("bucket", "new")
+    assert stored is not None and stored.id == created.id and stored.inline_data == b"small"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.db.helpers import statements
-from tests.running_service import Service, ServiceFactory
+from tests.running_service import INLINE, Service, ServiceFactory
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 
 
@@ -87,8 +87,8 @@ async def test_small_objects_do_not_ask_for_the_bucket_and_a_new_key_is_one_inse
 ) -> None:
     await s3("put_object", Bucket="box", Key="warm", Body=b"w")
     with statements() as seen:
-        await s3("put_object", Bucket="box", Key="new", Body=b"x" * 2048)
-        assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 2048
+        await s3("put_object", Bucket="box", Key="new", Body=b"x" * INLINE)
+        assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == INLINE
     # The bucket is known to exist: no query for it on either request.
     assert [sql for sql in seen if "FROM buckets" in sql] == []
     # The PUT of a new key writes its row with one statement and reads none.
