@@ -167,9 +167,12 @@ class ListingRepository:
         if not delimiter:
             return builtins.list(await self._plain_objects(bucket, bounds, limit))
         objects = StoredObject.__tablename__
+        join = self._join_each(
+            objects, "o", "size, etag, updated_at", "o.bucket = :bucket AND o.key = entries.key"
+        )
         sql = self._walk(objects, bounds) + (
             "SELECT entries.key, entries.plain, o.size, o.etag, o.updated_at\n"
-            f"FROM entries JOIN {objects} o ON o.bucket = :bucket AND o.key = entries.key\n"
+            f"FROM entries {join}\n"
             "ORDER BY entries.n"
         )
         rows = await self._session.execute(
@@ -231,11 +234,16 @@ class ListingRepository:
                 await self._plain_uploads(bucket, bounds, resume, upload_id_marker, limit)
             )
         uploads = MultipartUpload.__tablename__
+        join = self._join_each(
+            uploads,
+            "u",
+            "id, created_at",
+            "entries.plain = 1 AND u.bucket = :bucket AND u.key = entries.key"
+            " AND (u.key != :resume_key OR u.id > :resume_id)",
+        )
         sql = self._walk(uploads, bounds) + (
             "SELECT entries.key, entries.plain, u.id, u.created_at\n"
-            f"FROM entries LEFT JOIN {uploads} u\n"
-            "    ON entries.plain = 1 AND u.bucket = :bucket AND u.key = entries.key\n"
-            "    AND (u.key != :resume_key OR u.id > :resume_id)\n"
+            f"FROM entries LEFT {join}\n"
             "ORDER BY entries.n, u.id\n"
             "LIMIT :limit"
         )
@@ -272,8 +280,25 @@ class ListingRepository:
         return [ListedUpload(*row) for row in rows]
 
     def _walk(self, table: str, bounds: _Range) -> str:
-        find = "strpos" if dialect_name(self._session) == "postgresql" else "instr"
+        find = "strpos" if self._postgres() else "instr"
         return _walk(table, bounds, find=find)
+
+    def _join_each(self, table: str, alias: str, columns: str, condition: str) -> str:
+        """A JOIN of `table` that looks its rows up once per entry of the walk,
+        through the index. SQLite always joins that way. Postgres, whose
+        statistics cannot know how few entries the walk yields, may hash-join
+        every row of the bucket instead (60 ms at 100,000 objects): a LATERAL
+        subquery, kept from being merged into a plain join by OFFSET 0, makes
+        it look each entry up."""
+        if self._postgres():
+            return (
+                f"JOIN LATERAL (SELECT {columns} FROM {table} {alias} WHERE {condition} OFFSET 0)"
+                f" AS {alias} ON true"
+            )
+        return f"JOIN {table} {alias} ON {condition}"
+
+    def _postgres(self) -> bool:
+        return dialect_name(self._session) == "postgresql"
 
 
 def _check_delimiter(delimiter: str | None) -> None:
