@@ -20,9 +20,6 @@ from app.db.locking import dialect_name, lock_database_for_write, lock_object_ke
 from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
 from app.db.types import utcnow
 
-# Every column of an object's row, in table order.
-_OBJECT_COLUMNS = tuple(StoredObject.__table__.columns)
-
 
 def new_public_id() -> str:
     """24 URL-safe characters, 144 random bits."""
@@ -119,14 +116,9 @@ class ObjectRepository:
     # --- reading --------------------------------------------------------------
 
     async def get(self, bucket: str, key: str) -> StoredObject | None:
-        """The object under (bucket, key), detached from the session: a plain
-        SELECT without the ORM's loading, which is most of the cost of a small
-        GET or HEAD."""
-        row = await self._session.execute(
-            select(*_OBJECT_COLUMNS).where(StoredObject.bucket == bucket, StoredObject.key == key)
+        return await self._session.scalar(
+            select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
         )
-        found = row.first()
-        return StoredObject(**found._asdict()) if found is not None else None
 
     async def get_by_public_id(self, public_id: str) -> StoredObject | None:
         return await self._session.scalar(
