@@ -198,13 +198,10 @@ class ObjectStore:
         *,
         prefix: str = "",
         after_key: str | None = None,
-        from_key: str | None = None,
         limit: int = 1000,
     ) -> list[ObjectInfo]:
         async with session_scope(self._sessionmaker) as session:
-            rows = await ObjectRepository(session).list(
-                bucket, prefix, after_key, limit, from_key=from_key
-            )
+            rows = await ObjectRepository(session).list(bucket, prefix, after_key, limit)
             return [ObjectInfo.from_row(row, with_content=False) for row in rows]
 
     async def copy(
