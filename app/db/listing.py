@@ -94,9 +94,10 @@ def _successor(char: str) -> str:
 
 
 def _walk(table: str, bounds: _Range, *, find: str) -> str:
-    """A recursive CTE `walk(n, key, plain)`: the first key in `bounds`, then
-    after each key the next one, or, after a key under a common prefix, the
-    first key past that prefix. `plain` is 1 for a key that does not roll up.
+    """Two CTEs: `walk(n, key)`, the first key in `bounds`, then after each key
+    the next one, or, after a key under a common prefix, the first key past
+    that prefix; and `entries(n, key, plain)`, the keys found, `plain` being 1
+    for a key that does not roll up (0: it stands for its common prefix).
 
     Parameters: bucket, start, stop, skip (1 + the prefix's length), delimiter,
     delimiter_length, bump (the successor of the delimiter's last character)
