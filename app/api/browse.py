@@ -14,7 +14,6 @@ from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
 from app.services import Services
 from app.store.buckets import BucketStore
-from app.store.listing import list_page
 
 router = APIRouter(tags=["web page"])
 
@@ -69,10 +68,11 @@ async def browse_bucket(
     """One page of a bucket under `prefix`: its folders and objects (pass
     `next_after` back as `after` for the next page)."""
     buckets = await _buckets(request, services)
+    if "\x00" in bucket + prefix + (after or ""):
+        raise ApiError(400, "bad_request", "the bucket, prefix or `after` contains NUL")
     if not await buckets.exists(bucket):
         raise ApiError(404, "not_found", f"no bucket is named {bucket[:63]!r}")
-    listing = await list_page(
-        services.store,
+    listing = await buckets.list_objects(
         bucket,
         prefix=prefix,
         delimiter=FOLDER_DELIMITER,
@@ -89,7 +89,7 @@ async def browse_bucket(
                 key=info.key,
                 size_bytes=info.size,
                 mime_type=info.content_type,
-                updated_at=info.updated_at,
+                updated_at=info.modified,
                 download_url=f"{base}/f/{info.public_id}",
             )
             for info in listing.objects

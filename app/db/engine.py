@@ -63,7 +63,10 @@ def _postgres_engine(url: URL, *, for_migrations: bool) -> AsyncEngine:
 
 
 def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
-    engine = _create_async_engine(url, pool_pre_ping=True)
+    # No pre-ping: a SQLite connection is a file opened by this process and
+    # cannot drop the way a server connection can, and the ping would be one
+    # more statement (a round trip to aiosqlite's thread) per transaction.
+    engine = _create_async_engine(url)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:

@@ -25,7 +25,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from sqlalchemy import delete, insert, or_, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import ChunkRepository
@@ -38,7 +38,7 @@ from app.db.models import (
     StoredObject,
     UploadPart,
 )
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, key_prefix_bounds
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -159,42 +159,6 @@ class MultipartRepository:
             select(MultipartUpload).where(MultipartUpload.id == upload_id)
         )
         return upload if self._matches(upload, bucket, key) else None
-
-    async def list_uploads(
-        self,
-        bucket: str,
-        *,
-        prefix: str = "",
-        key_marker: str | None = None,
-        upload_id_marker: str | None = None,
-        limit: int = 1000,
-    ) -> builtins.list[MultipartUpload]:
-        """Uploads in `bucket` under `prefix`, in (key, upload id) order, after the markers.
-
-        Ordered by key, then upload id (S3 orders a key's uploads by initiation
-        time; ids are random, so ours are in an arbitrary but stable order).
-        Without `upload_id_marker`, `key_marker` skips every upload of that
-        key; `upload_id_marker` alone is ignored, as S3 does.
-        A range scan on the (bucket, key, id) index.
-        """
-        if limit <= 0:
-            return []
-        query = select(MultipartUpload).where(
-            MultipartUpload.bucket == bucket, *key_prefix_bounds(MultipartUpload.key, prefix)
-        )
-        if key_marker is not None:
-            if upload_id_marker:
-                query = query.where(
-                    MultipartUpload.key >= key_marker,
-                    or_(
-                        MultipartUpload.key > key_marker,
-                        MultipartUpload.id > upload_id_marker,
-                    ),
-                )
-            else:
-                query = query.where(MultipartUpload.key > key_marker)
-        query = query.order_by(MultipartUpload.key, MultipartUpload.id).limit(limit)
-        return builtins.list(await self._session.scalars(query))
 
     async def abort(
         self, upload_id: str, *, bucket: str | None = None, key: str | None = None

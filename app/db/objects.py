@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, SQLColumnExpression, delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
@@ -119,6 +120,9 @@ class ObjectRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
         self._chunks = ChunkRepository(session)
+        # Chunks this repository's writes handed to the GC ledger: callers wake
+        # the collector only when there is something for it to do.
+        self.chunks_released = 0
 
     # --- reading --------------------------------------------------------------
 
@@ -172,15 +176,14 @@ class ObjectRepository:
         after_key: str | None = None,
         limit: int = 1000,
         *,
-        from_key: str | None = None,
         name_prefix: str = "",
     ) -> builtins.list[StoredObject]:
-        """Objects of `bucket` whose key starts with `prefix`, after `after_key`
-        (and at or after `from_key`), in key order. `from_key` lets an S3
-        delimiter listing jump past every key under a common prefix at once.
-        `name_prefix` keeps the objects whose name starts with it, ignoring
-        case (SQLite folds ASCII letters only); names have no index, so that
-        filter reads the bucket's rows in key order until the page is full.
+        """Whole objects of `bucket` whose key starts with `prefix`, after
+        `after_key`, in key order: the native API's file listing. (S3 listings
+        show fewer columns and roll keys up: app.db.listing.) `name_prefix`
+        keeps the objects whose name starts with it, ignoring case (SQLite
+        folds ASCII letters only); names have no index, so that filter reads
+        the bucket's rows in key order until the page is full.
 
         A range scan on the (bucket, key) index. `inline_data` is not loaded
         (touching it raises): listings must not drag content along.
@@ -192,8 +195,6 @@ class ObjectRepository:
         )
         if after_key is not None:
             query = query.where(StoredObject.key > after_key)
-        if from_key is not None:
-            query = query.where(StoredObject.key >= from_key)
         if name_prefix:
             start = func.substr(StoredObject.name, 1, len(name_prefix))
             query = query.where(func.lower(start) == name_prefix.lower())
@@ -258,29 +259,43 @@ class ObjectRepository:
         """
         spec.check()
         now = now or utcnow()
-        await lock_object_key(self._session, spec.bucket, spec.key)
-        previous = await self._get_for_update(spec.bucket, spec.key)
-        if previous is not None and not _owned(previous, only_if_owned_by):
-            raise NotOwner(spec.bucket, spec.key)
-        old_chunk_ids = await self._chunk_ids_of(previous.id) if previous is not None else []
+        if dialect_name(self._session) != "sqlite":
+            await lock_object_key(self._session, spec.bucket, spec.key)
+        # On SQLite the key lock is the database's write lock, and the INSERT
+        # below takes it before anything is read: a separate locking statement
+        # would only cost a round trip.
         new_chunk_ids = [piece.chunk_id for piece in spec.pieces]
-        await self._lock_chunks(new_chunk_ids, old_chunk_ids)
-        # Before any change, so a chunk released meanwhile fails the put cleanly.
-        await self._chunks.mark_live(new_chunk_ids)
 
-        if previous is None:
-            created = await self._insert(spec, new_public_id(), now, now)
+        # A new key (the common case) is one statement; only a replacement
+        # reads the previous version. A chunk released meanwhile makes
+        # mark_live raise ChunksMissing, and the caller's rollback undoes the
+        # insert: nothing is written.
+        created = await self._insert(spec, new_public_id(), now, now, unless_exists=True)
+        if created is not None:
+            await self._lock_chunks(new_chunk_ids)
+            await self._chunks.mark_live(new_chunk_ids)
             await self._insert_pieces(created, spec)
             return created
 
+        previous = await self._get_for_update(spec.bucket, spec.key)
+        if previous is None:
+            # Only a concurrent delete could do this, and the key lock rules it out.
+            raise RuntimeError(f"object {spec.bucket}/{spec.key} vanished under its lock")
+        if not _owned(previous, only_if_owned_by):
+            raise NotOwner(spec.bucket, spec.key)
+        old_chunk_ids = await self._chunk_ids_of(previous.id)
+        await self._lock_chunks(new_chunk_ids, old_chunk_ids)
+        await self._chunks.mark_live(new_chunk_ids)
         public_id = previous.public_id if keep_public_id else new_public_id()
         created_at = previous.created_at
         await self._delete_row(previous)
-        created = await self._insert(spec, public_id, created_at, now)
-        await self._insert_pieces(created, spec)
+        replacement = await self._insert(spec, public_id, created_at, now)
+        assert replacement is not None  # the key is free: its row was just deleted
+        await self._insert_pieces(replacement, spec)
         # After the new pieces exist, so a chunk shared by both versions stays.
         await self._chunks.release(old_chunk_ids, "overwritten")
-        return created
+        self.chunks_released += len(old_chunk_ids)
+        return replacement
 
     async def delete(self, bucket: str, key: str) -> bool:
         """Delete the object and release its chunks ('deleted'). False if there was none."""
@@ -366,30 +381,47 @@ class ObjectRepository:
         chunk_ids = await self._chunk_ids_of(obj.id)
         await self._delete_row(obj)
         await self._chunks.release(chunk_ids, reason)
+        self.chunks_released += len(chunk_ids)
         return True
 
     async def _insert(
-        self, spec: ObjectSpec, public_id: str, created_at: datetime, updated_at: datetime
-    ) -> StoredObject:
-        obj = StoredObject(
-            bucket=spec.bucket,
-            key=spec.key,
-            public_id=public_id,
-            name=spec.name,
-            content_type=spec.content_type,
-            size=spec.size,
-            etag=spec.etag,
-            md5=spec.md5,
-            sha256=spec.sha256,
-            user_metadata=dict(spec.user_metadata),
-            inline_data=spec.inline_data,
-            created_at=created_at,
-            updated_at=updated_at,
-            owner_key_id=spec.owner_key_id,
-        )
-        self._session.add(obj)
-        await self._session.flush()
-        return obj
+        self,
+        spec: ObjectSpec,
+        public_id: str,
+        created_at: datetime,
+        updated_at: datetime,
+        *,
+        unless_exists: bool = False,
+    ) -> StoredObject | None:
+        """Insert the object's row in one statement (no ORM flush); None if
+        `unless_exists` and the key already has an object."""
+        values = {
+            "bucket": spec.bucket,
+            "key": spec.key,
+            "public_id": public_id,
+            "name": spec.name,
+            "content_type": spec.content_type,
+            "size": spec.size,
+            "etag": spec.etag,
+            "md5": spec.md5,
+            "sha256": spec.sha256,
+            "user_metadata": dict(spec.user_metadata),
+            "inline_data": spec.inline_data,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "owner_key_id": spec.owner_key_id,
+        }
+        dialect = postgresql if dialect_name(self._session) == "postgresql" else sqlite
+        statement = dialect.insert(StoredObject).values(values)
+        if unless_exists:
+            statement = statement.on_conflict_do_nothing(
+                index_elements=[StoredObject.bucket, StoredObject.key]
+            )
+        new_id = await self._session.scalar(statement.returning(StoredObject.id))
+        if new_id is None:
+            return None
+        # Detached, like `get`'s: what callers read after the commit.
+        return StoredObject(id=new_id, **values)
 
     async def _insert_pieces(self, obj: StoredObject, spec: ObjectSpec) -> None:
         if not spec.pieces:

@@ -36,6 +36,7 @@ from app.s3.service import DEFAULT_CONTENT_TYPE, S3Service, SourceChanged
 from app.s3.sigv4 import VerifiedRequest, is_sigv4_request, parse_query, verify_request
 from app.services import Services
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_USER_METADATA_BYTES
+from app.store.listing import ListedObject
 from app.store.service import ObjectInfo
 
 log = structlog.get_logger("app.s3")
@@ -512,29 +513,34 @@ class S3Operation:
 
     async def list_uploads(self) -> Response:
         prefix = self.query.get("prefix", "")
+        delimiter = self.query.get("delimiter") or None
         key_marker = self.query.get("key-marker") or None
         upload_id_marker = self.query.get("upload-id-marker") or None
         max_uploads = _int_param(self.query, "max-uploads", MAX_KEYS, top=MAX_KEYS)
-        uploads = await self.s3.list_uploads(
+        listing = await self.s3.list_uploads(
             self._bucket(),
             prefix=prefix,
+            delimiter=delimiter,
             key_marker=key_marker,
             upload_id_marker=upload_id_marker,
-            limit=max_uploads + 1,
+            max_uploads=max_uploads,
         )
-        page = uploads[:max_uploads]
         return _xml(
             xml.list_multipart_uploads_xml(
                 bucket=self._bucket(),
                 uploads=[
-                    xml.UploadEntry(key=u.key, upload_id=u.upload_id, initiated=u.created_at)
-                    for u in page
+                    xml.UploadEntry(key=u.key, upload_id=u.upload_id, initiated=u.initiated)
+                    for u in listing.uploads
                 ],
                 key_marker=key_marker or "",
                 upload_id_marker=upload_id_marker or "",
+                next_key_marker=listing.next_key if listing.truncated else None,
+                next_upload_id_marker=listing.next_upload_id if listing.truncated else None,
                 max_uploads=max_uploads,
-                is_truncated=len(uploads) > max_uploads,
+                is_truncated=listing.truncated,
                 prefix=prefix,
+                delimiter=delimiter,
+                common_prefixes=listing.prefixes,
                 encoding_type=self._encoding_type(),
             )
         )
@@ -827,10 +833,10 @@ class S3Operation:
         )
 
 
-def _entry(info: ObjectInfo, *, owner: bool = True) -> xml.ObjectEntry:
+def _entry(info: ListedObject, *, owner: bool = True) -> xml.ObjectEntry:
     return xml.ObjectEntry(
         key=info.key,
-        last_modified=info.updated_at,
+        last_modified=info.modified,
         etag=info.etag,
         size=info.size,
         owner=xml.DEFAULT_OWNER if owner else None,

@@ -16,7 +16,7 @@ from typing import Any
 from app.s3.errors import S3Error
 from app.store.buckets import BucketInfo, BucketNotEmpty, BucketStore
 from app.store.errors import ObjectNotFound, UploadTooLarge
-from app.store.listing import Listing, list_page
+from app.store.listing import Listing, UnsupportedDelimiter, UploadListing
 from app.store.multipart import (
     FlushFailed,
     InvalidPart,
@@ -76,11 +76,21 @@ class S3Service:
         """Delete a bucket with no objects. Multipart uploads still in progress
         do not keep it (as in AWS): they are aborted, their parts go to the GC."""
         await self.require_bucket(name)
-        while uploads := await self._multipart.list_uploads(
-            name, prefix="", key_marker=None, upload_id_marker=None, limit=MAX_UPLOADS_PER_ROUND
-        ):
-            for upload in uploads:
-                await self._multipart.abort(upload)
+        while True:
+            page = await self._buckets.list_uploads(
+                name,
+                prefix="",
+                delimiter=None,
+                key_marker=None,
+                upload_id_marker=None,
+                max_uploads=MAX_UPLOADS_PER_ROUND,
+            )
+            if not page.uploads:
+                break
+            for listed in page.uploads:
+                upload = await self._multipart.get(listed.upload_id, bucket=name, key=listed.key)
+                if upload is not None:  # else aborted or completed meanwhile
+                    await self._multipart.abort(upload)
         try:
             deleted = await self._buckets.delete(name)
         except BucketNotEmpty:
@@ -159,14 +169,12 @@ class S3Service:
         max_keys: int,
     ) -> Listing:
         await self.require_bucket(bucket)
-        return await list_page(
-            self._store,
-            bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            after=after,
-            max_keys=max_keys,
-        )
+        try:
+            return await self._buckets.list_objects(
+                bucket, prefix=prefix, delimiter=delimiter, after=after, max_keys=max_keys
+            )
+        except UnsupportedDelimiter as exc:
+            raise S3Error("InvalidArgument", f"Invalid delimiter: {exc}.") from None
 
     # --- multipart ----------------------------------------------------------------
 
@@ -254,18 +262,23 @@ class S3Service:
         bucket: str,
         *,
         prefix: str,
+        delimiter: str | None,
         key_marker: str | None,
         upload_id_marker: str | None,
-        limit: int,
-    ) -> list[UploadInfo]:
+        max_uploads: int,
+    ) -> UploadListing:
         await self.require_bucket(bucket)
-        return await self._multipart.list_uploads(
-            bucket,
-            prefix=prefix,
-            key_marker=key_marker,
-            upload_id_marker=upload_id_marker,
-            limit=limit,
-        )
+        try:
+            return await self._buckets.list_uploads(
+                bucket,
+                prefix=prefix,
+                delimiter=delimiter,
+                key_marker=key_marker,
+                upload_id_marker=upload_id_marker,
+                max_uploads=max_uploads,
+            )
+        except UnsupportedDelimiter as exc:
+            raise S3Error("InvalidArgument", f"Invalid delimiter: {exc}.") from None
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         upload = await self.require_upload(bucket, key, upload_id)

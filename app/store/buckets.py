@@ -1,7 +1,17 @@
-"""Buckets (S3's namespaces for keys). The native API's bucket has no row."""
+"""Buckets (S3's namespaces for keys) and what is in them. The native API's
+bucket has no row.
+
+Whether a bucket exists is asked on every S3 request, so the answer "it
+exists" is remembered, per process: this process forgets it when it deletes
+the bucket, and another process's delete is noticed within
+BUCKET_CACHE_SECONDS. "It does not exist" is never remembered, so a bucket
+created anywhere is usable at once.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -9,8 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.buckets import BucketNotEmpty, BucketRepository
 from app.db.session import session_scope
+from app.store import listing
+from app.store.listing import Listing, UploadListing
 
-__all__ = ["BucketInfo", "BucketNotEmpty", "BucketStore"]
+__all__ = ["BUCKET_CACHE_SECONDS", "BucketInfo", "BucketNotEmpty", "BucketStore"]
+
+# How long a process trusts that a bucket it saw still exists; bounds how
+# long another process's DeleteBucket can go unnoticed here.
+BUCKET_CACHE_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +36,17 @@ class BucketInfo:
 
 
 class BucketStore:
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessionmaker = sessionmaker
+        self._clock = clock
+        # Bucket name -> when this process last saw it exist. Bounded by the
+        # number of buckets, which only clients with credentials create.
+        self._seen: dict[str, float] = {}
 
     async def list(self) -> list[BucketInfo]:
         async with session_scope(self._sessionmaker) as session:
@@ -34,10 +59,64 @@ class BucketStore:
             return await BucketRepository(session).create(name)
 
     async def exists(self, name: str) -> bool:
+        seen = self._seen.get(name)
+        if seen is not None and self._clock() - seen < BUCKET_CACHE_SECONDS:
+            return True
         async with session_scope(self._sessionmaker) as session:
-            return await BucketRepository(session).exists(name)
+            found = await BucketRepository(session).exists(name)
+        if found:
+            self._seen[name] = self._clock()
+        else:
+            self._seen.pop(name, None)
+        return found
 
     async def delete(self, name: str) -> bool:
         """False if there was no such bucket; raises BucketNotEmpty."""
-        async with session_scope(self._sessionmaker) as session:
-            return await BucketRepository(session).delete(name)
+        # Forgotten before and after: a request that looked it up while the
+        # delete ran must not put it back.
+        self._seen.pop(name, None)
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                return await BucketRepository(session).delete(name)
+        finally:
+            self._seen.pop(name, None)
+
+    async def list_objects(
+        self,
+        bucket: str,
+        *,
+        prefix: str,
+        delimiter: str | None,
+        after: str | None,
+        max_keys: int,
+    ) -> Listing:
+        """A page of ListObjects; raises UnsupportedDelimiter."""
+        return await listing.list_objects(
+            self._sessionmaker,
+            bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            after=after,
+            max_keys=max_keys,
+        )
+
+    async def list_uploads(
+        self,
+        bucket: str,
+        *,
+        prefix: str,
+        delimiter: str | None,
+        key_marker: str | None,
+        upload_id_marker: str | None,
+        max_uploads: int,
+    ) -> UploadListing:
+        """A page of ListMultipartUploads; raises UnsupportedDelimiter."""
+        return await listing.list_uploads(
+            self._sessionmaker,
+            bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            max_uploads=max_uploads,
+        )

@@ -1,22 +1,32 @@
-"""Listing keys a page at a time, rolled up into common prefixes at a delimiter
-(S3's ListObjects), with range scans only.
+"""S3 listings a page at a time: ListObjects (keys) and ListMultipartUploads
+(uploads), rolled up into common prefixes at a delimiter.
 
-When a key rolls up into a common prefix, the next scan starts past every key
-under that prefix, so a prefix with a million keys costs one query, not a
-million rows.
+A page is one statement (see app.db.listing): it reads only the columns a
+listing shows, and a common prefix costs one index seek however many keys are
+under it, so a page costs the same in a bucket of a thousand keys or millions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.db.objects import prefix_upper_bound
-from app.store.service import ObjectInfo, ObjectStore
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.listing import (
+    CommonPrefix,
+    ListedObject,
+    ListedUpload,
+    ListingRepository,
+    UnsupportedDelimiter,
+)
+from app.db.session import session_scope
+
+__all__ = ["ListedObject", "ListedUpload", "Listing", "UnsupportedDelimiter", "UploadListing"]
 
 
 @dataclass
 class Listing:
-    objects: list[ObjectInfo] = field(default_factory=list)
+    objects: list[ListedObject] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
     truncated: bool = False
     # The last key or common prefix returned: where the next page starts.
@@ -27,8 +37,19 @@ class Listing:
         return len(self.objects) + len(self.prefixes)
 
 
-async def list_page(
-    store: ObjectStore,
+@dataclass
+class UploadListing:
+    uploads: list[ListedUpload] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    truncated: bool = False
+    # Where the next page starts (S3's NextKeyMarker and NextUploadIdMarker):
+    # the last upload, or the last common prefix and no upload id.
+    next_key: str | None = None
+    next_upload_id: str | None = None
+
+
+async def list_objects(
+    sessionmaker: async_sessionmaker[AsyncSession],
     bucket: str,
     *,
     prefix: str,
@@ -36,40 +57,55 @@ async def list_page(
     after: str | None,
     max_keys: int,
 ) -> Listing:
-    """Up to `max_keys` keys and common prefixes after `after`, in byte order."""
-    listing = Listing()
-    after_key, from_key = after, None
-    while max_keys > 0:
-        wanted = max_keys - listing.count + 1
-        batch = await store.list(
-            bucket, prefix=prefix, after_key=after_key, from_key=from_key, limit=wanted
+    """Up to `max_keys` keys and common prefixes after `after`, in byte order.
+
+    Raises UnsupportedDelimiter.
+    """
+    async with session_scope(sessionmaker) as session:
+        # One entry more than the page tells whether it is the last.
+        entries = await ListingRepository(session).objects(
+            bucket, prefix=prefix, delimiter=delimiter, after=after, limit=max_keys + 1
         )
-        jumped = False
-        for info in batch:
-            rest = info.key[len(prefix) :]
-            cut = rest.find(delimiter) if delimiter else -1
-            if delimiter and cut >= 0:
-                common = prefix + rest[: cut + len(delimiter)]
-                # A marker that is itself a common prefix was listed already.
-                if after is None or common > after:
-                    if listing.count == max_keys:
-                        listing.truncated = True
-                        return listing
-                    listing.prefixes.append(common)
-                    listing.last = common
-                upper = prefix_upper_bound(common)
-                if upper is None:
-                    return listing
-                # Past every key under this prefix (all of them are > after).
-                after_key, from_key = None, upper
-                jumped = True
-                break
-            if listing.count == max_keys:
-                listing.truncated = True
-                return listing
-            listing.objects.append(info)
-            listing.last = info.key
-            after_key, from_key = info.key, None
-        if not jumped and len(batch) < wanted:
-            break
+    listing = Listing(truncated=len(entries) > max_keys)
+    for entry in entries[:max_keys]:
+        if isinstance(entry, CommonPrefix):
+            listing.prefixes.append(entry.prefix)
+            listing.last = entry.prefix
+        else:
+            listing.objects.append(entry)
+            listing.last = entry.key
+    return listing
+
+
+async def list_uploads(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    bucket: str,
+    *,
+    prefix: str,
+    delimiter: str | None,
+    key_marker: str | None,
+    upload_id_marker: str | None,
+    max_uploads: int,
+) -> UploadListing:
+    """Up to `max_uploads` uploads and common prefixes after the markers.
+
+    Raises UnsupportedDelimiter.
+    """
+    async with session_scope(sessionmaker) as session:
+        entries = await ListingRepository(session).uploads(
+            bucket,
+            prefix=prefix,
+            delimiter=delimiter,
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            limit=max_uploads + 1,
+        )
+    listing = UploadListing(truncated=len(entries) > max_uploads)
+    for entry in entries[:max_uploads]:
+        if isinstance(entry, CommonPrefix):
+            listing.prefixes.append(entry.prefix)
+            listing.next_key, listing.next_upload_id = entry.prefix, None
+        else:
+            listing.uploads.append(entry)
+            listing.next_key, listing.next_upload_id = entry.key, entry.upload_id
     return listing

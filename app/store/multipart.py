@@ -288,25 +288,6 @@ class MultipartStore:
             )
             return [PartInfo.from_row(row) for row in rows]
 
-    async def list_uploads(
-        self,
-        bucket: str,
-        *,
-        prefix: str,
-        key_marker: str | None,
-        upload_id_marker: str | None,
-        limit: int,
-    ) -> list[UploadInfo]:
-        async with session_scope(self._sessionmaker) as session:
-            rows = await MultipartRepository(session).list_uploads(
-                bucket,
-                prefix=prefix,
-                key_marker=key_marker,
-                upload_id_marker=upload_id_marker,
-                limit=limit,
-            )
-            return [UploadInfo.from_row(row) for row in rows]
-
     async def abort(self, upload: UploadInfo) -> bool:
         spooled = await self._spooled_paths(upload)
         async with session_scope(self._sessionmaker) as session:

@@ -146,22 +146,25 @@ class ObjectStore:
             owner_key_id=owner_key_id,
         )
 
-        async def put(session: AsyncSession) -> ObjectInfo:
-            row = await ObjectRepository(session).put(
+        async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
+            repo = ObjectRepository(session)
+            row = await repo.put(
                 spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
             )
-            return ObjectInfo.from_row(row, with_content=False)
+            return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
         try:
-            info = await in_transaction(self._sessionmaker, put)
+            info, released = await in_transaction(self._sessionmaker, put)
         except db_objects.NotOwner as exc:
             await self.discard(content)
             raise NotOwner(str(exc)) from None
         except BaseException:
             await self.discard(content)
             raise
-        # The replaced object's chunks (if any) are in the ledger now.
-        self._gc.wake()
+        # The replaced object's chunks are in the ledger now. Only then: a GC
+        # round per small PUT would cost more than the PUT itself.
+        if released:
+            self._gc.wake()
         return info
 
     async def discard(self, content: WrittenContent) -> None:
@@ -221,13 +224,12 @@ class ObjectStore:
         *,
         prefix: str = "",
         after_key: str | None = None,
-        from_key: str | None = None,
         limit: int = 1000,
         name_prefix: str = "",
     ) -> list[ObjectInfo]:
         async with session_scope(self._sessionmaker) as session:
             rows = await ObjectRepository(session).list(
-                bucket, prefix, after_key, limit, from_key=from_key, name_prefix=name_prefix
+                bucket, prefix, after_key, limit, name_prefix=name_prefix
             )
             return [ObjectInfo.from_row(row, with_content=False) for row in rows]
 
@@ -244,7 +246,7 @@ class ObjectStore:
         """A new object with the source's content, by reference to the same
         chunks (metadata only). None if the source changed meanwhile."""
 
-        async def copy(session: AsyncSession) -> ObjectInfo | None:
+        async def copy(session: AsyncSession) -> tuple[ObjectInfo, int] | None:
             repo = ObjectRepository(session)
             if source.inline_data is not None:
                 pieces: list[PieceSpec] | None = []
@@ -267,15 +269,18 @@ class ObjectStore:
                     pieces=pieces,
                 )
             )
-            return ObjectInfo.from_row(row, with_content=False)
+            return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
         try:
-            info = await in_transaction(self._sessionmaker, copy)
+            copied = await in_transaction(self._sessionmaker, copy)
         except ChunksMissing:
             # The source was replaced and its chunks released between reading
             # its pieces and locking them.
             return None
-        if info is not None:
+        if copied is None:
+            return None
+        info, released = copied
+        if released:
             self._gc.wake()
         return info
 
@@ -325,8 +330,10 @@ class ObjectStore:
 
     async def delete(self, bucket: str, key: str) -> bool:
         async with session_scope(self._sessionmaker) as session:
-            deleted = await ObjectRepository(session).delete(bucket, key)
-        self._gc.wake()
+            repo = ObjectRepository(session)
+            deleted = await repo.delete(bucket, key)
+        if repo.chunks_released:
+            self._gc.wake()
         return deleted
 
     async def delete_by_public_id(
@@ -336,12 +343,14 @@ class ObjectStore:
         given and the object belongs to another key (nothing deleted)."""
         try:
             async with session_scope(self._sessionmaker) as session:
-                deleted = await ObjectRepository(session).delete_by_public_id(
+                repo = ObjectRepository(session)
+                deleted = await repo.delete_by_public_id(
                     public_id, only_if_owned_by=only_if_owned_by
                 )
         except db_objects.NotOwner as exc:
             raise NotOwner(str(exc)) from None
-        self._gc.wake()
+        if repo.chunks_released:
+            self._gc.wake()
         return deleted
 
 

@@ -161,3 +161,18 @@ def key_queries() -> Iterator[list[str]]:
         yield seen
     finally:
         event.remove(Engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def statements() -> Iterator[list[str]]:
+    """The SQL every engine in this process runs meanwhile (the service's too)."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)

@@ -500,52 +500,6 @@ async def test_collect_pending_orphans_leaves_chunks_that_parts_reference(
     assert await ledger(sessionmaker) == {orphan.message_id: "orphaned"}
 
 
-# --- listing uploads -------------------------------------------------------------
-
-
-async def test_list_uploads_by_prefix_and_markers_in_key_then_id_order(
-    sessionmaker: Sessions,
-) -> None:
-    keys = ["a/1", "a/1", "a/1", "a/2", "a0", "b", "B"]
-    uploads = [await new_upload(sessionmaker, key) for key in keys]
-    await new_upload(sessionmaker, "a/1", bucket="other")
-    # S3 order: by key, byte order; then (here) by upload id.
-    everything = sorted(((u.key, u.id) for u in uploads), key=lambda t: (t[0].encode(), t[1]))
-    a1 = [upload_id for key, upload_id in everything if key == "a/1"]
-
-    async with session_scope(sessionmaker) as session:
-        repo = MultipartRepository(session)
-
-        async def listed(**kwargs: object) -> list[tuple[str, str]]:
-            return [(u.key, u.id) for u in await repo.list_uploads("bucket", **kwargs)]  # type: ignore[arg-type]
-
-        assert await listed() == everything
-        assert [k for k, _ in await listed(prefix="a/")] == ["a/1", "a/1", "a/1", "a/2"]
-        assert await listed(prefix="c") == []
-        assert await listed(limit=0) == []
-        # key_marker alone: keys after it.
-        assert [k for k, _ in await listed(key_marker="a/1")] == ["a/2", "a0", "b"]
-        # key_marker and upload_id_marker: the rest of that key, then later keys.
-        assert await listed(key_marker="a/1", upload_id_marker=a1[0], prefix="a/") == [
-            ("a/1", a1[1]),
-            ("a/1", a1[2]),
-            ("a/2", uploads[3].id),
-        ]
-        # upload_id_marker without key_marker is ignored.
-        assert await listed(upload_id_marker=a1[2]) == everything
-
-        pages: list[list[tuple[str, str]]] = []
-        key_marker: str | None = None
-        upload_id_marker: str | None = None
-        while page := await listed(
-            key_marker=key_marker, upload_id_marker=upload_id_marker, limit=2
-        ):
-            pages.append(page)
-            key_marker, upload_id_marker = page[-1]
-        assert [item for page in pages for item in page] == everything
-        assert [len(page) for page in pages] == [2, 2, 2, 1]
-
-
 # --- concurrency -----------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from app.db.repositories import (
     prefix_upper_bound,
 )
 from app.db.session import session_scope
-from tests.db.helpers import add_chunks, count, spec, whole_chunks
+from tests.db.helpers import add_chunks, count, spec, statements, whole_chunks
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -340,3 +340,19 @@ async def test_a_delete_limited_to_its_owner_refuses_other_and_ownerless_objects
         assert await repo.delete_by_public_id(owned.public_id, only_if_owned_by=1)
         assert await repo.delete_by_public_id(ownerless.public_id)  # no limit: admin
         assert await count(session, StoredObject) == 0
+
+
+async def test_a_new_small_key_is_written_with_one_statement(sessionmaker: Sessions) -> None:
+    async with session_scope(sessionmaker) as session:
+        with statements() as seen:
+            created = await ObjectRepository(session).put(spec("new", inline_data=b"small"))
+    # No read first and no ORM flush; on SQLite not even a locking no-op (the
+    # INSERT takes the write lock), on Postgres the key's advisory lock.
+    writes = [sql.split()[0] for sql in seen if sql not in ("BEGIN", "COMMIT")]
+    expected = (
+        ["INSERT"] if sessionmaker.kw["bind"].dialect.name == "sqlite" else ["SELECT", "INSERT"]
+    )
+    assert writes == expected, seen
+    async with session_scope(sessionmaker) as session:
+        stored = await ObjectRepository(session).get("bucket", "new")
+    assert stored is not None and stored.id == created.id and stored.inline_data == b"small"

@@ -1,0 +1,600 @@
+"""Metadata at scale: what listings and small objects cost as a bucket grows.
+
+Everything runs as separate processes, as in production: the Telegram Bot API
+simulator (``teleuploader telegram-sim``, idle here: every object is small
+enough to live in the database), the service (``teleuploader serve``) on a
+fresh SQLite database or a fresh Postgres database behind pgbouncer, and the
+clients (boto3 and signed raw requests) in this process.
+
+For each backend and each spread of keys (``--prefixes``, 100 and 10,000
+"folders"), the bucket grows through ``--sizes`` (1,000, 10,000 and 100,000
+objects). Objects are bulk-inserted straight into the database (2 KiB of
+inline data each, keys ``dNNNNN/oNNNNNNN`` spread evenly over the folders),
+and a tenth as many multipart uploads (``dNNNNN/uNNNNNNN``) over the same
+folders. At each size:
+
+- ``delimiter page``: ``ListObjectsV2(Delimiter="/")``, one page (up to 1,000
+  entries), median of several;
+- ``prefix 1,000``: ``ListObjectsV2(Prefix="d", MaxKeys=1000)``, 1,000 keys;
+- ``uploads page``: ``ListMultipartUploads(Delimiter="/")``, one page;
+- ``PUT/s``: ``--ops`` PutObjects of 2 KiB through the real S3 API from 8
+  client threads (boto3), and the service's CPU per PUT;
+- ``GET`` and ``HEAD``: the service's CPU per GetObject and per HeadObject of
+  those objects (8 threads).
+
+Listing times are wall time of a signed request until the last byte of the
+answer, over a kept-alive connection (no XML parsing: the service's time, not
+the client's). CPU is the service process's own user + system time from
+/proc/<pid>/stat over the phase, divided by the requests: client CPU is in
+this process and not counted.
+
+``--baseline REF`` first measures the code at git ref REF (its tree extracted
+with ``git archive`` into the work dir and put first on PYTHONPATH), then the
+checkout, on identical data, so both columns come from one run on one
+machine; the table prints before, after and their ratio. A baseline older
+than the delimiter support of ListMultipartUploads lists uploads flat (up to
+1,000 of them) instead.
+
+    .venv/bin/python bench/metadata_bench.py --baseline e67152b   # the full curve, ~25 min
+    .venv/bin/python bench/metadata_bench.py --small              # < 1 min
+
+Exit status 1 only when something is broken (a process did not start, a
+request failed or answered wrongly); the numbers are for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import boto3
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config as BotoConfig
+from botocore.credentials import Credentials
+from common import (
+    CHAT_ID,
+    REPO,
+    Broken,
+    KiB,
+    free_port,
+    running,
+    simulator_process,
+    teleuploader_command,
+    wait_until,
+)
+
+ACCESS_KEY = "metadata-bench"
+SECRET = "metadata-bench-secret-0123456789"
+BUCKET = "bench"
+OBJECT_SIZE = 2 * KiB
+CLIENT_THREADS = 8
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+POSTGRES_DIRECT = "postgresql://postgres@127.0.0.1:5432/{name}"
+POSTGRES_POOLED = "postgresql://postgres@127.0.0.1:6432/{name}"
+# Targets from issue 13.
+TARGETS = {
+    "delimiter_ms": 50.0,
+    "prefix_ms": 30.0,
+    "uploads_ms": 50.0,
+    "cpu_put_ms": 1.0,
+    "cpu_get_ms": 0.5,
+    "cpu_head_ms": 0.5,
+}
+
+
+@dataclass
+class Config:
+    backends: list[str]
+    prefixes: list[int]
+    sizes: list[int]
+    ops: int
+    repeats: int
+    baseline: str | None
+    workdir: Path | None
+    json_path: Path | None
+
+
+def parse_args(argv: list[str] | None) -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", help="sqlite and/or postgres (both; SQLite if --small)")
+    parser.add_argument("--prefixes", help="folders the keys spread over (100,10000)")
+    parser.add_argument("--sizes", help="bucket sizes in objects (1000,10000,100000)")
+    parser.add_argument("--ops", type=int, help="PUTs, GETs and HEADs per size (400)")
+    parser.add_argument("--repeats", type=int, help="listings per measurement (5)")
+    parser.add_argument("--baseline", metavar="REF", help="also measure the code at this git ref")
+    parser.add_argument("--small", action="store_true", help="SQLite, 100 folders, 1k and 5k")
+    parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
+    args = parser.parse_args(argv)
+
+    def numbers(text: str | None, default: list[int]) -> list[int]:
+        return [int(item) for item in text.split(",")] if text else default
+
+    backends = (args.backends or ("sqlite" if args.small else "sqlite,postgres")).split(",")
+    if unknown := set(backends) - {"sqlite", "postgres"}:
+        parser.error(f"unknown backends {sorted(unknown)}")
+    return Config(
+        backends=backends,
+        prefixes=numbers(args.prefixes, [100] if args.small else [100, 10_000]),
+        sizes=numbers(args.sizes, [1_000, 5_000] if args.small else [1_000, 10_000, 100_000]),
+        ops=args.ops or (100 if args.small else 400),
+        repeats=args.repeats or (3 if args.small else 5),
+        baseline=args.baseline,
+        workdir=args.workdir,
+        json_path=args.json,
+    )
+
+
+# --- databases --------------------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    backend: str
+    url: str  # what the service uses (pgbouncer for Postgres)
+    direct_url: str  # migrations and bulk inserts
+
+    def async_url(self) -> str:
+        if self.url.startswith("sqlite"):
+            return self.direct_url.replace("sqlite://", "sqlite+aiosqlite://", 1)
+        return self.direct_url.replace("postgresql://", "postgresql+asyncpg://", 1)
+
+
+async def _postgres_admin(sql: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    connection = await asyncpg.connect(POSTGRES_ADMIN)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+@contextlib.contextmanager
+def database(backend: str, workdir: Path) -> Iterator[Database]:
+    """A fresh, empty database (not yet migrated), dropped afterwards."""
+    if backend == "sqlite":
+        path = workdir / "teleuploader.db"
+        path.unlink(missing_ok=True)
+        url = f"sqlite:///{path}"
+        yield Database(backend, url, url)
+        return
+    name = f"metadata_bench_{os.getpid()}_{secrets.token_hex(4)}"
+    asyncio.run(
+        _postgres_admin(
+            f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
+        )
+    )
+    try:
+        yield Database(
+            backend, POSTGRES_POOLED.format(name=name), POSTGRES_DIRECT.format(name=name)
+        )
+    finally:
+        asyncio.run(_postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def object_key(n: int, folders: int) -> str:
+    return f"d{n % folders:05}/o{n:07}"
+
+
+def upload_key(n: int, folders: int) -> str:
+    return f"d{n % folders:05}/u{n:07}"
+
+
+async def _bulk_insert(db: Database, folders: int, start: int, end: int) -> None:
+    """Objects start..end-1 (and a tenth as many uploads), straight into the
+    tables; the schema is the same for the baseline and the checkout."""
+    from sqlalchemy import insert
+
+    from app.db.engine import create_engine
+    from app.db.models import MultipartUpload, StoredObject
+
+    engine = create_engine(db.async_url(), for_migrations=True)
+    now = datetime.now(UTC)
+    inline = b"m" * OBJECT_SIZE
+    try:
+        for low in range(start, end, 5_000):
+            rows = [
+                {
+                    "bucket": BUCKET,
+                    "key": object_key(n, folders),
+                    "public_id": secrets.token_urlsafe(18),
+                    "name": f"o{n:07}",
+                    "content_type": "application/octet-stream",
+                    "size": OBJECT_SIZE,
+                    "etag": '"0123456789abcdef0123456789abcdef"',
+                    "md5": "0123456789abcdef0123456789abcdef",
+                    "sha256": None,
+                    "user_metadata": {},
+                    "inline_data": inline,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                for n in range(low, min(end, low + 5_000))
+            ]
+            uploads = [
+                {
+                    "id": secrets.token_urlsafe(48)[:64],
+                    "bucket": BUCKET,
+                    "key": upload_key(n // 10, folders),
+                    "content_type": "application/octet-stream",
+                    "user_metadata": {},
+                    "created_at": now,
+                }
+                for n in range(low, min(end, low + 5_000), 10)
+            ]
+            async with engine.begin() as connection:
+                await connection.execute(insert(StoredObject), rows)
+                await connection.execute(insert(MultipartUpload), uploads)
+    finally:
+        await engine.dispose()
+
+
+# --- the service ------------------------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    url: str
+    port: int
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the service process so far."""
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _settings_names() -> set[str]:
+    from app.config import Settings
+
+    names = {name.upper() for name in Settings.model_fields}
+    for info in Settings.model_fields.values():
+        alias = info.validation_alias
+        for choice in getattr(alias, "choices", [alias]):
+            if isinstance(choice, str):
+                names.add(choice.upper())
+    return names
+
+
+@contextlib.contextmanager
+def service(
+    db: Database, tokens: list[str], sim_url: str, workdir: Path, code: Path | None
+) -> Iterator[Service]:
+    """`teleuploader serve` on `db` (migrated first); `code` first on the path
+    when measuring another revision."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in _settings_names()}
+    env.pop("PYTHONPATH", None)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    env.update(
+        {
+            "BOT_TOKENS": ",".join(tokens),
+            "STORAGE_CHAT_ID": str(CHAT_ID),
+            "TELEGRAM_API_BASE": sim_url,
+            "DATABASE_URL": db.url,
+            "MIGRATION_DATABASE_URL": db.direct_url,
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "S3_CREDENTIALS": f"{ACCESS_KEY}:{SECRET}",
+            "SPOOL_DIR": str(workdir / "spool"),
+            "LOG_LEVEL": "WARNING",
+            "LOG_FORMAT": "json",
+        }
+    )
+    migrated = subprocess.run(
+        [*teleuploader_command(), "migrate"],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if migrated.returncode != 0:
+        raise Broken(f"teleuploader migrate failed: {migrated.stderr[-2000:]}")
+    log_path = workdir / "service.log"
+    url = f"http://127.0.0.1:{port}"
+    with running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
+        wait_until(process, f"{url}/ready", log_path, "the service")
+        yield Service(url=url, port=port, pid=process.pid)
+
+
+# --- clients ----------------------------------------------------------------------------------
+
+
+def s3_client(url: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+        config=BotoConfig(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1, "mode": "standard"},
+            max_pool_connections=CLIENT_THREADS,
+        ),
+    )
+
+
+class RawLister:
+    """Signed GETs over one kept-alive connection, timed to the last byte."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=600)
+        self._signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET), "s3", "us-east-1")
+
+    def get(self, query: dict[str, str]) -> tuple[float, bytes]:
+        path = f"/{BUCKET}?" + "&".join(
+            f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(query.items())
+        )
+        request = AWSRequest(method="GET", url=f"{self._service.url}{path}")
+        self._signer.add_auth(request)
+        started = time.perf_counter()
+        self._connection.request("GET", path, headers=dict(request.headers.items()))
+        response = self._connection.getresponse()
+        body = response.read()
+        elapsed = time.perf_counter() - started
+        if response.status != 200:
+            raise Broken(f"GET {path} answered {response.status}: {body[:300]!r}")
+        return elapsed, body
+
+    def median_ms(
+        self, query: dict[str, str], repeats: int, check: Callable[[bytes], None]
+    ) -> float:
+        """The median of `repeats` timings (one only if a single one takes over 2 s)."""
+        timings = []
+        for _ in range(repeats):
+            elapsed, body = self.get(query)
+            check(body)
+            timings.append(elapsed)
+            if elapsed > 2.0:
+                break
+        return statistics.median(timings) * 1000
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _expect(tag: bytes, at_least: int) -> Callable[[bytes], None]:
+    def check(body: bytes) -> None:
+        found = body.count(b"<" + tag + b">")
+        if found < at_least:
+            raise Broken(f"expected at least {at_least} <{tag.decode()}> entries, got {found}")
+
+    return check
+
+
+def load_phase(
+    service: Service, clients: list[Any], work: Callable[[Any, int], None], ops: int
+) -> tuple[float, float]:
+    """(wall seconds, service CPU seconds) of `ops` calls of `work` from 8 threads."""
+
+    def worker(thread: int) -> None:
+        for n in range(thread, ops, CLIENT_THREADS):
+            work(clients[thread], n)
+
+    cpu_before = service.cpu_seconds()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+        for future in [pool.submit(worker, t) for t in range(CLIENT_THREADS)]:
+            future.result()
+    return time.perf_counter() - started, service.cpu_seconds() - cpu_before
+
+
+# --- measuring --------------------------------------------------------------------------------
+
+
+@dataclass
+class Point:
+    backend: str
+    folders: int
+    objects: int
+    values: dict[str, dict[str, float]] = field(default_factory=dict)  # version -> metric -> value
+
+
+def measure_size(
+    service: Service, clients: list[Any], config: Config, size: int
+) -> dict[str, float]:
+    lister = RawLister(service)
+    try:
+        entries = min(1000, size)
+        delimiter = lister.median_ms(
+            {"list-type": "2", "delimiter": "/"},
+            config.repeats,
+            _expect(b"Prefix", 1),
+        )
+        prefix = lister.median_ms(
+            {"list-type": "2", "prefix": "d", "max-keys": "1000"},
+            config.repeats,
+            _expect(b"Contents", entries),
+        )
+        uploads = lister.median_ms(
+            {"uploads": "", "delimiter": "/"}, config.repeats, _expect(b"Bucket", 1)
+        )
+    finally:
+        lister.close()
+    body = b"p" * OBJECT_SIZE
+    tag = f"put/{size:07}"
+
+    def put(client: Any, n: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"{tag}/{n:05}", Body=body)
+
+    def get(client: Any, n: int) -> None:
+        got = client.get_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")["Body"].read()
+        if got != body:
+            raise Broken("a GET returned other bytes than were PUT")
+
+    def head(client: Any, n: int) -> None:
+        client.head_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")
+
+    put_wall, put_cpu = load_phase(service, clients, put, config.ops)
+    _, get_cpu = load_phase(service, clients, get, config.ops)
+    _, head_cpu = load_phase(service, clients, head, config.ops)
+    return {
+        "delimiter_ms": delimiter,
+        "prefix_ms": prefix,
+        "uploads_ms": uploads,
+        "puts_per_s": config.ops / put_wall,
+        "cpu_put_ms": put_cpu / config.ops * 1000,
+        "cpu_get_ms": get_cpu / config.ops * 1000,
+        "cpu_head_ms": head_cpu / config.ops * 1000,
+    }
+
+
+def measure_version(
+    version: str,
+    code: Path | None,
+    config: Config,
+    workdir: Path,
+    sim: Any,
+    points: dict[tuple[str, int, int], Point],
+) -> None:
+    for backend in config.backends:
+        for folders in config.prefixes:
+            run_dir = workdir / f"{version.split()[0]}-{backend}-{folders}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with (
+                database(backend, run_dir) as db,
+                service(db, sim.tokens, sim.url, run_dir, code) as running_service,
+            ):
+                clients = [s3_client(running_service.url) for _ in range(CLIENT_THREADS)]
+                clients[0].create_bucket(Bucket=BUCKET)
+                inserted = 0
+                for size in config.sizes:
+                    asyncio.run(_bulk_insert(db, folders, inserted, size))
+                    inserted = size
+                    values = measure_size(running_service, clients, config, size)
+                    point = points.setdefault(
+                        (backend, folders, size), Point(backend, folders, size)
+                    )
+                    point.values[version] = values
+                    print(
+                        f"  {version:>10} {backend:8} {folders:>6} folders {size:>7} objects: "
+                        + ", ".join(f"{k} {v:.2f}" for k, v in values.items()),
+                        flush=True,
+                    )
+
+
+def extract(ref: str, into: Path) -> Path:
+    """The tree of `ref` in `into` (git archive: no worktree, no checkout)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise Broken(f"git archive {ref}: {archive.stderr.decode(errors='replace')}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+HIGHER_IS_BETTER = {"puts_per_s"}
+COLUMNS = [
+    ("delimiter_ms", "delimiter page ms"),
+    ("prefix_ms", "prefix 1,000 ms"),
+    ("uploads_ms", "uploads page ms"),
+    ("puts_per_s", "PUT/s"),
+    ("cpu_put_ms", "CPU/PUT ms"),
+    ("cpu_get_ms", "CPU/GET ms"),
+    ("cpu_head_ms", "CPU/HEAD ms"),
+]
+
+
+def report(points: dict[tuple[str, int, int], Point], versions: list[str]) -> str:
+    lines = [
+        "| backend | folders | objects | " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * (3 + len(COLUMNS)),
+    ]
+    for (backend, folders, size), point in sorted(points.items()):
+        cells = []
+        for metric, _ in COLUMNS:
+            values = [point.values.get(v, {}).get(metric) for v in versions]
+            text = " → ".join("—" if v is None else f"{v:.3g}" for v in values)
+            if len(values) == 2 and values[0] and values[1]:
+                # How many times better: less time or CPU, or more PUTs a second.
+                better = (
+                    values[1] / values[0] if metric in HIGHER_IS_BETTER else values[0] / values[1]
+                )
+                text += f" ({better:.3g}x)"
+            target = TARGETS.get(metric)
+            if target is not None and values[-1] is not None and values[-1] > target:
+                text += " ✗"
+            cells.append(text)
+        lines.append(f"| {backend} | {folders:,} | {size:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    with contextlib.ExitStack() as stack:
+        if config.workdir is not None:
+            workdir = config.workdir
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="metabench-")))
+        sim = stack.enter_context(simulator_process(workdir, bots=2))
+        versions: list[str] = []
+        points: dict[tuple[str, int, int], Point] = {}
+        started = time.monotonic()
+        try:
+            if config.baseline is not None:
+                code = extract(config.baseline, workdir / "baseline-code")
+                versions.append(f"before ({config.baseline})")
+                measure_version(versions[-1], code, config, workdir, sim, points)
+            versions.append("after")
+            measure_version("after", None, config, workdir, sim, points)
+        except Broken as exc:
+            print(f"broken: {exc}", file=sys.stderr)
+            return 1
+        print()
+        print(
+            " → ".join(versions)
+            + " (Nx: how many times better after; ✗: misses the issue's target)"
+        )
+        print(report(points, versions))
+        print(f"\n{time.monotonic() - started:.0f} s")
+        if config.json_path is not None:
+            config.json_path.write_text(
+                json.dumps(
+                    [
+                        {
+                            "backend": p.backend,
+                            "folders": p.folders,
+                            "objects": p.objects,
+                            "values": p.values,
+                        }
+                        for p in points.values()
+                    ],
+                    indent=2,
+                )
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Metadata at scale through real boto3 against a running service (SQLite and
+Postgres through pgbouncer): what a listing and a small object cost the
+database, and ListMultipartUploads with a delimiter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.db.helpers import statements
+from tests.running_service import INLINE, Service, ServiceFactory
+from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
+
+
+@pytest.fixture
+async def s3_service(start_service: ServiceFactory) -> Service:
+    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
+
+
+@pytest.fixture
+async def s3(s3_service: Service) -> S3:
+    client = S3(s3_service)
+    await client("create_bucket", Bucket="box")
+    return client
+
+
+async def test_a_delimiter_listing_is_one_statement_without_content(s3: S3) -> None:
+    # Three "folders" of 2 KiB objects (inline: their bytes are in the table).
+    for folder in ("a", "b", "c"):
+        for n in range(30):
+            await s3("put_object", Bucket="box", Key=f"{folder}/{n:02}", Body=b"x" * 2048)
+    await s3("put_object", Bucket="box", Key="top", Body=b"top")
+
+    with statements() as seen:
+        page = await s3("list_objects_v2", Bucket="box", Delimiter="/")
+    assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["a/", "b/", "c/"]
+    assert [o["Key"] for o in page["Contents"]] == ["top"]
+    reads = [sql for sql in seen if "FROM objects" in sql]
+    # One statement for the page however many keys each prefix holds (the old
+    # code ran one per prefix, each fetching up to max-keys + 1 rows).
+    assert len(reads) == 1, reads
+    assert all("inline_data" not in sql for sql in reads)
+
+    with statements() as seen:
+        page = await s3("list_objects_v2", Bucket="box", Prefix="b/", MaxKeys=5)
+    assert [o["Key"] for o in page["Contents"]] == [f"b/{n:02}" for n in range(5)]
+    reads = [sql for sql in seen if "FROM objects" in sql]
+    assert len(reads) == 1 and "inline_data" not in reads[0], reads
+
+
+async def test_list_multipart_uploads_with_a_delimiter_pages_like_objects(s3: S3) -> None:
+    keys = ["img/a.png", "img/b.png", "logs/1", "readme", "v2/x/blob"]
+    ids = {}
+    for key in keys:
+        ids[key] = (await s3("create_multipart_upload", Bucket="box", Key=key))["UploadId"]
+
+    page = await s3("list_multipart_uploads", Bucket="box", Delimiter="/")
+    assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["img/", "logs/", "v2/"]
+    assert [(u["Key"], u["UploadId"]) for u in page["Uploads"]] == [("readme", ids["readme"])]
+    assert page["IsTruncated"] is False
+
+    seen: list[str] = []
+    params: dict[str, Any] = {"Bucket": "box", "Delimiter": "/", "MaxUploads": 1}
+    for _ in range(10):
+        page = await s3("list_multipart_uploads", **params)
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        seen += [u["Key"] for u in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        params["KeyMarker"] = page["NextKeyMarker"]
+        params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+    assert seen == ["img/", "logs/", "readme", "v2/"]
+
+    nested = await s3("list_multipart_uploads", Bucket="box", Prefix="v2/", Delimiter="/")
+    assert [p["Prefix"] for p in nested["CommonPrefixes"]] == ["v2/x/"]
+
+
+async def test_a_delimiter_ending_in_the_last_code_point_is_a_clear_400(s3: S3) -> None:
+    error = await s3.error("list_objects_v2", Bucket="box", Delimiter="/\U0010ffff")
+    assert code(error) == "InvalidArgument"
+    assert "U+10FFFF" in error.response["Error"]["Message"]
+
+
+async def test_small_objects_do_not_ask_for_the_bucket_and_a_new_key_is_one_insert(
+    s3: S3,
+) -> None:
+    await s3("put_object", Bucket="box", Key="warm", Body=b"w")
+    with statements() as seen:
+        await s3("put_object", Bucket="box", Key="new", Body=b"x" * INLINE)
+        assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == INLINE
+    # The bucket is known to exist: no query for it on either request.
+    assert [sql for sql in seen if "FROM buckets" in sql] == []
+    # The PUT of a new key writes its row with one statement and reads none.
+    objects = [sql for sql in seen if " objects" in sql]
+    assert [sql.split()[0] for sql in objects] == ["INSERT", "SELECT"], objects
+    assert "ON CONFLICT" in objects[0]
+
+    # Replacing a key still works (the insert yields, the old version goes).
+    await s3("put_object", Bucket="box", Key="new", Body=b"y")
+    assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 1
+
+
+async def test_pages_of_one_with_another_delimiter_and_unicode_keys(s3: S3) -> None:
+    keys = ["a-1", "a-2-x", "b", "é-1", "é-2", "ü+ key", "😀-x"]
+    for key in keys:
+        await s3("put_object", Bucket="box", Key=key, Body=b"k")
+    seen: list[str] = []
+    params: dict[str, Any] = {"Bucket": "box", "Delimiter": "-", "MaxKeys": 1}
+    for _ in range(20):
+        # boto3 asks for encoding-type=url and decodes the answer.
+        page = await s3("list_objects_v2", **params)
+        assert page["KeyCount"] == 1
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        seen += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        params["ContinuationToken"] = page["NextContinuationToken"]
+    assert seen == ["a-", "b", "é-", "ü+ key", "😀-"]
+
+    v1 = await s3("list_objects", Bucket="box", Delimiter="-", Marker="a-1", MaxKeys=2)
+    assert [o["Key"] for o in v1.get("Contents", [])] == ["b"]
+    assert [p["Prefix"] for p in v1["CommonPrefixes"]] == ["é-"]
+    assert v1["NextMarker"] == "é-"
