@@ -135,7 +135,9 @@ async def test_objects_carry_the_listed_columns(sessionmaker: Sessions) -> None:
         plain = await repo.objects("bucket")
         rolled = await repo.objects("bucket", delimiter="/")
     assert stored is not None
-    listed = ListedObject("k", 1, stored.etag, stored.updated_at)
+    listed = ListedObject(
+        "k", 1, stored.etag, stored.updated_at, stored.content_type, stored.public_id
+    )
     assert plain[-1] == listed
     assert rolled == [CommonPrefix("d/"), listed]
     assert listed.modified.tzinfo is not None
