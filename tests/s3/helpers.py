@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -341,6 +341,17 @@ async def collect(stream: AsyncIterator[bytes]) -> bytes:
 
 
 def freeze_botocore(monkeypatch: Any, when: datetime = NOW) -> None:
-    naive = when.astimezone(UTC).replace(tzinfo=None)
-    fake: Callable[..., datetime] = lambda *a, **k: naive  # noqa: E731
+    """Make botocore sign at `when`. With awscrt installed (a dependency, for
+    crc64nvme) botocore signs through `botocore.crt.auth`, which asks for an
+    aware datetime; both signers are frozen."""
+    aware = when.astimezone(UTC)
+
+    def fake(remove_tzinfo: bool = True) -> datetime:
+        return aware.replace(tzinfo=None) if remove_tzinfo else aware
+
     monkeypatch.setattr(botocore.auth, "get_current_datetime", fake)
+    try:
+        import botocore.crt.auth as crt_auth
+    except ImportError:
+        return
+    monkeypatch.setattr(crt_auth, "get_current_datetime", fake)
