@@ -22,6 +22,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
+from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
 # Complete answers normally within this many seconds; later, 200 + whitespace.
@@ -37,7 +38,7 @@ def _part_number(req: S3Request) -> int:
     if number is None:
         raise S3Error(
             "InvalidArgument",
-            f"Part number must be an integer between 1 and {xml.MAX_PART_NUMBER}, inclusive.",
+            f"Part number must be an integer between 1 and {MAX_PART_NUMBER}, inclusive.",
             details={"ArgumentName": "partNumber", "ArgumentValue": raw[:64]},
         )
     return number
@@ -161,7 +162,7 @@ async def abort_upload(req: S3Request) -> Response:
 
 async def list_parts(req: S3Request) -> Response:
     upload_id = req.query["uploadId"]
-    marker = req.int_param("part-number-marker", 0, top=xml.MAX_PART_NUMBER)
+    marker = req.int_param("part-number-marker", 0, top=MAX_PART_NUMBER)
     max_parts = req.int_param("max-parts", MAX_KEYS, top=MAX_KEYS)
     parts = await req.s3.list_parts(
         req.bucket, req.key, upload_id, after=marker, limit=max_parts + 1

@@ -3,8 +3,7 @@ DELETE and CopyObject, and the copy-source rules UploadPartCopy shares."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -12,7 +11,8 @@ import structlog
 from starlette.responses import Response, StreamingResponse
 
 from app.api.active_content import protective_headers
-from app.api.http_ranges import RangeNotSatisfiable, http_date, parse_http_date, parse_range
+from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
+from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.s3 import xml
 from app.s3.context import (
     STORED_HEADERS,
@@ -23,8 +23,8 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.service import DEFAULT_CONTENT_TYPE, SourceChanged
-from app.store.service import ObjectInfo
+from app.s3.service import SourceChanged
+from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo
 
 log = structlog.get_logger("app.s3")
 
@@ -57,9 +57,9 @@ async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject."""
     info = await req.s3.head_object(req.bucket, req.key)
     headers = _object_headers(info)
-    precondition = _check_preconditions(req.headers, info)
+    precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
-        if precondition == 304:
+        if precondition == NOT_MODIFIED:
             return empty_response(
                 304, {"ETag": info.etag, "Last-Modified": headers["Last-Modified"]}
             )
@@ -157,7 +157,7 @@ async def source_object(req: S3Request) -> ObjectInfo:
     # Read access to the source bucket, exactly as a GET of it would need.
     await req.s3.require_bucket(bucket)
     source = await req.s3.head_object(bucket, key)
-    if _check_copy_preconditions(req.headers, source):
+    if copy_source_refused(req.headers, etag=source.etag, last_modified=source.updated_at):
         raise S3Error("PreconditionFailed")
     return source
 
@@ -194,48 +194,3 @@ def _object_headers(info: ObjectInfo) -> dict[str, str]:
         elif name in STORED_HEADERS:
             headers[_title(name)] = value
     return headers
-
-
-def _seconds(moment: datetime) -> datetime:
-    return moment.replace(microsecond=0)
-
-
-def _etag_in(header: str, etag: str) -> bool:
-    if header.strip() == "*":
-        return True
-    return any(tag.strip().strip('"') == etag.strip('"') for tag in header.split(","))
-
-
-def _check_preconditions(headers: Mapping[str, str], info: ObjectInfo) -> int | None:
-    """RFC 7232 order, as S3 applies it: 412, 304, or None to go on."""
-    modified = _seconds(info.updated_at)
-    if_match = headers.get("if-match")
-    if if_match is not None and not _etag_in(if_match, info.etag):
-        return 412
-    if if_match is None:
-        since = parse_http_date(headers.get("if-unmodified-since", ""))
-        if since is not None and modified > since:
-            return 412
-    if_none_match = headers.get("if-none-match")
-    if if_none_match is not None:
-        return 304 if _etag_in(if_none_match, info.etag) else None
-    since = parse_http_date(headers.get("if-modified-since", ""))
-    if since is not None and modified <= since:
-        return 304
-    return None
-
-
-def _check_copy_preconditions(headers: Mapping[str, str], info: ObjectInfo) -> bool:
-    """x-amz-copy-source-if-*: True when the copy must not happen."""
-    modified = _seconds(info.updated_at)
-    match = headers.get("x-amz-copy-source-if-match")
-    if match is not None and not _etag_in(match, info.etag):
-        return True
-    none_match = headers.get("x-amz-copy-source-if-none-match")
-    if none_match is not None and _etag_in(none_match, info.etag):
-        return True
-    unmodified = parse_http_date(headers.get("x-amz-copy-source-if-unmodified-since", ""))
-    if unmodified is not None and modified > unmodified:
-        return True
-    since = parse_http_date(headers.get("x-amz-copy-source-if-modified-since", ""))
-    return since is not None and modified <= since
