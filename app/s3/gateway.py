@@ -1,8 +1,12 @@
 """The S3 HTTP surface: a pure ASGI gateway in front of the native API.
 
-A request signed with SigV4 (an `Authorization: AWS4-HMAC-SHA256 ...` header or
-`X-Amz-Signature` in the query), or addressed to `<bucket>.<S3_DOMAIN>`, is an
-S3 request; everything else goes on to the native routes. Bucket and key come
+Which requests are S3's: one signed with SigV4 (an `Authorization:
+AWS4-HMAC-SHA256 ...` header or `X-Amz-Signature` in the query), one addressed
+to `<bucket>.<S3_DOMAIN>`, and, while the S3 API is on (S3_CREDENTIALS set),
+every request whose path is not the native API's. The native paths are the
+app's own routes (read from the app itself, so they cannot drift) and
+everything under a reserved bucket name; an unsigned `GET /bucket/key` thus
+gets S3's XML AccessDenied, not the native API's JSON 404. Bucket and key come
 from the raw path exactly as sent, because that is what the client signed.
 
 The gateway checks the signature, hands the request to the route table
@@ -19,12 +23,13 @@ from urllib.parse import unquote
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.s3 import xml
 from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
-from app.s3.names import split_path
+from app.s3.names import is_reserved_bucket, split_path
 from app.s3.router import dispatch
 from app.s3.sigv4 import is_sigv4_request, verify_request
 from app.services import Services
@@ -46,7 +51,7 @@ class S3Gateway:
         services = self._services(scope)
         headers = Headers(scope=scope)
         virtual_bucket = _virtual_host_bucket(headers, services)
-        if virtual_bucket is None and not is_sigv4_request(headers, scope["query_string"]):
+        if not _belongs_to_s3(scope, headers, services, virtual_bucket):
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
@@ -58,13 +63,31 @@ def draining_refusal(scope: Scope, services: Services | None, request_id: str) -
     """The `<Error>` body of the 503 that refuses an S3 write during shutdown
     (the request middleware sends it); None if the request is not an S3 one."""
     headers = Headers(scope=scope)
-    if _virtual_host_bucket(headers, services) is None and not is_sigv4_request(
-        headers, scope["query_string"]
-    ):
+    if not _belongs_to_s3(scope, headers, services, _virtual_host_bucket(headers, services)):
         return None
     path = scope.get("raw_path") or scope["path"].encode()
     error = S3Error("ServiceUnavailable", "The service is shutting down; retry shortly.")
     return xml.s3_error_xml(error, resource=path.decode("latin-1"), request_id=request_id)
+
+
+def _belongs_to_s3(
+    scope: Scope, headers: Headers, services: Services | None, virtual_bucket: str | None
+) -> bool:
+    if virtual_bucket is not None or is_sigv4_request(headers, scope["query_string"]):
+        return True
+    s3_api_on = services is not None and bool(services.settings.s3_credentials)
+    return s3_api_on and not is_native_path(scope)
+
+
+def is_native_path(scope: Scope) -> bool:
+    """Whether the native API owns this path: `/`, any path under a reserved
+    bucket name (no S3 bucket can have one), or any path one of the app's
+    routes matches, whatever its method (the native API answers 405 then)."""
+    first = scope["path"].lstrip("/").split("/", 1)[0]
+    if first == "" or is_reserved_bucket(first):
+        return True
+    routes = getattr(scope.get("app"), "routes", ())
+    return any(route.matches(scope)[0] is not Match.NONE for route in routes)
 
 
 def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | None:
