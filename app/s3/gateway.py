@@ -1,7 +1,8 @@
 """The S3 HTTP surface: a pure ASGI gateway in front of the native API.
 
 Which requests are S3's: one signed with SigV4 (an `Authorization:
-AWS4-HMAC-SHA256 ...` header or `X-Amz-Signature` in the query), one addressed
+AWS4-HMAC-SHA256 ...` header or `X-Amz-Signature` in the query) or SigV2
+(`Authorization: AWS ...`, or `AWSAccessKeyId` and `Signature`), one addressed
 to `<bucket>.<S3_DOMAIN>`, and, while the S3 API is on (S3_CREDENTIALS set),
 every request whose path is not the native API's. The native paths are the
 app's own routes (read from the app itself, so they cannot drift) and
@@ -31,6 +32,7 @@ from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
 from app.s3.router import dispatch
+from app.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.s3.sigv4 import is_sigv4_request, verify_request
 from app.services import Services
 
@@ -73,10 +75,14 @@ def draining_refusal(scope: Scope, services: Services | None, request_id: str) -
 def _belongs_to_s3(
     scope: Scope, headers: Headers, services: Services | None, virtual_bucket: str | None
 ) -> bool:
-    if virtual_bucket is not None or is_sigv4_request(headers, scope["query_string"]):
+    if virtual_bucket is not None or _is_signed(headers, scope["query_string"]):
         return True
     s3_api_on = services is not None and bool(services.settings.s3_credentials)
     return s3_api_on and not is_native_path(scope)
+
+
+def _is_signed(headers: Headers, query: bytes) -> bool:
+    return is_sigv4_request(headers, query) or is_sigv2_request(headers, query)
 
 
 def is_native_path(scope: Scope) -> bool:
@@ -117,15 +123,27 @@ async def _handle(
                 "AccessDenied",
                 "The S3 API is turned off: no S3_CREDENTIALS are configured.",
             )
-        verified = verify_request(
-            request.method,
-            path,
-            request.scope["query_string"],
-            request.headers,
-            credentials,
-            now=datetime.now(UTC),
-            region=services.settings.s3_region,
-        )
+        if is_sigv2_request(request.headers, request.scope["query_string"]):
+            verified = verify_sigv2(
+                request.method,
+                path,
+                request.scope["query_string"],
+                request.headers,
+                credentials,
+                now=datetime.now(UTC),
+                region=services.settings.s3_region,
+                virtual_bucket=virtual_bucket,
+            )
+        else:
+            verified = verify_request(
+                request.method,
+                path,
+                request.scope["query_string"],
+                request.headers,
+                credentials,
+                now=datetime.now(UTC),
+                region=services.settings.s3_region,
+            )
         if virtual_bucket is not None:
             bucket: str | None = virtual_bucket
             key: str | None = unquote(path.decode("latin-1"))[1:] or None
