@@ -191,3 +191,21 @@ def test_an_unknown_access_key_is_invalid_access_key_id() -> None:
     with pytest.raises(S3Error) as caught:
         verify_sigv2("GET", b"/box/key", query, Headers(), CREDENTIALS, now=NOW, region=None)
     assert caught.value.code == "InvalidAccessKeyId"
+
+
+def test_virtual_host_requests_sign_the_bucket_in_the_resource() -> None:
+    request = AWSRequest(method="GET", url="http://box.s3.test/dir/key")
+    request.auth_path = "/box/dir/key"
+    auth = HmacV1Auth(Credentials(ACCESS_KEY, SECRET))
+    auth._get_date = lambda: format_datetime(NOW, usegmt=True)  # type: ignore[method-assign]
+    auth.add_auth(request)
+    headers = Headers(headers=dict(request.headers.items()))
+    verified = verify_sigv2(
+        "GET", b"/dir/key", b"", headers, CREDENTIALS, now=NOW, region=None, virtual_bucket="box"
+    )
+    assert verified.access_key == ACCESS_KEY
+    with pytest.raises(S3Error) as caught:
+        verify_sigv2(
+            "GET", b"/dir/key", b"", headers, CREDENTIALS, now=NOW, region=None, virtual_bucket="b2"
+        )
+    assert caught.value.code == "SignatureDoesNotMatch"
