@@ -20,7 +20,7 @@ from app.api.middleware import RequestContextMiddleware
 from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
-from app.s3.routes import XML, S3Gateway, draining_refusal
+from app.s3.gateway import XML, S3Gateway, draining_refusal
 from app.services import Services, start_services
 from app.web import routes as web
 

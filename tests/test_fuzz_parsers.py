@@ -11,12 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.api.forms import FormError, StreamingForm
-from app.api.http_ranges import (
+from app.http.conditions import parse_http_date, range_applies
+from app.http.disposition import content_disposition
+from app.http.ranges import (
     RangeNotSatisfiable,
-    content_disposition,
-    parse_http_date,
     parse_range,
-    range_applies,
 )
 from app.parsing import parse_decimal
 from app.s3 import sigv4, xml

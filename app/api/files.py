@@ -18,21 +18,16 @@ from app.api.active_content import protective_headers
 from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.api.errors import ApiError
 from app.api.forms import StreamingForm
-from app.api.http_ranges import (
-    RangeNotSatisfiable,
-    content_disposition,
-    http_date,
-    not_modified,
-    parse_range,
-    range_applies,
-)
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
 from app.db.models import ApiKey
+from app.http.conditions import http_date, not_modified, range_applies
+from app.http.disposition import content_disposition
+from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
-from app.store.service import ObjectInfo, ObjectStore
+from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
 
@@ -130,14 +125,10 @@ async def _check_may_replace(store: ObjectStore, key: ApiKey, object_key: str, n
 
 
 def _guess_type(name: str, declared: str | None) -> str:
-    if (
-        declared
-        and declared.strip()
-        and declared.split(";")[0].strip() != "application/octet-stream"
-    ):
+    if declared and declared.strip() and declared.split(";")[0].strip() != DEFAULT_CONTENT_TYPE:
         return declared.strip()
     guessed, _ = mimetypes.guess_type(name)
-    return guessed or "application/octet-stream"
+    return guessed or DEFAULT_CONTENT_TYPE
 
 
 # --- uploads --------------------------------------------------------------------

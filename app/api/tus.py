@@ -25,7 +25,6 @@ from starlette.requests import ClientDisconnect
 from app.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.api.errors import ApiError
 from app.api.files import NATIVE_BUCKET, _clean_name, _download_url, _guess_type
-from app.api.http_ranges import http_date
 from app.api.tus_headers import (
     CHECKSUM_ALGORITHMS,
     MAX_ID_LENGTH,
@@ -38,6 +37,7 @@ from app.api.tus_headers import (
 )
 from app.config import Settings
 from app.db.models import ApiKey
+from app.http.conditions import http_date
 from app.store.resumable_protocol import (
     MAX_SEGMENTS,
     AlreadyComplete,

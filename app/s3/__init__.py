@@ -1,4 +1,4 @@
-"""The S3 protocol layer: pure functions, no routes and no database.
+"""The S3 API. The protocol modules are pure functions (no routes, no database):
 
 * :mod:`app.s3.errors` -- :class:`~app.s3.errors.S3Error` and the table of S3 error codes.
 * :mod:`app.s3.sigv4` -- SigV4 verification of requests (header and presigned forms).
@@ -7,17 +7,15 @@
 * :mod:`app.s3.xml` -- response documents and defused request-body parsers.
 * :mod:`app.s3.names` -- bucket-name and key validation, path splitting.
 
-A route handles a request roughly like this::
+The HTTP surface, shaped like minio's cmd/ (one concept per module):
 
-    verified = sigv4.verify_request(
-        request.method, scope["raw_path"], scope["query_string"], request.headers,
-        credentials, now=datetime.now(UTC), region=settings.s3_region,
-    )
-    bucket, key = names.split_path(scope["raw_path"])
-    result = payload.BodyResult()
-    body = payload.request_body(request.stream(), verified, request.headers, result=result)
-    ...  # stream `body` to temporary storage; commit only if it ended without S3Error
+* :mod:`app.s3.gateway` -- the ASGI middleware: what is an S3 request, the
+  signature check, errors rendered as ``<Error>`` documents.
+* :mod:`app.s3.router` -- the route table: (method, level, sub-resource) -> handler.
+* :mod:`app.s3.context` -- the verified request the handlers read.
+* :mod:`app.s3.bucket_handlers`, :mod:`app.s3.object_handlers`,
+  :mod:`app.s3.multipart_handlers` -- the operations, calling
+  :class:`~app.s3.service.S3Service`.
 
-and answers an :class:`~app.s3.errors.S3Error` with ``xml.s3_error_xml(err)`` and
-``err.status``.
+Range and conditional-request rules are the native API's too (:mod:`app.http`).
 """

@@ -23,7 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+import structlog
+
 from app.http.errors import Failure, failure_for
+
+log = structlog.get_logger("app.s3")
 
 #: code -> (HTTP status, default message). Messages follow AWS's wording.
 ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
@@ -180,3 +184,15 @@ def s3_error_for(exc: BaseException) -> S3Error | None:
     `app.http.errors`); None for anything else."""
     failure = failure_for(exc)
     return None if failure is None else from_failure(failure)
+
+
+def as_s3_error(exc: BaseException, method: str) -> S3Error:
+    """What an operation raised, as an S3 client reads it (the cause of an
+    unexpected error is logged, never shown)."""
+    if isinstance(exc, S3Error):
+        return exc
+    error = s3_error_for(exc)
+    if error is not None:
+        return error
+    log.error("s3_internal_error", method=method, exc_info=exc)
+    return S3Error("InternalError")

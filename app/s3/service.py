@@ -16,6 +16,7 @@ from typing import Any
 from app.s3.errors import S3Error
 from app.store.buckets import BucketInfo, BucketNotEmpty, BucketStore
 from app.store.errors import ObjectNotFound, UploadTooLarge
+from app.store.limits import MAX_PART_NUMBER
 from app.store.listing import Listing, UnsupportedDelimiter, UploadListing
 from app.store.multipart import (
     FlushFailed,
@@ -26,10 +27,8 @@ from app.store.multipart import (
     UploadInfo,
     UploadMissing,
 )
-from app.store.service import ObjectInfo, ObjectStore
+from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, ObjectStore
 
-DEFAULT_CONTENT_TYPE = "binary/octet-stream"
-MAX_PART_NUMBER = 10_000
 # Uploads aborted per listing while a bucket is deleted.
 MAX_UPLOADS_PER_ROUND = 1000
 

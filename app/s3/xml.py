@@ -34,13 +34,13 @@ from defusedxml import DefusedXmlException
 
 from app.parsing import parse_decimal
 from app.s3.errors import S3Error
+from app.store.limits import MAX_PART_NUMBER
 
 S3_NAMESPACE: Final = "http://s3.amazonaws.com/doc/2006-03-01/"
 XML_DECLARATION: Final = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 #: Largest request XML body accepted (DeleteObjects with 1000 long keys fits).
 MAX_XML_BYTES: Final = 2 * 1024 * 1024
 MAX_DELETE_KEYS: Final = 1000
-MAX_PART_NUMBER: Final = 10000
 
 # --------------------------------------------------------------------------- times
 

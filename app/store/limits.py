@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from app.db.models import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH, MAX_NAME_LENGTH
+from app.db.models import (
+    MAX_CONTENT_TYPE_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_PART_NUMBER,
+)
 
 #: User metadata (``x-amz-meta-*`` names and values, in bytes of UTF-8), as S3
 #: limits it.
@@ -19,5 +24,6 @@ __all__ = [
     "MAX_CONTENT_TYPE_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_NAME_LENGTH",
+    "MAX_PART_NUMBER",
     "MAX_USER_METADATA_BYTES",
 ]

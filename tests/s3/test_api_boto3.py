@@ -557,7 +557,10 @@ async def test_native_routes_still_work_beside_s3(s3: S3) -> None:
     async with s3.service.client() as http:
         assert (await http.get("/health")).json() == {"status": "ok"}
         unsigned = await http.get("/box/anything")
-    assert unsigned.status_code == 404
+    # An S3 path, unsigned: S3's answer (issue 9), not the native JSON 404.
+    assert unsigned.status_code == 403
+    assert unsigned.headers["content-type"] == "application/xml"
+    assert "<Code>AccessDenied</Code>" in unsigned.text
 
 
 async def test_virtual_host_style_with_s3_domain(start_service: ServiceFactory) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.requests import Request
 
 from app.s3.errors import ERROR_TABLE, S3Error
-from app.s3.routes import _error_response
+from app.s3.gateway import error_response
 from app.s3.service import S3Service
 from tests.running_service import ServiceFactory
 from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET, client_for
@@ -34,7 +34,7 @@ def request(method: str = "GET") -> Request:
 
 def test_every_code_reaches_a_client_as_that_code_with_its_status_and_message() -> None:
     for code, (status, message) in ERROR_TABLE.items():
-        response = _error_response(S3Error(code), request(), PATH)
+        response = error_response(S3Error(code), request(), PATH)
         assert response.status_code == status, code
         assert 300 <= status < 600, code
         if status == 304:  # NotModified: a bare status, as S3 sends it
@@ -65,7 +65,7 @@ def test_a_message_resource_details_and_headers_of_its_own_reach_the_client() ->
         details={"Key": "k"},
         headers={"x-amz-id-2": "id"},
     )
-    response = _error_response(err, request(), PATH)
+    response = error_response(err, request(), PATH)
     assert response.status_code == 404
     assert response.headers["x-amz-id-2"] == "id"
     root = parse(response.body)
@@ -79,7 +79,7 @@ def test_a_message_resource_details_and_headers_of_its_own_reach_the_client() ->
 
 
 def test_head_requests_get_the_status_without_a_body() -> None:
-    response = _error_response(S3Error("NoSuchKey"), request("HEAD"), PATH)
+    response = error_response(S3Error("NoSuchKey"), request("HEAD"), PATH)
     assert response.status_code == 404
     assert response.body == b""
 

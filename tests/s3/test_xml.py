@@ -13,7 +13,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from app.api.http_ranges import http_date, parse_http_date
+from app.http.conditions import http_date, parse_http_date
 from app.s3.errors import S3Error
 from app.s3.xml import (
     MAX_DELETE_KEYS,

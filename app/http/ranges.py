@@ -1,14 +1,10 @@
-"""HTTP Range and conditional-request rules (RFC 9110), shared by the native
-and S3 download routes."""
+"""HTTP Range rules (RFC 9110 section 14), shared by the native and S3
+download routes."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
-from urllib.parse import quote
 
 # ASCII digits and blanks only: `\d` and `\s` would let other scripts' digits in.
 _RANGE_RE = re.compile(r"[ \t]*([0-9]*)[ \t]*-[ \t]*([0-9]*)[ \t]*")
@@ -76,60 +72,3 @@ def _position(digits: str) -> int:
     """A byte position of ASCII digits; one too long for any object is past its end
     (and `int()` refuses more than 4300 digits)."""
     return int(digits) if len(digits) <= MAX_POSITION_DIGITS else _BEYOND_ANY_SIZE
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def http_date(moment: datetime) -> str:
-    """``Mon, 30 Nov 2026 08:00:00 GMT`` for ``Last-Modified`` (naive means UTC)."""
-    return format_datetime(_utc(moment).replace(microsecond=0), usegmt=True)
-
-
-def parse_http_date(value: str | None) -> datetime | None:
-    """An HTTP date (``If-Modified-Since``...) as an aware UTC datetime, or None."""
-    if not value:
-        return None
-    try:
-        return _utc(parsedate_to_datetime(value))
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
-def etag_matches(header: str, etag: str) -> bool:
-    """Whether an If-Match / If-None-Match list names this ETag (weak compare)."""
-    if header.strip() == "*":
-        return True
-    wanted = etag.removeprefix("W/")
-    return any(tag.strip().removeprefix("W/") == wanted for tag in header.split(","))
-
-
-def not_modified(headers: Mapping[str, str], *, etag: str, last_modified: datetime) -> bool:
-    """True when If-None-Match / If-Modified-Since say the client's copy is current."""
-    if_none_match = headers.get("if-none-match")
-    if if_none_match is not None:
-        return etag_matches(if_none_match, etag)
-    since = parse_http_date(headers.get("if-modified-since"))
-    return since is not None and last_modified.replace(microsecond=0) <= since
-
-
-def range_applies(headers: Mapping[str, str], *, etag: str, last_modified: datetime) -> bool:
-    """If-Range: serve the range only if the client's copy is still current."""
-    value = headers.get("if-range")
-    if value is None:
-        return True
-    if value.strip().startswith(('"', "W/")):
-        return value.strip() == etag
-    moment = parse_http_date(value)
-    return moment is not None and last_modified.replace(microsecond=0) <= moment
-
-
-def content_disposition(filename: str, disposition: str = "attachment") -> str:
-    """RFC 6266: an ASCII fallback plus `filename*` when the name is not ASCII."""
-    cleaned = "".join(ch for ch in filename if ch >= " " and ch != "\x7f") or "download"
-    fallback = "".join(ch if ch.isascii() and ch not in '"\\' else "_" for ch in cleaned)
-    value = f'{disposition}; filename="{fallback}"'
-    if fallback != cleaned:
-        value += f"; filename*=UTF-8''{quote(cleaned, safe='')}"
-    return value

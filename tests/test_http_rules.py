@@ -1,4 +1,4 @@
-"""Range, conditional and Content-Disposition rules, without a server."""
+"""Range, conditional and Content-Disposition rules (app/http), without a server."""
 
 from __future__ import annotations
 
@@ -6,15 +6,21 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.api.http_ranges import (
-    ByteRange,
-    RangeNotSatisfiable,
-    content_disposition,
+from app.http.conditions import (
+    NOT_MODIFIED,
+    PRECONDITION_FAILED,
+    copy_source_refused,
     etag_matches,
+    evaluate,
     http_date,
     not_modified,
-    parse_range,
     range_applies,
+)
+from app.http.disposition import content_disposition
+from app.http.ranges import (
+    ByteRange,
+    RangeNotSatisfiable,
+    parse_range,
 )
 
 MODIFIED = datetime(2026, 11, 30, 8, 0, 0, 500_000, tzinfo=UTC)
@@ -101,3 +107,60 @@ def test_content_disposition_is_safe(name: str, expected: str) -> None:
     assert value == expected
     assert value.isascii()
     assert "\r" not in value and "\n" not in value
+
+
+def test_one_etag_comparison_takes_quoted_bare_and_weak_tags() -> None:
+    # The native API compared weakly but only quoted tags; the S3 API took
+    # bare tags but not weak ones. One comparer takes all three.
+    for sent in ('"e"', "e", 'W/"e"', '"x", e'):
+        assert etag_matches(sent, '"e"'), sent
+        assert evaluate({"if-none-match": sent}, etag='"e"', last_modified=MODIFIED) == 304
+    assert not etag_matches('"ee"', '"e"')
+
+
+def test_conditions_are_evaluated_in_rfc_order() -> None:
+    later = http_date(datetime(2026, 12, 1, tzinfo=UTC))
+    earlier = http_date(datetime(2026, 11, 1, tzinfo=UTC))
+    assert evaluate({}, etag='"e"', last_modified=MODIFIED) is None
+    # If-Match wins over If-Unmodified-Since, and a failed one over everything.
+    assert (
+        evaluate(
+            {"if-match": '"e"', "if-unmodified-since": earlier}, etag='"e"', last_modified=MODIFIED
+        )
+        is None
+    )
+    assert (
+        evaluate({"if-match": '"x"', "if-none-match": '"e"'}, etag='"e"', last_modified=MODIFIED)
+        == PRECONDITION_FAILED
+    )
+    assert (
+        evaluate({"if-unmodified-since": earlier}, etag='"e"', last_modified=MODIFIED)
+        == PRECONDITION_FAILED
+    )
+    # If-None-Match decides alone when present; If-Modified-Since otherwise.
+    assert (
+        evaluate(
+            {"if-none-match": '"x"', "if-modified-since": later}, etag='"e"', last_modified=MODIFIED
+        )
+        is None
+    )
+    assert (
+        evaluate({"if-modified-since": later}, etag='"e"', last_modified=MODIFIED) == NOT_MODIFIED
+    )
+
+
+def test_copy_source_conditions() -> None:
+    later = http_date(datetime(2026, 12, 1, tzinfo=UTC))
+    assert not copy_source_refused({}, etag='"e"', last_modified=MODIFIED)
+    assert copy_source_refused(
+        {"x-amz-copy-source-if-match": "x"}, etag='"e"', last_modified=MODIFIED
+    )
+    assert copy_source_refused(
+        {"x-amz-copy-source-if-none-match": "e"}, etag='"e"', last_modified=MODIFIED
+    )
+    assert copy_source_refused(
+        {"x-amz-copy-source-if-modified-since": later}, etag='"e"', last_modified=MODIFIED
+    )
+    assert not copy_source_refused(
+        {"x-amz-copy-source-if-unmodified-since": later}, etag='"e"', last_modified=MODIFIED
+    )

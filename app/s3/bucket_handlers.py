@@ -1,0 +1,191 @@
+"""Bucket operations: the service's bucket list, a bucket's life, its
+sub-resources (location, versioning) and the listings of its objects."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from starlette.responses import Response
+
+from app.s3 import xml
+from app.s3.context import MAX_KEYS, S3Request, empty_response, xml_response
+from app.s3.errors import S3Error
+from app.s3.names import validate_object_key
+from app.store.listing import ListedObject
+
+
+async def list_buckets(req: S3Request) -> Response:
+    buckets = await req.s3.list_buckets()
+    entries = [xml.BucketEntry(name=b.name, creation_date=b.created_at) for b in buckets]
+    return xml_response(xml.list_buckets_xml(entries))
+
+
+async def create_bucket(req: S3Request) -> Response:
+    await req.small_body()
+    await req.s3.create_bucket(req.bucket)
+    return empty_response(headers={"Location": f"/{req.bucket}"})
+
+
+async def head_bucket(req: S3Request) -> Response:
+    await req.s3.require_bucket(req.bucket)
+    return empty_response()
+
+
+async def delete_bucket(req: S3Request) -> Response:
+    await req.s3.delete_bucket(req.bucket)
+    return empty_response(204)
+
+
+async def get_location(req: S3Request) -> Response:
+    await req.s3.require_bucket(req.bucket)
+    return xml_response(xml.location_constraint_xml(req.settings.s3_region))
+
+
+async def get_versioning(req: S3Request) -> Response:
+    await req.s3.require_bucket(req.bucket)
+    return xml_response(xml.versioning_configuration_xml())
+
+
+async def put_versioning(req: S3Request) -> Response:
+    """Suspended is what an unversioned bucket already is; Enabled would
+    promise old versions that are never kept, so it is refused."""
+    await req.s3.require_bucket(req.bucket)
+    status = xml.parse_versioning_configuration(await req.small_body())
+    if status == "Enabled":
+        raise S3Error(
+            "NotImplemented",
+            "Versioning is not supported: every object has one version (null).",
+        )
+    return empty_response()
+
+
+async def list_objects_v1(req: S3Request) -> Response:
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter") or None
+    marker = req.query.get("marker", "")
+    max_keys = req.int_param("max-keys", MAX_KEYS, top=MAX_KEYS)
+    listing = await req.s3.list_objects(
+        req.bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        after=marker or None,
+        max_keys=max_keys,
+    )
+    return xml_response(
+        xml.list_objects_v1_xml(
+            bucket=req.bucket,
+            prefix=prefix,
+            marker=marker,
+            max_keys=max_keys,
+            is_truncated=listing.truncated,
+            contents=[_entry(info) for info in listing.objects],
+            common_prefixes=listing.prefixes,
+            delimiter=delimiter,
+            next_marker=listing.last if listing.truncated and delimiter else None,
+            encoding_type=req.encoding_type(),
+        )
+    )
+
+
+async def list_objects_v2(req: S3Request) -> Response:
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter") or None
+    token = req.query.get("continuation-token")
+    start_after = req.query.get("start-after")
+    max_keys = req.int_param("max-keys", MAX_KEYS, top=MAX_KEYS)
+    after = _decode_token(token) if token else start_after
+    listing = await req.s3.list_objects(
+        req.bucket, prefix=prefix, delimiter=delimiter, after=after, max_keys=max_keys
+    )
+    fetch_owner = req.query.get("fetch-owner") == "true"
+    return xml_response(
+        xml.list_objects_v2_xml(
+            bucket=req.bucket,
+            prefix=prefix,
+            max_keys=max_keys,
+            is_truncated=listing.truncated,
+            contents=[_entry(info, owner=fetch_owner) for info in listing.objects],
+            common_prefixes=listing.prefixes,
+            delimiter=delimiter,
+            continuation_token=token,
+            next_continuation_token=(
+                _encode_token(listing.last) if listing.truncated and listing.last else None
+            ),
+            start_after=start_after,
+            encoding_type=req.encoding_type(),
+        )
+    )
+
+
+async def list_versions(req: S3Request) -> Response:
+    """ListObjectVersions: the objects, each as its one version "null"."""
+    prefix = req.query.get("prefix", "")
+    delimiter = req.query.get("delimiter") or None
+    key_marker = req.query.get("key-marker", "")
+    version_id_marker = req.query.get("version-id-marker", "")
+    max_keys = req.int_param("max-keys", MAX_KEYS, top=MAX_KEYS)
+    encoding_type = req.encoding_type()
+    # A key's only version is "null": after (key, "null") comes the next key.
+    listing = await req.s3.list_objects(
+        req.bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        after=key_marker or None,
+        max_keys=max_keys,
+    )
+    return xml_response(
+        xml.list_object_versions_xml(
+            bucket=req.bucket,
+            prefix=prefix,
+            key_marker=key_marker,
+            version_id_marker=version_id_marker,
+            max_keys=max_keys,
+            is_truncated=listing.truncated,
+            versions=[_entry(info) for info in listing.objects],
+            common_prefixes=listing.prefixes,
+            delimiter=delimiter,
+            next_key_marker=listing.last if listing.truncated else None,
+            encoding_type=encoding_type,
+        )
+    )
+
+
+async def delete_objects(req: S3Request) -> Response:
+    body = await req.small_body()
+    request = xml.parse_delete_objects(body)
+    await req.s3.require_bucket(req.bucket)
+    deleted: list[str] = []
+    errors: list[xml.DeleteError] = []
+    for key in request.keys:
+        try:
+            validate_object_key(key)
+            await req.s3.delete_object(req.bucket, key)
+            deleted.append(key)
+        except S3Error as exc:
+            errors.append(xml.DeleteError(key=key, code=exc.code, message=exc.message))
+    return xml_response(xml.delete_result_xml(deleted, errors, quiet=request.quiet))
+
+
+def _entry(info: ListedObject, *, owner: bool = True) -> xml.ObjectEntry:
+    return xml.ObjectEntry(
+        key=info.key,
+        last_modified=info.modified,
+        etag=info.etag,
+        size=info.size,
+        owner=xml.DEFAULT_OWNER if owner else None,
+    )
+
+
+def _encode_token(last: str) -> str:
+    return base64.urlsafe_b64encode(last.encode()).decode()
+
+
+def _decode_token(token: str) -> str:
+    try:
+        after = base64.urlsafe_b64decode(token.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        after = "\x00"
+    if "\x00" in after:
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect")
+    return after

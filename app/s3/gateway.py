@@ -1,0 +1,169 @@
+"""The S3 HTTP surface: a pure ASGI gateway in front of the native API.
+
+Which requests are S3's: one signed with SigV4 (an `Authorization:
+AWS4-HMAC-SHA256 ...` header or `X-Amz-Signature` in the query) or SigV2
+(`Authorization: AWS ...`, or `AWSAccessKeyId` and `Signature`), one addressed
+to `<bucket>.<S3_DOMAIN>`, and, while the S3 API is on (S3_CREDENTIALS set),
+every request whose path is not the native API's. The native paths are the
+app's own routes (read from the app itself, so they cannot drift) and
+everything under a reserved bucket name; an unsigned `GET /bucket/key` thus
+gets S3's XML AccessDenied, not the native API's JSON 404. Bucket and key come
+from the raw path exactly as sent, because that is what the client signed.
+
+The gateway checks the signature, hands the request to the route table
+(`router.py`) and renders whatever was raised as an S3 `<Error>` document
+(through the error table both APIs share, `app.http.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from urllib.parse import unquote
+
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.s3 import xml
+from app.s3.context import XML, S3Request, request_id
+from app.s3.errors import S3Error, as_s3_error
+from app.s3.names import is_reserved_bucket, split_path
+from app.s3.router import dispatch
+from app.s3.sigv2 import is_sigv2_request, verify_sigv2
+from app.s3.sigv4 import is_sigv4_request, verify_request
+from app.services import Services
+
+__all__ = ["XML", "S3Gateway", "draining_refusal", "error_response"]
+
+ServiceLookup = Callable[[Scope], Services | None]
+
+
+class S3Gateway:
+    def __init__(self, app: ASGIApp, services: ServiceLookup) -> None:
+        self.app = app
+        self._services = services
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        services = self._services(scope)
+        headers = Headers(scope=scope)
+        virtual_bucket = _virtual_host_bucket(headers, services)
+        if not _belongs_to_s3(scope, headers, services, virtual_bucket):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        response = await _handle(request, services, virtual_bucket)
+        await response(scope, receive, send)
+
+
+def draining_refusal(scope: Scope, services: Services | None, request_id: str) -> bytes | None:
+    """The `<Error>` body of the 503 that refuses an S3 write during shutdown
+    (the request middleware sends it); None if the request is not an S3 one."""
+    headers = Headers(scope=scope)
+    if not _belongs_to_s3(scope, headers, services, _virtual_host_bucket(headers, services)):
+        return None
+    path = scope.get("raw_path") or scope["path"].encode()
+    error = S3Error("ServiceUnavailable", "The service is shutting down; retry shortly.")
+    return xml.s3_error_xml(error, resource=path.decode("latin-1"), request_id=request_id)
+
+
+def _belongs_to_s3(
+    scope: Scope, headers: Headers, services: Services | None, virtual_bucket: str | None
+) -> bool:
+    if virtual_bucket is not None or _is_signed(headers, scope["query_string"]):
+        return True
+    s3_api_on = services is not None and bool(services.settings.s3_credentials)
+    return s3_api_on and not is_native_path(scope)
+
+
+def _is_signed(headers: Headers, query: bytes) -> bool:
+    return is_sigv4_request(headers, query) or is_sigv2_request(headers, query)
+
+
+def is_native_path(scope: Scope) -> bool:
+    """Whether the native API owns this path: `/`, any path under a reserved
+    bucket name (no S3 bucket can have one), or any path one of the app's
+    routes matches, whatever its method (the native API answers 405 then)."""
+    first = scope["path"].lstrip("/").split("/", 1)[0]
+    if first == "" or is_reserved_bucket(first):
+        return True
+    routes = getattr(scope.get("app"), "routes", ())
+    return any(route.matches(scope)[0] is not Match.NONE for route in routes)
+
+
+def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | None:
+    domain = services.settings.s3_domain if services is not None else None
+    if not domain:
+        return None
+    host = headers.get("host", "").rsplit(":", 1)[0].lower()
+    suffix = "." + domain.lower().lstrip(".")
+    if host.endswith(suffix) and len(host) > len(suffix):
+        return host[: -len(suffix)]
+    return None
+
+
+async def _handle(
+    request: Request, services: Services | None, virtual_bucket: str | None
+) -> Response:
+    path = request.scope.get("raw_path") or request.scope["path"].encode()
+    try:
+        if services is None:
+            raise S3Error("ServiceUnavailable", "The service is starting.")
+        credentials = {
+            key: secret.get_secret_value()
+            for key, secret in services.settings.s3_credentials.items()
+        }
+        if not credentials:
+            raise S3Error(
+                "AccessDenied",
+                "The S3 API is turned off: no S3_CREDENTIALS are configured.",
+            )
+        if is_sigv2_request(request.headers, request.scope["query_string"]):
+            verified = verify_sigv2(
+                request.method,
+                path,
+                request.scope["query_string"],
+                request.headers,
+                credentials,
+                now=datetime.now(UTC),
+                region=services.settings.s3_region,
+                virtual_bucket=virtual_bucket,
+            )
+        else:
+            verified = verify_request(
+                request.method,
+                path,
+                request.scope["query_string"],
+                request.headers,
+                credentials,
+                now=datetime.now(UTC),
+                region=services.settings.s3_region,
+            )
+        if virtual_bucket is not None:
+            bucket: str | None = virtual_bucket
+            key: str | None = unquote(path.decode("latin-1"))[1:] or None
+        else:
+            bucket, key = split_path(path)
+        return await dispatch(S3Request(request, services, verified, bucket, key))
+    except ClientDisconnect:
+        return Response(status_code=400)
+    except Exception as exc:
+        return error_response(as_s3_error(exc, request.method), request, path)
+
+
+def error_response(error: S3Error, request: Request, path: bytes) -> Response:
+    rid = request_id()
+    headers = {"x-amz-request-id": rid, **error.headers}
+    if error.status == 503:
+        headers.setdefault("Retry-After", "5")
+    if request.method == "HEAD" or error.status == 304:
+        return Response(status_code=error.status, headers=headers)
+    body = xml.s3_error_xml(
+        error, resource=error.resource or path.decode("latin-1"), request_id=rid
+    )
+    return Response(body, status_code=error.status, headers=headers, media_type=XML)

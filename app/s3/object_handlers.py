@@ -1,0 +1,196 @@
+"""Object operations: PUT, GET/HEAD (conditions, Range, response overrides),
+DELETE and CopyObject, and the copy-source rules UploadPartCopy shares."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import structlog
+from starlette.responses import Response, StreamingResponse
+
+from app.api.active_content import protective_headers
+from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
+from app.http.ranges import RangeNotSatisfiable, parse_range
+from app.s3 import xml
+from app.s3.context import (
+    STORED_HEADERS,
+    S3Request,
+    empty_response,
+    request_id,
+    xml_response,
+)
+from app.s3.errors import S3Error
+from app.s3.names import validate_bucket_name, validate_object_key
+from app.s3.service import SourceChanged
+from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo
+
+log = structlog.get_logger("app.s3")
+
+RESPONSE_OVERRIDES = {
+    "response-content-type": "content-type",
+    "response-content-language": "content-language",
+    "response-expires": "expires",
+    "response-cache-control": "cache-control",
+    "response-content-disposition": "content-disposition",
+    "response-content-encoding": "content-encoding",
+}
+#: Tries of a copy whose source is replaced while it runs (then SlowDown).
+COPY_ATTEMPTS = 5
+
+
+async def put_object(req: S3Request) -> Response:
+    content_type, metadata = req.content_type(), req.metadata()
+    info = await req.s3.put_object(
+        req.bucket,
+        req.key,
+        req.body(),
+        content_type=content_type,
+        metadata=metadata,
+        expected_size=req.declared_size(),
+    )
+    return empty_response(headers={"ETag": info.etag})
+
+
+async def get_object(req: S3Request) -> Response:
+    """GetObject and HeadObject."""
+    info = await req.s3.head_object(req.bucket, req.key)
+    headers = _object_headers(info)
+    precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
+    if precondition is not None:
+        if precondition == NOT_MODIFIED:
+            return empty_response(
+                304, {"ETag": info.etag, "Last-Modified": headers["Last-Modified"]}
+            )
+        raise S3Error("PreconditionFailed", resource=f"/{req.bucket}/{req.key}")
+    for param, header in RESPONSE_OVERRIDES.items():
+        if param in req.query:
+            headers[_title(header)] = req.query[param]
+    # After the overrides: a presigned URL may ask for text/html.
+    headers.update(protective_headers(headers["Content-Type"]))
+    start, end, status = 0, info.size, 200
+    range_header = req.headers.get("range")
+    if range_header:
+        try:
+            byte_range = parse_range(range_header, info.size)
+        except RangeNotSatisfiable as exc:
+            if "malformed" in exc.detail:
+                byte_range = None  # S3 ignores a malformed Range
+            else:
+                raise S3Error(
+                    "InvalidRange",
+                    "The requested range is not satisfiable",
+                    headers={"Content-Range": f"bytes */{info.size}"},
+                    details={"ActualObjectSize": str(info.size)},
+                ) from None
+        if byte_range is not None:
+            start, end, status = byte_range.start, byte_range.end, 206
+            headers["Content-Range"] = byte_range.content_range(info.size)
+    headers["Content-Length"] = str(end - start)
+    headers["x-amz-request-id"] = request_id()
+    if req.method == "HEAD":
+        return Response(status_code=status, headers=headers)
+    body = await req.store.open_range(info, start, end)
+    return StreamingResponse(body, status_code=status, headers=headers)
+
+
+async def delete_object(req: S3Request) -> Response:
+    await req.s3.delete_object(req.bucket, req.key)
+    return empty_response(204)
+
+
+async def copy_object(req: S3Request) -> Response:
+    return await retrying_copy(req, _copy_object_once)
+
+
+async def _copy_object_once(req: S3Request) -> Response:
+    source = await source_object(req)
+    directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata directive.")
+    same = (source.bucket, source.key) == (req.bucket, req.key)
+    if same and directive == "COPY":
+        raise S3Error(
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself "
+            "without changing the object's metadata, storage class, website redirect "
+            "location or encryption attributes.",
+        )
+    if directive == "REPLACE":
+        content_type = req.content_type() or DEFAULT_CONTENT_TYPE
+        metadata: dict[str, Any] = req.metadata()
+    else:
+        content_type, metadata = source.content_type, source.metadata
+    copied = await req.s3.copy_object(
+        source,
+        bucket=req.bucket,
+        key=req.key,
+        content_type=content_type,
+        metadata=metadata,
+    )
+    return xml_response(xml.copy_object_xml(copied.etag, copied.updated_at))
+
+
+def _copy_source(req: S3Request) -> tuple[str, str]:
+    """The source's bucket and key, validated like a request's own: a
+    source outside the S3 buckets (the native API's `_native`) is refused."""
+    raw = req.headers["x-amz-copy-source"]
+    try:
+        source = unquote(raw.split("?", 1)[0], errors="strict").lstrip("/")
+    except UnicodeDecodeError:
+        raise S3Error("InvalidArgument", "Copy Source is not valid UTF-8.") from None
+    bucket, _, key = source.partition("/")
+    if not bucket or not key:
+        raise S3Error(
+            "InvalidArgument",
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.",
+        )
+    validate_bucket_name(bucket, allow_reserved=True)
+    validate_object_key(key)
+    return bucket, key
+
+
+async def source_object(req: S3Request) -> ObjectInfo:
+    """The copy source, after its x-amz-copy-source-if-* conditions."""
+    bucket, key = _copy_source(req)
+    # Read access to the source bucket, exactly as a GET of it would need.
+    await req.s3.require_bucket(bucket)
+    source = await req.s3.head_object(bucket, key)
+    if copy_source_refused(req.headers, etag=source.etag, last_modified=source.updated_at):
+        raise S3Error("PreconditionFailed")
+    return source
+
+
+async def retrying_copy(
+    req: S3Request, copy: Callable[[S3Request], Awaitable[Response]]
+) -> Response:
+    """Run `copy` again (reading the source and its conditions afresh) when
+    the source was replaced while it ran: the request is valid, and the
+    copy takes the version current then. A source that keeps changing
+    gets SlowDown after COPY_ATTEMPTS."""
+    for _ in range(COPY_ATTEMPTS):
+        try:
+            return await copy(req)
+        except SourceChanged:
+            log.info("copy_source_changed", bucket=req.bucket, key=req.key)
+    raise S3Error("SlowDown", "The source object kept changing while being copied.")
+
+
+def _title(header: str) -> str:
+    return "-".join(part.capitalize() for part in header.split("-"))
+
+
+def _object_headers(info: ObjectInfo) -> dict[str, str]:
+    headers = {
+        "ETag": info.etag,
+        "Last-Modified": http_date(info.updated_at),
+        "Accept-Ranges": "bytes",
+        "Content-Type": info.content_type,
+    }
+    for name, value in info.metadata.items():
+        if name.startswith("x-amz-meta-"):
+            headers[name] = value
+        elif name in STORED_HEADERS:
+            headers[_title(name)] = value
+    return headers

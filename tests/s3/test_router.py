@@ -1,0 +1,71 @@
+"""The route table as a client meets it: each method and sub-resource reaches
+its operation, a sub-resource this server lacks is NotImplemented (and does
+nothing), and a method with no operation at that level is MethodNotAllowed
+(real HTTP, both databases, the simulator)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.s3.router import ROUTES, UNSUPPORTED, Level
+from tests.running_service import Service
+from tests.s3.test_api_boto3 import S3, read
+from tests.s3.test_bad_input import error_code, s3, s3_service, signed
+
+__all__ = ["s3", "s3_service"]
+
+
+async def test_delete_of_an_unsupported_object_sub_resource_keeps_the_object(
+    s3: S3, s3_service: Service
+) -> None:
+    # DeleteObjectTagging: once fell through to DeleteObject and deleted the object.
+    await s3("put_object", Bucket="box", Key="kept", Body=b"still here")
+    response = await signed(s3_service, "DELETE", "/box/kept?tagging")
+    assert response.status_code == 501
+    assert error_code(response) == "NotImplemented"
+    assert await read(s3, "box", "kept") == b"still here"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/box?policy"),
+        ("PUT", "/box?cors"),
+        ("DELETE", "/box?lifecycle"),
+        ("GET", "/box/k?acl"),
+        ("PUT", "/box/k?retention"),
+        ("POST", "/box/k?tagging"),
+    ],
+)
+async def test_unsupported_sub_resources_are_not_implemented(
+    s3: S3, s3_service: Service, method: str, path: str
+) -> None:
+    response = await signed(s3_service, method, path)
+    assert (response.status_code, error_code(response)) == (501, "NotImplemented")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("DELETE", "/"),
+        ("PUT", "/"),
+        ("PATCH", "/box"),
+        ("POST", "/box"),
+        ("PATCH", "/box/k"),
+        ("POST", "/box/k"),
+    ],
+)
+async def test_a_method_without_an_operation_is_method_not_allowed(
+    s3: S3, s3_service: Service, method: str, path: str
+) -> None:
+    response = await signed(s3_service, method, path)
+    assert (response.status_code, error_code(response)) == (405, "MethodNotAllowed")
+    # The bucket is untouched by any of them.
+    await s3("head_bucket", Bucket="box")
+
+
+def test_no_route_serves_a_sub_resource_declared_unsupported() -> None:
+    for route in ROUTES:
+        names = {flag.partition("=")[0] for flag in route.query}
+        assert not names & UNSUPPORTED[route.level], route
+    assert not UNSUPPORTED[Level.SERVICE]
