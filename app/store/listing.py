@@ -59,8 +59,11 @@ async def list_objects(
 ) -> Listing:
     """Up to `max_keys` keys and common prefixes after `after`, in byte order.
 
-    Raises UnsupportedDelimiter.
+    Raises UnsupportedDelimiter. A page of none (max-keys=0) is empty and
+    not truncated, as S3 answers it.
     """
+    if max_keys <= 0:
+        return Listing()
     async with session_scope(sessionmaker) as session:
         # One entry more than the page tells whether it is the last.
         entries = await ListingRepository(session).objects(

@@ -293,6 +293,14 @@ async def test_list_v2_pages_through_everything(tree: S3) -> None:
     assert next(o["Key"] for o in after["Contents"]) == "images/cat.png"
 
 
+async def test_a_page_of_zero_keys_is_empty_and_not_truncated(tree: S3) -> None:
+    """What AWS answers for max-keys=0 (ceph/s3-tests checks it too)."""
+    for operation in ("list_objects", "list_objects_v2"):
+        page = await tree(operation, Bucket="box", MaxKeys=0)
+        assert "Contents" not in page
+        assert page["IsTruncated"] is False
+
+
 async def test_list_v1_with_markers_and_paginator(tree: S3) -> None:
     first = await tree("list_objects", Bucket="box", MaxKeys=2)
     assert [o["Key"] for o in first["Contents"]] == ["a.txt", "docs/deep/three.md"]
