@@ -154,6 +154,42 @@ def running(
 
 
 @dataclass
+class ServedService:
+    """A running `teleuploader serve`: its address, an API key, its process
+    (for RSS and CPU readings) and its log."""
+
+    url: str
+    key: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+
+@contextlib.contextmanager
+def served(
+    env: dict[str, str], workdir: Path, *, command: Sequence[str] | None = None
+) -> Iterator[ServedService]:
+    """Migrate the database `env` names, create an API key, run
+    `teleuploader serve` until it answers /ready, stop it on the way out.
+
+    `env` is the whole environment of the service and must set HOST and PORT;
+    `command` is another checkout's CLI (default: this one's). It runs in
+    `workdir`, so that no .env file of the checkout is read."""
+    cli = list(command or teleuploader_command())
+    for step in (["migrate"], ["keys", "create", "bench", "--scope", "admin"]):
+        done = subprocess.run(
+            [*cli, *step], env=env, cwd=workdir, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise Broken(f"teleuploader {' '.join(step)} failed: {done.stderr[-2000:]}")
+    key = done.stdout.split()[0]
+    log_path = workdir / "service.log"
+    url = f"http://{env['HOST']}:{env['PORT']}"
+    with running([*cli, "serve"], log_path, env=env, cwd=workdir) as process:
+        wait_until(process, f"{url}/ready", log_path, "the service")
+        yield ServedService(url=url, key=key, process=process, log_path=log_path)
+
+
+@dataclass
 class SimulatorProcess:
     """A running `teleuploader telegram-sim`: where it listens, the bot tokens
     it issued, and its process and log (for CPU readings and post-mortems)."""

@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +38,9 @@ from common import (
     Broken,
     SimulatorProcess,
     free_port,
-    running,
+    served,
     simulator_process,
     teleuploader_command,
-    wait_until,
 )
 from http_bench import MemoryWatch, service_env
 
@@ -99,36 +97,22 @@ async def stream(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
 def service(
     command: list[str], sim: SimulatorProcess, workdir: Path, args: argparse.Namespace
 ) -> Iterator[tuple[str, str, int]]:
-    database = workdir / "load.db"
-    port = free_port()
     env = service_env(
         {
             "BOT_TOKENS": ",".join(sim.tokens),
             "STORAGE_CHAT_ID": str(CHAT_ID),
             "TELEGRAM_API_BASE": sim.url,
-            "DATABASE_URL": f"sqlite+aiosqlite:///{database}",
+            "DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'load.db'}",
             "HOST": "127.0.0.1",
-            "PORT": str(port),
+            "PORT": str(free_port()),
             "CHUNK_SIZE": str(int(args.chunk_mib * MiB)),
             "SENDS_PER_MINUTE": "0",
             "LOG_LEVEL": "WARNING",
             "SPOOL_DIR": str(workdir / "spool"),
         }
     )
-    subprocess.run([*command, "migrate"], env=env, cwd=workdir, check=True, capture_output=True)
-    key = subprocess.run(
-        [*command, "keys", "create", "load"],
-        env=env,
-        cwd=workdir,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()[0]
-    log_path = workdir / "service.log"
-    url = f"http://127.0.0.1:{port}"
-    with running([*command, "serve"], log_path, env=env, cwd=workdir) as process:
-        wait_until(process, f"{url}/ready", log_path, "the service")
-        yield url, key, process.pid
+    with served(env, workdir, command=command) as running_service:
+        yield running_service.url, running_service.key, running_service.process.pid
 
 
 async def upload_all(url: str, key: str, clients: int, size: int) -> tuple[float, int, int]:

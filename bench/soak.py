@@ -36,7 +36,6 @@ import contextlib
 import io
 import random
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,16 +48,7 @@ import boto3
 import httpx
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
-from common import (
-    CHAT_ID,
-    Broken,
-    SimulatorProcess,
-    free_port,
-    running,
-    simulator_process,
-    teleuploader_command,
-    wait_until,
-)
+from common import CHAT_ID, Broken, SimulatorProcess, free_port, served, simulator_process
 from http_bench import cpu_seconds, service_env
 
 KiB = 1024
@@ -300,7 +290,6 @@ class Service:
 @contextlib.contextmanager
 def service(sim: SimulatorProcess, workdir: Path, args: argparse.Namespace) -> Iterator[Service]:
     database = workdir / "soak.db"
-    port = free_port()
     env = service_env(
         {
             "BOT_TOKENS": ",".join(sim.tokens),
@@ -308,7 +297,7 @@ def service(sim: SimulatorProcess, workdir: Path, args: argparse.Namespace) -> I
             "TELEGRAM_API_BASE": sim.url,
             "DATABASE_URL": f"sqlite+aiosqlite:///{database}",
             "HOST": "127.0.0.1",
-            "PORT": str(port),
+            "PORT": str(free_port()),
             "CHUNK_SIZE": str(args.chunk_mib * MiB),
             "SENDS_PER_MINUTE": "0",
             "S3_CREDENTIALS": f"{S3_ACCESS_KEY}:{S3_SECRET}",
@@ -316,17 +305,13 @@ def service(sim: SimulatorProcess, workdir: Path, args: argparse.Namespace) -> I
             "SPOOL_DIR": str(workdir / "spool"),
         }
     )
-    command = teleuploader_command()
-    subprocess.run([*command, "migrate"], env=env, cwd=workdir, check=True, capture_output=True)
-    created = subprocess.run(
-        [*command, "keys", "create", "soak"], env=env, cwd=workdir, check=True, capture_output=True
-    )
-    key = created.stdout.decode().split()[0]
-    log_path = workdir / "service.log"
-    url = f"http://127.0.0.1:{port}"
-    with running([*command, "serve"], log_path, env=env, cwd=workdir) as process:
-        wait_until(process, f"{url}/ready", log_path, "the service")
-        yield Service(url=url, key=key, pid=process.pid, database=database)
+    with served(env, workdir) as running_service:
+        yield Service(
+            url=running_service.url,
+            key=running_service.key,
+            pid=running_service.process.pid,
+            database=database,
+        )
 
 
 def _rss_mib(pid: int) -> float:
