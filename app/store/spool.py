@@ -32,6 +32,10 @@ log = structlog.get_logger("app.store.spool")
 
 # Bytes gathered from the client before one write to the file.
 WRITE_BATCH = 1024 * 1024
+# Bytes all writers together may hold gathered: past it, a writer writes what
+# it has at once. Memory stays bounded per process however many clients
+# stream into the spool (small writes are the price, only under that load).
+GATHER_BUDGET = 8 * WRITE_BATCH
 
 
 class SpoolFull(Exception):
@@ -59,6 +63,7 @@ class Spool:
         self.instance_id = instance_id
         self._own_dir = root / instance_id
         self.used = 0  # bytes in files plus bytes reserved for writes under way
+        self.gathered = 0  # bytes received by writers and not yet written
 
     @property
     def enabled(self) -> bool:
@@ -116,15 +121,20 @@ class Spool:
                         on_bytes(len(data))
                     batch.append(bytes(data))
                     batch_size += len(data)
+                    self.gathered += len(data)
                     if size > reserved:
                         # The payload decoders hold a body to its declared size.
                         raise ValueError("a spooled part outgrew its declared size")
-                    if batch_size >= WRITE_BATCH:
+                    if batch_size >= WRITE_BATCH or self.gathered > GATHER_BUDGET:
                         await asyncio.to_thread(_write_all, handle, batch)
+                        self.gathered -= batch_size
                         batch, batch_size = [], 0
                 await asyncio.to_thread(_write_all, handle, batch)
                 await asyncio.to_thread(_sync_file, handle)
             finally:
+                # What was not written is the caller's now (SpoolFull's replay) or gone.
+                self.gathered -= batch_size
+                batch_size = 0
                 await asyncio.to_thread(handle.close)
             await asyncio.to_thread(_publish, temporary, final)
         except OSError as exc:

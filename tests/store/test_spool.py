@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -103,3 +105,45 @@ async def test_only_dead_instances_lose_their_unreferenced_files(spool: Spool) -
     assert removed == 1
     left = sorted(str(p.relative_to(spool.root)) for p in spool.root.rglob("*.part"))
     assert left == ["alive/b.part", "dead/kept.part", "me/a.part"]
+
+
+async def test_many_slow_writers_hold_one_budget_not_a_batch_each(tmp_path: Path) -> None:
+    """Forty clients that each sent most of a write batch and then stalled
+    (a slow link, a paused tus upload) must not each keep it in memory."""
+    writers, piece, pieces = 40, 64 * 1024, spool_module.WRITE_BATCH // (64 * 1024) - 1
+    spool = Spool(
+        tmp_path / "spool", max_bytes=writers * spool_module.WRITE_BATCH, instance_id="me"
+    )
+    await spool.open()
+    stalled = asyncio.Semaphore(0)
+    go_on = asyncio.Event()
+
+    async def slow_client(seed: int) -> AsyncIterator[bytes]:
+        for index in range(pieces):
+            yield bytes([seed, index % 256]) * (piece // 2)
+        stalled.release()
+        await go_on.wait()
+        yield b"end"
+
+    size = pieces * piece + 3
+    assert spool.reserve(writers * size)
+    tracemalloc.start()
+    try:
+        tasks = [
+            asyncio.create_task(spool.write(slow_client(n), reserved=size, max_size=None))
+            for n in range(writers)
+        ]
+        for _ in range(writers):
+            await stalled.acquire()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    go_on.set()
+    written = await asyncio.gather(*tasks)
+
+    # Each writer keeps at most the piece it is handling beyond the shared budget.
+    assert held < spool_module.GATHER_BUDGET + writers * piece + 4 * 1024 * 1024, held
+    assert [w.size for w in written] == [size] * writers
+    assert spool.gathered == 0
+    first = (spool.root / written[0].path).read_bytes()
+    assert first == b"".join(bytes([0, i % 256]) * (piece // 2) for i in range(pieces)) + b"end"
