@@ -66,7 +66,7 @@ async def get_object(req: S3Request) -> Response:
         raise S3Error("PreconditionFailed", resource=f"/{req.bucket}/{req.key}")
     for param, header in RESPONSE_OVERRIDES.items():
         if param in req.query:
-            headers[_title(header)] = req.query[param]
+            headers[_title(header)] = _header_value(param, req.query[param])
     # After the overrides: a presigned URL may ask for text/html.
     headers.update(protective_headers(headers["Content-Type"]))
     start, end, status = 0, info.size, 200
@@ -179,6 +179,18 @@ async def retrying_copy(
 
 def _title(header: str) -> str:
     return "-".join(part.capitalize() for part in header.split("-"))
+
+
+def _header_value(param: str, value: str) -> str:
+    """A `response-*` override as a header value: HTTP carries Latin-1 text
+    without control characters (percent-encode anything else, as RFC 6266's
+    filename* does)."""
+    if not value.isprintable() or not all(ord(char) < 256 for char in value):
+        raise S3Error(
+            "InvalidArgument",
+            f"{param} must be printable Latin-1 text (percent-encode other characters).",
+        )
+    return value
 
 
 def _object_headers(info: ObjectInfo) -> dict[str, str]:

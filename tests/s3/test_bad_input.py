@@ -212,3 +212,18 @@ async def test_create_multipart_upload_checks_the_content_type(s3: S3) -> None:
     )
 
     assert code(error) == "InvalidArgument"
+
+
+@pytest.mark.parametrize("value", ["%C3%B9%F4%86%85%B6", "a%0D%0Ab"])
+async def test_a_response_override_http_cannot_carry_is_invalid_argument(
+    s3: S3, value: str
+) -> None:
+    """Found by the fuzz run: a response-content-type outside Latin-1 (or with
+    a line break) made a 500 while the headers were encoded."""
+    await s3("put_object", Bucket="box", Key="k", Body=b"body")
+    for method in ("GET", "HEAD"):
+        response = await signed(s3.service, method, f"/box/k?response-content-type={value}")
+        assert response.status_code == 400, (method, response.status_code)
+        if method == "GET":
+            assert error_code(response) == "InvalidArgument"
+    assert await read(s3, "box", "k", ResponseContentType="text/plain; charset=utf-8") == b"body"
