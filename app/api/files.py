@@ -125,8 +125,18 @@ async def _check_may_replace(store: ObjectStore, key: ApiKey, object_key: str, n
 
 
 def _guess_type(name: str, declared: str | None) -> str:
-    if declared and declared.strip() and declared.split(";")[0].strip() != DEFAULT_CONTENT_TYPE:
-        return declared.strip()
+    """The declared type unless it is missing, generic, or not something a
+    Content-Type header can carry back (printable ASCII, up to
+    MAX_CONTENT_TYPE_LENGTH); then a guess from the name."""
+    declared = (declared or "").strip()
+    usable = (
+        declared.isascii()
+        and declared.isprintable()
+        and len(declared) <= MAX_CONTENT_TYPE_LENGTH
+        and declared.split(";")[0].strip() not in ("", DEFAULT_CONTENT_TYPE)
+    )
+    if usable:
+        return declared
     guessed, _ = mimetypes.guess_type(name)
     return guessed or DEFAULT_CONTENT_TYPE
 

@@ -127,6 +127,27 @@ async def test_options_announces_version_extensions_and_limits(service: Service)
     assert set(response.headers["tus-checksum-algorithm"].split(",")) == {"sha1", "sha256", "md5"}
 
 
+@pytest.mark.parametrize(
+    "filetype", ["t\u00ebxt/pl\u2713in", "text/plain\r\nX-Evil: 1", "a/" + "b" * 300]
+)
+async def test_a_filetype_no_header_can_carry_is_replaced_by_a_guess(
+    service: Service, filetype: str
+) -> None:
+    """Upload-Metadata is base64: any text. The type is served back in a
+    Content-Type header, so one that cannot be is not kept."""
+    data = b"plain words"
+    metadata = f"filename {b64('notes.txt')},filetype {b64(filetype)}"
+    url = await create(service, len(data), **{"Upload-Metadata": metadata})
+    done = await patch(service, url, 0, data)
+    assert done.status_code == 204, done.text
+    async with service.client() as http:
+        response = await http.get(done.headers["x-file-url"])
+    assert response.status_code == 200
+    assert response.content == data
+    assert response.headers["content-type"].startswith("text/plain")
+    assert "x-evil" not in response.headers
+
+
 async def test_create_then_head_then_patch_to_completion(service: Service) -> None:
     data = payload(3 * CHUNK + 5, seed=2)
     metadata = f"filename {b64('notes.txt')},filetype {b64('text/plain')},empty"
