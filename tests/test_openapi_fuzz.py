@@ -43,9 +43,21 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
 
     def close(self) -> None:
+        """Stop the loop only once nothing runs on it: a task left pending
+        (a shared key lookup, say) would be destroyed later from another
+        thread, with its database connection's thread still calling back."""
+        self.run(self._drain())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()
+
+    async def _drain(self) -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
 
 
 @pytest.fixture
