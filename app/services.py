@@ -67,6 +67,8 @@ class Services:
     resumable: ResumableStore
     throughput: ThroughputHistory
     prober: BotProber
+    # Work started on the way (the spool's resumption), stopped with the rest.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     key_checks: KeyChecks = field(init=False)
@@ -98,10 +100,15 @@ class Services:
         await self.resumable.stop()
         await self.throughput.stop()
         await self.prober.stop()
+        # Started by the first bot that passed its check; it uses the database.
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.instance.stop()
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.gc.stop()
+        await self.key_checks.close()
         await self.engine.dispose()
         log.info("services_stopped")
 
@@ -277,6 +284,7 @@ async def start_services(settings: Settings) -> Services:
         instance=instance,
         resumable=resumable,
         prober=prober,
+        background=background,
         started_at=started_at,
     )
 

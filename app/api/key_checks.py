@@ -73,6 +73,12 @@ class KeyChecks:
             lookup.add_done_callback(functools.partial(self._finished, digest))
         return await asyncio.shield(lookup)
 
+    async def close(self) -> None:
+        """Wait for the lookups in flight: they hold database connections,
+        and none may outlive the engine."""
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+
     def _finished(self, digest: bytes, lookup: asyncio.Task[ApiKey | None]) -> None:
         del self._in_flight[digest]
         # Retrieved here so that an error nobody waited for any more (every
