@@ -164,6 +164,9 @@ async def test_upload_through_the_page_then_download_and_delete(
 ) -> None:
     page = await open_page()
     await sign_in(page, service.key)
+    # About 10 s for 40 MiB: long enough to see the progress with its speed,
+    # however fast the machine.
+    await slow_uplink(page)
 
     await page.locator("#file-input").set_input_files(big_file.path)
 
