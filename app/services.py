@@ -220,6 +220,7 @@ async def start_services(settings: Settings) -> Services:
         usable = len(dispatcher.usable_bots())
         if usable == 1:
             log.info("bots_ready", usable=usable, configured=len(clients))
+            instance.reconcile_now()
             # Spooled parts left by the last run can be sent now.
             task = asyncio.create_task(resume_spool(), name="spool-resume")
             background.add(task)

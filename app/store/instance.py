@@ -144,6 +144,12 @@ class InstanceHeartbeat:
         dispatcher's attempt observer."""
         self._reconcile_requests += 1
 
+    def reconcile_now(self) -> None:
+        """Reconcile as soon as possible: the first bot passed its check, so
+        the probe can be sent (one tried before that failed, and waits for
+        the next sweep otherwise)."""
+        self._start_reconciling()
+
     def _start_reconciling(self) -> None:
         """Run a reconciliation in the background if none runs (it decides
         itself whether the chat needs one)."""
