@@ -346,7 +346,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.client_cli import check_bots, check_budget, inspect_bots
+    from app.client_cli import audit_storage_chat, check_bots, check_budget, inspect_bots
 
     settings = load_settings()
     if not settings.bot_tokens:
@@ -362,6 +362,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     console = Console()
     bots_ok = check_bots(rows, console)
+    asyncio.run(audit_storage_chat(settings, rows, console))
     budget_ok = check_budget(settings, console)
     return 0 if bots_ok and budget_ok else 1
 

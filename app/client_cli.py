@@ -252,3 +252,51 @@ async def inspect_bots(tokens: list[Any], *, chat_id: int, api_base: str) -> lis
         return row
 
     return list(await asyncio.gather(*(one(token) for token in tokens)))
+
+
+async def audit_storage_chat(settings: Any, rows: list[dict[str, Any]], console: Console) -> None:
+    """Warn about posts in the storage chat that the service did not make:
+    reconciliation after an unclean stop would delete them. A warning only:
+    it does not fail the check."""
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.db.migrations import check_schema
+    from app.store.channel_audit import audit_channel
+    from app.telegram.client import BotClient
+    from app.telegram.errors import TelegramError
+
+    chat_id = settings.storage_chat_id
+    usable = [
+        token
+        for token, row in zip(settings.bot_tokens, rows, strict=True)
+        if row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]
+    ]
+    if not usable:
+        console.print("Foreign posts: not checked (no usable bot)")
+        return
+    engine = create_engine(settings.database_url)
+    client = BotClient(usable[0], api_base=settings.telegram_api_base)
+    try:
+        try:
+            await check_schema(engine)
+        except Exception as exc:  # the check goes on without the database
+            console.print(f"Foreign posts: not checked (database: {str(exc).splitlines()[0]})")
+            return
+        try:
+            audit = await audit_channel(create_sessionmaker(engine), client, chat_id)
+        except TelegramError as exc:
+            console.print(f"Foreign posts: not checked (Telegram: {exc.description})")
+            return
+    finally:
+        await client.aclose()
+        await engine.dispose()
+    if audit is None:
+        console.print("Foreign posts: none to judge yet (the service has not posted in the chat)")
+    elif audit.foreign:
+        console.print(
+            f"[yellow]Warning: the storage chat holds {audit.foreign} post(s) the service did "
+            f"not make (among message ids {audit.watermark + 1} to {audit.probe_id - 1}). "
+            "The chat must belong to TeleUploader alone: after an unclean stop, "
+            "reconciliation deletes every message there that no chunk holds.[/yellow]"
+        )
+    else:
+        console.print("Foreign posts: none (every message in the chat is the service's)")

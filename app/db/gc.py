@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.intents import WatermarkRepository
 from app.db.locking import lock_database_for_write
 from app.db.models import GcEntry, GcReason
 from app.db.types import utcnow
@@ -78,12 +79,18 @@ class GcRepository:
         return entries
 
     async def done(self, entry_id: int) -> None:
-        """The message is deleted (or Telegram says it is already gone)."""
-        await self._session.execute(
-            delete(GcEntry)
-            .where(GcEntry.id == entry_id)
-            .execution_options(synchronize_session="fetch")
-        )
+        """The message is deleted (or Telegram says it is already gone, or
+        can no longer be deleted). Its id stays counted as the service's own."""
+        gone = (
+            await self._session.execute(
+                delete(GcEntry)
+                .where(GcEntry.id == entry_id)
+                .returning(GcEntry.chat_id, GcEntry.message_id)
+                .execution_options(synchronize_session=False)
+            )
+        ).first()
+        if gone is not None:
+            await WatermarkRepository(self._session).note_deleted(gone.chat_id, gone.message_id)
 
     async def failed(self, entry_id: int, error: str, next_attempt_at: datetime) -> None:
         await self._session.execute(

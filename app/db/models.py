@@ -488,7 +488,9 @@ class SendIntent(Base):
 class ChatWatermark(Base):
     """The highest message id of a chat known reconciled: every id up to it is
     held by a row, deleted, or in the GC ledger. `unclean_since`: an instance
-    died with sends possibly in flight; ids above the mark need a probe."""
+    died with sends possibly in flight; ids above the mark need a probe.
+    `deleted_above`: how many of the service's messages above the mark it
+    has deleted since; with the rows, they tell its ids from foreign posts."""
 
     __tablename__ = "chat_watermarks"
 
@@ -496,6 +498,7 @@ class ChatWatermark(Base):
     message_id: Mapped[int] = mapped_column(BigInteger)
     unclean_since: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    deleted_above: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     def __repr__(self) -> str:
         return (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from tests.running_service import CHAT_ID, CHUNK, Service
+from tests.running_service import CHAT_ID, CHUNK, Service, eventually
 
 
 async def run_cli(*args: str) -> int:
@@ -105,6 +105,46 @@ async def test_check_reports_the_upload_budget_and_the_spool(
     monkeypatch.setenv("SPOOL_DIR", str(blocked / "spool"))
     assert await run_cli("check") == 1
     assert "cannot be created or written" in capsys.readouterr().out
+
+
+async def test_check_warns_of_posts_the_service_did_not_make(
+    service: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BOT_TOKENS", ",".join(service.sim.tokens))
+    monkeypatch.setenv("STORAGE_CHAT_ID", str(CHAT_ID))
+    monkeypatch.setenv("TELEGRAM_API_BASE", service.settings.telegram_api_base)
+    monkeypatch.setenv("DATABASE_URL", service.settings.database_url)
+    body = bytes(range(256)) * (2 * CHUNK // 256 + 3)  # three chunks
+
+    assert await run_cli("check") == 0
+    assert "none to judge yet" in capsys.readouterr().out
+
+    async with service.client(headers=service.auth) as client:
+        assert (await client.put("/api/files/a.bin", content=body)).status_code == 201
+        assert await run_cli("check") == 0
+        assert "Foreign posts: none" in capsys.readouterr().out
+
+        service.sim.post_foreign(CHAT_ID)
+        # The service's own messages after it, deleted since: their rows are
+        # gone, yet they are not foreign.
+        stored = await client.put("/api/files/b.bin", content=body)
+        assert stored.status_code == 201
+        live_with_b = len(service.live_messages())
+        deleted = await client.delete(f"/api/files/{stored.json()['public_id']}")
+        assert deleted.status_code == 204
+
+        async def b_is_gone() -> bool:
+            return len(service.live_messages()) == live_with_b - 3
+
+        await eventually(b_is_gone)
+        service.sim.post_foreign(CHAT_ID)
+
+    for _ in range(2):  # the check's own probes are not counted the next time
+        live_before = service.live_messages()
+        assert await run_cli("check") == 0  # a warning, not a failure
+        out = " ".join(capsys.readouterr().out.split())
+        assert "the storage chat holds 2 post(s) the service did not make" in out
+        assert service.live_messages() == live_before  # its probe is deleted
 
 
 def test_serve_without_tokens_is_one_line(

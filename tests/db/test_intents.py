@@ -144,3 +144,39 @@ async def test_only_live_owners_intents_up_to_the_horizon_count(sessionmaker: Se
         assert await intents.open_up_to(horizon, {"me", "other"}) == 2
         await intents.resolve(mine)
         assert await intents.open_up_to(horizon, {"me"}) == 0
+
+
+async def test_deletions_above_the_mark_are_counted_until_a_reconciliation_covers_them(
+    sessionmaker: Sessions,
+) -> None:
+    await unclean_chat_at(sessionmaker, 10)
+    async with session_scope(sessionmaker) as session:
+        gc = GcRepository(session)
+        entries = [
+            await gc.add(
+                bot_id=1,
+                chat_id=CHAT_ID,
+                message_id=message_id,
+                file_unique_id="u",
+                reason="deleted",
+            )
+            for message_id in (9, 12, 14)
+        ]
+    async with session_scope(sessionmaker) as session:
+        gc = GcRepository(session)
+        for entry in entries:
+            await gc.done(entry.id)
+        # Ids 11..15: 12 and 14 deleted by the service, 15 still held.
+        await ChunkRepository(session).add_pending(replace(document(), message_id=15), "0" * 64)
+    async with session_scope(sessionmaker) as session:
+        marks = WatermarkRepository(session)
+        assert (await marks.get(CHAT_ID)).deleted_above == 2  # type: ignore[union-attr]
+        assert await marks.held_count(CHAT_ID, 10, 16) == 1
+
+    async with session_scope(sessionmaker) as session:
+        _, reached = await WatermarkRepository(session).reconcile(
+            CHAT_ID, 16, covers_marks_until=utcnow()
+        )
+    assert reached
+    mark = await mark_of(sessionmaker)
+    assert (mark.message_id, mark.deleted_above) == (16, 0)

@@ -199,6 +199,17 @@ class TelegramSimulator:
         """The bot is made an administrator of the chat again."""
         self._kicked.discard((bot_id, chat_id))
 
+    def post_foreign(self, chat_id: int, text: str = "hello") -> int:
+        """Someone other than the service posts in the chat (a person, or a
+        bot outside the pool): a message id is taken. Returns it."""
+        file = _StoredFile(
+            unique_id="AgAD" + secrets.token_urlsafe(12),
+            data=text.encode(),
+            file_name="post.txt",
+            mime_type="text/plain",
+        )
+        return self._post(self._chat(chat_id), file, file_id="", caption=None).message_id
+
     def hold(self, method: str) -> None:
         """Calls of `method` from now on wait, their body read and every check
         passed, just before Telegram would do the work, until `release(method)`."""
