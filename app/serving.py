@@ -1,23 +1,27 @@
-"""Running an ASGI app with uvicorn inside the current event loop.
-
-Used by the demo (service and simulator in one process) and by the tests, which
-talk to real HTTP servers on ephemeral ports.
+"""Running an ASGI app with uvicorn: in the current event loop (the demo, the
+tests and the simulator, which talk to real HTTP servers on ephemeral ports),
+or as the process's server (`teleuploader serve`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any, Literal
 
+import structlog
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.store.reader import CONSUMER_ABORT
+
+log = structlog.get_logger()
 
 
 class ServerStartFailed(RuntimeError):
@@ -31,29 +35,83 @@ async def serve_in_task(
     host: str = "127.0.0.1",
     port: int = 0,
     lifespan: Literal["auto", "on", "off"] = "on",
+    graceful_seconds: int | None = None,
 ) -> AsyncIterator[str]:
-    """Serve `app` until the block ends; yields its base URL."""
+    """Serve `app` in the current event loop until the block ends; yields its
+    base URL. On the way out, requests still running get `graceful_seconds`
+    (None: as long as they take), then the app's lifespan ends."""
     config = uvicorn.Config(
         AbortableConnections(app),
         host=host,
         port=port,
         lifespan=lifespan,
-        log_config=None,
+        log_config=None,  # leave the host's logging configuration as it is
         log_level="warning",
+        access_log=False,
+        ws="none",
+        timeout_graceful_shutdown=graceful_seconds,
     )
-    server = uvicorn.Server(config)
+    server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-            raise ServerStartFailed(f"the server on {host}:{port} did not start")
-        await asyncio.sleep(0.01)
-    bound = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://{host}:{bound}"
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise ServerStartFailed(f"the server on {host}:{port} did not start")
+            await asyncio.sleep(0.002)
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        yield f"http://{shown}:{bound}"
     finally:
-        server.should_exit = True
+        server.stop()
         await task
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server living inside another program's event loop."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        self._stopping.set()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # The host program owns SIGINT/SIGTERM.
+        yield
+
+    # uvicorn's main loop and shutdown poll and sleep in 0.1 s steps; every test
+    # starts and stops servers, so these two wait on events and short polls.
+
+    async def main_loop(self) -> None:
+        while not await self.on_tick(0):  # on_tick(0) refreshes the Date header
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._stopping.wait()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        state = self.server_state
+        for connection in list(state.connections):
+            connection.shutdown()  # idle ones close now, busy ones after their response
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                # uvicorn offers no event for "every connection is closed".
+                while state.connections or state.tasks:  # noqa: ASYNC110
+                    await asyncio.sleep(0.005)
+        except TimeoutError:
+            log.warning("server_shutdown_cancelled_requests", requests=len(state.tasks))
+            for task in state.tasks:
+                task.cancel()
+            await asyncio.gather(*state.tasks, return_exceptions=True)
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
 
 
 class AbortableConnections:

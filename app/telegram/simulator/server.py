@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
 import sys
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 import uvicorn
 
+from app.serving import serve_in_task
 from app.telegram.simulator.config import SimulatorConfig, make_tokens
 from app.telegram.simulator.http import create_simulator_app
 from app.telegram.simulator.state import TelegramSimulator
@@ -22,89 +21,14 @@ log = structlog.get_logger()
 # --- running it -----------------------------------------------------------------------
 
 
-class _EmbeddedServer(uvicorn.Server):
-    """A uvicorn server living inside another program's event loop."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self._stopping = asyncio.Event()
-
-    def stop(self) -> None:
-        self.should_exit = True
-        self._stopping.set()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        # The host program owns SIGINT/SIGTERM.
-        yield
-
-    # uvicorn's main loop and shutdown poll and sleep in 0.1 s steps; every test
-    # starts and stops a server, so these two wait on events and short polls.
-
-    async def main_loop(self) -> None:
-        while not await self.on_tick(0):  # on_tick(0) refreshes the Date header
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self._stopping.wait()
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()
-        state = self.server_state
-        for connection in list(state.connections):
-            connection.shutdown()  # idle ones close now, busy ones after their response
-        try:
-            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
-                # uvicorn offers no event for "every connection is closed".
-                while state.connections or state.tasks:  # noqa: ASYNC110
-                    await asyncio.sleep(0.005)
-        except TimeoutError:
-            log.warning("sim_shutdown_cancelled_requests", requests=len(state.tasks))
-            for task in state.tasks:
-                task.cancel()
-            await asyncio.gather(*state.tasks, return_exceptions=True)
-        for server in self.servers:
-            await server.wait_closed()
-
-
-@contextlib.asynccontextmanager
-async def run_simulator(
+def run_simulator(
     sim: TelegramSimulator, host: str = "127.0.0.1", port: int = 0
-) -> AsyncIterator[str]:
-    """Serve the simulator in the current event loop; yields its base URL."""
-    config = uvicorn.Config(
-        create_simulator_app(sim),
-        host=host,
-        port=port,
-        lifespan="off",
-        log_level="warning",
-        log_config=None,  # leave the host's logging configuration as it is
-        access_log=False,
-        ws="none",
-        timeout_graceful_shutdown=5,
+) -> contextlib.AbstractAsyncContextManager[str]:
+    """Serve the simulator in the current event loop, through the same
+    helper as the service; yields its base URL."""
+    return serve_in_task(
+        create_simulator_app(sim), host=host, port=port, lifespan="off", graceful_seconds=5
     )
-    server = _EmbeddedServer(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await _wait_until_started(server, task)
-        yield _base_url(server, host)
-    finally:
-        server.stop()
-        await task
-
-
-async def _wait_until_started(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
-    while not server.started:
-        if task.done():
-            task.result()  # raises what stopped it
-            raise RuntimeError("the simulator's server stopped during startup")
-        await asyncio.sleep(0.002)
-
-
-def _base_url(server: uvicorn.Server, host: str) -> str:
-    port = server.servers[0].sockets[0].getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
 
 
 # Option names of the `telegram-sim` command that differ from SimulatorConfig's.
