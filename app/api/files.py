@@ -7,7 +7,6 @@ chunk; downloads stream the chunks back with Range and conditional support.
 
 from __future__ import annotations
 
-import mimetypes
 import secrets
 from typing import Annotated
 
@@ -17,6 +16,13 @@ from fastapi.responses import StreamingResponse
 from app.api.active_content import protective_headers
 from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.api.errors import ApiError
+from app.api.file_names import (
+    MAX_FILE_NAME_LENGTH,
+    NATIVE_BUCKET,
+    clean_name,
+    download_url,
+    guess_type,
+)
 from app.api.forms import StreamingForm
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
@@ -27,24 +33,14 @@ from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
-from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, ObjectStore
+from app.store.service import ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
 
-# The bucket the native API keeps its objects in. S3 bucket names cannot start
-# with "_", so it can never collide with a bucket created through S3.
-NATIVE_BUCKET = "_native"
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
-# File names are cut to this many characters (they name downloads).
-MAX_FILE_NAME_LENGTH = 255
 # `PUT /api/files/{name}` stores the file under this key prefix.
 NAMED_PREFIX = "named/"
-
-
-def _download_url(request: Request, settings: Settings, public_id: str) -> str:
-    base = settings.public_base_url or str(request.base_url)
-    return f"{base.rstrip('/')}/f/{public_id}"
 
 
 def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut:
@@ -57,7 +53,7 @@ def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut
         etag=info.etag,
         created_at=info.created_at,
         updated_at=info.updated_at,
-        download_url=_download_url(request, settings, info.public_id),
+        download_url=download_url(request, settings, info.public_id),
     )
 
 
@@ -90,13 +86,6 @@ def _check_content_type(content_type: str | None) -> None:
         )
 
 
-def _clean_name(name: str | None, fallback: str) -> str:
-    cleaned = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f").strip()
-    # Browsers on Windows send a full path as the file name.
-    cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
-    return (cleaned or fallback)[:MAX_FILE_NAME_LENGTH]
-
-
 def _limited_to_own_files(key: ApiKey) -> int | None:
     """The key id a caller may change files of, or None for an admin key (any file)."""
     return None if key.allows("admin") else key.id
@@ -122,23 +111,6 @@ async def _check_may_replace(store: ObjectStore, key: ApiKey, object_key: str, n
     if existing is not None and existing.owner_key_id != own:
         # The body is not read: the connection cannot be reused.
         raise _belongs_to_another_key(f"the file {name!r}", {"Connection": "close"})
-
-
-def _guess_type(name: str, declared: str | None) -> str:
-    """The declared type unless it is missing, generic, or not something a
-    Content-Type header can carry back (printable ASCII, up to
-    MAX_CONTENT_TYPE_LENGTH); then a guess from the name."""
-    declared = (declared or "").strip()
-    usable = (
-        declared.isascii()
-        and declared.isprintable()
-        and len(declared) <= MAX_CONTENT_TYPE_LENGTH
-        and declared.split(";")[0].strip() not in ("", DEFAULT_CONTENT_TYPE)
-    )
-    if usable:
-        return declared
-    guessed, _ = mimetypes.guess_type(name)
-    return guessed or DEFAULT_CONTENT_TYPE
 
 
 # --- uploads --------------------------------------------------------------------
@@ -187,13 +159,13 @@ async def upload_form(
     if not form.file_seen:
         await store.discard(content)
         raise ApiError(400, "bad_request", "the multipart field `file` is missing")
-    name = _clean_name(form.fields.get("fileName") or form.filename, "file")
+    name = clean_name(form.fields.get("fileName") or form.filename, "file")
     info = await store.commit(
         content,
         bucket=NATIVE_BUCKET,
         key=f"upload/{secrets.token_urlsafe(18)}",
         name=name,
-        content_type=_guess_type(name, form.content_type),
+        content_type=guess_type(name, form.content_type),
         owner_key_id=key.id,
     )
     return _file_out(request, settings, info)
@@ -206,7 +178,7 @@ async def upload_raw(
     """Upload the raw request body (`curl -T file URL`). Uploading again under
     the same name replaces the content; the public id stays the same. A
     `write` key may replace only a file it uploaded."""
-    clean = _clean_name(name, "")
+    clean = clean_name(name, "")
     if not clean:
         raise ApiError(400, "bad_request", "the file name is empty")
     if "\x00" in name:
@@ -228,7 +200,7 @@ async def upload_raw(
             bucket=NATIVE_BUCKET,
             key=object_key,
             name=clean,
-            content_type=_guess_type(clean, declared_type),
+            content_type=guess_type(clean, declared_type),
             max_size=settings.max_upload_size,
             keep_public_id=True,
             expected_size=declared,

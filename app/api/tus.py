@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from app.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.api.errors import ApiError
-from app.api.files import NATIVE_BUCKET, _clean_name, _download_url, _guess_type
+from app.api.file_names import NATIVE_BUCKET, clean_name, download_url, guess_type
 from app.api.tus_headers import (
     CHECKSUM_ALGORITHMS,
     MAX_ID_LENGTH,
@@ -132,13 +132,13 @@ def _state_headers(request: Request, settings: Settings, state: UploadState) -> 
         headers["Upload-Concat"] = f"final;{urls}"
     if state.public_id is not None:
         headers[RESULT_ID_HEADER] = state.public_id
-        headers[RESULT_URL_HEADER] = _download_url(request, settings, state.public_id)
+        headers[RESULT_URL_HEADER] = download_url(request, settings, state.public_id)
     return headers
 
 
 def _name_and_type(metadata: dict[str, str]) -> tuple[str, str]:
-    name = _clean_name(metadata.get("filename"), DEFAULT_NAME)
-    return name, _guess_type(name, metadata.get("filetype"))
+    name = clean_name(metadata.get("filename"), DEFAULT_NAME)
+    return name, guess_type(name, metadata.get("filetype"))
 
 
 def _check_size(length: int, settings: Settings) -> None:

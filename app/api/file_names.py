@@ -1,0 +1,48 @@
+"""What the native API's uploads (forms, raw PUT, tus) share: where their
+objects live, how a file's name and type are taken from what the client sent,
+and the link a file is downloaded from."""
+
+from __future__ import annotations
+
+import mimetypes
+
+from fastapi import Request
+
+from app.config import Settings
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH
+from app.store.service import DEFAULT_CONTENT_TYPE
+
+# The bucket the native API keeps its objects in. S3 bucket names cannot start
+# with "_", so it can never collide with a bucket created through S3.
+NATIVE_BUCKET = "_native"
+# File names are cut to this many characters (they name downloads).
+MAX_FILE_NAME_LENGTH = 255
+
+
+def download_url(request: Request, settings: Settings, public_id: str) -> str:
+    base = settings.public_base_url or str(request.base_url)
+    return f"{base.rstrip('/')}/f/{public_id}"
+
+
+def clean_name(name: str | None, fallback: str) -> str:
+    cleaned = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f").strip()
+    # Browsers on Windows send a full path as the file name.
+    cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
+    return (cleaned or fallback)[:MAX_FILE_NAME_LENGTH]
+
+
+def guess_type(name: str, declared: str | None) -> str:
+    """The declared type unless it is missing, generic, or not something a
+    Content-Type header can carry back (printable ASCII, up to
+    MAX_CONTENT_TYPE_LENGTH); then a guess from the name."""
+    declared = (declared or "").strip()
+    usable = (
+        declared.isascii()
+        and declared.isprintable()
+        and len(declared) <= MAX_CONTENT_TYPE_LENGTH
+        and declared.split(";")[0].strip() not in ("", DEFAULT_CONTENT_TYPE)
+    )
+    if usable:
+        return declared
+    guessed, _ = mimetypes.guess_type(name)
+    return guessed or DEFAULT_CONTENT_TYPE
