@@ -4,21 +4,23 @@ raises its own 4xx error, never anything else (hypothesis)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api.forms import FormError, StreamingForm
 from app.http.conditions import parse_http_date, range_applies
 from app.http.disposition import content_disposition
+from app.http.forms import FormError, StreamingForm
 from app.http.ranges import (
     RangeNotSatisfiable,
     parse_range,
 )
 from app.parsing import parse_decimal
-from app.s3 import sigv4, xml
+from app.s3 import post_policy, sigv4, xml
 from app.s3.errors import S3Error
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
 from app.s3.payload import decode_aws_chunked, request_body
@@ -348,3 +350,58 @@ def test_forms(content_type: str, pieces: list[bytes]) -> None:
         asyncio.run(_drain(form.file_bytes(_pieces(pieces))))
     except FormError as exc:
         assert exc.status in (400, 413)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=12,
+)
+policy_documents = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"expiration": st.one_of(st.just("2999-01-01T00:00:00Z"), st.text(max_size=30))},
+        optional={"conditions": st.lists(json_values, max_size=6)},
+    ),
+)
+
+
+@FUZZ
+@given(
+    document=policy_documents,
+    raw=st.one_of(st.none(), st.text(max_size=60)),
+    fields=st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=6),
+)
+def test_a_post_policy_is_accepted_or_refused_with_an_s3_error(
+    document: object, raw: str | None, fields: dict[str, str]
+) -> None:
+    encoded = raw if raw is not None else base64.b64encode(json.dumps(document).encode()).decode()
+    try:
+        policy = post_policy.decode_policy(encoded)
+        post_policy.check_fields(policy, {k.lower(): v for k, v in fields.items()}, "bucket")
+    except S3Error as exc:
+        assert 400 <= exc.status < 500
+
+
+@FUZZ
+@given(
+    fields=st.dictionaries(
+        st.sampled_from(
+            [
+                "policy",
+                "x-amz-signature",
+                "x-amz-algorithm",
+                "x-amz-credential",
+                "awsaccesskeyid",
+                "signature",
+                "key",
+            ]
+        ),
+        st.text(max_size=80),
+    )
+)
+def test_a_post_forms_signature_fields_are_checked_without_a_crash(fields: dict[str, str]) -> None:
+    try:
+        post_policy.authorize(fields, CREDENTIALS, now=NOW, region="us-east-1")
+    except S3Error as exc:
+        assert 400 <= exc.status < 500

@@ -16,8 +16,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from app.api.forms import FormError
 from app.http.errors import INTERNAL_ERROR, Failure, failure_for
+from app.http.forms import FormError
 from app.store.errors import StoreError
 from app.telegram.errors import TelegramError
 

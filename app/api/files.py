@@ -23,12 +23,12 @@ from app.api.file_names import (
     download_url,
     guess_type,
 )
-from app.api.forms import StreamingForm
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
 from app.db.models import ApiKey
 from app.http.conditions import http_date, not_modified, range_applies
 from app.http.disposition import content_disposition
+from app.http.forms import StreamingForm
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
 from app.store.errors import NotOwner

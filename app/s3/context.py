@@ -8,7 +8,7 @@ decoders of `payload.py`), Content-Type, stored headers and user metadata.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 import structlog
 from starlette.requests import Request
@@ -136,27 +136,7 @@ class S3Request:
 
     def metadata(self) -> dict[str, str]:
         """Stored headers and user metadata (checked against S3's size limit)."""
-        stored: dict[str, str] = {}
-        user_bytes = 0
-        for name, value in self.headers.items():
-            lower = name.lower()
-            if lower.startswith("x-amz-meta-"):
-                user_bytes += len(lower) - len("x-amz-meta-") + len(value.encode("latin-1"))
-            if lower.startswith("x-amz-meta-") or lower in STORED_HEADERS:
-                stored[lower] = value
-        if user_bytes > MAX_USER_METADATA_BYTES:
-            raise S3Error(
-                "MetadataTooLarge",
-                f"Your metadata headers exceed the maximum allowed metadata size of "
-                f"{MAX_USER_METADATA_BYTES} bytes.",
-                details={"MaxSizeAllowed": str(MAX_USER_METADATA_BYTES)},
-            )
-        encoding = strip_aws_chunked(stored.get("content-encoding"))
-        if encoding is None:
-            stored.pop("content-encoding", None)
-        else:
-            stored["content-encoding"] = encoding
-        return stored
+        return stored_metadata(self.headers.items())
 
     def encoding_type(self) -> str | None:
         value = self.query.get("encoding-type")
@@ -165,6 +145,32 @@ class S3Request:
         if value != "url":
             raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request")
         return value
+
+
+def stored_metadata(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Of a request's headers (or a POST form's fields): the stored headers
+    and user metadata, checked against S3's size limit."""
+    stored: dict[str, str] = {}
+    user_bytes = 0
+    for name, value in fields:
+        lower = name.lower()
+        if lower.startswith("x-amz-meta-"):
+            user_bytes += len(lower) - len("x-amz-meta-") + len(value.encode("latin-1"))
+        if lower.startswith("x-amz-meta-") or lower in STORED_HEADERS:
+            stored[lower] = value
+    if user_bytes > MAX_USER_METADATA_BYTES:
+        raise S3Error(
+            "MetadataTooLarge",
+            f"Your metadata headers exceed the maximum allowed metadata size of "
+            f"{MAX_USER_METADATA_BYTES} bytes.",
+            details={"MaxSizeAllowed": str(MAX_USER_METADATA_BYTES)},
+        )
+    encoding = strip_aws_chunked(stored.get("content-encoding"))
+    if encoding is None:
+        stored.pop("content-encoding", None)
+    else:
+        stored["content-encoding"] = encoding
+    return stored
 
 
 def request_id() -> str:

@@ -52,6 +52,18 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     "InvalidArgument": (400, "Invalid Argument"),
     "InvalidBucketName": (400, "The specified bucket is not valid."),
     "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
+    "IncorrectNumberOfFilesInPostRequest": (
+        400,
+        "POST requires exactly one file upload per request.",
+    ),
+    "InvalidPolicyDocument": (
+        400,
+        "The content of the form does not meet the conditions specified in the policy document.",
+    ),
+    "MalformedPOSTRequest": (
+        400,
+        "The body of your POST request is not well-formed multipart/form-data.",
+    ),
     "InvalidPart": (
         400,
         "One or more of the specified parts could not be found. The part may not have been "

@@ -31,6 +31,7 @@ from app.s3 import xml
 from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
+from app.s3.post_object import is_form_post, post_object
 from app.s3.router import dispatch
 from app.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.s3.sigv4 import is_sigv4_request, verify_request
@@ -123,6 +124,19 @@ async def _handle(
                 "AccessDenied",
                 "The S3 API is turned off: no S3_CREDENTIALS are configured.",
             )
+        if virtual_bucket is not None:
+            bucket: str | None = virtual_bucket
+            key: str | None = unquote(path.decode("latin-1"))[1:] or None
+        else:
+            bucket, key = split_path(path)
+        query = request.scope["query_string"]
+        if (
+            bucket is not None
+            and key is None
+            and is_form_post(request.method, request.headers, query)
+        ):
+            # Signed by its policy, in the form: post_object is its authorization.
+            return await post_object(request, services, bucket, now=datetime.now(UTC))
         if is_sigv2_request(request.headers, request.scope["query_string"]):
             verified = verify_sigv2(
                 request.method,
@@ -144,11 +158,6 @@ async def _handle(
                 now=datetime.now(UTC),
                 region=services.settings.s3_region,
             )
-        if virtual_bucket is not None:
-            bucket: str | None = virtual_bucket
-            key: str | None = unquote(path.decode("latin-1"))[1:] or None
-        else:
-            bucket, key = split_path(path)
         return await dispatch(S3Request(request, services, verified, bucket, key))
     except ClientDisconnect:
         return Response(status_code=400)

@@ -347,6 +347,16 @@ def complete_multipart_upload_xml(location: str, bucket: str, key: str, etag: st
     return doc.bytes()
 
 
+def post_response_xml(location: str, bucket: str, key: str, etag: str) -> bytes:
+    """``PostResponse``: what POST Object answers with `success_action_status=201`."""
+    doc = _Doc("PostResponse")
+    doc.leaf("Location", location)
+    doc.leaf("Bucket", bucket)
+    doc.leaf("Key", key)
+    doc.leaf("ETag", _etag(etag))
+    return doc.bytes()
+
+
 def copy_object_xml(etag: str, last_modified: datetime) -> bytes:
     """``CopyObjectResult``."""
     doc = _Doc("CopyObjectResult")

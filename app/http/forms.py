@@ -1,4 +1,5 @@
-"""A streaming multipart/form-data reader for uploads.
+"""A streaming multipart/form-data reader for uploads (the native API's form
+upload and S3's POST Object).
 
 Starlette's `UploadFile` parses the whole body before the handler runs and
 spools big parts to /tmp. Here the body is fed to python-multipart's low-level
@@ -55,7 +56,19 @@ class StreamingForm:
     the file field was present, and `filename` / `content_type` describe it.
     """
 
-    def __init__(self, content_type_header: str, *, file_field: str = "file") -> None:
+    def __init__(
+        self,
+        content_type_header: str,
+        *,
+        file_field: str = "file",
+        named_parts_are_text: bool = False,
+        announce_file: bool = False,
+    ) -> None:
+        """`named_parts_are_text`: every part but the file is a text field,
+        even one sent with a filename (as `requests` sends every field given
+        to `files=`). `announce_file`: `file_bytes` yields an empty piece when
+        the file part begins, so a caller can act on the fields sent before
+        it (S3's POST Object reads its policy there) before the content."""
         try:
             kind, params = parse_options_header(content_type_header)
         except UnicodeEncodeError:  # HTTP headers are latin-1; an app may pass more
@@ -64,6 +77,8 @@ class StreamingForm:
         if kind != b"multipart/form-data" or not boundary:
             raise FormError("expected a multipart/form-data body with a boundary")
         self.file_field = file_field
+        self._named_parts_are_text = named_parts_are_text
+        self._announce_file = announce_file
         self.fields: dict[str, str] = {}
         self.file_seen = False
         self.filename: str | None = None
@@ -175,11 +190,13 @@ class StreamingForm:
             self.file_seen = True
             self.filename = self._part.filename
             self.content_type = self._part.content_type
+            if self._announce_file:
+                self._out.append(b"")
 
     def _on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._in_file:
             self._out.append(bytes(data[start:end]))
-        elif self._part.filename is None:
+        elif self._is_text(self._part):
             self._text_bytes += end - start
             if self._text_bytes > MAX_FORM_TEXT_BYTES:
                 raise FormError(
@@ -191,8 +208,13 @@ class StreamingForm:
         if self._in_file:
             self._in_file = False
             self._done_with_file = True
-        elif self._part.filename is None and self._part.name:
+        elif self._is_text(self._part) and self._part.name:
             self.fields[self._part.name] = self._text.decode("utf-8", "replace")
+
+    def _is_text(self, part: _Part) -> bool:
+        if part.name == self.file_field:
+            return False  # a second file: read and dropped
+        return part.filename is None or (self._named_parts_are_text and bool(part.name))
 
     def _on_end(self) -> None:
         self._finished = True

@@ -1,0 +1,166 @@
+"""POST Object: a browser uploads a file into a bucket with an HTML form.
+
+The form is signed by its policy, not by an Authorization header, so the
+gateway hands such a request here before any signature check, and this
+module is its whole authorization (post_policy.py): the fields sent before
+the file are read first, the policy is verified and its conditions checked,
+and only then is the file streamed into the store. Fields after the file are
+ignored, as in AWS.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from urllib.parse import quote, urlencode, urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.http.forms import FormError, StreamingForm
+from app.parsing import parse_decimal
+from app.s3 import xml
+from app.s3.context import empty_response, stored_metadata, xml_response
+from app.s3.errors import S3Error
+from app.s3.names import validate_bucket_name, validate_object_key
+from app.s3.post_policy import LengthRange, authorize, check_fields
+from app.services import Services
+from app.store.limits import MAX_CONTENT_TYPE_LENGTH
+
+#: What a form may carry besides its file (boundaries, part headers, fields).
+FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
+#: `success_action_status` values honoured; any other answers 204, as AWS.
+SUCCESS_STATUSES = frozenset({200, 201, 204})
+#: The placeholder in `key` that the file's own name replaces.
+FILENAME_PLACEHOLDER = "${filename}"
+
+
+def is_form_post(method: str, headers: Mapping[str, str], query: bytes) -> bool:
+    """A browser's form upload: an unsigned POST of multipart/form-data with
+    no query (the gateway checks that it names a bucket and no key)."""
+    return (
+        method == "POST"
+        and not query
+        and "authorization" not in headers
+        and headers.get("content-type", "").lower().startswith("multipart/form-data")
+    )
+
+
+async def post_object(
+    request: Request, services: Services, bucket: str, *, now: datetime
+) -> Response:
+    settings = services.settings
+    validate_bucket_name(bucket)
+    declared = parse_decimal(request.headers.get("content-length", "").strip())
+    if declared is not None and declared > settings.max_upload_size + FORM_OVERHEAD_ALLOWANCE:
+        raise _too_large(settings.max_upload_size)
+    try:
+        form = StreamingForm(
+            request.headers.get("content-type", ""),
+            named_parts_are_text=True,
+            announce_file=True,
+        )
+    except FormError as exc:
+        raise S3Error("MalformedPOSTRequest", str(exc)) from None
+    stream = form.file_bytes(request.stream())
+    try:
+        async for _ in stream:
+            break  # the file part began: the fields before it are all that count
+    except FormError as exc:
+        raise S3Error("MalformedPOSTRequest", str(exc)) from None
+    if not form.file_seen:  # the whole body is read: it had no file
+        raise S3Error("IncorrectNumberOfFilesInPostRequest")
+
+    fields = {name.lower(): value for name, value in form.fields.items()}
+    credentials = {
+        access_key: secret.get_secret_value()
+        for access_key, secret in settings.s3_credentials.items()
+    }
+    _, policy = authorize(fields, credentials, now=now, region=settings.s3_region)
+    key = _object_key(fields, form.filename)
+    check_fields(policy, {**fields, "key": key}, bucket)
+    if fields.get("acl", "private") != "private":
+        raise S3Error("NotImplemented", "Only the private ACL is supported.")
+    content_type = fields.get("content-type") or form.content_type
+    if content_type is not None and (
+        len(content_type) > MAX_CONTENT_TYPE_LENGTH or not _header_safe(content_type)
+    ):
+        raise S3Error("InvalidArgument", "The Content-Type field cannot be stored.")
+    metadata = stored_metadata(_as_header_values(fields))
+
+    info = await services.s3.put_object(
+        bucket,
+        key,
+        _within(stream, policy.length_range, settings.max_upload_size),
+        content_type=content_type,
+        metadata=metadata,
+    )
+    location = f"{str(request.base_url).rstrip('/')}/{bucket}/{quote(key)}"
+    redirect = fields.get("success_action_redirect") or fields.get("redirect")
+    if redirect and urlsplit(redirect).scheme in ("http", "https"):
+        query = urlencode({"bucket": bucket, "key": key, "etag": info.etag})
+        separator = "&" if urlsplit(redirect).query else "?"
+        return empty_response(303, {"Location": f"{redirect}{separator}{query}"})
+    status = parse_decimal(fields.get("success_action_status", "").strip()) or 204
+    headers = {"ETag": info.etag, "Location": location}
+    if status == 201:
+        return xml_response(xml.post_response_xml(location, bucket, key, info.etag), 201, headers)
+    return empty_response(status if status in SUCCESS_STATUSES else 204, headers)
+
+
+def _object_key(fields: Mapping[str, str], filename: str | None) -> str:
+    key = fields.get("key")
+    if not key:
+        raise S3Error("InvalidArgument", "Bucket POST must contain a field named 'key'.")
+    if FILENAME_PLACEHOLDER in key:
+        name = posixpath.basename((filename or "").replace("\\", "/"))
+        key = key.replace(FILENAME_PLACEHOLDER, name)
+    return validate_object_key(key)
+
+
+def _header_safe(value: str) -> bool:
+    """Whether a field's value can be given back in a header (no control
+    characters: a CR or LF would break the response)."""
+    return all(ch == "\t" or (ch >= " " and ch != "\x7f") for ch in value)
+
+
+def _as_header_values(fields: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Fields as request headers would carry them: UTF-8 bytes read as
+    Latin-1, which is how a header's value is stored and given back."""
+    pairs = []
+    for name, value in fields.items():
+        if not _header_safe(value):
+            raise S3Error("InvalidArgument", f"The field {name[:64]!r} holds control characters.")
+        pairs.append((name, value.encode("utf-8").decode("latin-1")))
+    return pairs
+
+
+async def _within(
+    stream: AsyncIterator[bytes], length_range: LengthRange | None, max_size: int
+) -> AsyncIterator[bytes]:
+    """The file's bytes, refused as they pass the policy's range or the
+    service's limit (the store then discards what it stored)."""
+    high = min(length_range.high, max_size) if length_range else max_size
+    size = 0
+    try:
+        async for piece in stream:
+            size += len(piece)
+            if size > high:
+                raise _too_large(high)
+            yield piece
+    except FormError as exc:
+        raise S3Error("MalformedPOSTRequest", str(exc)) from None
+    if length_range is not None and size < length_range.low:
+        raise S3Error(
+            "EntityTooSmall",
+            f"Your proposed upload is smaller than the minimum of {length_range.low} bytes "
+            "the policy allows.",
+        )
+
+
+def _too_large(limit: int) -> S3Error:
+    return S3Error(
+        "EntityTooLarge",
+        f"Your proposed upload exceeds the maximum allowed size of {limit} bytes.",
+    )
