@@ -24,7 +24,8 @@ from app.s3 import xml
 from app.s3.context import empty_response, stored_metadata, xml_response
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.post_policy import LengthRange, authorize, check_fields
+from app.s3.payload import verify_checksum
+from app.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
 from app.services import Services
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 
@@ -89,10 +90,15 @@ async def post_object(
         raise S3Error("InvalidArgument", "The Content-Type field cannot be stored.")
     metadata = stored_metadata(_as_header_values(fields))
 
+    body = _within(stream, policy.length_range, settings.max_upload_size)
+    for name, value in fields.items():
+        algorithm = name.removeprefix(CHECKSUM_PREFIX)
+        if name.startswith(CHECKSUM_PREFIX) and algorithm not in ("algorithm", "type", "mode"):
+            body = verify_checksum(body, algorithm, value)
     info = await services.s3.put_object(
         bucket,
         key,
-        _within(stream, policy.length_range, settings.max_upload_size),
+        body,
         content_type=content_type,
         metadata=metadata,
     )

@@ -34,6 +34,8 @@ from app.s3.sigv4 import ALGORITHM, derive_signing_key, sign_hex, signatures_equ
 UNCOVERED_FIELDS = frozenset({"policy", "signature", "awsaccesskeyid", "x-amz-signature", "file"})
 #: Fields that exist only for the browser's page and are never checked.
 IGNORED_PREFIX = "x-ignore-"
+#: Checksums of the file need no condition: they only narrow what is stored.
+CHECKSUM_PREFIX = "x-amz-checksum-"
 #: The most conditions a policy may have (the form's text is capped too).
 MAX_CONDITIONS = 100
 
@@ -96,7 +98,7 @@ def check_fields(policy: Policy, fields: Mapping[str, str], bucket: str) -> None
         for name in fields
         if name not in covered
         and name not in UNCOVERED_FIELDS
-        and not name.startswith(IGNORED_PREFIX)
+        and not name.startswith((IGNORED_PREFIX, CHECKSUM_PREFIX))
     )
     if extra:
         raise S3Error(

@@ -272,3 +272,25 @@ async def test_an_unsigned_form_or_one_without_a_file_is_refused(
     assert error_code(anonymous) == "AccessDenied"
     assert no_file.status_code == 400
     assert error_code(no_file) == "IncorrectNumberOfFilesInPostRequest"
+
+
+@pytest.mark.parametrize("right", [True, False])
+async def test_a_checksum_field_is_verified_against_the_file(
+    s3: S3, s3_service: Service, right: bool
+) -> None:
+    content = b"checked content"
+    digest = hashlib.sha256(content if right else b"other").digest()
+    post = presigned_post(s3_service, "sum.txt")
+
+    response = await submit(
+        post, content, **{"x-amz-checksum-sha256": base64.b64encode(digest).decode()}
+    )
+
+    if right:
+        assert response.status_code == 204, response.text
+        assert await read(s3, "uploads", "sum.txt") == content
+    else:
+        assert response.status_code == 400
+        assert error_code(response) == "BadDigest"
+        listed = await s3("list_objects_v2", Bucket="uploads")
+        assert listed["KeyCount"] == 0
