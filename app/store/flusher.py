@@ -56,6 +56,15 @@ class FlushFailed(Exception):
         self.final = final
 
 
+class _PartsGone(FlushFailed):
+    """A spooled part's file was gone when read: normally its upload was
+    aborted, or the part replaced, while it was being flushed."""
+
+    def __init__(self, message: str, spool_ids: set[int]) -> None:
+        super().__init__(message, final=False)
+        self.spool_ids = spool_ids
+
+
 @dataclass(eq=False)
 class _Part:
     """One spooled part while its bytes are being cut into chunks."""
@@ -178,20 +187,15 @@ class Flusher:
                     done = await self._round(flush)
                 except asyncio.CancelledError:
                     raise
+                except _PartsGone as exc:
+                    if not await self._still_spooled(flush.upload_id, exc.spool_ids):
+                        # Aborted or replaced meanwhile: nothing to report.
+                        log.debug("spool_parts_gone", upload_id=flush.upload_id)
+                        continue
+                    await self._failed_round(flush, exc)
+                    continue
                 except Exception as exc:
-                    flush.last_error = exc
-                    flush.changed.set()
-                    log.warning(
-                        "spool_flush_failed",
-                        upload_id=flush.upload_id,
-                        error=str(exc),
-                        retry_in=self._retry_delay,
-                    )
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self._retry_delay):
-                            while not self._stopping:
-                                flush.wake.clear()
-                                await flush.wake.wait()
+                    await self._failed_round(flush, exc)
                     continue
                 flush.last_error = None
                 if done:
@@ -203,6 +207,26 @@ class Flusher:
             if flush.wake.is_set() and not self._stopping:
                 # A part came after the last look at the spool: a new run takes it.
                 self.notify(flush.upload_id)
+
+    async def _failed_round(self, flush: _UploadFlush, exc: Exception) -> None:
+        """Report the failure to whoever waits for the upload, then wait
+        before the next round (or until woken)."""
+        flush.last_error = exc
+        flush.changed.set()
+        log.warning(
+            "spool_flush_failed",
+            upload_id=flush.upload_id,
+            error=str(exc),
+            retry_in=self._retry_delay,
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._retry_delay):
+                while not self._stopping:
+                    flush.wake.clear()
+                    await flush.wake.wait()
+
+    async def _still_spooled(self, upload_id: str, spool_ids: set[int]) -> bool:
+        return any(row.id in spool_ids for row in await self._load(upload_id))
 
     async def _round(self, flush: _UploadFlush) -> bool:
         """Flush what is spooled (and what comes meanwhile) until nothing is
@@ -279,6 +303,8 @@ class Flusher:
             piece = await self._writer.store_chunk(
                 data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
             )
+        except FileNotFoundError as exc:
+            failure = _PartsGone(str(exc), {segment.part.row_id for segment in segments})
         except (TelegramError, OSError) as exc:
             # Raised below, outside this block: a traceback keeps the frames of
             # the send alive, and with them the chunk's bytes.

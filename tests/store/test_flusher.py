@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from structlog.testing import capture_logs
 
 from app.db.models import Chunk, PartPiece, SpooledPart
 from app.db.multipart import MultipartRepository
@@ -21,6 +23,7 @@ from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.errors import TransientError
+from tests.running_service import eventually
 from tests.store.test_writer import FakeTelegram, pieces
 
 CHUNK = 4096
@@ -132,3 +135,36 @@ async def test_a_failed_send_is_retried_from_the_spool_and_leaves_no_chunk(
     # Chunks of the failed round that no part kept were released.
     assert chunks == used
     await flusher.stop(grace=1)
+
+
+async def test_a_part_aborted_while_it_is_flushed_ends_the_flush_quietly(
+    sessionmaker: Sessions, spool: Spool
+) -> None:
+    telegram = FakeTelegram(bots=1)  # one lane: the second chunk is read after the first is sent
+    telegram.gate.clear()
+    parts = [random.Random(n).randbytes(3000) for n in range(3)]
+    upload_id = await spooled_upload(sessionmaker, spool, parts)
+    flusher = flusher_for(telegram, sessionmaker, spool)
+    with capture_logs() as logs:
+        flusher.notify(upload_id)
+        await eventually(async_true(lambda: telegram.in_flight > 0))
+        # The upload is aborted while its first chunk is in flight.
+        async with session_scope(sessionmaker) as session:
+            paths = await SpoolRepository(session).paths_of_upload(upload_id)
+            await session.execute(delete(SpooledPart).where(SpooledPart.upload_id == upload_id))
+        await spool.delete(paths)
+        telegram.gate.set()
+        await eventually(async_true(lambda: not flusher._uploads))
+
+    assert [e for e in logs if e["log_level"] == "warning"] == []
+    async with session_scope(sessionmaker) as session:
+        # The chunk sent for the aborted parts is released, not kept.
+        assert await session.scalar(select(func.count()).select_from(PartPiece)) == 0
+    await flusher.stop(grace=1)
+
+
+def async_true(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def checked() -> bool:
+        return check()
+
+    return checked
