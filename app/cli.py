@@ -206,8 +206,10 @@ async def _precheck(settings: Settings) -> None:
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
-    if settings.storage_chat_id is None:
-        raise StartupError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    if not settings.chat_ids:
+        raise StartupError(
+            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
+        )
     engine = create_engine(settings.database_url)
     try:
         await check_schema(engine)
@@ -351,12 +353,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings()
     if not settings.bot_tokens:
         raise CliError("BOT_TOKENS is not set: give at least one bot token")
-    if settings.storage_chat_id is None:
-        raise CliError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    if not settings.chat_ids:
+        raise CliError(
+            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
+        )
     rows = asyncio.run(
         inspect_bots(
             settings.bot_tokens,
-            chat_id=settings.storage_chat_id,
+            chat_ids=settings.chat_ids,
             api_base=settings.telegram_api_base,
         )
     )

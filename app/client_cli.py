@@ -163,16 +163,19 @@ def _blocks(response: httpx.Response) -> Iterator[bytes]:
 
 
 def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
-    """Print the bot table; True when every bot can work."""
-    table = Table(title="Bots in the storage chat")
-    for column in ("bot id", "username", "admin", "can post", "can delete", "problem"):
+    """Print the table of (bot, chat) pairs and list the pairs that fail;
+    True when every bot can work in every storage chat."""
+    table = Table(title="Bots in the storage chats")
+    for column in ("bot id", "chat id", "username", "admin", "can post", "can delete", "problem"):
         table.add_column(column)
-    ok = True
+    failing: list[str] = []
     for row in rows:
         usable = row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]
-        ok = ok and bool(usable)
+        if not usable:
+            failing.append(f"bot {row['bot_id']} in chat {row['chat_id']}")
         table.add_row(
             str(row["bot_id"]),
+            str(row["chat_id"]),
             row["username"] or "-",
             _yes(row["admin"]),
             _yes(row["can_post"]),
@@ -180,7 +183,9 @@ def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
             row["problem"] or "",
         )
     console.print(table)
-    return ok
+    if failing:
+        console.print("[red]Failing: " + ", ".join(failing) + "[/red]")
+    return not failing
 
 
 def check_budget(settings: Any, console: Console) -> bool:
@@ -219,36 +224,52 @@ def _yes(value: object) -> str:
     return "yes" if value else "NO"
 
 
-async def inspect_bots(tokens: list[Any], *, chat_id: int, api_base: str) -> list[dict[str, Any]]:
-    """getMe, then getChatMember in the storage chat, for every token."""
+async def inspect_bots(
+    tokens: list[Any], *, chat_ids: list[int], api_base: str
+) -> list[dict[str, Any]]:
+    """getMe, then getChatMember in every storage chat, for every token: one
+    row per (bot, chat)."""
     import asyncio
 
     from app.telegram.client import BotClient
     from app.telegram.errors import TelegramError
 
-    async def one(token: Any) -> dict[str, Any]:
+    async def one(token: Any) -> list[dict[str, Any]]:
         client = BotClient(token, api_base=api_base)
-        row: dict[str, Any] = {
-            "bot_id": token.bot_id,
-            "username": None,
-            "admin": False,
-            "can_post": False,
-            "can_delete": False,
-            "problem": None,
-        }
+        rows = [
+            {
+                "bot_id": token.bot_id,
+                "chat_id": chat_id,
+                "username": None,
+                "admin": False,
+                "can_post": False,
+                "can_delete": False,
+                "problem": None,
+            }
+            for chat_id in chat_ids
+        ]
         try:
-            me = await client.get_me()
-            row["username"] = f"@{me.username}" if me.username else None
-            member = await client.get_chat_member(chat_id, token.bot_id)
-            row["admin"] = member.is_admin
-            row["can_post"] = member.can_post_messages
-            row["can_delete"] = member.can_delete_messages
-            if not member.is_admin:
-                row["problem"] = f"not an admin of the chat (status {member.status})"
-        except TelegramError as exc:
-            row["problem"] = exc.description
+            try:
+                me = await client.get_me()
+            except TelegramError as exc:
+                for row in rows:
+                    row["problem"] = exc.description
+                return rows
+            for row in rows:
+                row["username"] = f"@{me.username}" if me.username else None
+                try:
+                    member = await client.get_chat_member(row["chat_id"], token.bot_id)
+                except TelegramError as exc:
+                    row["problem"] = exc.description
+                    continue
+                row["admin"] = member.is_admin
+                row["can_post"] = member.can_post_messages
+                row["can_delete"] = member.can_delete_messages
+                if not member.is_admin:
+                    row["problem"] = f"not an admin of the chat (status {member.status})"
         finally:
             await client.aclose()
-        return row
+        return rows
 
-    return list(await asyncio.gather(*(one(token) for token in tokens)))
+    per_bot = await asyncio.gather(*(one(token) for token in tokens))
+    return [row for rows in per_bot for row in rows]

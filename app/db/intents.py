@@ -30,6 +30,10 @@ from app.db.types import utcnow
 # delete a channel post) and so is the file.
 UNKNOWN_BOT = 0
 UNKNOWN_FILE = ""
+# The chat of an intent whose send goes to whichever storage chat its bot can
+# post to soonest (the dispatcher chooses at the attempt): it may post in any.
+# Telegram chat ids are never 0.
+ANY_CHAT = 0
 # Message ids looked at per reconciliation transaction (bounds its memory and
 # the ledger rows it writes at once; a bigger gap takes several).
 RECONCILE_BATCH = 10_000
@@ -94,7 +98,9 @@ class WatermarkRepository:
         (one per open intent) may have posted before it.
         """
         in_flight = await self._session.scalar(
-            select(func.count()).select_from(SendIntent).where(SendIntent.chat_id == chat_id)
+            select(func.count())
+            .select_from(SendIntent)
+            .where(SendIntent.chat_id.in_([chat_id, ANY_CHAT]))
         )
         values = {
             "chat_id": chat_id,
@@ -109,9 +115,9 @@ class WatermarkRepository:
         )
         await self._session.execute(statement)
 
-    async def claim_dead(self, chat_id: int, dead: Iterable[str]) -> int:
+    async def claim_dead(self, chat_ids: Iterable[int], dead: Iterable[str]) -> int:
         """Forget instances that died (their rows and open intents) and mark
-        the chat unclean if any was still registered; returns how many were.
+        the chats unclean if any was still registered; returns how many were.
 
         Deleting the rows is the claim: of several live instances seeing the
         same dead one, only the one whose delete removed it marks the chat.
@@ -130,17 +136,17 @@ class WatermarkRepository:
             delete(SendIntent).where(SendIntent.owner.not_in(select(Instance.id)))
         )
         if claimed:
-            await self.mark_unclean(chat_id)
+            await self.mark_unclean(chat_ids)
         return claimed
 
-    async def mark_unclean(self, chat_id: int) -> None:
-        """Ids above the watermark may hold orphans: reconcile the chat. The
+    async def mark_unclean(self, chat_ids: Iterable[int]) -> None:
+        """Ids above the watermarks may hold orphans: reconcile the chats. The
         mark is the latest such moment, so a reconciliation that began before
         it does not clear it. (A chat with no watermark yet has had no chunk.)"""
         now = utcnow()
         await self._session.execute(
             update(ChatWatermark)
-            .where(ChatWatermark.chat_id == chat_id)
+            .where(ChatWatermark.chat_id.in_(builtins.list(chat_ids)))
             .values(unclean_since=now, updated_at=now)
         )
 

@@ -67,7 +67,7 @@ class GetMe:
 @pytest.fixture
 async def dispatcher() -> AsyncIterator[Dispatcher]:
     clients = [BotClient(token(bot_id), api_base=API) for bot_id in (SLOW, LATE, REVOKED)]
-    pool = Dispatcher(clients, chat_id=-1001, checked=False)
+    pool = Dispatcher(clients, chat_ids=[-1001], checked=False)
     await pool.start()
     yield pool
     await pool.stop(grace=0)
