@@ -24,6 +24,7 @@ DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
 # A new key uploads and manages its own files; `admin` (everyone's files) must
 # be asked for. Keys from before scopes existed were migrated to admin.
 DEFAULT_KEY_SCOPE = "write"
+DEFAULT_SIM_CHAT_ID = [-1001000000001]
 T = TypeVar("T")
 
 
@@ -98,7 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=8081)
     sim.add_argument("--bots", type=int, default=6, help="how many bot tokens it accepts (6)")
-    sim.add_argument("--chat-id", type=int, default=-1001000000001, help="the storage chat")
+    sim.add_argument(
+        "--chat-id",
+        type=int,
+        action="append",
+        default=None,
+        help="a storage chat; repeat it for several (default -1001000000001)",
+    )
     sim.add_argument("--tokens-file", default=None, help="also write the tokens to this file")
     sim.add_argument(
         "--concurrency-limit",
@@ -380,7 +387,7 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         bots=args.bots,
-        chat_id=args.chat_id,
+        chat_id=args.chat_id or DEFAULT_SIM_CHAT_ID,
         tokens_file=args.tokens_file,
         max_concurrent_calls_per_bot=args.concurrency_limit,
         collision_retry_after=args.collision_retry_after,

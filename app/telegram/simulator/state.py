@@ -39,6 +39,7 @@ from app.telegram.simulator.config import (
 from app.telegram.simulator.model import (
     ApiError,
     BotStats,
+    Post,
     _Bot,
     _Call,
     _Chat,
@@ -78,6 +79,7 @@ class TelegramSimulator:
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
         self._path_counter = 0
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
+        self._posts: list[Post] = []
         self._clock_offset = 0.0
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._call_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -266,6 +268,12 @@ class TelegramSimulator:
                 max_concurrent_uploads=bot.uploads_in_flight,
                 max_concurrent_downloads=bot.downloads_in_flight,
             )
+        self._posts.clear()
+
+    def posts(self) -> list[Post]:
+        """Every message posted since the start (or `reset_stats`), in order,
+        with the bot that posted it and when."""
+        return list(self._posts)
 
     def message_count(self, chat_id: int) -> int:
         """Messages ever posted in the chat, deleted ones included."""
@@ -434,7 +442,7 @@ class TelegramSimulator:
             file = self._file_to_resend(bot_id, resent_id)
         self._check_send_budget(bot_id, chat.chat_id)
         file_id = self._issue_file_id(bot_id, file) if upload is not None else resent_id
-        return self._message_json(self._post(chat, file, file_id, caption))
+        return self._message_json(self._post(bot_id, chat, file, file_id, caption))
 
     def _file_to_resend(self, bot_id: int, document: str) -> _StoredFile:
         """sendDocument with a file_id instead of a file: no upload, no size limit."""
@@ -482,7 +490,7 @@ class TelegramSimulator:
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
         file_id = self._issue_file_id(bot_id, source.file)
-        message = self._post(target, source.file, file_id, source.caption)
+        message = self._post(bot_id, target, source.file, file_id, source.caption)
         message.forwarded_from = source.forwarded_from or source
         return self._message_json(message)
 
@@ -565,6 +573,7 @@ class TelegramSimulator:
 
     def _post(
         self,
+        bot_id: int,
         chat: _Chat,
         file: _StoredFile,
         file_id: str,
@@ -581,6 +590,7 @@ class TelegramSimulator:
             caption=caption,
         )
         chat.messages[message.message_id] = message
+        self._posts.append(Post(bot_id, chat.chat_id, message.message_id, message.posted_at))
         return message
 
     def _message_json(self, message: _Message) -> dict[str, Any]:
