@@ -111,6 +111,8 @@ class Job(Generic[T]):
     # uploads, behind earlier priority jobs. Still one call at a time per token.
     priority: bool = False
     attempts: int = 0
+    # The chat the latest attempt went to.
+    last_chat: int | None = None
     tried: set[int] = field(default_factory=set)
     transient_tries: dict[int, int] = field(default_factory=dict)
     last_error: BaseException | None = None
@@ -140,10 +142,12 @@ class BotStatus:
 class BotWorker:
     """State of one bot plus the loop that runs its jobs one at a time."""
 
-    def __init__(self, client: BotClient, index: int) -> None:
+    def __init__(self, client: BotClient, index: int, chats: set[int]) -> None:
         self.client = client
         self.bot_id = client.bot_id
         self.index = index
+        # The storage chats this bot may post to (those its check passed in).
+        self.chats = chats
         self.queue: deque[Job[Any]] = deque()
         self.running: Job[Any] | None = None
         self.usable = True
@@ -223,7 +227,7 @@ class Dispatcher:
         self._all_failed_pause = all_failed_pause
         self._pacing_window = pacing_window
         self.workers: dict[int, BotWorker] = {
-            c.bot_id: BotWorker(c, index) for index, c in enumerate(clients)
+            c.bot_id: BotWorker(c, index, set(self.chat_ids)) for index, c in enumerate(clients)
         }
         if not checked:
             for worker in self.workers.values():
@@ -250,11 +254,14 @@ class Dispatcher:
             self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
         )
 
-    def admit(self, bot_id: int) -> None:
-        """A held-back bot passed its check: it joins the pool now."""
+    def admit(self, bot_id: int, chats: Sequence[int] | None = None) -> None:
+        """A held-back bot passed its check: it joins the pool now, for
+        `chats` only if given (the storage chats it may post to)."""
         worker = self.workers[bot_id]
         if not worker.probing:
             return
+        if chats is not None:
+            worker.chats = set(chats) & set(self.chat_ids)
         worker.probing = False
         worker.usable = True
         if self._accepting:
@@ -363,8 +370,14 @@ class Dispatcher:
         worker = self.workers.get(bot_id)
         return worker.client if worker is not None and worker.usable else None
 
-    def usable_bots(self) -> list[int]:
-        return [w.bot_id for w in self.workers.values() if w.usable]
+    def usable_bots(self, chat_id: int | None = None) -> list[int]:
+        """The bots in the pool; with `chat_id`, those that may act in it (a
+        chat that is no storage chat any more was not checked: any bot)."""
+        return [
+            w.bot_id
+            for w in self.workers.values()
+            if w.usable and (chat_id is None or chat_id in w.chats or chat_id not in self.chat_ids)
+        ]
 
     def seconds_until_free(self) -> float:
         """How long until some usable bot is likely to take a new job: the
@@ -469,7 +482,12 @@ class Dispatcher:
                 error = NoUsableBot("no usable bot is left in the pool")
             self._fail(job, error)
             return
-        untried = [w for w in usable if w.bot_id not in job.tried]
+        unable = {w.bot_id for w in usable if not self._serves(w, job)}
+        if len(unable) == len(usable):
+            where = "a storage chat" if job.chat_id is None else f"chat {job.chat_id}"
+            self._fail(job, NoUsableBot(f"no usable bot may post in {where}"))
+            return
+        untried = [w for w in usable if w.bot_id not in job.tried | unable]
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
             job.tried.clear()
@@ -477,7 +495,7 @@ class Dispatcher:
             log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
             self._route_later(job, delay)
             return
-        worker = self.pick_bot(exclude=job.tried)
+        worker = self.pick_bot(exclude=job.tried | unable)
         if worker is None:
             # Every candidate is cooling down: queue on the one that frees first.
             # Its worker waits out the cooldown; an idle bot may take it earlier.
@@ -552,11 +570,28 @@ class Dispatcher:
             return None, pacing
         return self._steal_for(worker), None
 
+    def _serves(self, worker: BotWorker, job: Job[Any]) -> bool:
+        """Whether `worker` may run `job`: a send needs a chat the bot passed
+        its check in (a chat that is no storage chat any more was not checked)."""
+        if not job.is_send:
+            return True
+        if job.chat_id is None:
+            return bool(worker.chats)
+        return job.chat_id in worker.chats or job.chat_id not in self.chat_ids
+
+    def _chats_of(self, worker: BotWorker, job: Job[Any]) -> list[int]:
+        """The chats `worker` may send `job` to."""
+        if job.chat_id is not None:
+            return [job.chat_id]
+        return [chat for chat in self.chat_ids if chat in worker.chats]
+
     def _send_delay(self, worker: BotWorker, job: Job[Any], now: float) -> float:
         """Seconds until `worker` may run `job` as far as pacing goes (0: now)."""
         if not job.is_send:
             return 0.0
-        chats = self.chat_ids if job.chat_id is None else [job.chat_id]
+        chats = self._chats_of(worker, job)
+        if not chats:  # routing never gives it such a job
+            return self._pacing_window
         return min(self._chat_delay(worker, chat, now) for chat in chats)
 
     def _chat_delay(self, worker: BotWorker, chat_id: int, now: float) -> float:
@@ -569,7 +604,7 @@ class Dispatcher:
         if job.chat_id is not None:
             return job.chat_id
         return min(
-            self.chat_ids,
+            self._chats_of(worker, job) or self.chat_ids,
             key=lambda chat: (
                 self._chat_delay(worker, chat, now),
                 self.chat_sends[chat],
@@ -593,6 +628,8 @@ class Dispatcher:
             for job in other.queue:
                 if job.pinned_bot is not None or job.abandoned or thief.bot_id in job.tried:
                     continue
+                if not self._serves(thief, job):
+                    continue
                 if idle and self._send_delay(other, job, now) == 0:
                     break  # an owner free to run its jobs runs them itself
                 if self._send_delay(thief, job, now) > 0:
@@ -611,6 +648,7 @@ class Dispatcher:
         started = self._clock()
         chat_id = self._choose_chat(worker, job, started) if job.is_send else self.chat_ids[0]
         sent_at: deque[float] | None = None
+        job.last_chat = chat_id if job.is_send else None
         if job.is_send:
             sent_at = worker.recent_sends(chat_id, started, self._pacing_window)
             sent_at.append(started)
@@ -773,6 +811,22 @@ class Dispatcher:
         self._route(job)
 
     def _on_unusable(self, worker: BotWorker, job: Job[Any], exc: BotUnusable) -> None:
+        chat = job.last_chat
+        if exc.status == 403 and chat is not None and worker.chats - {chat}:
+            # Kicked from one chat (or its rights taken): the bot still works
+            # in its other chats, and the send goes elsewhere.
+            worker.chats.discard(chat)
+            log.error(
+                "bot_removed_from_chat",
+                bot_id=worker.bot_id,
+                chat_id=chat,
+                reason=exc.description,
+                chats_left=len(worker.chats),
+            )
+            self._move_queue_away(worker)
+            if self._budget_left(job, exc):
+                self._route(job)
+            return
         if worker.usable:
             worker.usable = False
             log.error(

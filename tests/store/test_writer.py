@@ -71,7 +71,7 @@ class FakeTelegram:
         self.failure: TelegramError = PermanentError("Bad Request: refused", status=400)
         self._ids = itertools.count(1)
 
-    def usable_bots(self) -> list[int]:
+    def usable_bots(self, chat_id: int | None = None) -> list[int]:
         return list(self.bots)
 
     async def send_document(

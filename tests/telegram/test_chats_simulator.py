@@ -19,6 +19,7 @@ import pytest
 from app.config import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.probe import BotProber
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.simulator.config import SEND_WINDOW
 from tests.running_service import eventually
@@ -100,3 +101,56 @@ async def test_each_chat_numbers_its_own_messages_and_forwards_stay_in_their_cha
     assert copy.chat_id == CHATS[2] and copy.message_id == 4
     assert copy.bot_id != source.bot_id
     assert sim.live_messages(CHATS[0]) == [1, 2, 3]
+
+
+async def test_a_bot_is_admitted_only_for_the_chats_where_it_may_post() -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(BOTS), chat_ids=CHATS[:2]))
+    kicked, other = sim.bot_ids
+    sim.kick(kicked, CHATS[1])
+    async with run_simulator(sim) as url:
+        clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+        pool = Dispatcher(clients, chat_ids=CHATS[:2], checked=False)
+        await pool.start()
+        prober = BotProber(pool, first_pause=0, max_pause=0)
+        prober.start()
+        try:
+
+            async def checked() -> bool:
+                return prober.probing == 0
+
+            await eventually(checked)
+            assert sorted(pool.usable_bots()) == sorted(sim.bot_ids)
+            assert pool.usable_bots(CHATS[1]) == [other]
+
+            await asyncio.gather(*(pool.send_document(b"d", f"{i}.bin") for i in range(12)))
+            pairs = Counter((p.bot_id, p.chat_id) for p in sim.posts())
+            assert (kicked, CHATS[1]) not in pairs
+            assert pairs[(kicked, CHATS[0])] > 0
+
+            # Kicked from its last good chat while it runs: a 403 there takes
+            # it out of the pool, and its send goes to the other bot.
+            sim.kick(kicked, CHATS[0])
+            await asyncio.gather(*(pool.send_document(b"e", f"e{i}.bin") for i in range(6)))
+            assert pool.usable_bots() == [other]
+        finally:
+            await prober.stop()
+            await pool.stop(grace=5)
+
+
+async def test_a_bot_kicked_from_one_chat_keeps_working_in_the_others() -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(1), chat_ids=CHATS))
+    (bot,) = sim.bot_ids
+    async with run_simulator(sim) as url:
+        clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+        pool = Dispatcher(clients, chat_ids=CHATS)
+        await pool.start()
+        try:
+            sim.kick(bot, CHATS[0])
+            documents = await asyncio.gather(
+                *(pool.send_document(b"d", f"{i}.bin") for i in range(6))
+            )
+        finally:
+            await pool.stop(grace=5)
+    assert pool.usable_bots() == [bot]
+    assert {d.chat_id for d in documents} == set(CHATS[1:])
+    assert pool.usable_bots(CHATS[0]) == []
