@@ -33,7 +33,6 @@ from app.telegram.simulator.config import (
     CAPTION_LIMIT,
     FAULTABLE_METHODS,
     MUTABLE_KNOBS,
-    SEND_WINDOW,
     SimulatorConfig,
 )
 from app.telegram.simulator.model import (
@@ -542,10 +541,11 @@ class TelegramSimulator:
             return
         now = self._now()
         sends = self._sends.setdefault((bot_id, chat_id), deque())
-        while sends and sends[0] <= now - SEND_WINDOW:
+        window = self.config.send_window
+        while sends and sends[0] <= now - window:
             sends.popleft()
         if len(sends) >= budget:
-            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + SEND_WINDOW - now)))
+            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
         sends.append(now)
 
     def _issue_file_id(self, bot_id: int, file: _StoredFile) -> str:
