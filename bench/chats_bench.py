@@ -186,7 +186,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     return asyncio.run(main_async(args))
 
 
