@@ -29,7 +29,9 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   job fails fast with `NoUsableBot`.
 * Built with `checked=False`, every bot waits outside the pool until its getMe
   check passes (`admit`, from app.telegram.probe), so the service need not wait
-  for every bot before it starts.
+  for every bot before it starts. A bot is admitted for the storage chats where
+  it may post; sends go only there. A 403 on a send (kicked from that chat)
+  takes the bot out of that chat alone while it has others.
 * At most `max_attempts` attempts per job across all bots (429s count too, so a
   job cannot loop forever), then it fails with the last error.
 * Optional pacing: at most `sends_per_minute` uploads per (bot, chat) per
