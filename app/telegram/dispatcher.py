@@ -153,8 +153,10 @@ class BotWorker:
         self.queue: deque[Job[Any]] = deque()
         self.running: Job[Any] | None = None
         self.usable = True
-        # Held back until its getMe check passes (app.telegram.probe).
+        # Held back until its getMe check passes (app.telegram.probe), and why
+        # its latest check did not.
         self.probing = False
+        self.check_problem: str | None = None
         self.cooldown_until = 0.0
         self.last_assigned = 0
         # When this bot's recent sends were posted, per chat (pacing).
@@ -269,6 +271,11 @@ class Dispatcher:
         if self._accepting:
             self._start_worker(worker)
         self._wake_all()
+
+    def note_check_problem(self, bot_id: int, problem: str) -> None:
+        """Why a held-back bot's latest check did not pass (told to callers
+        while no bot is admitted)."""
+        self.workers[bot_id].check_problem = problem
 
     def reject(self, bot_id: int) -> None:
         """A held-back bot failed its check for good: it stays out."""
@@ -476,8 +483,15 @@ class Dispatcher:
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
-            if any(w.probing for w in self.workers.values()):
-                error = NoUsableBot("no bot has passed its getMe check yet")
+            probing = [w for w in self.workers.values() if w.probing]
+            if probing:
+                problems = "; ".join(
+                    f"bot {w.bot_id}: {w.check_problem}" for w in probing if w.check_problem
+                )
+                error = NoUsableBot(
+                    "no bot has passed its check (getMe, then its rights in the storage "
+                    "chats) yet" + (f" ({problems})" if problems else "")
+                )
                 # Checks are retried within seconds: worth asking again soon.
                 error.pool_wait = self._all_failed_pause
             else:

@@ -106,7 +106,7 @@ class BotProber:
                 pause = min(pause * 2, self._max_pause)
                 continue
             try:
-                chats = await self._chats_of(client, bot_id)
+                chats, refusals = await self._chats_of(client, bot_id)
             except TelegramError as exc:
                 wait = exc.retry_after if isinstance(exc, RateLimited) else pause
                 log.warning("bot_check_retrying", bot_id=bot_id, attempt=attempt, error=str(exc))
@@ -115,6 +115,9 @@ class BotProber:
                 continue
             if not chats:
                 log.error("bot_check_failed", bot_id=bot_id, error="no storage chat lets it post")
+                self._dispatcher.note_check_problem(
+                    bot_id, "no storage chat lets it post: " + "; ".join(refusals)
+                )
                 await asyncio.sleep(pause * random.uniform(1.0, 1.2))
                 pause = min(pause * 2, self._max_pause)
                 continue
@@ -133,23 +136,22 @@ class BotProber:
                 self._on_admitted(info)
             return
 
-    async def _chats_of(self, client: BotClient, bot_id: int) -> list[int]:
-        """The storage chats where the bot is an admin that may post. A
-        passing failure (5xx, 429, timeout) is raised: check again later."""
-        chats = []
+    async def _chats_of(self, client: BotClient, bot_id: int) -> tuple[list[int], list[str]]:
+        """The storage chats where the bot is an admin that may post, and why
+        each other chat refused it. A passing failure (5xx, 429, timeout) is
+        raised: check again later."""
+        chats: list[int] = []
+        refusals: list[str] = []
         for chat_id in self._dispatcher.chat_ids:
             try:
                 member = await client.get_chat_member(chat_id, bot_id)
             except (BotUnusable, PermanentError) as exc:
-                log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=str(exc))
-                continue
-            if member.is_admin and member.can_post_messages:
-                chats.append(chat_id)
+                refusal = exc.description
             else:
-                log.error(
-                    "bot_refused_in_chat",
-                    bot_id=bot_id,
-                    chat_id=chat_id,
-                    error=f"not an admin that may post (status {member.status})",
-                )
-        return chats
+                if member.is_admin and member.can_post_messages:
+                    chats.append(chat_id)
+                    continue
+                refusal = f"not an admin that may post (status {member.status})"
+            log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
+            refusals.append(f"chat {chat_id}: {refusal}")
+        return chats, refusals
