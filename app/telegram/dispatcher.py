@@ -139,6 +139,7 @@ class BotStatus:
     abandoned: int
     errors: dict[str, int]
     probing: bool = False
+    chats: tuple[int, ...] = ()
 
 
 class BotWorker:
@@ -415,6 +416,7 @@ class Dispatcher:
                 abandoned=w.abandoned,
                 errors=dict(w.errors),
                 probing=w.probing,
+                chats=tuple(c for c in self.chat_ids if c in w.chats and not w.probing),
             )
             for w in self.workers.values()
         ]

@@ -120,3 +120,35 @@ async def test_check_checks_every_bot_in_every_chat_and_names_the_failing_pair(
     out = " ".join(capsys.readouterr().out.split())
     assert f"Failing: bot {bot} in chat {CHATS[2]}" in out
     assert "kicked" in out
+
+
+async def test_a_bot_kicked_from_a_chat_works_in_the_others_and_ready_says_where(
+    start_service: ServiceFactory,
+) -> None:
+    kicked = 100002  # make_tokens numbers the bots from 100001
+
+    service = await start_service(
+        storage_chat_ids=CHATS,
+        metrics_access="public",
+        prepare=lambda sim: sim.kick(kicked, CHATS[2]),
+    )
+    async with service.client() as http:
+
+        async def all_checked() -> bool:
+            bots = (await http.get("/ready")).json()["bots"]
+            return not any(bot["checking"] for bot in bots)
+
+        await eventually(all_checked)
+        bots = {bot["bot_id"]: bot for bot in (await http.get("/ready")).json()["bots"]}
+        assert bots[kicked]["usable"] and bots[kicked]["chats"] == CHATS[:2]
+        assert all(bot["chats"] == CHATS for bot_id, bot in bots.items() if bot_id != kicked)
+
+        data = payload(12 * CHUNK, seed=5)
+        put = await http.put("/api/files/k.bin", content=data, headers=service.auth)
+        assert put.status_code == 201, put.text
+        got = await http.get(f"/f/{put.json()['public_id']}")
+        assert got.content == data
+    pairs = {(p.bot_id, p.chat_id) for p in service.sim.posts()}
+    assert (kicked, CHATS[0]) in pairs or (kicked, CHATS[1]) in pairs
+    assert (kicked, CHATS[2]) not in pairs
+    assert {chat for _, chat in pairs} == set(CHATS)
