@@ -11,6 +11,7 @@ back the reconciliation of whichever chat it lands in.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shutil
 import tempfile
@@ -49,9 +50,20 @@ class Stack:
         return await self.bot.send_document(chat_id, data, "orphan.bin")
 
 
+# Kicked from the second chat before the service starts (see the last test).
+KICKED = 100003
+
+
 @pytest.fixture
-async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]:
+def kicked() -> bool:
+    return False
+
+
+@pytest.fixture
+async def stack(database: Database, engine: AsyncEngine, kicked: bool) -> AsyncIterator[Stack]:
     sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(3), chat_ids=CHATS))
+    if kicked:
+        sim.kick(KICKED, CHATS[1])
     spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
     async with run_simulator(sim) as url:
         settings = make_settings(
@@ -64,6 +76,11 @@ async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]
             storage_chat_ids=CHATS,
         )
         services = await start_services(settings)
+        # Every bot checked in both chats, so each chat gets chunks at once.
+        async with asyncio.timeout(10):
+            while services.dispatcher.probing_bots():
+                await services.prober.one_admitted.wait()
+                await asyncio.sleep(0.01)
         assert services.instance.reconciler is not None
         services.instance.reconciler.late_posts_allowance = timedelta(0)
         bot = BotClient(BotToken.parse(sim.tokens[0]), api_base=url)
@@ -185,3 +202,29 @@ async def test_a_live_send_that_may_land_in_any_chat_holds_back_each_chats_recon
     await eventually(only_held_left, within=20)
     assert in_flight.message_id in stack.sim.live_messages(CHATS[1])
     assert orphan not in stack.sim.live_messages(CHATS[0])
+
+
+@pytest.mark.parametrize("kicked", [True])
+async def test_orphans_are_deleted_by_bots_of_their_own_chat(stack: Stack) -> None:
+    services = stack.services
+    assert KICKED not in services.dispatcher.usable_bots(CHATS[1])
+    await store_object(services, "kept.bin")
+    # Enough orphans that some ids would fall to the kicked bot if any bot
+    # of the pool were asked to delete them.
+    orphans = [(await stack.orphan(CHATS[1])).message_id for _ in range(6)]
+    await add_dead_instance(services)
+    refused = stack.sim.stats()[KICKED].errors.get(403, 0)  # its check, in the second chat
+
+    await services.instance.adopt()
+
+    await eventually(lambda: every_chat_reconciled(services), within=20)
+    expected = await held(services)
+
+    async def only_held_left() -> bool:
+        return {chat: stack.sim.live_messages(chat) for chat in CHATS} == expected
+
+    await eventually(only_held_left, within=20)
+    assert not set(orphans) & set(stack.sim.live_messages(CHATS[1]))
+    # The kicked bot was never asked to delete there, so it is still in the pool.
+    assert KICKED in services.dispatcher.usable_bots()
+    assert stack.sim.stats()[KICKED].errors.get(403, 0) == refused
