@@ -131,8 +131,17 @@ class Reconciler:
         if this round could not finish (the chats left stay marked)."""
         async with self._lock:
             ledgered = 0
+            failure: Exception | None = None
             for chat_id in await self._marked_chats():
-                ledgered += await self._reconcile_chat(chat_id)
+                try:
+                    ledgered += await self._reconcile_chat(chat_id)
+                except Exception as exc:
+                    # One chat that cannot be probed now (no bot may post
+                    # there) does not hold back the others.
+                    log.warning("reconcile_chat_failed", chat_id=chat_id, error=str(exc))
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
             return ledgered
 
     async def _reconcile_chat(self, chat_id: int) -> int:

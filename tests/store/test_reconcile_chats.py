@@ -228,3 +228,35 @@ async def test_orphans_are_deleted_by_bots_of_their_own_chat(stack: Stack) -> No
     # The kicked bot was never asked to delete there, so it is still in the pool.
     assert KICKED in services.dispatcher.usable_bots()
     assert stack.sim.stats()[KICKED].errors.get(403, 0) == refused
+
+
+async def test_a_chat_no_bot_may_post_in_any_more_does_not_hold_back_the_others(
+    stack: Stack,
+) -> None:
+    services = stack.services
+    await store_object(services, "kept.bin")
+    orphan = (await stack.orphan(CHATS[1])).message_id
+    # Every bot is kicked from the first chat: its probe cannot be posted.
+    for bot_id in stack.sim.bot_ids:
+        stack.sim.kick(bot_id, CHATS[0])
+    await add_dead_instance(services)
+
+    await services.instance.adopt()
+
+    async def second_chat_reconciled() -> bool:
+        mark = (await marks(services))[CHATS[1]]
+        return mark is not None and mark.unclean_since is None
+
+    await eventually(second_chat_reconciled, within=20)
+    expected = await held(services)
+
+    async def second_chat_cleaned() -> bool:
+        return stack.sim.live_messages(CHATS[1]) == expected[CHATS[1]]
+
+    await eventually(second_chat_cleaned, within=20)
+    assert orphan not in stack.sim.live_messages(CHATS[1])
+    first = (await marks(services))[CHATS[0]]
+    assert first is not None and first.unclean_since is not None  # tried again at the next sweep
+    # The bots left the first chat only: they still serve the second.
+    assert sorted(services.dispatcher.usable_bots()) == sorted(stack.sim.bot_ids)
+    assert services.dispatcher.usable_bots(CHATS[0]) == []
