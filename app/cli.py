@@ -24,6 +24,7 @@ DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
 # A new key uploads and manages its own files; `admin` (everyone's files) must
 # be asked for. Keys from before scopes existed were migrated to admin.
 DEFAULT_KEY_SCOPE = "write"
+DEFAULT_SIM_CHAT_ID = [-1001000000001]
 T = TypeVar("T")
 
 
@@ -98,7 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=8081)
     sim.add_argument("--bots", type=int, default=6, help="how many bot tokens it accepts (6)")
-    sim.add_argument("--chat-id", type=int, default=-1001000000001, help="the storage chat")
+    sim.add_argument(
+        "--chat-id",
+        type=int,
+        action="append",
+        default=None,
+        help="a storage chat; repeat it for several (default -1001000000001)",
+    )
     sim.add_argument("--tokens-file", default=None, help="also write the tokens to this file")
     sim.add_argument(
         "--concurrency-limit",
@@ -206,8 +213,10 @@ async def _precheck(settings: Settings) -> None:
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
-    if settings.storage_chat_id is None:
-        raise StartupError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    if not settings.chat_ids:
+        raise StartupError(
+            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
+        )
     engine = create_engine(settings.database_url)
     try:
         await check_schema(engine)
@@ -351,12 +360,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     settings = load_settings()
     if not settings.bot_tokens:
         raise CliError("BOT_TOKENS is not set: give at least one bot token")
-    if settings.storage_chat_id is None:
-        raise CliError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    if not settings.chat_ids:
+        raise CliError(
+            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
+        )
     rows = asyncio.run(
         inspect_bots(
             settings.bot_tokens,
-            chat_id=settings.storage_chat_id,
+            chat_ids=settings.chat_ids,
             api_base=settings.telegram_api_base,
         )
     )
@@ -377,7 +388,7 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         bots=args.bots,
-        chat_id=args.chat_id,
+        chat_id=args.chat_id or DEFAULT_SIM_CHAT_ID,
         tokens_file=args.tokens_file,
         max_concurrent_calls_per_bot=args.concurrency_limit,
         collision_retry_after=args.collision_retry_after,

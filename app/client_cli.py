@@ -163,16 +163,19 @@ def _blocks(response: httpx.Response) -> Iterator[bytes]:
 
 
 def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
-    """Print the bot table; True when every bot can work."""
-    table = Table(title="Bots in the storage chat")
-    for column in ("bot id", "username", "admin", "can post", "can delete", "problem"):
+    """Print the table of (bot, chat) pairs and list the pairs that fail;
+    True when every bot can work in every storage chat."""
+    table = Table(title="Bots in the storage chats")
+    for column in ("bot id", "chat id", "username", "admin", "can post", "can delete", "problem"):
         table.add_column(column)
-    ok = True
+    failing: list[str] = []
     for row in rows:
         usable = row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]
-        ok = ok and bool(usable)
+        if not usable:
+            failing.append(f"bot {row['bot_id']} in chat {row['chat_id']}")
         table.add_row(
             str(row["bot_id"]),
+            str(row["chat_id"]),
             row["username"] or "-",
             _yes(row["admin"]),
             _yes(row["can_post"]),
@@ -180,7 +183,9 @@ def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
             row["problem"] or "",
         )
     console.print(table)
-    return ok
+    if failing:
+        console.print("[red]Failing: " + ", ".join(failing) + "[/red]")
+    return not failing
 
 
 def check_budget(settings: Any, console: Console) -> bool:
@@ -219,84 +224,117 @@ def _yes(value: object) -> str:
     return "yes" if value else "NO"
 
 
-async def inspect_bots(tokens: list[Any], *, chat_id: int, api_base: str) -> list[dict[str, Any]]:
-    """getMe, then getChatMember in the storage chat, for every token."""
+async def inspect_bots(
+    tokens: list[Any], *, chat_ids: list[int], api_base: str
+) -> list[dict[str, Any]]:
+    """getMe, then getChatMember in every storage chat, for every token: one
+    row per (bot, chat)."""
     import asyncio
 
     from app.telegram.client import BotClient
     from app.telegram.errors import TelegramError
 
-    async def one(token: Any) -> dict[str, Any]:
+    async def one(token: Any) -> list[dict[str, Any]]:
         client = BotClient(token, api_base=api_base)
-        row: dict[str, Any] = {
-            "bot_id": token.bot_id,
-            "username": None,
-            "admin": False,
-            "can_post": False,
-            "can_delete": False,
-            "problem": None,
-        }
+        rows = [
+            {
+                "bot_id": token.bot_id,
+                "chat_id": chat_id,
+                "username": None,
+                "admin": False,
+                "can_post": False,
+                "can_delete": False,
+                "problem": None,
+            }
+            for chat_id in chat_ids
+        ]
         try:
-            me = await client.get_me()
-            row["username"] = f"@{me.username}" if me.username else None
-            member = await client.get_chat_member(chat_id, token.bot_id)
-            row["admin"] = member.is_admin
-            row["can_post"] = member.can_post_messages
-            row["can_delete"] = member.can_delete_messages
-            if not member.is_admin:
-                row["problem"] = f"not an admin of the chat (status {member.status})"
-        except TelegramError as exc:
-            row["problem"] = exc.description
+            try:
+                me = await client.get_me()
+            except TelegramError as exc:
+                for row in rows:
+                    row["problem"] = exc.description
+                return rows
+            for row in rows:
+                row["username"] = f"@{me.username}" if me.username else None
+                try:
+                    member = await client.get_chat_member(row["chat_id"], token.bot_id)
+                except TelegramError as exc:
+                    row["problem"] = exc.description
+                    continue
+                row["admin"] = member.is_admin
+                row["can_post"] = member.can_post_messages
+                row["can_delete"] = member.can_delete_messages
+                if not member.is_admin:
+                    row["problem"] = f"not an admin of the chat (status {member.status})"
         finally:
             await client.aclose()
-        return row
+        return rows
 
-    return list(await asyncio.gather(*(one(token) for token in tokens)))
+    per_bot = await asyncio.gather(*(one(token) for token in tokens))
+    return [row for rows in per_bot for row in rows]
 
 
 async def audit_storage_chat(settings: Any, rows: list[dict[str, Any]], console: Console) -> None:
-    """Warn about posts in the storage chat that the service did not make:
+    """Warn about posts in the storage chats that the service did not make:
     reconciliation after an unclean stop would delete them. A warning only:
     it does not fail the check."""
     from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
-    from app.store.channel_audit import audit_channel
-    from app.telegram.client import BotClient
-    from app.telegram.errors import TelegramError
 
-    chat_id = settings.storage_chat_id
-    usable = [
-        token
-        for token, row in zip(settings.bot_tokens, rows, strict=True)
-        if row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]
-    ]
-    if not usable:
-        console.print("Foreign posts: not checked (no usable bot)")
-        return
     engine = create_engine(settings.database_url)
-    client = BotClient(usable[0], api_base=settings.telegram_api_base)
     try:
         try:
             await check_schema(engine)
         except Exception as exc:  # the check goes on without the database
             console.print(f"Foreign posts: not checked (database: {str(exc).splitlines()[0]})")
             return
-        try:
-            audit = await audit_channel(create_sessionmaker(engine), client, chat_id)
-        except TelegramError as exc:
-            console.print(f"Foreign posts: not checked (Telegram: {exc.description})")
-            return
+        for chat_id in settings.chat_ids:
+            await _audit_one_chat(settings, create_sessionmaker(engine), rows, chat_id, console)
+    finally:
+        await engine.dispose()
+
+
+async def _audit_one_chat(
+    settings: Any, sessionmaker: Any, rows: list[dict[str, Any]], chat_id: int, console: Console
+) -> None:
+    from app.store.channel_audit import audit_channel
+    from app.telegram.client import BotClient
+    from app.telegram.errors import TelegramError
+
+    usable = {
+        row["bot_id"]
+        for row in rows
+        if row["chat_id"] == chat_id
+        and row["admin"]
+        and row["can_post"]
+        and row["can_delete"]
+        and not row["problem"]
+    }
+    token = next((t for t in settings.bot_tokens if t.bot_id in usable), None)
+    if token is None:
+        console.print(f"Foreign posts in chat {chat_id}: not checked (no usable bot there)")
+        return
+    client = BotClient(token, api_base=settings.telegram_api_base)
+    try:
+        audit = await audit_channel(sessionmaker, client, chat_id)
+    except TelegramError as exc:
+        console.print(f"Foreign posts in chat {chat_id}: not checked (Telegram: {exc.description})")
+        return
     finally:
         await client.aclose()
-        await engine.dispose()
     if audit is None:
-        console.print("Foreign posts: none to judge yet (the service has not posted in the chat)")
+        console.print(
+            f"Foreign posts in chat {chat_id}: none to judge yet (the service has not posted there)"
+        )
     elif audit.foreign:
         console.print(
-            f"[yellow]Warning: the storage chat holds {audit.foreign} post(s) the service did "
-            f"not make (among message ids {audit.watermark + 1} to {audit.probe_id - 1}). "
-            "The chat must belong to TeleUploader alone: after an unclean stop, "
+            f"[yellow]Warning: storage chat {chat_id} holds {audit.foreign} post(s) the service "
+            f"did not make (among message ids {audit.watermark + 1} to {audit.probe_id - 1}). "
+            "A storage chat must belong to TeleUploader alone: after an unclean stop, "
             "reconciliation deletes every message there that no chunk holds.[/yellow]"
         )
     else:
-        console.print("Foreign posts: none (every message in the chat is the service's)")
+        console.print(
+            f"Foreign posts in chat {chat_id}: none (every message there is the service's)"
+        )

@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     storage_chat_id: int | None = Field(
         default=None,
         validation_alias=AliasChoices("STORAGE_CHAT_ID", "STORAGE_CHANNEL_ID", "storage_chat_id"),
+        description="The storage channel (the one-chat form of STORAGE_CHAT_IDS).",
+    )
+    storage_chat_ids: Annotated[list[int], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("STORAGE_CHAT_IDS", "storage_chat_ids"),
+        description="Comma-separated storage channels; new chunks spread across them.",
     )
     telegram_api_base: str = Field(
         default="https://api.telegram.org",
@@ -304,6 +310,20 @@ class Settings(BaseSettings):
             pairs[access_key.strip()] = SecretStr(secret.strip())
         return pairs
 
+    @field_validator("storage_chat_ids", mode="before")
+    @classmethod
+    def _parse_chat_ids(cls, value: Any) -> list[int]:
+        chats: list[int] = []
+        for text in _split_csv(value):
+            try:
+                chat_id = int(text)
+            except ValueError:
+                raise ValueError(f"{text!r} is not a chat id (an integer)") from None
+            if chat_id in chats:
+                raise ValueError(f"chat {chat_id} is given twice")
+            chats.append(chat_id)
+        return chats
+
     @field_validator("telegram_api_base")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
@@ -333,6 +353,13 @@ class Settings(BaseSettings):
             }
             self.s3_access_key_id = None
             self.s3_secret_access_key = None
+        # Both set: two answers to one question; refuse rather than guess.
+        both = self.storage_chat_id is not None and bool(self.storage_chat_ids)
+        if both and self.storage_chat_ids != [self.storage_chat_id]:
+            raise ValueError(
+                "STORAGE_CHAT_ID and STORAGE_CHAT_IDS are both set and disagree: "
+                "keep STORAGE_CHAT_IDS (the list of every storage chat) only"
+            )
         if self.chunk_size > MAX_CHUNK_SIZE and not self.telegram_local_server:
             raise ValueError(
                 f"CHUNK_SIZE={self.chunk_size} is above {MAX_CHUNK_SIZE} bytes (19 MiB): "
@@ -344,6 +371,13 @@ class Settings(BaseSettings):
     @property
     def bot_ids(self) -> list[int]:
         return [token.bot_id for token in self.bot_tokens]
+
+    @property
+    def chat_ids(self) -> list[int]:
+        """Every storage chat: STORAGE_CHAT_IDS, or STORAGE_CHAT_ID alone."""
+        if self.storage_chat_ids:
+            return list(self.storage_chat_ids)
+        return [] if self.storage_chat_id is None else [self.storage_chat_id]
 
     @property
     def upload_buffers(self) -> int:
@@ -391,6 +425,7 @@ class SettingsError(Exception):
 _FIELD_TO_ENV = {
     "bot_tokens": "BOT_TOKENS",
     "storage_chat_id": "STORAGE_CHAT_ID",
+    "storage_chat_ids": "STORAGE_CHAT_IDS",
     "telegram_api_base": "TELEGRAM_API_BASE",
     "chunk_size": "CHUNK_SIZE",
     "max_attempts": "MAX_ATTEMPTS",

@@ -116,8 +116,10 @@ class Services:
 async def start_services(settings: Settings) -> Services:
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
-    if settings.storage_chat_id is None:
-        raise StartupError("STORAGE_CHAT_ID is not set: give the id of the storage channel")
+    if not settings.chat_ids:
+        raise StartupError(
+            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
+        )
     started_at = datetime.now(UTC)
 
     engine = create_engine(settings.database_url)
@@ -141,7 +143,7 @@ async def start_services(settings: Settings) -> Services:
     dispatcher = Dispatcher(
         clients,
         checked=False,  # each bot joins the pool once its getMe passes (BotProber)
-        chat_id=settings.storage_chat_id,
+        chat_ids=settings.chat_ids,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
         on_attempt=metrics.observe_attempt,

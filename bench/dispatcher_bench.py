@@ -427,7 +427,7 @@ async def run_round_robin(sim: SimulatorProcess, config: BenchConfig, workload: 
 
 
 async def run_dispatcher(sim: SimulatorProcess, config: BenchConfig, workload: Workload) -> Result:
-    dispatcher = Dispatcher(make_clients(sim), chat_id=CHAT_ID, sends_per_minute=0)
+    dispatcher = Dispatcher(make_clients(sim), chat_ids=[CHAT_ID], sends_per_minute=0)
     await dispatcher.start()
     try:
         checked = await dispatcher.verify_bots()
@@ -492,7 +492,7 @@ async def measure_cooldown(sim: SimulatorProcess, data: bytes) -> float | None:
     token = BotToken.parse(sim.tokens[0])
     blocker = BotClient(token, api_base=sim.url)
     dispatcher = Dispatcher(
-        [BotClient(token, api_base=sim.url)], chat_id=CHAT_ID, sends_per_minute=0
+        [BotClient(token, api_base=sim.url)], chat_ids=[CHAT_ID], sends_per_minute=0
     )
     await dispatcher.start()
     try:
@@ -519,7 +519,7 @@ async def measure_pacing(sim: SimulatorProcess) -> float:
     token = BotToken.parse(sim.tokens[0])
     dispatcher = Dispatcher(
         [BotClient(token, api_base=sim.url)],
-        chat_id=CHAT_ID,
+        chat_ids=[CHAT_ID],
         sends_per_minute=2,
         pacing_window=PACING_WINDOW_S,
     )

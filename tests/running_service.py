@@ -94,8 +94,12 @@ class ServiceLauncher:
     ) -> Service:
         """A service on a simulator of its own; by default once `/ready` is 200
         (the bots are checked in the background after it starts listening).
-        `prepare(sim)` runs before the service starts."""
-        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=[CHAT_ID]))
+        `prepare(sim)` runs before the service starts. With `storage_chat_ids`,
+        the simulator holds those chats (and STORAGE_CHAT_ID is left unset)."""
+        chat_ids = overrides.get("storage_chat_ids") or [CHAT_ID]
+        if "storage_chat_ids" in overrides:
+            overrides.setdefault("storage_chat_id", None)
+        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=chat_ids))
         if prepare is not None:
             prepare(sim)
         self._sims.append(sim)

@@ -20,6 +20,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "ADDITIONAL_BOT_TOKENS",
         "STORAGE_CHAT_ID",
         "STORAGE_CHANNEL_ID",
+        "STORAGE_CHAT_IDS",
         "CHUNK_SIZE",
         "TELEGRAM_CHUNK_SIZE_BYTES",
         "BASE_URL",
@@ -187,4 +188,34 @@ def test_upload_budget_and_spool_limits_are_checked(
 ) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError, match=rf"^invalid settings: {name}: "):
+        load_settings()
+
+
+def test_several_storage_chats_are_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_CHAT_IDS", "-1001, -1002 ,-1003")
+    assert load_settings().chat_ids == [-1001, -1002, -1003]
+    # The one-chat form still works alone, and both may be set if they agree.
+    monkeypatch.delenv("STORAGE_CHAT_IDS")
+    monkeypatch.setenv("STORAGE_CHAT_ID", "-1001")
+    assert load_settings().chat_ids == [-1001]
+    monkeypatch.setenv("STORAGE_CHAT_IDS", "-1001")
+    assert load_settings().chat_ids == [-1001]
+
+
+@pytest.mark.parametrize(
+    ("one", "many", "message"),
+    [
+        ("-1001", "-1001,-1002", "STORAGE_CHAT_ID and STORAGE_CHAT_IDS are both set and disagree"),
+        ("-1009", "-1001", "STORAGE_CHAT_ID and STORAGE_CHAT_IDS are both set and disagree"),
+        (None, "-1001,-1001", "STORAGE_CHAT_IDS: chat -1001 is given twice"),
+        (None, "-1001,channel", "STORAGE_CHAT_IDS: 'channel' is not a chat id"),
+    ],
+)
+def test_storage_chats_that_contradict_are_one_clear_line(
+    monkeypatch: pytest.MonkeyPatch, one: str | None, many: str, message: str
+) -> None:
+    if one is not None:
+        monkeypatch.setenv("STORAGE_CHAT_ID", one)
+    monkeypatch.setenv("STORAGE_CHAT_IDS", many)
+    with pytest.raises(SettingsError, match=message):
         load_settings()

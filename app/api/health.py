@@ -50,6 +50,7 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
                 username=info.username if (info := services.bots.get(status.bot_id)) else None,
                 usable=status.usable,
                 checking=status.probing,
+                chats=list(status.chats),
                 cooling_down_seconds=round(status.cooling_down_for, 1),
                 queued=status.queued,
                 running=status.running,

@@ -29,6 +29,8 @@ class BotReadiness(BaseModel):
     username: str | None
     usable: bool
     checking: bool  # its getMe check has not passed yet
+    # The storage chats it may post to (its check passed there).
+    chats: list[int]
     cooling_down_seconds: float
     queued: int
     running: bool

@@ -30,6 +30,10 @@ from app.db.types import utcnow
 # delete a channel post) and so is the file.
 UNKNOWN_BOT = 0
 UNKNOWN_FILE = ""
+# The chat of an intent whose send goes to whichever storage chat its bot can
+# post to soonest (the dispatcher chooses at the attempt): it may post in any.
+# Telegram chat ids are never 0.
+ANY_CHAT = 0
 # Message ids looked at per reconciliation transaction (bounds its memory and
 # the ledger rows it writes at once; a bigger gap takes several).
 RECONCILE_BATCH = 10_000
@@ -65,10 +69,13 @@ class IntentRepository:
         )
 
     async def open_in_chat(self, chat_id: int) -> int:
-        """How many sends to the chat are in flight (their intents open)."""
+        """How many sends that may post to the chat are in flight (their
+        intents open; a send's chat is chosen only when it runs)."""
         return int(
             await self._session.scalar(
-                select(func.count()).select_from(SendIntent).where(SendIntent.chat_id == chat_id)
+                select(func.count())
+                .select_from(SendIntent)
+                .where(SendIntent.chat_id.in_([chat_id, ANY_CHAT]))
             )
             or 0
         )
@@ -103,7 +110,9 @@ class WatermarkRepository:
         (one per open intent) may have posted before it.
         """
         in_flight = await self._session.scalar(
-            select(func.count()).select_from(SendIntent).where(SendIntent.chat_id == chat_id)
+            select(func.count())
+            .select_from(SendIntent)
+            .where(SendIntent.chat_id.in_([chat_id, ANY_CHAT]))
         )
         values = {
             "chat_id": chat_id,
@@ -132,9 +141,9 @@ class WatermarkRepository:
         held = _held(chat_id, low, high).subquery()
         return int(await self._session.scalar(select(func.count()).select_from(held)) or 0)
 
-    async def claim_dead(self, chat_id: int, dead: Iterable[str]) -> int:
+    async def claim_dead(self, chat_ids: Iterable[int], dead: Iterable[str]) -> int:
         """Forget instances that died (their rows and open intents) and mark
-        the chat unclean if any was still registered; returns how many were.
+        the chats unclean if any was still registered; returns how many were.
 
         Deleting the rows is the claim: of several live instances seeing the
         same dead one, only the one whose delete removed it marks the chat.
@@ -153,17 +162,17 @@ class WatermarkRepository:
             delete(SendIntent).where(SendIntent.owner.not_in(select(Instance.id)))
         )
         if claimed:
-            await self.mark_unclean(chat_id)
+            await self.mark_unclean(chat_ids)
         return claimed
 
-    async def mark_unclean(self, chat_id: int) -> None:
-        """Ids above the watermark may hold orphans: reconcile the chat. The
+    async def mark_unclean(self, chat_ids: Iterable[int]) -> None:
+        """Ids above the watermarks may hold orphans: reconcile the chats. The
         mark is the latest such moment, so a reconciliation that began before
         it does not clear it. (A chat with no watermark yet has had no chunk.)"""
         now = utcnow()
         await self._session.execute(
             update(ChatWatermark)
-            .where(ChatWatermark.chat_id == chat_id)
+            .where(ChatWatermark.chat_id.in_(builtins.list(chat_ids)))
             .values(unclean_since=now, updated_at=now)
         )
 

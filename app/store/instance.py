@@ -7,7 +7,8 @@ the heartbeat to age). Rows of a live instance are never touched.
 
 A dead instance is also an unclean stop: its row is deleted (the claim, so
 only one live instance acts on it) and the storage chat is marked for
-reconciliation (app/store/reconcile.py), which runs in the background.
+reconciliation (app/store/reconcile.py), which runs in the background. Every
+storage chat is marked: a dead instance may have posted in any of them.
 
 Every SWEEP_EVERY_BEATS beats it does all of that again, and retires this
 instance's own pending chunks (and send intents) older than its oldest
@@ -99,11 +100,12 @@ class InstanceHeartbeat:
             requested = self._reconcile_requests
             if self.reconciler is not None:
                 marks = WatermarkRepository(session)
-                claimed = await marks.claim_dead(self.reconciler.chat_id, dead)
+                claimed = await marks.claim_dead(self.reconciler.chat_ids, dead)
                 if claimed:
                     log.warning("unclean_stop_found", instances=claimed)
                 if requested:
-                    await marks.mark_unclean(self.reconciler.chat_id)
+                    # Which chat the lost send went to is not known: all of them.
+                    await marks.mark_unclean(self.reconciler.chat_ids)
             else:
                 await InstanceRepository(session).forget_dead(self._stale_after)
             referenced = await SpoolRepository(session).all_paths()

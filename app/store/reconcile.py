@@ -15,7 +15,8 @@ the chat unclean too, at the next periodic sweep.
 A chat's first watermark is set as its first chunk is recorded (the id before
 it: what the chat held before is not the service's). A reconciliation runs
 when the chat is marked unclean (an instance died: see app/store/instance.py).
-It:
+Each chat is reconciled on its own (its own watermark, probe and message id
+sequence); a round goes through every storage chat that is marked. It:
 
 1. posts a tiny probe document, the chat's newest message (ledgered at once);
 2. waits until every send intent that existed then is resolved or belongs to
@@ -104,51 +105,72 @@ class Reconciler:
         self.reconciled = 0  # ids ledgered since the start, for logs and tests
 
     @property
-    def chat_id(self) -> int:
-        return self._dispatcher.chat_id
+    def chat_ids(self) -> list[int]:
+        """The storage chats (every one that new chunks may go to)."""
+        return self._dispatcher.chat_ids
 
     async def needed(self) -> bool:
-        """Whether the chat is marked unclean. (A chat with no watermark has
+        """Whether some storage chat is marked unclean."""
+        return bool(await self._marked_chats())
+
+    async def _marked_chats(self) -> list[int]:
+        """The storage chats marked unclean. (A chat with no watermark has
         never had a chunk recorded: nothing of the service's is in it.)"""
+        marked = []
         async with session_scope(self._sessionmaker) as session:
-            mark = await WatermarkRepository(session).get(self.chat_id)
-            return mark is not None and mark.unclean_since is not None
+            marks = WatermarkRepository(session)
+            for chat_id in self.chat_ids:
+                mark = await marks.get(chat_id)
+                if mark is not None and mark.unclean_since is not None:
+                    marked.append(chat_id)
+        return marked
 
     async def run(self) -> int:
-        """Reconcile the chat if it needs it; returns how many ids were
+        """Reconcile every chat that needs it; returns how many ids were
         ledgered. Raises IntentsStillOpen, TelegramError or a database error
-        if this round could not finish (the chat stays marked)."""
+        if this round could not finish (the chats left stay marked)."""
         async with self._lock:
-            if not await self.needed():
-                return 0
-            started = utcnow()
-            probe_id = await self._probe()
-            async with session_scope(self._sessionmaker) as session:
-                horizon = await IntentRepository(session).latest_id()
-            await self._wait_for_intents(horizon)
             ledgered = 0
-            reached = False
-            while not reached:
-                async with session_scope(self._sessionmaker) as session:
-                    count, reached = await WatermarkRepository(session).reconcile(
-                        self.chat_id,
-                        probe_id,
-                        covers_marks_until=started - self.late_posts_allowance,
-                    )
-                ledgered += count
-            self.reconciled += ledgered
-            if ledgered:
-                self._gc.wake()
-            log.warning(
-                "orphans_reconciled", chat_id=self.chat_id, orphans=ledgered, watermark=probe_id
-            )
+            failure: Exception | None = None
+            for chat_id in await self._marked_chats():
+                try:
+                    ledgered += await self._reconcile_chat(chat_id)
+                except Exception as exc:
+                    # One chat that cannot be probed now (no bot may post
+                    # there) does not hold back the others.
+                    log.warning("reconcile_chat_failed", chat_id=chat_id, error=str(exc))
+                    failure = failure or exc
+            if failure is not None:
+                raise failure
             return ledgered
 
-    async def _probe(self) -> int:
-        """Post a tiny document (now the chat's newest message); its id. It
-        goes to the GC ledger at once."""
+    async def _reconcile_chat(self, chat_id: int) -> int:
+        started = utcnow()
+        probe_id = await self._probe(chat_id)
+        async with session_scope(self._sessionmaker) as session:
+            horizon = await IntentRepository(session).latest_id()
+        await self._wait_for_intents(horizon)
+        ledgered = 0
+        reached = False
+        while not reached:
+            async with session_scope(self._sessionmaker) as session:
+                count, reached = await WatermarkRepository(session).reconcile(
+                    chat_id,
+                    probe_id,
+                    covers_marks_until=started - self.late_posts_allowance,
+                )
+            ledgered += count
+        self.reconciled += ledgered
+        if ledgered:
+            self._gc.wake()
+        log.warning("orphans_reconciled", chat_id=chat_id, orphans=ledgered, watermark=probe_id)
+        return ledgered
+
+    async def _probe(self, chat_id: int) -> int:
+        """Post a tiny document into `chat_id` (now its newest message); its
+        id. It goes to the GC ledger at once."""
         document = await self._dispatcher.send_document(
-            PROBE_BYTES, PROBE_FILE_NAME, caption=PROBE_CAPTION
+            PROBE_BYTES, PROBE_FILE_NAME, caption=PROBE_CAPTION, chat_id=chat_id
         )
         self._gc.enqueue_document(document, reason="orphaned")
         return document.message_id

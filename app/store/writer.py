@@ -39,7 +39,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunkRepository
-from app.db.intents import IntentRepository, WatermarkRepository
+from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.objects import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
@@ -177,7 +177,7 @@ class ChunkWriter:
         self.inline_threshold = inline_threshold
         self._running: dict[int, datetime] = {}  # uploads storing chunks now: since when
         self._running_ids = itertools.count()
-        self._watermark_known = False  # the chat's watermark exists (see reconcile.py)
+        self._watermarks_known: set[int] = set()  # chats whose watermark exists (reconcile.py)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -345,10 +345,10 @@ class ChunkWriter:
             chunk = await ChunkRepository(session).add_pending(document, digest, owner=self._owner)
             if intent is not None:
                 await IntentRepository(session).resolve(intent)
-                if not self._watermark_known:
+                if document.chat_id not in self._watermarks_known:
                     await WatermarkRepository(session).ensure(document.chat_id, document.message_id)
         if intent is not None:
-            self._watermark_known = True
+            self._watermarks_known.add(document.chat_id)
         return chunk.id
 
     async def _abandon_recording(
@@ -372,7 +372,8 @@ class ChunkWriter:
         if self._owner is None:
             return None
         async with session_scope(self._sessionmaker) as session:
-            return await IntentRepository(session).open(self._owner, self._dispatcher.chat_id)
+            # The dispatcher picks the chat at the attempt.
+            return await IntentRepository(session).open(self._owner, ANY_CHAT)
 
     async def _resolve_intent(self, intent: int | None) -> None:
         """After a failed send. If the database refuses, the periodic sweep

@@ -29,11 +29,18 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   job fails fast with `NoUsableBot`.
 * Built with `checked=False`, every bot waits outside the pool until its getMe
   check passes (`admit`, from app.telegram.probe), so the service need not wait
-  for every bot before it starts.
+  for every bot before it starts. A bot is admitted for the storage chats where
+  it may post; sends go only there. A 403 on a send (kicked from that chat)
+  takes the bot out of that chat alone while it has others.
 * At most `max_attempts` attempts per job across all bots (429s count too, so a
   job cannot loop forever), then it fails with the last error.
-* Optional pacing: at most `sends_per_minute` uploads per bot per minute, so a
-  steady load draws few 429s in the first place.
+* Optional pacing: at most `sends_per_minute` uploads per (bot, chat) per
+  minute, so a steady load draws few 429s in the first place. Telegram counts
+  a bot's posts per chat, so with several storage chats (`chat_ids`) each bot
+  has that budget in every chat: a new chunk goes to the chat where its bot
+  can post soonest (ties: the chat that has been given the fewest chunks).
+  Sends into a given chat (a forward, a reconciliation probe) wait for that
+  chat's budget only.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
 (`/file/bot<token>/...`) is not a method call and is not rate-limited the same
@@ -49,7 +56,7 @@ import itertools
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -93,15 +100,21 @@ class Job(Generic[T]):
 
     id: int
     kind: str
-    run: Callable[[BotClient], Awaitable[T]]
+    # Given the bot's client and the chat the attempt goes to.
+    run: Callable[[BotClient, int], Awaitable[T]]
     future: asyncio.Future[T]
     pinned_bot: int | None = None
+    # The chat a send must go to; None: whichever storage chat its bot can post
+    # to soonest, chosen at each attempt.
+    chat_id: int | None = None
     # Uploads count against the per-bot pacing budget.
     is_send: bool = False
     # A download waits for it (getFile): it goes ahead of the bot's queued
     # uploads, behind earlier priority jobs. Still one call at a time per token.
     priority: bool = False
     attempts: int = 0
+    # The chat the latest attempt went to.
+    last_chat: int | None = None
     tried: set[int] = field(default_factory=set)
     transient_tries: dict[int, int] = field(default_factory=dict)
     last_error: BaseException | None = None
@@ -126,23 +139,29 @@ class BotStatus:
     abandoned: int
     errors: dict[str, int]
     probing: bool = False
+    chats: tuple[int, ...] = ()
 
 
 class BotWorker:
     """State of one bot plus the loop that runs its jobs one at a time."""
 
-    def __init__(self, client: BotClient, index: int) -> None:
+    def __init__(self, client: BotClient, index: int, chats: set[int]) -> None:
         self.client = client
         self.bot_id = client.bot_id
         self.index = index
+        # The storage chats this bot may post to (those its check passed in).
+        self.chats = chats
         self.queue: deque[Job[Any]] = deque()
         self.running: Job[Any] | None = None
         self.usable = True
-        # Held back until its getMe check passes (app.telegram.probe).
+        # Held back until its getMe check passes (app.telegram.probe), and why
+        # its latest check did not.
         self.probing = False
+        self.check_problem: str | None = None
         self.cooldown_until = 0.0
         self.last_assigned = 0
-        self.send_times: deque[float] = deque()
+        # When this bot's recent sends were posted, per chat (pacing).
+        self.send_times: dict[int, deque[float]] = {}
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         # Counters for /ready and /metrics.
@@ -159,16 +178,20 @@ class BotWorker:
     def cooling(self, now: float) -> bool:
         return self.cooldown_until > now
 
-    def pacing_delay(self, now: float, budget: int, window: float) -> float:
-        """Seconds until this bot may send another document (0 = now): at most
-        `budget` sends in any `window` seconds."""
-        if budget <= 0:
+    def recent_sends(self, chat_id: int, now: float, window: float) -> deque[float]:
+        """This bot's sends into `chat_id` in the last `window` seconds."""
+        times = self.send_times.setdefault(chat_id, deque())
+        while times and times[0] <= now - window:
+            times.popleft()
+        return times
+
+    def pacing_delay(self, chat_id: int, now: float, budget: int, window: float) -> float:
+        """Seconds until this bot may send another document into `chat_id`
+        (0 = now): at most `budget` sends there in any `window` seconds."""
+        times = self.recent_sends(chat_id, now, window)
+        if budget <= 0 or len(times) < budget:
             return 0.0
-        while self.send_times and self.send_times[0] <= now - window:
-            self.send_times.popleft()
-        if len(self.send_times) < budget:
-            return 0.0
-        return self.send_times[0] + window - now
+        return times[0] + window - now
 
 
 class Dispatcher:
@@ -176,7 +199,7 @@ class Dispatcher:
         self,
         clients: list[BotClient],
         *,
-        chat_id: int,
+        chat_ids: Sequence[int],
         max_attempts: int = 10,
         sends_per_minute: int = 0,
         on_orphan: OrphanHandler | None = None,
@@ -193,7 +216,11 @@ class Dispatcher:
         (after its getMe check passed) or `reject`."""
         if not clients:
             raise ValueError("the dispatcher needs at least one bot")
-        self.chat_id = chat_id
+        if not chat_ids:
+            raise ValueError("the dispatcher needs at least one storage chat")
+        self.chat_ids = list(chat_ids)
+        # Chunks given to each chat since the start: ties go to the least given.
+        self.chat_sends: dict[int, int] = dict.fromkeys(self.chat_ids, 0)
         self.max_attempts = max_attempts
         self.sends_per_minute = sends_per_minute
         self.on_orphan = on_orphan
@@ -205,7 +232,7 @@ class Dispatcher:
         self._all_failed_pause = all_failed_pause
         self._pacing_window = pacing_window
         self.workers: dict[int, BotWorker] = {
-            c.bot_id: BotWorker(c, index) for index, c in enumerate(clients)
+            c.bot_id: BotWorker(c, index, set(self.chat_ids)) for index, c in enumerate(clients)
         }
         if not checked:
             for worker in self.workers.values():
@@ -232,16 +259,24 @@ class Dispatcher:
             self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
         )
 
-    def admit(self, bot_id: int) -> None:
-        """A held-back bot passed its check: it joins the pool now."""
+    def admit(self, bot_id: int, chats: Sequence[int] | None = None) -> None:
+        """A held-back bot passed its check: it joins the pool now, for
+        `chats` only if given (the storage chats it may post to)."""
         worker = self.workers[bot_id]
         if not worker.probing:
             return
+        if chats is not None:
+            worker.chats = set(chats) & set(self.chat_ids)
         worker.probing = False
         worker.usable = True
         if self._accepting:
             self._start_worker(worker)
         self._wake_all()
+
+    def note_check_problem(self, bot_id: int, problem: str) -> None:
+        """Why a held-back bot's latest check did not pass (told to callers
+        while no bot is admitted)."""
+        self.workers[bot_id].check_problem = problem
 
     def reject(self, bot_id: int) -> None:
         """A held-back bot failed its check for good: it stays out."""
@@ -284,27 +319,34 @@ class Dispatcher:
     # --- public calls -------------------------------------------------------------
 
     async def send_document(
-        self, data: bytes | bytearray, filename: str, *, caption: str | None = None
+        self,
+        data: bytes | bytearray,
+        filename: str,
+        *,
+        caption: str | None = None,
+        chat_id: int | None = None,
     ) -> StoredDocument:
-        """Store `data` as a document in the storage chat through some bot."""
-        chat_id = self.chat_id
+        """Store `data` as a document through some bot, in `chat_id` or else in
+        the storage chat its bot can post to soonest (the result says which)."""
 
-        def run(client: BotClient) -> Awaitable[StoredDocument]:
-            return client.send_document(chat_id, data, filename, caption=caption)
+        def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
+            return client.send_document(chat, data, filename, caption=caption)
 
-        return await self._submit("sendDocument", run, is_send=True)
+        return await self._submit("sendDocument", run, is_send=True, chat_id=chat_id)
 
     async def forward_message(
         self, from_chat_id: int, message_id: int, *, exclude: set[int] | None = None
     ) -> StoredDocument:
         """Forward a stored document through another bot, giving that bot a
-        file_id of its own (file_ids cannot move between bots)."""
-        chat_id = self.chat_id
+        file_id of its own (file_ids cannot move between bots). The copy goes
+        to the same chat, so the bots that can reach the original reach it."""
 
-        def run(client: BotClient) -> Awaitable[StoredDocument]:
-            return client.forward_message(chat_id, from_chat_id, message_id)
+        def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
+            return client.forward_message(chat, from_chat_id, message_id)
 
-        return await self._submit("forwardMessage", run, is_send=True, exclude=exclude)
+        return await self._submit(
+            "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
+        )
 
     async def call(
         self,
@@ -316,7 +358,9 @@ class Dispatcher:
     ) -> T:
         """Run a call that must use one particular bot (getFile, deleteMessage...).
         `priority`: a reader waits for it; it goes ahead of queued uploads."""
-        return await self._submit(kind, run, pinned_bot=bot_id, priority=priority)
+        return await self._submit(
+            kind, lambda client, _chat: run(client), pinned_bot=bot_id, priority=priority
+        )
 
     async def verify_bots(self) -> dict[int, BotInfo | TelegramError]:
         """getMe on every bot; a revoked token takes its bot out of the pool."""
@@ -336,8 +380,14 @@ class Dispatcher:
         worker = self.workers.get(bot_id)
         return worker.client if worker is not None and worker.usable else None
 
-    def usable_bots(self) -> list[int]:
-        return [w.bot_id for w in self.workers.values() if w.usable]
+    def usable_bots(self, chat_id: int | None = None) -> list[int]:
+        """The bots in the pool; with `chat_id`, those that may act in it (a
+        chat that is no storage chat any more was not checked: any bot)."""
+        return [
+            w.bot_id
+            for w in self.workers.values()
+            if w.usable and (chat_id is None or chat_id in w.chats or chat_id not in self.chat_ids)
+        ]
 
     def seconds_until_free(self) -> float:
         """How long until some usable bot is likely to take a new job: the
@@ -366,6 +416,7 @@ class Dispatcher:
                 abandoned=w.abandoned,
                 errors=dict(w.errors),
                 probing=w.probing,
+                chats=tuple(c for c in self.chat_ids if c in w.chats and not w.probing),
             )
             for w in self.workers.values()
         ]
@@ -388,12 +439,13 @@ class Dispatcher:
     async def _submit(
         self,
         kind: str,
-        run: Callable[[BotClient], Awaitable[T]],
+        run: Callable[[BotClient, int], Awaitable[T]],
         *,
         pinned_bot: int | None = None,
         is_send: bool = False,
         exclude: set[int] | None = None,
         priority: bool = False,
+        chat_id: int | None = None,
     ) -> T:
         if not self._accepting:
             raise DispatcherClosed("the dispatcher is not accepting jobs")
@@ -404,6 +456,7 @@ class Dispatcher:
             run=run,
             future=future,
             pinned_bot=pinned_bot,
+            chat_id=chat_id,
             is_send=is_send,
             priority=priority,
             tried=set(exclude or ()),
@@ -432,15 +485,27 @@ class Dispatcher:
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
-            if any(w.probing for w in self.workers.values()):
-                error = NoUsableBot("no bot has passed its getMe check yet")
+            probing = [w for w in self.workers.values() if w.probing]
+            if probing:
+                problems = "; ".join(
+                    f"bot {w.bot_id}: {w.check_problem}" for w in probing if w.check_problem
+                )
+                error = NoUsableBot(
+                    "no bot has passed its check (getMe, then its rights in the storage "
+                    "chats) yet" + (f" ({problems})" if problems else "")
+                )
                 # Checks are retried within seconds: worth asking again soon.
                 error.pool_wait = self._all_failed_pause
             else:
                 error = NoUsableBot("no usable bot is left in the pool")
             self._fail(job, error)
             return
-        untried = [w for w in usable if w.bot_id not in job.tried]
+        unable = {w.bot_id for w in usable if not self._serves(w, job)}
+        if len(unable) == len(usable):
+            where = "a storage chat" if job.chat_id is None else f"chat {job.chat_id}"
+            self._fail(job, NoUsableBot(f"no usable bot may post in {where}"))
+            return
+        untried = [w for w in usable if w.bot_id not in job.tried | unable]
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
             job.tried.clear()
@@ -448,7 +513,7 @@ class Dispatcher:
             log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
             self._route_later(job, delay)
             return
-        worker = self.pick_bot(exclude=job.tried)
+        worker = self.pick_bot(exclude=job.tried | unable)
         if worker is None:
             # Every candidate is cooling down: queue on the one that frees first.
             # Its worker waits out the cooldown; an idle bot may take it earlier.
@@ -511,15 +576,59 @@ class Dispatcher:
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
             return None, worker.cooldown_until - now + random.uniform(0, 0.1)
-        pacing = worker.pacing_delay(now, self.sends_per_minute, self._pacing_window)
         self._drop_abandoned(worker)
+        pacing: float | None = None  # the shortest wait of a queued send
         for job in worker.queue:
-            if not job.is_send or pacing == 0:
+            delay = self._send_delay(worker, job, now)
+            if delay == 0:
                 worker.queue.remove(job)
                 return job, None
-        if pacing > 0:
+            pacing = delay if pacing is None else min(pacing, delay)
+        if pacing is not None:
             return None, pacing
         return self._steal_for(worker), None
+
+    def _serves(self, worker: BotWorker, job: Job[Any]) -> bool:
+        """Whether `worker` may run `job`: a send needs a chat the bot passed
+        its check in (a chat that is no storage chat any more was not checked)."""
+        if not job.is_send:
+            return True
+        if job.chat_id is None:
+            return bool(worker.chats)
+        return job.chat_id in worker.chats or job.chat_id not in self.chat_ids
+
+    def _chats_of(self, worker: BotWorker, job: Job[Any]) -> list[int]:
+        """The chats `worker` may send `job` to."""
+        if job.chat_id is not None:
+            return [job.chat_id]
+        return [chat for chat in self.chat_ids if chat in worker.chats]
+
+    def _send_delay(self, worker: BotWorker, job: Job[Any], now: float) -> float:
+        """Seconds until `worker` may run `job` as far as pacing goes (0: now)."""
+        if not job.is_send:
+            return 0.0
+        chats = self._chats_of(worker, job)
+        if not chats:  # routing never gives it such a job
+            return self._pacing_window
+        return min(self._chat_delay(worker, chat, now) for chat in chats)
+
+    def _chat_delay(self, worker: BotWorker, chat_id: int, now: float) -> float:
+        return worker.pacing_delay(chat_id, now, self.sends_per_minute, self._pacing_window)
+
+    def _choose_chat(self, worker: BotWorker, job: Job[Any], now: float) -> int:
+        """The chat this attempt goes to: the job's own, or the storage chat
+        `worker` can post to soonest (ties: the one given the fewest sends,
+        then the one it posted to least lately, so chats fill evenly)."""
+        if job.chat_id is not None:
+            return job.chat_id
+        return min(
+            self._chats_of(worker, job) or self.chat_ids,
+            key=lambda chat: (
+                self._chat_delay(worker, chat, now),
+                self.chat_sends[chat],
+                len(worker.recent_sends(chat, now, self._pacing_window)),
+            ),
+        )
 
     def _drop_abandoned(self, worker: BotWorker) -> None:
         if any(job.abandoned for job in worker.queue):
@@ -534,13 +643,18 @@ class Dispatcher:
             if other is thief:
                 continue
             idle = other.running is None and not other.cooling(now)
-            if idle and other.pacing_delay(now, self.sends_per_minute, self._pacing_window) == 0:
-                continue  # an owner free to run its jobs runs them itself
             for job in other.queue:
-                if job.pinned_bot is None and not job.abandoned and thief.bot_id not in job.tried:
-                    if best is None or job.enqueued_at < best.enqueued_at:
-                        best, owner = job, other
-                    break
+                if job.pinned_bot is not None or job.abandoned or thief.bot_id in job.tried:
+                    continue
+                if not self._serves(thief, job):
+                    continue
+                if idle and self._send_delay(other, job, now) == 0:
+                    break  # an owner free to run its jobs runs them itself
+                if self._send_delay(thief, job, now) > 0:
+                    continue  # the thief's own budget for that chat is spent
+                if best is None or job.enqueued_at < best.enqueued_at:
+                    best, owner = job, other
+                break
         if best is None or owner is None:
             return None
         owner.queue.remove(best)
@@ -550,11 +664,17 @@ class Dispatcher:
         worker.running = job
         job.attempts += 1
         started = self._clock()
+        chat_id = self._choose_chat(worker, job, started) if job.is_send else self.chat_ids[0]
+        sent_at: deque[float] | None = None
+        job.last_chat = chat_id if job.is_send else None
         if job.is_send:
-            worker.send_times.append(started)
+            sent_at = worker.recent_sends(chat_id, started, self._pacing_window)
+            sent_at.append(started)
+            if chat_id in self.chat_sends:
+                self.chat_sends[chat_id] += 1
         try:
             try:
-                result = await job.run(worker.client)
+                result = await job.run(worker.client, chat_id)
             except TelegramError as exc:
                 outcome = self._outcome_name(exc)
                 worker.errors[outcome] = worker.errors.get(outcome, 0) + 1
@@ -572,10 +692,14 @@ class Dispatcher:
             self._fail(job, DispatcherClosed("the dispatcher stopped during the call"))
             raise
         finally:
-            if job.is_send and worker.send_times:
+            if sent_at is not None:
                 # Telegram counts a message when it is posted, at the end of
-                # the upload, not when the call starts.
-                worker.send_times[-1] = self._clock()
+                # the upload, not when the call starts. (A call longer than
+                # the window may have seen its start pruned meanwhile.)
+                if sent_at:
+                    sent_at[-1] = self._clock()
+                else:
+                    sent_at.append(self._clock())
             worker.running = None
             self._wake_all()
         seconds = self._clock() - started
@@ -705,6 +829,22 @@ class Dispatcher:
         self._route(job)
 
     def _on_unusable(self, worker: BotWorker, job: Job[Any], exc: BotUnusable) -> None:
+        chat = job.last_chat
+        if exc.status == 403 and chat is not None and worker.chats - {chat}:
+            # Kicked from one chat (or its rights taken): the bot still works
+            # in its other chats, and the send goes elsewhere.
+            worker.chats.discard(chat)
+            log.error(
+                "bot_removed_from_chat",
+                bot_id=worker.bot_id,
+                chat_id=chat,
+                reason=exc.description,
+                chats_left=len(worker.chats),
+            )
+            self._move_queue_away(worker)
+            if self._budget_left(job, exc):
+                self._route(job)
+            return
         if worker.usable:
             worker.usable = False
             log.error(

@@ -1,4 +1,5 @@
-"""Checking the bots (getMe) without holding up the service.
+"""Checking the bots (getMe, then getChatMember in every storage chat)
+without holding up the service.
 
 At startup every bot is checked before it joins the pool, each in its own
 task, and a bot whose check fails for a passing reason (timeouts, 5xx, 429) is
@@ -6,6 +7,14 @@ checked again with backoff for as long as the service runs. So the service
 answers `/health` at once, `/ready` as soon as one bot passed, and a bot that
 Telegram lets through only later joins the pool then. A token Telegram
 rejects (401/403, or another 4xx) is reported once and left out for good.
+
+A bot is admitted for the storage chats where it is an administrator that
+may post (getChatMember); new chunks go to those chats only. A chat that
+refuses it (kicked, not an admin, no such chat) is reported once and left out
+for that bot; a bot that no chat takes is checked again later, as an admin
+may still add it. The reads and deletes of chunks it already stored are
+pinned to it whatever the chat (they need its file_id), and fall back as
+usual if Telegram refuses them.
 
 The check calls the bot's client directly: until it is admitted no worker
 runs for that token, so it is the only call on it (one call per token).
@@ -19,6 +28,7 @@ from collections.abc import Callable
 
 import structlog
 
+from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
 from app.telegram.types import BotInfo
@@ -95,16 +105,53 @@ class BotProber:
                 await asyncio.sleep(wait * random.uniform(1.0, 1.2))
                 pause = min(pause * 2, self._max_pause)
                 continue
+            try:
+                chats, refusals = await self._chats_of(client, bot_id)
+            except TelegramError as exc:
+                wait = exc.retry_after if isinstance(exc, RateLimited) else pause
+                log.warning("bot_check_retrying", bot_id=bot_id, attempt=attempt, error=str(exc))
+                await asyncio.sleep(wait * random.uniform(1.0, 1.2))
+                pause = min(pause * 2, self._max_pause)
+                continue
+            if not chats:
+                log.error("bot_check_failed", bot_id=bot_id, error="no storage chat lets it post")
+                self._dispatcher.note_check_problem(
+                    bot_id, "no storage chat lets it post: " + "; ".join(refusals)
+                )
+                await asyncio.sleep(pause * random.uniform(1.0, 1.2))
+                pause = min(pause * 2, self._max_pause)
+                continue
             self.bots[bot_id] = info
-            self._dispatcher.admit(bot_id)
+            self._dispatcher.admit(bot_id, chats)
             log.info(
                 "bot_admitted",
                 bot_id=bot_id,
                 username=info.username,
                 attempts=attempt,
+                chats=len(chats),
                 usable=len(self._dispatcher.usable_bots()),
             )
             self.one_admitted.set()
             if self._on_admitted is not None:
                 self._on_admitted(info)
             return
+
+    async def _chats_of(self, client: BotClient, bot_id: int) -> tuple[list[int], list[str]]:
+        """The storage chats where the bot is an admin that may post, and why
+        each other chat refused it. A passing failure (5xx, 429, timeout) is
+        raised: check again later."""
+        chats: list[int] = []
+        refusals: list[str] = []
+        for chat_id in self._dispatcher.chat_ids:
+            try:
+                member = await client.get_chat_member(chat_id, bot_id)
+            except (BotUnusable, PermanentError) as exc:
+                refusal = exc.description
+            else:
+                if member.is_admin and member.can_post_messages:
+                    chats.append(chat_id)
+                    continue
+                refusal = f"not an admin that may post (status {member.status})"
+            log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
+            refusals.append(f"chat {chat_id}: {refusal}")
+        return chats, refusals

@@ -122,7 +122,7 @@ async def test_check_warns_of_posts_the_service_did_not_make(
     async with service.client(headers=service.auth) as client:
         assert (await client.put("/api/files/a.bin", content=body)).status_code == 201
         assert await run_cli("check") == 0
-        assert "Foreign posts: none" in capsys.readouterr().out
+        assert f"Foreign posts in chat {CHAT_ID}: none (" in capsys.readouterr().out
 
         service.sim.post_foreign(CHAT_ID)
         # The service's own messages after it, deleted since: their rows are
@@ -143,7 +143,7 @@ async def test_check_warns_of_posts_the_service_did_not_make(
         live_before = service.live_messages()
         assert await run_cli("check") == 0  # a warning, not a failure
         out = " ".join(capsys.readouterr().out.split())
-        assert "the storage chat holds 2 post(s) the service did not make" in out
+        assert f"storage chat {CHAT_ID} holds 2 post(s) the service did not make" in out
         assert service.live_messages() == live_before  # its probe is deleted
 
 

@@ -2,7 +2,8 @@
 the simulator's fault injection: when every attempt went to rate limits or
 transient failures the answer is 503 with a Retry-After derived from the bots'
 cooldowns (S3: `SlowDown` / `ServiceUnavailable`); a permanent refusal is a
-502 carrying Telegram's description, with no token in it."""
+502 carrying Telegram's description, with no token in it; a storage chat no
+bot may post in is a 503 that says so."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.running_service import CHUNK, Service, ServiceFactory, payload
+from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
@@ -110,12 +111,37 @@ async def test_an_upload_failing_transiently_on_every_attempt_gets_503_with_retr
 async def test_a_permanent_telegram_refusal_is_a_502_with_its_description_and_no_token(
     start_service: ServiceFactory, api: str, code: str
 ) -> None:
-    # A storage chat the bots are not in: Telegram answers "chat not found".
-    service = await start(start_service, storage_chat_id=-1001000000001)
+    service = await start(start_service)
+    # Telegram refuses the document itself, whichever bot sends it.
+    service.sim.configure(max_upload_bytes=len(BODY) // 2)
     answer = await upload(service, api)
     assert (answer.status, answer.code) == (502, code), answer
-    assert "chat not found" in answer.message
+    assert "Request Entity Too Large" in answer.message
     assert answer.retry_after is None
+    for token in service.sim.tokens:
+        assert token.split(":", 1)[1] not in answer.text
+
+
+@pytest.mark.parametrize(
+    ("api", "code"), [("native", "storage_unavailable"), ("s3", "ServiceUnavailable")]
+)
+async def test_a_storage_chat_no_bot_is_in_is_a_503_that_says_why_and_no_token(
+    start_service: ServiceFactory, api: str, code: str
+) -> None:
+    # A storage chat the bots are not in: getChatMember answers "chat not
+    # found", so no bot is admitted, and the service is not ready.
+    service = await start(start_service, storage_chat_id=-1001000000001, wait_ready=False)
+
+    async def told_why() -> bool:
+        async with service.client() as http:
+            ready = await http.get("/ready")
+            put = await http.put("/api/files/f.bin", content=b"x" * 2048, headers=service.auth)
+            return ready.status_code == 503 and "chat not found" in put.text
+
+    await eventually(told_why)
+    answer = await upload(service, api)
+    assert (answer.status, answer.code) == (503, code), answer
+    assert "chat -1001000000001: getChatMember: Bad Request: chat not found" in answer.message
     for token in service.sim.tokens:
         assert token.split(":", 1)[1] not in answer.text
 

@@ -37,7 +37,7 @@ async def unclean_chat_at(sessionmaker: Sessions, message_id: int) -> None:
     async with session_scope(sessionmaker) as session:
         marks = WatermarkRepository(session)
         await marks.ensure(CHAT_ID, message_id + 1)
-        await marks.mark_unclean(CHAT_ID)
+        await marks.mark_unclean([CHAT_ID])
 
 
 async def test_reconcile_ledgers_only_ids_no_row_holds_in_batches(sessionmaker: Sessions) -> None:
@@ -116,7 +116,7 @@ async def test_a_dead_instance_is_claimed_once_with_its_intents(sessionmaker: Se
         await intents.open("forgotten", CHAT_ID)  # its instance row is long gone
 
     async with session_scope(sessionmaker) as session:
-        first = await WatermarkRepository(session).claim_dead(CHAT_ID, {"dead"})
+        first = await WatermarkRepository(session).claim_dead([CHAT_ID], {"dead"})
     assert first == 1
     assert (await mark_of(sessionmaker)).unclean_since is not None
     async with session_scope(sessionmaker) as session:
@@ -125,7 +125,7 @@ async def test_a_dead_instance_is_claimed_once_with_its_intents(sessionmaker: Se
         await WatermarkRepository(session).reconcile(CHAT_ID, 10, covers_marks_until=utcnow())
 
     async with session_scope(sessionmaker) as session:
-        again = await WatermarkRepository(session).claim_dead(CHAT_ID, {"dead"})
+        again = await WatermarkRepository(session).claim_dead([CHAT_ID], {"dead"})
     assert again == 0
     assert (await mark_of(sessionmaker)).unclean_since is None
 

@@ -57,7 +57,7 @@ class FakeTelegram:
     """What the store needs from the dispatcher: sends, recorded; a gate to
     hold them; a failure to inject."""
 
-    chat_id = -100
+    chat_ids = [-100]
 
     def __init__(self, bots: int = 3) -> None:
         self.bots = list(range(1, bots + 1))
@@ -71,7 +71,7 @@ class FakeTelegram:
         self.failure: TelegramError = PermanentError("Bad Request: refused", status=400)
         self._ids = itertools.count(1)
 
-    def usable_bots(self) -> list[int]:
+    def usable_bots(self, chat_id: int | None = None) -> list[int]:
         return list(self.bots)
 
     async def send_document(

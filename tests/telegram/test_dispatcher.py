@@ -151,7 +151,7 @@ async def make_dispatcher(bot_ids: list[int], **options: Any) -> tuple[Dispatche
     clients = [BotClient(token(bot_id), api_base=API) for bot_id in bot_ids]
     options.setdefault("transient_backoff", 0.01)
     options.setdefault("all_failed_pause", 0.2)
-    dispatcher = Dispatcher(clients, chat_id=CHAT_ID, **options)
+    dispatcher = Dispatcher(clients, chat_ids=[CHAT_ID], **options)
     await dispatcher.start()
     return dispatcher, clients
 

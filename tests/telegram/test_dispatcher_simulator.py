@@ -43,7 +43,7 @@ async def dispatcher(sim: TelegramSimulator) -> AsyncIterator[Dispatcher]:
     async with run_simulator(sim) as url:
         clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
         dispatcher = Dispatcher(
-            clients, chat_id=CHAT_ID, transient_backoff=0.01, all_failed_pause=0.2
+            clients, chat_ids=[CHAT_ID], transient_backoff=0.01, all_failed_pause=0.2
         )
         await dispatcher.start()
         yield dispatcher
@@ -123,7 +123,7 @@ async def slow_dispatcher(
     ]
     dispatcher = Dispatcher(
         clients,
-        chat_id=CHAT_ID,
+        chat_ids=[CHAT_ID],
         max_attempts=attempts,
         transient_backoff=0.01,
         all_failed_pause=0.05,

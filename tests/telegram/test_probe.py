@@ -64,10 +64,28 @@ class GetMe:
         return me(self.bot_id)
 
 
+def admin_everywhere(router: respx.MockRouter) -> None:
+    """getChatMember: every bot is an administrator that may post, in every chat."""
+    router.post(url__regex=rf"{API}/bot.*/getChatMember").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "ok": True,
+                "result": {
+                    "status": "administrator",
+                    "user": {"id": 0, "is_bot": True, "first_name": "b"},
+                    "can_post_messages": True,
+                    "can_delete_messages": True,
+                },
+            },
+        )
+    )
+
+
 @pytest.fixture
 async def dispatcher() -> AsyncIterator[Dispatcher]:
     clients = [BotClient(token(bot_id), api_base=API) for bot_id in (SLOW, LATE, REVOKED)]
-    pool = Dispatcher(clients, chat_id=-1001, checked=False)
+    pool = Dispatcher(clients, chat_ids=[-1001], checked=False)
     await pool.start()
     yield pool
     await pool.stop(grace=0)
@@ -87,6 +105,7 @@ async def test_bots_join_the_pool_as_they_pass_and_a_rejected_one_stays_out(
             late_admitted.set()
 
     with respx.mock(assert_all_called=False) as router:
+        admin_everywhere(router)
         router.post(f"{API}/bot{token(SLOW).value}/getMe").mock(side_effect=slow)
         router.post(f"{API}/bot{token(LATE).value}/getMe").mock(side_effect=late)
         router.post(f"{API}/bot{token(REVOKED).value}/getMe").mock(

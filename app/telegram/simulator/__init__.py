@@ -9,7 +9,11 @@ layer depends on (see the reference notes on the Bot API):
 - uploads over 50 MB get 413, getFile over 20 MB gets "file is too big";
 - two calls at once on one token (any method) get 429 with a long
   retry_after, and so does a bot sending more than its per-minute budget into
-  one chat;
+  one chat (`sends_per_minute`, counted per (bot, chat) as Telegram does:
+  about 20 a minute into one channel);
+- it holds several chats, each numbering its own messages from 1; every post
+  (sent or forwarded) is logged with its bot, chat and time (`posts`), so a
+  test can count posts per (bot, chat) window;
 - a call whose body arrived whole is carried out even if its client gives up
   while waiting for the answer, and counts as in flight until it is done (an
   upload abandoned by a timeout still posts its message); a client that drops
@@ -50,7 +54,7 @@ from app.telegram.simulator.config import (
     make_tokens,
 )
 from app.telegram.simulator.http import create_simulator_app
-from app.telegram.simulator.model import ApiError, BotStats, SimulatedDrop
+from app.telegram.simulator.model import ApiError, BotStats, Post, SimulatedDrop
 from app.telegram.simulator.server import main_simulator, run_simulator
 from app.telegram.simulator.state import TelegramSimulator
 
@@ -60,6 +64,7 @@ __all__ = [
     "ApiError",
     "BotStats",
     "MiB",
+    "Post",
     "SimulatedDrop",
     "SimulatorConfig",
     "TelegramSimulator",

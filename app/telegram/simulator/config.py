@@ -25,6 +25,7 @@ MUTABLE_KNOBS = frozenset(
         "max_concurrent_calls_per_bot",
         "collision_retry_after",
         "sends_per_minute",
+        "send_window",
         "latency",
         "upload_bandwidth",
         "download_bandwidth",
@@ -58,6 +59,8 @@ class SimulatorConfig:
     collision_retry_after: int = 30
     # Per bot per chat, over a sliding minute (Telegram: about 20 into one channel).
     sends_per_minute: int | None = None
+    # The sliding window of that budget; benchmarks shorten it to run quickly.
+    send_window: float = SEND_WINDOW
     latency: float = 0.0
     upload_bandwidth: float | None = None  # bytes/s per connection
     download_bandwidth: float | None = None  # bytes/s per connection
@@ -101,6 +104,7 @@ class SimulatorConfig:
         _check_method_fault_rates(self.method_fault_rates)
         _check_number(self, "latency", minimum=0.0)
         _check_number(self, "delete_window", minimum=0.0)
+        _check_number(self, "send_window", minimum=0.0, exclusive=True)
         for name in ("upload_bandwidth", "download_bandwidth", "file_path_ttl"):
             _check_number(self, name, minimum=0.0, exclusive=True, optional=True)
         for name in ("max_concurrent_calls_per_bot", "sends_per_minute"):

@@ -58,6 +58,17 @@ class BotStats:
 # --- state --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Post:
+    """One message a bot posted into a chat (sent or forwarded), for tests
+    that count posts per (bot, chat) over time."""
+
+    bot_id: int
+    chat_id: int
+    message_id: int
+    posted_at: float  # on the simulator's monotonic clock
+
+
 @dataclass
 class _Bot:
     bot_id: int

@@ -33,12 +33,12 @@ from app.telegram.simulator.config import (
     CAPTION_LIMIT,
     FAULTABLE_METHODS,
     MUTABLE_KNOBS,
-    SEND_WINDOW,
     SimulatorConfig,
 )
 from app.telegram.simulator.model import (
     ApiError,
     BotStats,
+    Post,
     _Bot,
     _Call,
     _Chat,
@@ -78,6 +78,7 @@ class TelegramSimulator:
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
         self._path_counter = 0
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
+        self._posts: list[Post] = []
         self._clock_offset = 0.0
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._call_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -208,7 +209,8 @@ class TelegramSimulator:
             file_name="post.txt",
             mime_type="text/plain",
         )
-        return self._post(self._chat(chat_id), file, file_id="", caption=None).message_id
+        # Bot id 0 in `posts()`: no bot of the pool made it.
+        return self._post(0, self._chat(chat_id), file, file_id="", caption=None).message_id
 
     def hold(self, method: str) -> None:
         """Calls of `method` from now on wait, their body read and every check
@@ -277,6 +279,12 @@ class TelegramSimulator:
                 max_concurrent_uploads=bot.uploads_in_flight,
                 max_concurrent_downloads=bot.downloads_in_flight,
             )
+        self._posts.clear()
+
+    def posts(self) -> list[Post]:
+        """Every message posted since the start (or `reset_stats`), in order,
+        with the bot that posted it and when."""
+        return list(self._posts)
 
     def message_count(self, chat_id: int) -> int:
         """Messages ever posted in the chat, deleted ones included."""
@@ -445,7 +453,7 @@ class TelegramSimulator:
             file = self._file_to_resend(bot_id, resent_id)
         self._check_send_budget(bot_id, chat.chat_id)
         file_id = self._issue_file_id(bot_id, file) if upload is not None else resent_id
-        return self._message_json(self._post(chat, file, file_id, caption))
+        return self._message_json(self._post(bot_id, chat, file, file_id, caption))
 
     def _file_to_resend(self, bot_id: int, document: str) -> _StoredFile:
         """sendDocument with a file_id instead of a file: no upload, no size limit."""
@@ -493,7 +501,7 @@ class TelegramSimulator:
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
         file_id = self._issue_file_id(bot_id, source.file)
-        message = self._post(target, source.file, file_id, source.caption)
+        message = self._post(bot_id, target, source.file, file_id, source.caption)
         message.forwarded_from = source.forwarded_from or source
         return self._message_json(message)
 
@@ -545,10 +553,11 @@ class TelegramSimulator:
             return
         now = self._now()
         sends = self._sends.setdefault((bot_id, chat_id), deque())
-        while sends and sends[0] <= now - SEND_WINDOW:
+        window = self.config.send_window
+        while sends and sends[0] <= now - window:
             sends.popleft()
         if len(sends) >= budget:
-            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + SEND_WINDOW - now)))
+            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
         sends.append(now)
 
     def _issue_file_id(self, bot_id: int, file: _StoredFile) -> str:
@@ -576,6 +585,7 @@ class TelegramSimulator:
 
     def _post(
         self,
+        bot_id: int,
         chat: _Chat,
         file: _StoredFile,
         file_id: str,
@@ -592,6 +602,7 @@ class TelegramSimulator:
             caption=caption,
         )
         chat.messages[message.message_id] = message
+        self._posts.append(Post(bot_id, chat.chat_id, message.message_id, message.posted_at))
         return message
 
     def _message_json(self, message: _Message) -> dict[str, Any]:
