@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 from starlette.responses import Response, StreamingResponse
 
 from app.parsing import parse_decimal
-from app.s3 import xml
+from app.s3 import checksum_headers, xml
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -22,6 +22,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
+from app.s3.payload import BodyResult
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -45,26 +46,61 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
+    algorithm, kind = checksum_headers.requested(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
         req.key,
         content_type=req.content_type(),
         metadata=req.metadata(),
+        checksum_algorithm=algorithm,
+        checksum_type=kind,
     )
-    return xml_response(xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id))
+    headers = {}
+    if algorithm is not None and kind is not None:
+        headers = {
+            checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
+            checksum_headers.TYPE_HEADER: kind,
+        }
+    return xml_response(
+        xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
+        headers=headers,
+    )
 
 
 async def upload_part(req: S3Request) -> Response:
+    """A part's checksum is kept in its upload's algorithm (verified if the
+    client sent it, computed here if not), else the one the client sent."""
     part_number = _part_number(req)
+    upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    result = BodyResult()
+    body = req.body(result)
+    algorithm = upload.checksum_algorithm
+    checksum: Callable[[], str | None]
+    if algorithm is not None:
+        body, checksum = checksum_headers.part_checksum(body, algorithm, result)
+    else:
+
+        def checksum() -> str | None:
+            sent = checksum_headers.of_body(result)
+            return sent.value if sent is not None else None
+
     etag = await req.s3.upload_part(
         req.bucket,
         req.key,
         req.query["uploadId"],
         part_number,
-        req.body(),
+        body,
         expected_size=req.declared_size(),
+        checksum=checksum,
+        upload=upload,
     )
-    return empty_response(headers={"ETag": etag})
+    headers = {"ETag": etag}
+    sent = checksum_headers.of_body(result)
+    if algorithm is not None:
+        headers[f"x-amz-checksum-{algorithm}"] = checksum() or ""
+    elif sent is not None:
+        headers[f"x-amz-checksum-{sent.algorithm}"] = sent.value
+    return empty_response(headers=headers)
 
 
 async def upload_part_copy(req: S3Request) -> Response:
@@ -108,7 +144,8 @@ async def complete_upload(req: S3Request) -> Response:
     keep the connection alive with whitespace (SDKs time out reads after
     60 s), and end with the result, or with an <Error> document if it
     failed after all (SDKs look for one in a 200 Complete)."""
-    body = await req.small_body()
+    # x-amz-checksum-* here name the whole object, not this XML body.
+    body = await req.small_body(header_checksums=False)
     parts = xml.parse_complete_multipart(body)
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
@@ -131,7 +168,9 @@ async def complete_upload(req: S3Request) -> Response:
     except BaseException:
         completing.cancel()
         raise
-    return xml_response(xml.complete_multipart_upload_xml(location, bucket, key, info.etag))
+    return xml_response(
+        xml.complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
+    )
 
 
 # A client that hangs up does not stop the completion (its task is not
@@ -150,9 +189,18 @@ async def _complete_in_whitespace(
             error = as_s3_error(exc, req.method)
             document = xml.s3_error_xml(error, resource=location, request_id=request_id())
         else:
-            document = xml.complete_multipart_upload_xml(location, req.bucket, req.key, info.etag)
+            document = xml.complete_multipart_upload_xml(
+                location, req.bucket, req.key, info.etag, _xml_checksum(info)
+            )
         yield document.removeprefix(XML_DECLARATION)
         return
+
+
+def _xml_checksum(info: ObjectInfo) -> xml.Checksum | None:
+    checksum = info.checksum
+    if checksum is None:
+        return None
+    return xml.Checksum(checksum.algorithm, checksum.value, checksum.type)
 
 
 async def abort_upload(req: S3Request) -> Response:
@@ -162,6 +210,7 @@ async def abort_upload(req: S3Request) -> Response:
 
 async def list_parts(req: S3Request) -> Response:
     upload_id = req.query["uploadId"]
+    upload = await req.s3.require_upload(req.bucket, req.key, upload_id)
     marker = req.int_param("part-number-marker", 0, top=MAX_PART_NUMBER)
     max_parts = req.int_param("max-parts", MAX_KEYS, top=MAX_KEYS)
     parts = await req.s3.list_parts(
@@ -179,12 +228,17 @@ async def list_parts(req: S3Request) -> Response:
                     last_modified=p.created_at,
                     etag=p.etag,
                     size=p.size,
+                    checksum=(upload.checksum_algorithm, p.checksum)
+                    if upload.checksum_algorithm is not None and p.checksum is not None
+                    else None,
                 )
                 for p in page
             ],
             part_number_marker=marker,
             max_parts=max_parts,
             is_truncated=len(parts) > max_parts,
+            checksum_algorithm=upload.checksum_algorithm,
+            checksum_type=upload.checksum_type,
         )
     )
 
