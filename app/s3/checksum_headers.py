@@ -15,14 +15,6 @@ from app.store.service import COMPOSITE, FULL_OBJECT, StoredChecksum
 ALGORITHM_HEADER: Final = "x-amz-checksum-algorithm"
 TYPE_HEADER: Final = "x-amz-checksum-type"
 MODE_HEADER: Final = "x-amz-checksum-mode"
-#: The XML element of each algorithm's value (ChecksumCRC32...).
-ELEMENTS: Final[Mapping[str, str]] = {
-    "crc32": "ChecksumCRC32",
-    "crc32c": "ChecksumCRC32C",
-    "crc64nvme": "ChecksumCRC64NVME",
-    "sha1": "ChecksumSHA1",
-    "sha256": "ChecksumSHA256",
-}
 
 
 def requested(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -83,11 +75,13 @@ def wanted(headers: Mapping[str, str]) -> bool:
 
 
 def part_checksum(
-    body: AsyncIterator[bytes], algorithm: str, result: BodyResult
-) -> tuple[AsyncIterator[bytes], Callable[[], str]]:
-    """A part's checksum in its upload's algorithm: the one the client sent
-    and the body was verified against, or else computed here as it streams.
-    The getter is valid once the stream ended."""
+    body: AsyncIterator[bytes], algorithm: str, result: BodyResult, *, sent: bool
+) -> tuple[AsyncIterator[bytes], Callable[[], str | None]]:
+    """A part's checksum in its upload's algorithm: the one the client `sent`
+    (header or trailer) and the body was verified against, or else computed
+    here as it streams. The getter is valid once the stream ended."""
+    if sent:
+        return body, lambda: result.checksums.get(algorithm)
     checksum = new_checksum(algorithm)
     assert checksum is not None  # `requested` admits supported algorithms only
 
@@ -96,7 +90,4 @@ def part_checksum(
             checksum.update(piece)
             yield piece
 
-    def value() -> str:
-        return result.checksums.get(algorithm) or b64(checksum.digest())
-
-    return computing(), value
+    return computing(), lambda: b64(checksum.digest())

@@ -77,7 +77,9 @@ async def upload_part(req: S3Request) -> Response:
     algorithm = upload.checksum_algorithm
     checksum: Callable[[], str | None]
     if algorithm is not None:
-        body, checksum = checksum_headers.part_checksum(body, algorithm, result)
+        header = f"x-amz-checksum-{algorithm}"
+        given = header in req.headers or header in req.verified.declared_trailers
+        body, checksum = checksum_headers.part_checksum(body, algorithm, result, sent=given)
     else:
 
         def checksum() -> str | None:
@@ -95,11 +97,10 @@ async def upload_part(req: S3Request) -> Response:
         upload=upload,
     )
     headers = {"ETag": etag}
-    sent = checksum_headers.of_body(result)
-    if algorithm is not None:
-        headers[f"x-amz-checksum-{algorithm}"] = checksum() or ""
-    elif sent is not None:
-        headers[f"x-amz-checksum-{sent.algorithm}"] = sent.value
+    value, sent = checksum(), checksum_headers.of_body(result)
+    named = algorithm or (sent.algorithm if sent is not None else None)
+    if value is not None and named is not None:
+        headers[f"x-amz-checksum-{named}"] = value
     return empty_response(headers=headers)
 
 
@@ -147,6 +148,7 @@ async def complete_upload(req: S3Request) -> Response:
     # x-amz-checksum-* here name the whole object, not this XML body.
     body = await req.small_body(header_checksums=False)
     parts = xml.parse_complete_multipart(body)
+    await _check_part_checksums(req, xml.parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
     completing = asyncio.ensure_future(
@@ -194,6 +196,30 @@ async def _complete_in_whitespace(
             )
         yield document.removeprefix(XML_DECLARATION)
         return
+
+
+async def _check_part_checksums(req: S3Request, listed: dict[int, tuple[str, str]]) -> None:
+    """A part checksum a Complete lists must be the part's (InvalidPart, as AWS)."""
+    if not listed:
+        return
+    try:
+        upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+        parts = await req.s3.list_parts(
+            req.bucket, req.key, upload.upload_id, after=0, limit=MAX_PART_NUMBER
+        )
+    except S3Error as exc:
+        if exc.code == "NoSuchUpload":
+            return  # completed already: a retry, which Complete answers
+        raise
+    stored = {part.part_number: part.checksum for part in parts}
+    for number, (algorithm, value) in listed.items():
+        known = stored.get(number)
+        wrong_algorithm = upload.checksum_algorithm not in (None, algorithm)
+        if wrong_algorithm or (known is not None and known != value):
+            raise S3Error(
+                "InvalidPart",
+                f"Part {number}: the {algorithm.upper()} checksum given is not the part's.",
+            )
 
 
 def _xml_checksum(info: ObjectInfo) -> xml.Checksum | None:

@@ -720,6 +720,21 @@ def parse_complete_multipart(body: bytes) -> list[CompletedPart]:
     return parts
 
 
+def parse_complete_part_checksums(body: bytes) -> dict[int, tuple[str, str]]:
+    """The ``Checksum<ALGORITHM>`` a CompleteMultipartUpload body gives for
+    its parts: part number -> (algorithm lowercase, base64 value). Call after
+    :func:`parse_complete_multipart`, which checks the rest."""
+    root = parse_xml(body, "CompleteMultipartUpload")
+    found: dict[int, tuple[str, str]] = {}
+    for element in _children(root, "Part"):
+        number = parse_decimal((_child_text(element, "PartNumber") or "").strip(), max_digits=9)
+        for child in element:
+            name = _local(child.tag)
+            if name.startswith("Checksum") and name != "ChecksumType" and number is not None:
+                found[number] = (name.removeprefix("Checksum").lower(), (child.text or "").strip())
+    return found
+
+
 def parse_create_bucket_configuration(body: bytes) -> str | None:
     """The ``LocationConstraint`` of a CreateBucket body (``None`` for no body or none given)."""
     if not body.strip():

@@ -447,3 +447,40 @@ async def test_multipart_listings_with_control_characters(s3: Client) -> None:
     upload_id = plain["Uploads"][0]["UploadId"]
     parts = await s3("list_parts", Bucket="box", Key="\n/one", UploadId=upload_id)
     assert parts["Key"] == "\n/one"
+
+
+async def test_a_complete_listing_a_wrong_part_checksum_is_refused(s3: Client) -> None:
+    parts = three_parts(seed=7)[1:]
+    upload_id = (
+        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="CRC32")
+    )["UploadId"]
+    listed = []
+    for number, body in enumerate(parts, 1):
+        answer = await s3(
+            "upload_part",
+            Bucket="box",
+            Key="m",
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+            ChecksumAlgorithm="CRC32",
+        )
+        listed.append({"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": "AAAAAA=="})
+    error = await s3.error(
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        MultipartUpload={"Parts": listed},
+    )
+    assert code(error) == "InvalidPart"
+    assert code(await s3.error("head_object", Bucket="box", Key="m")) == "404"
+
+    for entry, body in zip(listed, parts, strict=True):
+        entry["ChecksumCRC32"] = checksum("CRC32", body)
+    request = {"Bucket": "box", "Key": "m", "UploadId": upload_id}
+    first = await s3("complete_multipart_upload", **request, MultipartUpload={"Parts": listed})
+    # A retry of a Complete whose answer was lost gets the same answer.
+    again = await s3("complete_multipart_upload", **request, MultipartUpload={"Parts": listed})
+    assert first["ETag"] == again["ETag"]
+    assert first["ChecksumCRC32"] == composite("CRC32", parts)
