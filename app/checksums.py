@@ -22,6 +22,11 @@ from typing import Final, Protocol
 import google_crc32c
 from awscrt import checksums as crt_checksums
 
+#: Checksum types of a multipart object: of the whole object's bytes, or of
+#: its parts' checksums.
+FULL_OBJECT: Final = "FULL_OBJECT"
+COMPOSITE: Final = "COMPOSITE"
+
 
 class Checksum(Protocol):
     """An incremental checksum (hashlib-like)."""
@@ -121,3 +126,17 @@ def full_object(algorithm: str, parts: Sequence[tuple[int, str]]) -> str:
     for size, value in parts:
         crc = int(combine(crc, int.from_bytes(base64.b64decode(value), "big"), size))
     return b64(crc.to_bytes(CHECKSUM_SIZES[algorithm], "big"))
+
+
+def object_checksum(
+    algorithm: str, checksum_type: str | None, parts: Sequence[tuple[int, str | None]]
+) -> str | None:
+    """A multipart object's checksum from its parts' (size, base64 checksum):
+    FULL_OBJECT combines the CRCs, anything else is COMPOSITE. None when there
+    are no parts or a part has no checksum."""
+    if not parts or any(value is None for _, value in parts):
+        return None
+    known = [(size, value) for size, value in parts if value is not None]
+    if checksum_type == FULL_OBJECT:
+        return full_object(algorithm, known)
+    return composite(algorithm, [value for _, value in known])

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checksums import composite, full_object
+from app.checksums import object_checksum
 from app.db.chunks import ChunkRepository
 from app.db.locking import lock_database_for_write, lock_upload_part
 from app.db.models import (
@@ -460,18 +460,14 @@ def _check_pieces(size: int, pieces: Sequence[PieceSpec]) -> None:
 
 def _object_checksum(upload: MultipartUpload, parts: Sequence[UploadPart]) -> StoredChecksum | None:
     """The object's checksum from its parts', as its upload asked; None if it
-    asked for none, or a part has none (copied, or spooled before the upload
-    named an algorithm)."""
+    asked for none, or a part has none (copied by UploadPartCopy)."""
     algorithm = upload.checksum_algorithm
-    if algorithm is None or not parts:
+    if algorithm is None:
         return None
-    checksums = [part.checksum for part in parts]
-    if any(checksum is None for checksum in checksums):
+    value = object_checksum(
+        algorithm, upload.checksum_type, [(part.size, part.checksum) for part in parts]
+    )
+    if value is None:
         return None
-    known = [checksum for checksum in checksums if checksum is not None]
-    if upload.checksum_type == FULL_OBJECT:
-        value = full_object(
-            algorithm, [(part.size, c) for part, c in zip(parts, known, strict=True)]
-        )
-        return StoredChecksum(algorithm, value, FULL_OBJECT)
-    return StoredChecksum(algorithm, composite(algorithm, known), COMPOSITE)
+    kind = FULL_OBJECT if upload.checksum_type == FULL_OBJECT else COMPOSITE
+    return StoredChecksum(algorithm, value, kind)

@@ -15,6 +15,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
+from app.checksums import COMPOSITE as COMPOSITE
+from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db.chunks import ChunkRepository
 from app.db.locking import batches, dialect_name, lock_database_for_write, lock_object_key
 from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
@@ -62,11 +64,6 @@ class NotOwner(Exception):
         super().__init__(f"object {bucket}/{key} belongs to another API key")
         self.bucket = bucket
         self.key = key
-
-
-#: Checksum types: of the whole object's bytes, or of its parts' checksums.
-FULL_OBJECT = "FULL_OBJECT"
-COMPOSITE = "COMPOSITE"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from starlette.responses import Response, StreamingResponse
 
+from app.checksums import CHECKSUM_SIZES, object_checksum
 from app.parsing import parse_decimal
 from app.s3 import checksum_headers, xml
 from app.s3.context import (
@@ -22,7 +23,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
-from app.s3.payload import BodyResult
+from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -148,7 +149,7 @@ async def complete_upload(req: S3Request) -> Response:
     # x-amz-checksum-* here name the whole object, not this XML body.
     body = await req.small_body(header_checksums=False)
     parts = xml.parse_complete_multipart(body)
-    await _check_part_checksums(req, xml.parse_complete_part_checksums(body))
+    await _check_checksums(req, parts, xml.parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
     completing = asyncio.ensure_future(
@@ -198,27 +199,54 @@ async def _complete_in_whitespace(
         return
 
 
-async def _check_part_checksums(req: S3Request, listed: dict[int, tuple[str, str]]) -> None:
-    """A part checksum a Complete lists must be the part's (InvalidPart, as AWS)."""
-    if not listed:
+async def _check_checksums(
+    req: S3Request, parts: list[xml.CompletedPart], listed: dict[int, tuple[str, str]]
+) -> None:
+    """Before anything is completed: a part checksum the Complete lists must
+    be the part's (InvalidPart), and an `x-amz-checksum-<algorithm>` header,
+    the object's checksum as the parts give it (BadDigest), as AWS checks."""
+    sent = {
+        name.lower().removeprefix(CHECKSUM_HEADER_PREFIX): value.strip()
+        for name, value in req.headers.items()
+        if name.lower().removeprefix(CHECKSUM_HEADER_PREFIX) in CHECKSUM_SIZES
+    }
+    if not listed and not sent:
         return
     try:
         upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
-        parts = await req.s3.list_parts(
+        stored_parts = await req.s3.list_parts(
             req.bucket, req.key, upload.upload_id, after=0, limit=MAX_PART_NUMBER
         )
     except S3Error as exc:
         if exc.code == "NoSuchUpload":
             return  # completed already: a retry, which Complete answers
         raise
-    stored = {part.part_number: part.checksum for part in parts}
+    stored = {part.part_number: part for part in stored_parts}
     for number, (algorithm, value) in listed.items():
-        known = stored.get(number)
+        known = stored[number].checksum if number in stored else None
         wrong_algorithm = upload.checksum_algorithm not in (None, algorithm)
         if wrong_algorithm or (known is not None and known != value):
             raise S3Error(
                 "InvalidPart",
                 f"Part {number}: the {algorithm.upper()} checksum given is not the part's.",
+            )
+    for algorithm, value in sent.items():
+        if algorithm != upload.checksum_algorithm:
+            raise S3Error(
+                "InvalidRequest",
+                f"The upload was created with the {upload.checksum_algorithm} checksum "
+                f"algorithm, not {algorithm}.",
+            )
+        summaries = [
+            (stored[p.part_number].size, stored[p.part_number].checksum)
+            for p in parts
+            if p.part_number in stored
+        ]
+        expected = object_checksum(algorithm, upload.checksum_type, summaries)
+        if expected is not None and value not in (expected, expected.rpartition("-")[0]):
+            raise S3Error(
+                "BadDigest",
+                f"The {algorithm.upper()} you specified did not match the calculated checksum.",
             )
 
 

@@ -484,3 +484,49 @@ async def test_a_complete_listing_a_wrong_part_checksum_is_refused(s3: Client) -
     again = await s3("complete_multipart_upload", **request, MultipartUpload={"Parts": listed})
     assert first["ETag"] == again["ETag"]
     assert first["ChecksumCRC32"] == composite("CRC32", parts)
+
+
+async def test_a_complete_naming_the_objects_checksum_is_checked_first(s3: Client) -> None:
+    parts = three_parts(seed=8)[1:]
+    for kind, algorithm, expected in (
+        ("COMPOSITE", "SHA256", composite("SHA256", parts)),
+        ("FULL_OBJECT", "CRC32C", checksum("CRC32C", b"".join(parts))),
+    ):
+        key = f"m-{kind}"
+        upload_id = (
+            await s3(
+                "create_multipart_upload",
+                Bucket="box",
+                Key=key,
+                ChecksumAlgorithm=algorithm,
+                ChecksumType=kind,
+            )
+        )["UploadId"]
+        listed = []
+        for number, body in enumerate(parts, 1):
+            answer = await s3(
+                "upload_part",
+                Bucket="box",
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=body,
+                ChecksumAlgorithm=algorithm,
+            )
+            listed.append({"PartNumber": number, "ETag": answer["ETag"]})
+        request = {
+            "Bucket": "box",
+            "Key": key,
+            "UploadId": upload_id,
+            "MultipartUpload": {"Parts": listed},
+        }
+        wrong = checksum(algorithm, b"not the object")
+        error = await s3.error(
+            "complete_multipart_upload", **request, **{f"Checksum{algorithm}": wrong}
+        )
+        assert code(error) == "BadDigest"
+        assert code(await s3.error("head_object", Bucket="box", Key=key)) == "404"
+        done = await s3(
+            "complete_multipart_upload", **request, **{f"Checksum{algorithm}": expected}
+        )
+        assert (done[f"Checksum{algorithm}"], done["ChecksumType"]) == (expected, kind)
