@@ -84,9 +84,9 @@ async def get_object(req: S3Request) -> Response:
         if count is not None:  # a multipart object: the part's range
             status = 206
             headers["x-amz-mp-parts-count"] = str(count)
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{info.size}"
-            if end == start:  # an empty part has no range to name
-                headers["Content-Range"] = f"bytes */{info.size}"
+            # An empty (last) part has no first and last byte to name.
+            span = f"{start}-{end - 1}" if end > start else "*"
+            headers["Content-Range"] = f"bytes {span}/{info.size}"
         if checksum_headers.wanted(req.headers) and part_checksum is not None:
             headers.update(checksum_headers.response_headers(part_checksum))
     elif range_header:
