@@ -232,10 +232,11 @@ async def _check_checksums(
             )
     for algorithm, value in sent.items():
         if algorithm != upload.checksum_algorithm:
+            created = (upload.checksum_algorithm or "no").upper()
             raise S3Error(
                 "InvalidRequest",
-                f"The upload was created with the {upload.checksum_algorithm} checksum "
-                f"algorithm, not {algorithm}.",
+                f"The upload was created with {created} checksum algorithm, "
+                f"not {algorithm.upper()}.",
             )
         summaries = [
             (stored[p.part_number].size, stored[p.part_number].checksum)

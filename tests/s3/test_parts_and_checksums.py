@@ -530,3 +530,23 @@ async def test_a_complete_naming_the_objects_checksum_is_checked_first(s3: Clien
             "complete_multipart_upload", **request, **{f"Checksum{algorithm}": expected}
         )
         assert (done[f"Checksum{algorithm}"], done["ChecksumType"]) == (expected, kind)
+
+
+async def test_a_complete_naming_a_checksum_its_upload_never_asked_for_is_refused(
+    s3: Client,
+) -> None:
+    body = three_parts(seed=9)[2]
+    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
+    etag = (
+        await s3("upload_part", Bucket="box", Key="m", UploadId=upload_id, PartNumber=1, Body=body)
+    )["ETag"]
+    error = await s3.error(
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        ChecksumSHA256=checksum("SHA256", body),
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+    )
+    assert code(error) == "InvalidRequest"
+    assert "created with NO checksum algorithm" in error.response["Error"]["Message"]
