@@ -177,6 +177,7 @@ S3_QUERY_NAMES = st.sampled_from(
         "delete",
         "location",
         "response-content-type",
+        "attributes",
     ]
 )
 S3_HEADERS = st.sampled_from(
@@ -194,6 +195,12 @@ S3_HEADERS = st.sampled_from(
         "if-match",
         "if-modified-since",
         "cache-control",
+        "x-amz-object-attributes",
+        "x-amz-max-parts",
+        "x-amz-part-number-marker",
+        "x-amz-checksum-algorithm",
+        "x-amz-checksum-type",
+        "x-amz-checksum-mode",
     ]
 )
 printable = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
@@ -227,6 +234,10 @@ async def signed(
         st.just(
             b"<CompleteMultipartUpload><Part><PartNumber>\xc2\xb2</PartNumber>"
             b"<ETag>x</ETag></Part></CompleteMultipartUpload>"
+        ),
+        st.just(
+            b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>x</ETag>"
+            b"<ChecksumSHA256>!</ChecksumSHA256><ChecksumCRC32/></Part></CompleteMultipartUpload>"
         ),
     ),
 )

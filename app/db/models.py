@@ -150,6 +150,16 @@ class StoredObject(Base):
     # foreign key: keys are never deleted (a revoked key keeps its row), and
     # adding one would make SQLite rebuild this, the largest table.
     owner_key_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    # S3 flexible checksum: the algorithm (crc32, crc32c, crc64nvme, sha1,
+    # sha256), its base64 value ("<base64>-<parts>" when COMPOSITE), and the
+    # type (COMPOSITE or FULL_OBJECT). None when no checksum was given.
+    checksum_algorithm: Mapped[str | None] = mapped_column(String(16), default=None)
+    checksum: Mapped[str | None] = mapped_column(String(80), default=None)
+    checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
+    # An object made by CompleteMultipartUpload: [[size, checksum or null], ...]
+    # per part, in order. Deferred: up to 10,000 entries, read only by
+    # partNumber requests and GetObjectAttributes (ObjectRepository.parts_of).
+    parts: Mapped[list[Any] | None] = mapped_column(JsonDict, default=None, deferred=True)
 
     def __repr__(self) -> str:
         return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
@@ -282,6 +292,9 @@ class MultipartUpload(Base):
     content_type: Mapped[str] = mapped_column(String(MAX_CONTENT_TYPE_LENGTH))
     user_metadata: Mapped[dict[str, Any]] = mapped_column(JsonDict, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # ChecksumAlgorithm and ChecksumType asked for at creation (None: none).
+    checksum_algorithm: Mapped[str | None] = mapped_column(String(16), default=None)
+    checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"
@@ -306,6 +319,8 @@ class UploadPart(Base):
     # As sent to the client, quotes included: "<md5>" (copies may differ).
     etag: Mapped[str] = mapped_column(String(80))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Base64 checksum of the part in its upload's algorithm (None: no algorithm).
+    checksum: Mapped[str | None] = mapped_column(String(64), default=None)
 
     def __repr__(self) -> str:
         return (

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.checksums import object_checksum
 from app.db.chunks import ChunkRepository
 from app.db.locking import lock_database_for_write, lock_upload_part
 from app.db.models import (
@@ -38,7 +39,14 @@ from app.db.models import (
     StoredObject,
     UploadPart,
 )
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import (
+    COMPOSITE,
+    FULL_OBJECT,
+    ObjectRepository,
+    ObjectSpec,
+    PieceSpec,
+    StoredChecksum,
+)
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -133,6 +141,8 @@ class MultipartRepository:
         key: str,
         content_type: str,
         user_metadata: Mapping[str, Any],
+        checksum_algorithm: str | None = None,
+        checksum_type: str | None = None,
         now: datetime | None = None,
     ) -> MultipartUpload:
         if not bucket or not key:
@@ -145,6 +155,8 @@ class MultipartRepository:
             key=key,
             content_type=content_type,
             user_metadata=dict(user_metadata),
+            checksum_algorithm=checksum_algorithm,
+            checksum_type=checksum_type,
             created_at=now or utcnow(),
         )
         self._session.add(upload)
@@ -187,6 +199,7 @@ class MultipartRepository:
         pieces: Sequence[PieceSpec],
         bucket: str | None = None,
         key: str | None = None,
+        checksum: str | None = None,
         now: datetime | None = None,
     ) -> UploadPart:
         """Record part `part_number`, replacing any earlier upload of that number.
@@ -216,7 +229,12 @@ class MultipartRepository:
         old_chunk_ids: builtins.list[int] = []
         if part is None:
             part = UploadPart(
-                upload_id=upload_id, part_number=part_number, size=size, etag=etag, created_at=now
+                upload_id=upload_id,
+                part_number=part_number,
+                size=size,
+                etag=etag,
+                checksum=checksum,
+                created_at=now,
             )
             self._session.add(part)
         else:
@@ -226,7 +244,7 @@ class MultipartRepository:
                 .where(PartPiece.upload_id == upload_id, PartPiece.part_number == part_number)
                 .execution_options(synchronize_session=False)
             )
-            part.size, part.etag, part.created_at = size, etag, now
+            part.size, part.etag, part.checksum, part.created_at = size, etag, checksum, now
         await self._session.flush()
         if pieces:
             await self._session.execute(
@@ -364,6 +382,8 @@ class MultipartRepository:
             user_metadata=dict(upload.user_metadata),
             pieces=_merge_adjacent(piece for number in listed for piece in pieces_of[number]),
             owner_key_id=owner_key_id,
+            checksum=_object_checksum(upload, [stored[number] for number in listed]),
+            parts=[(stored[number].size, stored[number].checksum) for number in listed] or None,
         )
         created = await ObjectRepository(self._session).put(
             spec, keep_public_id=keep_public_id, now=now
@@ -436,3 +456,18 @@ def _check_pieces(size: int, pieces: Sequence[PieceSpec]) -> None:
     total = sum(piece.length for piece in pieces)
     if total != size:
         raise ValueError(f"pieces add up to {total} bytes, size is {size}")
+
+
+def _object_checksum(upload: MultipartUpload, parts: Sequence[UploadPart]) -> StoredChecksum | None:
+    """The object's checksum from its parts', as its upload asked; None if it
+    asked for none, or a part has none (copied by UploadPartCopy)."""
+    algorithm = upload.checksum_algorithm
+    if algorithm is None:
+        return None
+    value = object_checksum(
+        algorithm, upload.checksum_type, [(part.size, part.checksum) for part in parts]
+    )
+    if value is None:
+        return None
+    kind = FULL_OBJECT if upload.checksum_type == FULL_OBJECT else COMPOSITE
+    return StoredChecksum(algorithm, value, kind)

@@ -15,6 +15,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
+from app.checksums import COMPOSITE as COMPOSITE
+from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db.chunks import ChunkRepository
 from app.db.locking import batches, dialect_name, lock_database_for_write, lock_object_key
 from app.db.models import MAX_KEY_LENGTH, Chunk, GcReason, Piece, StoredObject
@@ -65,6 +67,21 @@ class NotOwner(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class StoredChecksum:
+    """An S3 flexible checksum of an object: `algorithm` lowercase (crc32...),
+    `value` base64 (with "-<parts>" when `type` is COMPOSITE), `type`
+    COMPOSITE or FULL_OBJECT."""
+
+    algorithm: str
+    value: str
+    type: str
+
+
+#: One part of a multipart object: its size and checksum (None if none).
+PartSummary = tuple[int, str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class PieceSpec:
     """Bytes [offset, offset + length) of a chunk; pieces follow each other in the object."""
 
@@ -94,6 +111,9 @@ class ObjectSpec:
     pieces: Sequence[PieceSpec] = ()
     # The API key uploading it (recorded as the object's owner), if any.
     owner_key_id: int | None = None
+    checksum: StoredChecksum | None = None
+    # The parts of an object made by CompleteMultipartUpload, in order.
+    parts: Sequence[PartSummary] | None = None
 
     def check(self) -> None:
         if not self.bucket or not self.key:
@@ -130,6 +150,15 @@ class ObjectRepository:
         return await self._session.scalar(
             select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
         )
+
+    async def parts_of(self, object_id: int) -> builtins.list[PartSummary] | None:
+        """The parts of a multipart object (None for any other object)."""
+        parts = await self._session.scalar(
+            select(StoredObject.parts).where(StoredObject.id == object_id)
+        )
+        if parts is None:
+            return None
+        return [(int(size), checksum) for size, checksum in parts]
 
     async def get_by_public_id(self, public_id: str) -> StoredObject | None:
         return await self._session.scalar(
@@ -410,6 +439,10 @@ class ObjectRepository:
             "created_at": created_at,
             "updated_at": updated_at,
             "owner_key_id": spec.owner_key_id,
+            "checksum_algorithm": spec.checksum.algorithm if spec.checksum else None,
+            "checksum": spec.checksum.value if spec.checksum else None,
+            "checksum_type": spec.checksum.type if spec.checksum else None,
+            "parts": [list(part) for part in spec.parts] if spec.parts is not None else None,
         }
         dialect = postgresql if dialect_name(self._session) == "postgresql" else sqlite
         statement = dialect.insert(StoredObject).values(values)

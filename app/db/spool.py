@@ -83,6 +83,7 @@ class SpoolRepository:
         owner: str,
         bucket: str,
         key: str,
+        checksum: str | None = None,
         now: datetime | None = None,
     ) -> list[str]:
         """Record a spooled part, replacing any earlier upload of its number.
@@ -123,7 +124,12 @@ class SpoolRepository:
         )
         await self._session.execute(
             insert(UploadPart).values(
-                upload_id=upload_id, part_number=part_number, size=size, etag=etag, created_at=now
+                upload_id=upload_id,
+                part_number=part_number,
+                size=size,
+                etag=etag,
+                checksum=checksum,
+                created_at=now,
             )
         )
         await self._session.execute(

@@ -17,7 +17,7 @@ from starlette.responses import Response
 from app.parsing import parse_decimal
 from app.s3 import xml
 from app.s3.errors import S3Error
-from app.s3.payload import request_body, strip_aws_chunked
+from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult, request_body, strip_aws_chunked
 from app.s3.service import S3Service
 from app.s3.sigv4 import VerifiedRequest, parse_query
 from app.services import Services
@@ -104,7 +104,12 @@ class S3Request:
             size = parse_decimal(declared.strip())
         return size
 
-    def body(self) -> AsyncIterator[bytes]:
+    def body(
+        self, result: BodyResult | None = None, *, header_checksums: bool = True
+    ) -> AsyncIterator[bytes]:
+        """The verified body; `result` learns its checksums. Without
+        `header_checksums`, x-amz-checksum-* headers are not about this body
+        (CompleteMultipartUpload's name the whole object)."""
         size = self.declared_size()
         if size is not None and size > self.settings.max_upload_size:
             raise S3Error(
@@ -112,12 +117,19 @@ class S3Request:
                 f"Your proposed upload exceeds the maximum allowed size of "
                 f"{self.settings.max_upload_size} bytes.",
             )
-        return request_body(self.request.stream(), self.verified, self.headers)
+        headers: Mapping[str, str] = self.headers
+        if not header_checksums:
+            headers = {
+                name: value
+                for name, value in self.headers.items()
+                if not name.lower().startswith(CHECKSUM_HEADER_PREFIX)
+            }
+        return request_body(self.request.stream(), self.verified, headers, result=result)
 
-    async def small_body(self) -> bytes:
+    async def small_body(self, *, header_checksums: bool = True) -> bytes:
         """An XML request body, refused past xml.MAX_XML_BYTES."""
         data = b""
-        async for piece in self.body():
+        async for piece in self.body(header_checksums=header_checksums):
             data += piece
             if len(data) > xml.MAX_XML_BYTES:
                 raise S3Error("MalformedXML", "The XML body is too large.")

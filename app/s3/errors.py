@@ -135,6 +135,7 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
         "At least one of the preconditions you specified did not hold.",
     ),
     "InvalidRange": (416, "The requested range is not satisfiable."),
+    "InvalidPartNumber": (416, "The requested partnumber is not satisfiable."),
     # 5xx
     "InternalError": (500, "We encountered an internal error. Please try again."),
     "NotImplemented": (

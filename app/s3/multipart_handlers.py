@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 from starlette.responses import Response, StreamingResponse
 
+from app.checksums import CHECKSUM_SIZES, object_checksum
 from app.parsing import parse_decimal
-from app.s3 import xml
+from app.s3 import checksum_headers, xml
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -22,6 +23,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
+from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -45,26 +47,62 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
+    algorithm, kind = checksum_headers.requested(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
         req.key,
         content_type=req.content_type(),
         metadata=req.metadata(),
+        checksum_algorithm=algorithm,
+        checksum_type=kind,
     )
-    return xml_response(xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id))
+    headers = {}
+    if algorithm is not None and kind is not None:
+        headers = {
+            checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
+            checksum_headers.TYPE_HEADER: kind,
+        }
+    return xml_response(
+        xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
+        headers=headers,
+    )
 
 
 async def upload_part(req: S3Request) -> Response:
+    """A part's checksum is kept in its upload's algorithm (verified if the
+    client sent it, computed here if not), else the one the client sent."""
     part_number = _part_number(req)
+    upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    result = BodyResult()
+    body = req.body(result)
+    algorithm = upload.checksum_algorithm
+    checksum: Callable[[], str | None]
+    if algorithm is not None:
+        header = f"x-amz-checksum-{algorithm}"
+        given = header in req.headers or header in req.verified.declared_trailers
+        body, checksum = checksum_headers.part_checksum(body, algorithm, result, sent=given)
+    else:
+
+        def checksum() -> str | None:
+            sent = checksum_headers.of_body(result)
+            return sent.value if sent is not None else None
+
     etag = await req.s3.upload_part(
         req.bucket,
         req.key,
         req.query["uploadId"],
         part_number,
-        req.body(),
+        body,
         expected_size=req.declared_size(),
+        checksum=checksum,
+        upload=upload,
     )
-    return empty_response(headers={"ETag": etag})
+    headers = {"ETag": etag}
+    value, sent = checksum(), checksum_headers.of_body(result)
+    named = algorithm or (sent.algorithm if sent is not None else None)
+    if value is not None and named is not None:
+        headers[f"x-amz-checksum-{named}"] = value
+    return empty_response(headers=headers)
 
 
 async def upload_part_copy(req: S3Request) -> Response:
@@ -108,8 +146,10 @@ async def complete_upload(req: S3Request) -> Response:
     keep the connection alive with whitespace (SDKs time out reads after
     60 s), and end with the result, or with an <Error> document if it
     failed after all (SDKs look for one in a 200 Complete)."""
-    body = await req.small_body()
+    # x-amz-checksum-* here name the whole object, not this XML body.
+    body = await req.small_body(header_checksums=False)
     parts = xml.parse_complete_multipart(body)
+    await _check_checksums(req, parts, xml.parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
     completing = asyncio.ensure_future(
@@ -131,7 +171,9 @@ async def complete_upload(req: S3Request) -> Response:
     except BaseException:
         completing.cancel()
         raise
-    return xml_response(xml.complete_multipart_upload_xml(location, bucket, key, info.etag))
+    return xml_response(
+        xml.complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
+    )
 
 
 # A client that hangs up does not stop the completion (its task is not
@@ -150,9 +192,70 @@ async def _complete_in_whitespace(
             error = as_s3_error(exc, req.method)
             document = xml.s3_error_xml(error, resource=location, request_id=request_id())
         else:
-            document = xml.complete_multipart_upload_xml(location, req.bucket, req.key, info.etag)
+            document = xml.complete_multipart_upload_xml(
+                location, req.bucket, req.key, info.etag, _xml_checksum(info)
+            )
         yield document.removeprefix(XML_DECLARATION)
         return
+
+
+async def _check_checksums(
+    req: S3Request, parts: list[xml.CompletedPart], listed: dict[int, tuple[str, str]]
+) -> None:
+    """Before anything is completed: a part checksum the Complete lists must
+    be the part's (InvalidPart), and an `x-amz-checksum-<algorithm>` header,
+    the object's checksum as the parts give it (BadDigest), as AWS checks."""
+    sent = {
+        name.lower().removeprefix(CHECKSUM_HEADER_PREFIX): value.strip()
+        for name, value in req.headers.items()
+        if name.lower().removeprefix(CHECKSUM_HEADER_PREFIX) in CHECKSUM_SIZES
+    }
+    if not listed and not sent:
+        return
+    try:
+        upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+        stored_parts = await req.s3.list_parts(
+            req.bucket, req.key, upload.upload_id, after=0, limit=MAX_PART_NUMBER
+        )
+    except S3Error as exc:
+        if exc.code == "NoSuchUpload":
+            return  # completed already: a retry, which Complete answers
+        raise
+    stored = {part.part_number: part for part in stored_parts}
+    for number, (algorithm, value) in listed.items():
+        known = stored[number].checksum if number in stored else None
+        wrong_algorithm = upload.checksum_algorithm not in (None, algorithm)
+        if wrong_algorithm or (known is not None and known != value):
+            raise S3Error(
+                "InvalidPart",
+                f"Part {number}: the {algorithm.upper()} checksum given is not the part's.",
+            )
+    for algorithm, value in sent.items():
+        if algorithm != upload.checksum_algorithm:
+            created = (upload.checksum_algorithm or "no").upper()
+            raise S3Error(
+                "InvalidRequest",
+                f"The upload was created with {created} checksum algorithm, "
+                f"not {algorithm.upper()}.",
+            )
+        summaries = [
+            (stored[p.part_number].size, stored[p.part_number].checksum)
+            for p in parts
+            if p.part_number in stored
+        ]
+        expected = object_checksum(algorithm, upload.checksum_type, summaries)
+        if expected is not None and value not in (expected, expected.rpartition("-")[0]):
+            raise S3Error(
+                "BadDigest",
+                f"The {algorithm.upper()} you specified did not match the calculated checksum.",
+            )
+
+
+def _xml_checksum(info: ObjectInfo) -> xml.Checksum | None:
+    checksum = info.checksum
+    if checksum is None:
+        return None
+    return xml.Checksum(checksum.algorithm, checksum.value, checksum.type)
 
 
 async def abort_upload(req: S3Request) -> Response:
@@ -162,6 +265,7 @@ async def abort_upload(req: S3Request) -> Response:
 
 async def list_parts(req: S3Request) -> Response:
     upload_id = req.query["uploadId"]
+    upload = await req.s3.require_upload(req.bucket, req.key, upload_id)
     marker = req.int_param("part-number-marker", 0, top=MAX_PART_NUMBER)
     max_parts = req.int_param("max-parts", MAX_KEYS, top=MAX_KEYS)
     parts = await req.s3.list_parts(
@@ -179,12 +283,17 @@ async def list_parts(req: S3Request) -> Response:
                     last_modified=p.created_at,
                     etag=p.etag,
                     size=p.size,
+                    checksum=(upload.checksum_algorithm, p.checksum)
+                    if upload.checksum_algorithm is not None and p.checksum is not None
+                    else None,
                 )
                 for p in page
             ],
             part_number_marker=marker,
             max_parts=max_parts,
             is_truncated=len(parts) > max_parts,
+            checksum_algorithm=upload.checksum_algorithm,
+            checksum_type=upload.checksum_type,
         )
     )
 

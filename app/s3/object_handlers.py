@@ -13,7 +13,8 @@ from starlette.responses import Response, StreamingResponse
 from app.api.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
-from app.s3 import xml
+from app.parsing import parse_decimal
+from app.s3 import checksum_headers, xml
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -23,8 +24,10 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
+from app.s3.payload import BodyResult
 from app.s3.service import SourceChanged
-from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo
+from app.store.limits import MAX_PART_NUMBER
+from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
 log = structlog.get_logger("app.s3")
 
@@ -42,20 +45,25 @@ COPY_ATTEMPTS = 5
 
 async def put_object(req: S3Request) -> Response:
     content_type, metadata = req.content_type(), req.metadata()
+    result = BodyResult()
     info = await req.s3.put_object(
         req.bucket,
         req.key,
-        req.body(),
+        req.body(result),
         content_type=content_type,
         metadata=metadata,
         expected_size=req.declared_size(),
+        checksum=lambda: checksum_headers.of_body(result),
     )
-    return empty_response(headers={"ETag": info.etag})
+    return empty_response(
+        headers={"ETag": info.etag, **checksum_headers.response_headers(info.checksum)}
+    )
 
 
 async def get_object(req: S3Request) -> Response:
-    """GetObject and HeadObject."""
+    """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
+    part = await _requested_part(req, info)
     headers = _object_headers(info)
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
@@ -71,7 +79,17 @@ async def get_object(req: S3Request) -> Response:
     headers.update(protective_headers(headers["Content-Type"]))
     start, end, status = 0, info.size, 200
     range_header = req.headers.get("range")
-    if range_header:
+    if part is not None:
+        start, end, count, part_checksum = part
+        if count is not None:  # a multipart object: the part's range
+            status = 206
+            headers["x-amz-mp-parts-count"] = str(count)
+            # An empty (last) part has no first and last byte to name.
+            span = f"{start}-{end - 1}" if end > start else "*"
+            headers["Content-Range"] = f"bytes {span}/{info.size}"
+        if checksum_headers.wanted(req.headers) and part_checksum is not None:
+            headers.update(checksum_headers.response_headers(part_checksum))
+    elif range_header:
         try:
             byte_range = parse_range(range_header, info.size)
         except RangeNotSatisfiable as exc:
@@ -87,12 +105,51 @@ async def get_object(req: S3Request) -> Response:
         if byte_range is not None:
             start, end, status = byte_range.start, byte_range.end, 206
             headers["Content-Range"] = byte_range.content_range(info.size)
+    if status == 200 and checksum_headers.wanted(req.headers):
+        # Only of the whole object: a checksum says nothing of a range.
+        headers.update(checksum_headers.response_headers(info.checksum))
     headers["Content-Length"] = str(end - start)
     headers["x-amz-request-id"] = request_id()
     if req.method == "HEAD":
         return Response(status_code=status, headers=headers)
     body = await req.store.open_range(info, start, end)
     return StreamingResponse(body, status_code=status, headers=headers)
+
+
+#: A part of an object: [start, end), the object's number of parts (None if
+#: CompleteMultipartUpload did not make it), the part's checksum.
+Part = tuple[int, int, int | None, StoredChecksum | None]
+
+
+async def _requested_part(req: S3Request, info: ObjectInfo) -> Part | None:
+    """The part `partNumber` names, if it names one. An object not made by
+    CompleteMultipartUpload is one part; a part past the last is
+    InvalidPartNumber (416, as AWS)."""
+    raw = req.query.get("partNumber")
+    if raw is None:
+        return None
+    number = parse_decimal(raw.strip(), max_digits=5)
+    if number is None or not 1 <= number <= MAX_PART_NUMBER:
+        raise S3Error(
+            "InvalidArgument",
+            f"Part number must be an integer between 1 and {MAX_PART_NUMBER}, inclusive.",
+            details={"ArgumentName": "partNumber", "ArgumentValue": raw[:64]},
+        )
+    if "range" in req.headers:
+        raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber query.")
+    parts = await req.s3.parts_of(info)
+    if parts is None:
+        if number != 1:
+            raise S3Error("InvalidPartNumber", details={"PartNumberRequested": str(number)})
+        return 0, info.size, None, info.checksum
+    if number > len(parts):
+        raise S3Error("InvalidPartNumber", details={"PartNumberRequested": str(number)})
+    start = sum(size for size, _ in parts[: number - 1])
+    size, value = parts[number - 1]
+    checksum = None
+    if value is not None and info.checksum is not None:
+        checksum = StoredChecksum(info.checksum.algorithm, value, info.checksum.type)
+    return start, start + size, len(parts), checksum
 
 
 async def delete_object(req: S3Request) -> Response:

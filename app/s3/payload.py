@@ -25,14 +25,11 @@ import base64
 import binascii
 import hashlib
 import re
-import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
-import google_crc32c
-from awscrt import checksums as crt_checksums
-
+from app.checksums import CHECKSUM_SIZES, Checksum, new_checksum
 from app.s3.errors import S3Error
 from app.s3.sigv4 import (
     PayloadMode,
@@ -58,76 +55,6 @@ _HEX64_BYTES: Final = re.compile(rb"[0-9a-fA-F]{64}")
 
 
 # --------------------------------------------------------------------------- checksums
-
-
-class Checksum(Protocol):
-    """An incremental checksum (hashlib-like)."""
-
-    def update(self, data: bytes, /) -> None: ...
-
-    def digest(self) -> bytes: ...
-
-
-class _Crc32:
-    def __init__(self) -> None:
-        self._crc = 0
-
-    def update(self, data: bytes, /) -> None:
-        self._crc = zlib.crc32(data, self._crc)
-
-    def digest(self) -> bytes:
-        return self._crc.to_bytes(4, "big")
-
-
-class _Crc32c:
-    def __init__(self) -> None:
-        self._crc = 0
-
-    def update(self, data: bytes, /) -> None:
-        self._crc = int(google_crc32c.extend(self._crc, data))
-
-    def digest(self) -> bytes:
-        return self._crc.to_bytes(4, "big")
-
-
-class _Crc64Nvme:
-    def __init__(self) -> None:
-        self._crc = 0
-
-    def update(self, data: bytes, /) -> None:
-        self._crc = int(crt_checksums.crc64nvme(data, self._crc))
-
-    def digest(self) -> bytes:
-        return self._crc.to_bytes(8, "big")
-
-
-#: Digest size in bytes of every flexible-checksum algorithm S3 defines.
-CHECKSUM_SIZES: Final[Mapping[str, int]] = {
-    "crc32": 4,
-    "crc32c": 4,
-    "crc64nvme": 8,
-    "sha1": 20,
-    "sha256": 32,
-}
-#: The algorithms verified here: all of them (``crc64nvme``, the default of
-#: clients built on the AWS CRT, through awscrt's implementation).
-SUPPORTED_CHECKSUMS: Final = frozenset(CHECKSUM_SIZES)
-
-
-def new_checksum(algorithm: str) -> Checksum | None:
-    """A fresh checksum for ``algorithm`` (``crc32``...), ``None`` if unsupported."""
-    algorithm = algorithm.lower()
-    if algorithm == "crc32":
-        return _Crc32()
-    if algorithm == "crc32c":
-        return _Crc32c()
-    if algorithm == "crc64nvme":
-        return _Crc64Nvme()
-    if algorithm == "sha1":
-        return hashlib.sha1(usedforsecurity=False)
-    if algorithm == "sha256":
-        return hashlib.sha256()
-    return None
 
 
 def _decode_checksum_value(algorithm: str, value: str, where: str) -> bytes:

@@ -5,8 +5,8 @@ handler, where the level is the service (`/`), a bucket (`/bucket`) or an
 object (`/bucket/key`). The table is read top to bottom and the first route
 that matches wins, so a route with a sub-resource comes before the plain
 operation on the same level. A sub-resource S3 has but this server does not
-(ACLs, policies, tagging, ...) is NotImplemented, whatever the method; no
-route for the method at that level is MethodNotAllowed.
+(ACLs, policies, tagging, ...) is NotImplemented for every method no route
+names it for; no route for the method at that level is MethodNotAllowed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
+from app.s3 import attributes_handler as attributes
 from app.s3 import bucket_handlers as bucket
 from app.s3 import multipart_handlers as multipart
 from app.s3 import object_handlers as obj
@@ -87,6 +88,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", OBJECT, multipart.create_upload, query=("uploads",)),
     Route("POST", OBJECT, multipart.complete_upload, query=("uploadId",)),
     Route("DELETE", OBJECT, multipart.abort_upload, query=("uploadId",)),
+    # Object sub-resources
+    Route("GET", OBJECT, attributes.get_object_attributes, query=("attributes",)),
     # Objects
     Route("PUT", OBJECT, obj.copy_object, header="x-amz-copy-source"),
     Route("PUT", OBJECT, obj.put_object),
@@ -106,12 +109,15 @@ UNSUPPORTED: dict[Level, frozenset[str]] = {
 def route(req: S3Request) -> Handler:
     """The handler for `req`, after its bucket name and key are validated."""
     level = _level(req)
-    if UNSUPPORTED[level] & req.query.keys():
+    found = next((candidate for candidate in ROUTES if candidate.matches(req, level)), None)
+    # A sub-resource is served only by the routes that name it (GET
+    # ?attributes is; PUT ?attributes is not a PutObject).
+    served = {flag.partition("=")[0] for flag in found.query} if found is not None else set()
+    if (UNSUPPORTED[level] & req.query.keys()) - served:
         raise S3Error("NotImplemented")
-    for candidate in ROUTES:
-        if candidate.matches(req, level):
-            return candidate.handler
-    raise S3Error("MethodNotAllowed")
+    if found is None:
+        raise S3Error("MethodNotAllowed")
+    return found.handler
 
 
 def _level(req: S3Request) -> Level:

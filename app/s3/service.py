@@ -10,7 +10,7 @@ multi-GB blob (the Docker registry does that on every push) costs no upload.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.s3.errors import S3Error
@@ -27,7 +27,13 @@ from app.store.multipart import (
     UploadInfo,
     UploadMissing,
 )
-from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, ObjectStore
+from app.store.service import (
+    DEFAULT_CONTENT_TYPE,
+    ObjectInfo,
+    ObjectStore,
+    PartSummary,
+    StoredChecksum,
+)
 
 # Uploads aborted per listing while a bucket is deleted.
 MAX_UPLOADS_PER_ROUND = 1000
@@ -115,6 +121,7 @@ class S3Service:
         content_type: str | None,
         metadata: Mapping[str, str],
         expected_size: int | None = None,
+        checksum: Callable[[], StoredChecksum | None] | None = None,
     ) -> ObjectInfo:
         await self.require_bucket(bucket)
         try:
@@ -127,9 +134,14 @@ class S3Service:
                 metadata=metadata,
                 max_size=self._max_upload_size,
                 expected_size=expected_size,
+                checksum=checksum,
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None
+
+    async def parts_of(self, info: ObjectInfo) -> list[PartSummary] | None:
+        """The parts of an object CompleteMultipartUpload made (None for others)."""
+        return await self._store.parts_of(info)
 
     async def delete_object(self, bucket: str, key: str) -> None:
         await self.require_bucket(bucket)
@@ -178,7 +190,14 @@ class S3Service:
     # --- multipart ----------------------------------------------------------------
 
     async def create_upload(
-        self, bucket: str, key: str, *, content_type: str | None, metadata: Mapping[str, Any]
+        self,
+        bucket: str,
+        key: str,
+        *,
+        content_type: str | None,
+        metadata: Mapping[str, Any],
+        checksum_algorithm: str | None = None,
+        checksum_type: str | None = None,
     ) -> UploadInfo:
         await self.require_bucket(bucket)
         return await self._multipart.create(
@@ -186,6 +205,8 @@ class S3Service:
             key=key,
             content_type=content_type or DEFAULT_CONTENT_TYPE,
             metadata=metadata,
+            checksum_algorithm=checksum_algorithm,
+            checksum_type=checksum_type,
         )
 
     async def require_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo:
@@ -202,10 +223,15 @@ class S3Service:
         part_number: int,
         body: AsyncIterator[bytes],
         expected_size: int | None = None,
+        checksum: Callable[[], str | None] | None = None,
+        *,
+        upload: UploadInfo | None = None,
     ) -> str:
-        """Store one part; returns its ETag (quoted MD5)."""
+        """Store one part; returns its ETag (quoted MD5). `upload`: the
+        upload, when the caller has read it already."""
         _check_part_number(part_number)
-        upload = await self.require_upload(bucket, key, upload_id)
+        if upload is None:
+            upload = await self.require_upload(bucket, key, upload_id)
         try:
             return await self._multipart.upload_part(
                 upload,
@@ -213,6 +239,7 @@ class S3Service:
                 body,
                 max_size=self._max_upload_size,
                 expected_size=expected_size,
+                checksum=checksum,
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None

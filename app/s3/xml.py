@@ -235,10 +235,14 @@ def list_objects_v1_xml(
     ``next_marker``: AWS sends it only when a delimiter was given and the
     listing is truncated (clients otherwise continue from the last key); pass
     ``None`` to leave it out.
+
+    The top-level ``Prefix`` is never URL-encoded in v1: AWS sends it as
+    given, and botocore (which decodes Marker, NextMarker, Delimiter, keys and
+    common prefixes of a v1 answer) would hand ``%0A`` to the user for ``\n``.
     """
     doc = _Doc("ListBucketResult")
     doc.leaf("Name", bucket)
-    doc.leaf("Prefix", _encode(prefix, encoding_type))
+    doc.leaf("Prefix", prefix)
     doc.leaf("Marker", _encode(marker, encoding_type))
     doc.leaf("NextMarker", _encode(next_marker, encoding_type))
     doc.leaf("MaxKeys", max_keys)
@@ -337,13 +341,16 @@ def initiate_multipart_upload_xml(bucket: str, key: str, upload_id: str) -> byte
     return doc.bytes()
 
 
-def complete_multipart_upload_xml(location: str, bucket: str, key: str, etag: str) -> bytes:
+def complete_multipart_upload_xml(
+    location: str, bucket: str, key: str, etag: str, checksum: Checksum | None = None
+) -> bytes:
     """``CompleteMultipartUploadResult`` (``etag`` like ``"<md5 of md5s>-N"``)."""
     doc = _Doc("CompleteMultipartUploadResult")
     doc.leaf("Location", location)
     doc.leaf("Bucket", bucket)
     doc.leaf("Key", key)
     doc.leaf("ETag", _etag(etag))
+    _checksum(doc, checksum)
     return doc.bytes()
 
 
@@ -355,6 +362,26 @@ def post_response_xml(location: str, bucket: str, key: str, etag: str) -> bytes:
     doc.leaf("Key", key)
     doc.leaf("ETag", _etag(etag))
     return doc.bytes()
+
+
+class Checksum(NamedTuple):
+    """A flexible checksum as S3 XML carries it: algorithm (lowercase), base64
+    value, type (COMPOSITE, FULL_OBJECT; None to leave the type out)."""
+
+    algorithm: str
+    value: str
+    type: str | None = None
+
+
+def checksum_element(algorithm: str) -> str:
+    """``ChecksumCRC32``, ``ChecksumCRC64NVME``, ``ChecksumSHA256``..."""
+    return "Checksum" + algorithm.upper()
+
+
+def _checksum(doc: _Doc, checksum: Checksum | None) -> None:
+    if checksum is not None:
+        doc.leaf(checksum_element(checksum.algorithm), checksum.value)
+        doc.leaf("ChecksumType", checksum.type)
 
 
 def copy_object_xml(etag: str, last_modified: datetime) -> bytes:
@@ -379,6 +406,8 @@ class PartEntry:
     last_modified: datetime
     etag: str
     size: int
+    #: (algorithm, base64 value) of the part's checksum, if it has one.
+    checksum: tuple[str, str] | None = None
 
 
 def list_parts_xml(
@@ -393,6 +422,8 @@ def list_parts_xml(
     is_truncated: bool = False,
     storage_class: str = "STANDARD",
     owner: Owner = DEFAULT_OWNER,
+    checksum_algorithm: str | None = None,
+    checksum_type: str | None = None,
 ) -> bytes:
     """``ListPartsResult``. ``next_part_number_marker`` defaults to the last part's number."""
     if next_part_number_marker is None:
@@ -404,6 +435,8 @@ def list_parts_xml(
     _owner(doc, owner, "Initiator")
     _owner(doc, owner)
     doc.leaf("StorageClass", storage_class)
+    doc.leaf("ChecksumAlgorithm", checksum_algorithm.upper() if checksum_algorithm else None)
+    doc.leaf("ChecksumType", checksum_type)
     doc.leaf("PartNumberMarker", part_number_marker)
     doc.leaf("NextPartNumberMarker", next_part_number_marker)
     doc.leaf("MaxParts", max_parts)
@@ -414,7 +447,61 @@ def list_parts_xml(
         doc.leaf("LastModified", iso8601(part.last_modified))
         doc.leaf("ETag", _etag(part.etag))
         doc.leaf("Size", part.size)
+        if part.checksum is not None:
+            doc.leaf(checksum_element(part.checksum[0]), part.checksum[1])
         doc.close("Part")
+    return doc.bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeParts:
+    """A page of an object's parts for GetObjectAttributes' ``ObjectParts``."""
+
+    total: int
+    #: (part number, size, checksum or None), in order.
+    parts: Sequence[tuple[int, int, str | None]]
+    part_number_marker: int
+    max_parts: int
+    is_truncated: bool
+    #: The algorithm of the parts' checksums.
+    algorithm: str | None = None
+
+
+def get_object_attributes_xml(
+    *,
+    etag: str | None = None,
+    checksum: Checksum | None = None,
+    parts: AttributeParts | None = None,
+    storage_class: str | None = None,
+    size: int | None = None,
+) -> bytes:
+    """``GetObjectAttributesResponse`` with the attributes given (``None``:
+    not asked for, or not there). The ETag goes without quotes, as AWS sends
+    it here."""
+    doc = _Doc("GetObjectAttributesResponse")
+    doc.leaf("ETag", etag.strip('"') if etag is not None else None)
+    if checksum is not None:
+        doc.open("Checksum")
+        _checksum(doc, checksum)
+        doc.close("Checksum")
+    if parts is not None:
+        doc.open("ObjectParts")
+        doc.leaf("PartsCount", parts.total)
+        doc.leaf("PartNumberMarker", parts.part_number_marker)
+        if parts.parts:
+            doc.leaf("NextPartNumberMarker", parts.parts[-1][0])
+        doc.leaf("MaxParts", parts.max_parts)
+        doc.leaf("IsTruncated", parts.is_truncated)
+        for number, part_size, part_checksum in parts.parts:
+            doc.open("Part")
+            doc.leaf("PartNumber", number)
+            doc.leaf("Size", part_size)
+            if part_checksum is not None and parts.algorithm is not None:
+                doc.leaf(checksum_element(parts.algorithm), part_checksum)
+            doc.close("Part")
+        doc.close("ObjectParts")
+    doc.leaf("StorageClass", storage_class)
+    doc.leaf("ObjectSize", size)
     return doc.bytes()
 
 
@@ -641,6 +728,21 @@ def parse_complete_multipart(body: bytes) -> list[CompletedPart]:
             raise S3Error("InvalidPartOrder")
         parts.append(CompletedPart(number, etag.strip().strip('"')))
     return parts
+
+
+def parse_complete_part_checksums(body: bytes) -> dict[int, tuple[str, str]]:
+    """The ``Checksum<ALGORITHM>`` a CompleteMultipartUpload body gives for
+    its parts: part number -> (algorithm lowercase, base64 value). Call after
+    :func:`parse_complete_multipart`, which checks the rest."""
+    root = parse_xml(body, "CompleteMultipartUpload")
+    found: dict[int, tuple[str, str]] = {}
+    for element in _children(root, "Part"):
+        number = parse_decimal((_child_text(element, "PartNumber") or "").strip(), max_digits=9)
+        for child in element:
+            name = _local(child.tag)
+            if name.startswith("Checksum") and name != "ChecksumType" and number is not None:
+                found[number] = (name.removeprefix("Checksum").lower(), (child.text or "").strip())
+    return found
 
 
 def parse_create_bucket_configuration(body: bytes) -> str | None:

@@ -17,7 +17,7 @@ GC ledger, and their spool files are deleted.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -61,10 +61,20 @@ class UploadInfo:
     bucket: str
     key: str
     created_at: datetime
+    #: ChecksumAlgorithm (lowercase) and ChecksumType asked for at creation.
+    checksum_algorithm: str | None = None
+    checksum_type: str | None = None
 
     @classmethod
     def from_row(cls, row: MultipartUpload) -> UploadInfo:
-        return cls(row.id, row.bucket, row.key, row.created_at)
+        return cls(
+            row.id,
+            row.bucket,
+            row.key,
+            row.created_at,
+            row.checksum_algorithm,
+            row.checksum_type,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +83,11 @@ class PartInfo:
     size: int
     etag: str
     created_at: datetime
+    checksum: str | None = None
 
     @classmethod
     def from_row(cls, row: UploadPart) -> PartInfo:
-        return cls(row.part_number, row.size, row.etag, row.created_at)
+        return cls(row.part_number, row.size, row.etag, row.created_at, row.checksum)
 
 
 class MultipartStore:
@@ -94,11 +105,23 @@ class MultipartStore:
         self._flusher = flusher
 
     async def create(
-        self, *, bucket: str, key: str, content_type: str, metadata: Mapping[str, Any]
+        self,
+        *,
+        bucket: str,
+        key: str,
+        content_type: str,
+        metadata: Mapping[str, Any],
+        checksum_algorithm: str | None = None,
+        checksum_type: str | None = None,
     ) -> UploadInfo:
         async with session_scope(self._sessionmaker) as session:
             row = await MultipartRepository(session).create(
-                bucket=bucket, key=key, content_type=content_type, user_metadata=dict(metadata)
+                bucket=bucket,
+                key=key,
+                content_type=content_type,
+                user_metadata=dict(metadata),
+                checksum_algorithm=checksum_algorithm,
+                checksum_type=checksum_type,
             )
             return UploadInfo.from_row(row)
 
@@ -115,8 +138,10 @@ class MultipartStore:
         *,
         max_size: int,
         expected_size: int | None,
+        checksum: Callable[[], str | None] | None = None,
     ) -> str:
         """Store one part from a stream; returns its ETag (quoted MD5).
+        `checksum` is asked once the stream ended: the part's checksum.
 
         Raises UploadMissing (the upload was completed or aborted meanwhile;
         the part's chunks are released) and UploadTooLarge."""
@@ -132,7 +157,13 @@ class MultipartStore:
         ):
             try:
                 return await self._spool_part(
-                    spool, upload, part_number, body, max_size=max_size, size=expected_size
+                    spool,
+                    upload,
+                    part_number,
+                    body,
+                    max_size=max_size,
+                    size=expected_size,
+                    checksum=checksum,
                 )
             except SpoolFull as full:
                 body = full.received  # the disk filled: the rest goes straight on
@@ -145,7 +176,14 @@ class MultipartStore:
         )
         etag = f'"{content.md5_hex}"'
         try:
-            await self._put_part(upload, part_number, content.size, etag, content.pieces)
+            await self._put_part(
+                upload,
+                part_number,
+                content.size,
+                etag,
+                content.pieces,
+                checksum=checksum() if checksum is not None else None,
+            )
         except BaseException:
             await self._objects.discard(content)
             raise
@@ -161,6 +199,7 @@ class MultipartStore:
         max_size: int,
         size: int,
         etag: str | None = None,
+        checksum: Callable[[], str | None] | None = None,
     ) -> str:
         """Spool a part and record it; its ETag is its MD5 unless given (a
         copy, whose bytes are not counted as received from a client)."""
@@ -182,6 +221,7 @@ class MultipartStore:
                     owner=spool.instance_id,
                     bucket=upload.bucket,
                     key=upload.key,
+                    checksum=checksum() if checksum is not None else None,
                 )
         except BaseException:
             await spool.delete([written.path])
@@ -266,6 +306,8 @@ class MultipartStore:
         size: int,
         etag: str,
         pieces: Sequence[PieceSpec],
+        *,
+        checksum: str | None = None,
     ) -> None:
         async with session_scope(self._sessionmaker) as session:
             await MultipartRepository(session).put_part(
@@ -276,6 +318,7 @@ class MultipartStore:
                 pieces=pieces,
                 bucket=upload.bucket,
                 key=upload.key,
+                checksum=checksum,
             )
 
     async def list_parts(

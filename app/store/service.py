@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.models import StoredObject
+
+# COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
+# the HTTP layers, which never import app.db.
+from app.db.objects import COMPOSITE as COMPOSITE
+from app.db.objects import FULL_OBJECT as FULL_OBJECT
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import PartSummary as PartSummary
+from app.db.objects import StoredChecksum as StoredChecksum
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.store.errors import NotOwner, ObjectNotFound
@@ -59,6 +66,7 @@ class ObjectInfo:
     # The API key that uploaded it through the native API (None: S3, or older).
     owner_key_id: int | None = None
     inline_data: bytes | None = field(default=None, repr=False)
+    checksum: StoredChecksum | None = None
 
     @classmethod
     def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
@@ -78,6 +86,7 @@ class ObjectInfo:
             updated_at=row.updated_at,
             owner_key_id=row.owner_key_id,
             inline_data=row.inline_data if with_content else None,
+            checksum=_checksum_of(row),
         )
 
 
@@ -125,6 +134,7 @@ class ObjectStore:
         keep_public_id: bool = False,
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
+        checksum: StoredChecksum | None = None,
     ) -> ObjectInfo:
         """Make `content` the object under (bucket, key), owned by `owner_key_id`.
 
@@ -144,6 +154,7 @@ class ObjectStore:
             inline_data=content.inline_data,
             pieces=content.pieces,
             owner_key_id=owner_key_id,
+            checksum=checksum,
         )
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
@@ -190,7 +201,9 @@ class ObjectStore:
         expected_size: int | None = None,
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
+        checksum: Callable[[], StoredChecksum | None] | None = None,
     ) -> ObjectInfo:
+        """`checksum` is asked once the stream ended: what it verified."""
         content = await self.write_content(
             stream, max_size=max_size, label=key, expected_size=expected_size
         )
@@ -204,6 +217,7 @@ class ObjectStore:
             keep_public_id=keep_public_id,
             owner_key_id=owner_key_id,
             only_if_owned_by=only_if_owned_by,
+            checksum=checksum() if checksum is not None else None,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -212,6 +226,11 @@ class ObjectStore:
         async with session_scope(self._sessionmaker) as session:
             row = await ObjectRepository(session).get(bucket, key)
             return ObjectInfo.from_row(row) if row is not None else None
+
+    async def parts_of(self, info: ObjectInfo) -> list[PartSummary] | None:
+        """The parts of a multipart object (None for any other object)."""
+        async with session_scope(self._sessionmaker) as session:
+            return await ObjectRepository(session).parts_of(info.id)
 
     async def get_by_public_id(self, public_id: str) -> ObjectInfo | None:
         async with session_scope(self._sessionmaker) as session:
@@ -267,6 +286,11 @@ class ObjectStore:
                     user_metadata=dict(metadata),
                     inline_data=source.inline_data,
                     pieces=pieces,
+                    # A full-object checksum still holds; a composite one
+                    # names parts the copy does not have (AWS drops it too).
+                    checksum=source.checksum
+                    if source.checksum is not None and source.checksum.type == FULL_OBJECT
+                    else None,
                 )
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
@@ -352,6 +376,12 @@ class ObjectStore:
         if repo.chunks_released:
             self._gc.wake()
         return deleted
+
+
+def _checksum_of(row: StoredObject) -> StoredChecksum | None:
+    if row.checksum_algorithm is None or row.checksum is None:
+        return None
+    return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)
 
 
 async def _from_bytes(data: bytes) -> AsyncIterator[bytes]:

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 import google_crc32c
 import pytest
 
+from app.checksums import new_checksum
 from app.s3.errors import S3Error
 from app.s3.payload import (
     BodyResult,
     decode_aws_chunked,
-    new_checksum,
     parse_content_md5,
     request_body,
     strip_aws_chunked,

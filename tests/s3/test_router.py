@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.s3.router import ROUTES, UNSUPPORTED, Level
+from app.s3.router import UNSUPPORTED, Level
 from tests.running_service import Service
 from tests.s3.test_api_boto3 import S3, read
 from tests.s3.test_bad_input import error_code, s3, s3_service, signed
@@ -64,8 +64,21 @@ async def test_a_method_without_an_operation_is_method_not_allowed(
     await s3("head_bucket", Bucket="box")
 
 
-def test_no_route_serves_a_sub_resource_declared_unsupported() -> None:
-    for route in ROUTES:
-        names = {flag.partition("=")[0] for flag in route.query}
-        assert not names & UNSUPPORTED[route.level], route
+async def test_a_sub_resource_is_served_only_for_the_methods_routed_to_it(
+    s3: S3, s3_service: Service
+) -> None:
+    """GET ?attributes is GetObjectAttributes; PUT or DELETE ?attributes are
+    not PutObject or DeleteObject."""
+    await s3("put_object", Bucket="box", Key="k", Body=b"kept")
+    for method in ("PUT", "DELETE", "POST"):
+        response = await signed(s3_service, method, "/box/k?attributes")
+        assert (response.status_code, error_code(response)) == (501, "NotImplemented")
+    assert await read(s3, "box", "k") == b"kept"
+    attributes = await s3(
+        "get_object_attributes", Bucket="box", Key="k", ObjectAttributes=["ObjectSize"]
+    )
+    assert attributes["ObjectSize"] == 4
+
+
+def test_the_service_level_has_no_sub_resources() -> None:
     assert not UNSUPPORTED[Level.SERVICE]

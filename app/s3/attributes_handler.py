@@ -1,0 +1,80 @@
+"""GetObjectAttributes (``GET /bucket/key?attributes``): what HeadObject
+tells, and an object's parts, in XML, for the attributes the
+``x-amz-object-attributes`` header names."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from starlette.responses import Response
+
+from app.http.conditions import http_date
+from app.parsing import parse_decimal
+from app.s3 import xml
+from app.s3.context import MAX_KEYS, S3Request, xml_response
+from app.s3.errors import S3Error
+
+ATTRIBUTES: Final = frozenset({"ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"})
+STORAGE_CLASS: Final = "STANDARD"
+
+
+def _attributes(req: S3Request) -> set[str]:
+    # One header may repeat, or list several values separated by commas.
+    raw = ",".join(req.headers.getlist("x-amz-object-attributes"))
+    names = {name.strip() for name in raw.split(",") if name.strip()}
+    if not names:
+        raise S3Error(
+            "InvalidArgument",
+            "The x-amz-object-attributes header specifying the attributes to be retrieved "
+            "is either missing or empty",
+        )
+    unknown = names - ATTRIBUTES
+    if unknown:
+        raise S3Error("InvalidArgument", f"Invalid attribute name specified: {sorted(unknown)[0]}")
+    return names
+
+
+def _header_int(req: S3Request, name: str, default: int, top: int) -> int:
+    raw = req.headers.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = parse_decimal(raw.strip())
+    if value is None:
+        raise S3Error(
+            "InvalidArgument",
+            f"{name} must be a non-negative integer of at most 19 digits.",
+            details={"ArgumentName": name, "ArgumentValue": raw[:64]},
+        )
+    return min(value, top)
+
+
+async def get_object_attributes(req: S3Request) -> Response:
+    names = _attributes(req)
+    max_parts = _header_int(req, "x-amz-max-parts", MAX_KEYS, MAX_KEYS)
+    marker = _header_int(req, "x-amz-part-number-marker", 0, 1 << 31)
+    info = await req.s3.head_object(req.bucket, req.key)
+    checksum = None
+    if "Checksum" in names and info.checksum is not None:
+        checksum = xml.Checksum(info.checksum.algorithm, info.checksum.value, info.checksum.type)
+    page = None
+    if "ObjectParts" in names:
+        parts = await req.s3.parts_of(info)
+        if parts is not None:  # only an object CompleteMultipartUpload made has parts
+            numbered = [(number, size, value) for number, (size, value) in enumerate(parts, 1)]
+            after = [part for part in numbered if part[0] > marker]
+            page = xml.AttributeParts(
+                total=len(parts),
+                parts=after[:max_parts],
+                part_number_marker=marker,
+                max_parts=max_parts,
+                is_truncated=len(after) > max_parts,
+                algorithm=info.checksum.algorithm if info.checksum is not None else None,
+            )
+    document = xml.get_object_attributes_xml(
+        etag=info.etag if "ETag" in names else None,
+        checksum=checksum,
+        parts=page,
+        storage_class=STORAGE_CLASS if "StorageClass" in names else None,
+        size=info.size if "ObjectSize" in names else None,
+    )
+    return xml_response(document, headers={"Last-Modified": http_date(info.updated_at)})
