@@ -150,6 +150,8 @@ class StoredObject(Base):
     # foreign key: keys are never deleted (a revoked key keeps its row), and
     # adding one would make SQLite rebuild this, the largest table.
     owner_key_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True, default=None)
+    # S3 object tags ({key: value}) of this version; None: no tags.
+    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
@@ -282,6 +284,8 @@ class MultipartUpload(Base):
     content_type: Mapped[str] = mapped_column(String(MAX_CONTENT_TYPE_LENGTH))
     user_metadata: Mapped[dict[str, Any]] = mapped_column(JsonDict, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # The tags CreateMultipartUpload was given, for the object Complete writes.
+    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"

@@ -38,7 +38,7 @@ from app.db.models import (
     StoredObject,
     UploadPart,
 )
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, WriteCheck
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -67,6 +67,16 @@ class PartsNotStored(Exception):
     def __init__(self, part_numbers: Iterable[int]) -> None:
         self.part_numbers = sorted(part_numbers)
         super().__init__(f"parts still in the spool: {self.part_numbers}")
+
+
+class PartTooSmall(Exception):
+    """A part listed for completion, other than the last, is under the minimum size."""
+
+    def __init__(self, part_number: int, size: int, minimum: int) -> None:
+        self.part_number = part_number
+        self.size = size
+        self.minimum = minimum
+        super().__init__(f"part {part_number} is {size} bytes, under {minimum}")
 
 
 class InvalidPartOrder(Exception):
@@ -133,6 +143,7 @@ class MultipartRepository:
         key: str,
         content_type: str,
         user_metadata: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
         now: datetime | None = None,
     ) -> MultipartUpload:
         if not bucket or not key:
@@ -145,6 +156,7 @@ class MultipartRepository:
             key=key,
             content_type=content_type,
             user_metadata=dict(user_metadata),
+            tags=dict(tags) if tags else None,
             created_at=now or utcnow(),
         )
         self._session.add(upload)
@@ -293,6 +305,8 @@ class MultipartRepository:
         key: str | None = None,
         owner_key_id: int | None = None,
         now: datetime | None = None,
+        min_part_size: int = 0,
+        check: WriteCheck | None = None,
     ) -> StoredObject:
         """Turn the listed (part number, ETag) parts, in order, into the object.
 
@@ -306,7 +320,8 @@ class MultipartRepository:
         PartsNotStored for parts still in the spool;
         UploadMissing (also when a concurrent complete or abort got there
         first); InvalidPart for a part never uploaded or whose ETag differs
-        (quotes aside).
+        (quotes aside); PartTooSmall for a listed part but the last under
+        `min_part_size` bytes; whatever `check` raises (see ObjectRepository.put).
         """
         for (previous, _), (number, _) in pairwise(parts):
             if number <= previous:
@@ -329,6 +344,9 @@ class MultipartRepository:
                 raise InvalidPart(number, "was not uploaded")
             if unquote_etag(part.etag) != unquote_etag(etag):
                 raise InvalidPart(number, f"ETag is {part.etag}, not {etag}")
+        for number, _ in parts[:-1]:
+            if stored[number].size < min_part_size:
+                raise PartTooSmall(number, stored[number].size, min_part_size)
 
         listed = [number for number, _ in parts]
         pieces_of: dict[int, builtins.list[PieceSpec]] = {number: [] for number in listed}
@@ -364,9 +382,10 @@ class MultipartRepository:
             user_metadata=dict(upload.user_metadata),
             pieces=_merge_adjacent(piece for number in listed for piece in pieces_of[number]),
             owner_key_id=owner_key_id,
+            tags=upload.tags,
         )
         created = await ObjectRepository(self._session).put(
-            spec, keep_public_id=keep_public_id, now=now
+            spec, keep_public_id=keep_public_id, now=now, check=check
         )
         await self._delete_upload(upload)
         # The parts left out: their chunks go unless something else (another

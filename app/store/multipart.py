@@ -31,11 +31,12 @@ from app.db.multipart import (
     InvalidPartOrder,
     MultipartRepository,
     PartsNotStored,
+    PartTooSmall,
     UploadMissing,
     multipart_etag,
     unquote_etag,
 )
-from app.db.objects import ObjectRepository, PieceSpec
+from app.db.objects import ObjectRepository, PieceSpec, WriteCheck
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidPartOrder",
     "MultipartStore",
     "PartInfo",
+    "PartTooSmall",
     "UploadInfo",
     "UploadMissing",
 ]
@@ -87,18 +89,30 @@ class MultipartStore:
         *,
         spool: Spool | None = None,
         flusher: Flusher | None = None,
+        min_part_size: int = 0,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._objects = objects
         self._spool = spool if spool is not None and spool.enabled else None
         self._flusher = flusher
+        self._min_part_size = min_part_size
 
     async def create(
-        self, *, bucket: str, key: str, content_type: str, metadata: Mapping[str, Any]
+        self,
+        *,
+        bucket: str,
+        key: str,
+        content_type: str,
+        metadata: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
     ) -> UploadInfo:
         async with session_scope(self._sessionmaker) as session:
             row = await MultipartRepository(session).create(
-                bucket=bucket, key=key, content_type=content_type, user_metadata=dict(metadata)
+                bucket=bucket,
+                key=key,
+                content_type=content_type,
+                user_metadata=dict(metadata),
+                tags=tags,
             )
             return UploadInfo.from_row(row)
 
@@ -299,10 +313,17 @@ class MultipartStore:
         return aborted
 
     async def complete(
-        self, upload: UploadInfo, parts: Sequence[tuple[int, str]], *, name: str
+        self,
+        upload: UploadInfo,
+        parts: Sequence[tuple[int, str]],
+        *,
+        name: str,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
-        """Raises UploadMissing, InvalidPartOrder, InvalidPart, and FlushFailed
-        when listed parts are in the spool and cannot reach Telegram now."""
+        """Raises UploadMissing, InvalidPartOrder, InvalidPart, PartTooSmall
+        (a part but the last under `min_part_size`), what `check` raises,
+        and FlushFailed when listed parts are in the spool and cannot reach
+        Telegram now."""
         numbers = [number for number, _ in parts]
         while True:
             if self._flusher is not None:
@@ -311,7 +332,13 @@ class MultipartStore:
             try:
                 async with session_scope(self._sessionmaker) as session:
                     row = await MultipartRepository(session).complete(
-                        upload.upload_id, parts, name=name, bucket=upload.bucket, key=upload.key
+                        upload.upload_id,
+                        parts,
+                        name=name,
+                        bucket=upload.bucket,
+                        key=upload.key,
+                        min_part_size=self._min_part_size,
+                        check=check,
                     )
                     info = ObjectInfo.from_row(row, with_content=False)
             except PartsNotStored:

@@ -28,6 +28,7 @@ from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.models import StoredObject
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.store.errors import NotOwner, ObjectNotFound
@@ -59,6 +60,8 @@ class ObjectInfo:
     # The API key that uploaded it through the native API (None: S3, or older).
     owner_key_id: int | None = None
     inline_data: bytes | None = field(default=None, repr=False)
+    # S3 object tags of this version.
+    tags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
@@ -78,6 +81,7 @@ class ObjectInfo:
             updated_at=row.updated_at,
             owner_key_id=row.owner_key_id,
             inline_data=row.inline_data if with_content else None,
+            tags=dict(row.tags or {}),
         )
 
 
@@ -125,11 +129,14 @@ class ObjectStore:
         keep_public_id: bool = False,
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
+        tags: Mapping[str, str] | None = None,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
         """Make `content` the object under (bucket, key), owned by `owner_key_id`.
 
         With `only_if_owned_by`, an object it replaces must belong to that key:
-        otherwise NotOwner, and the content is discarded.
+        otherwise NotOwner, and the content is discarded. `check` (see
+        ObjectRepository.put) may refuse the write the same way.
         """
         spec = ObjectSpec(
             bucket=bucket,
@@ -144,12 +151,16 @@ class ObjectStore:
             inline_data=content.inline_data,
             pieces=content.pieces,
             owner_key_id=owner_key_id,
+            tags=tags,
         )
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
             row = await repo.put(
-                spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
+                spec,
+                keep_public_id=keep_public_id,
+                only_if_owned_by=only_if_owned_by,
+                check=check,
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
@@ -190,6 +201,8 @@ class ObjectStore:
         expected_size: int | None = None,
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
+        tags: Mapping[str, str] | None = None,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
         content = await self.write_content(
             stream, max_size=max_size, label=key, expected_size=expected_size
@@ -204,6 +217,8 @@ class ObjectStore:
             keep_public_id=keep_public_id,
             owner_key_id=owner_key_id,
             only_if_owned_by=only_if_owned_by,
+            tags=tags,
+            check=check,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -242,6 +257,7 @@ class ObjectStore:
         name: str,
         content_type: str,
         metadata: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
     ) -> ObjectInfo | None:
         """A new object with the source's content, by reference to the same
         chunks (metadata only). None if the source changed meanwhile."""
@@ -267,6 +283,7 @@ class ObjectStore:
                     user_metadata=dict(metadata),
                     inline_data=source.inline_data,
                     pieces=pieces,
+                    tags=tags,
                 )
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
@@ -283,6 +300,12 @@ class ObjectStore:
         if released:
             self._gc.wake()
         return info
+
+    async def set_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> bool:
+        """Replace the object's tags (None or empty: remove them); False if
+        there is no object under (bucket, key)."""
+        async with session_scope(self._sessionmaker) as session:
+            return await ObjectRepository(session).set_tags(bucket, key, tags)
 
     def keeps_the_pool_busy(self, size: int) -> bool:
         return self._writer.keeps_the_pool_busy(size)
