@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from starlette.responses import Response, StreamingResponse
 
 from app.parsing import parse_decimal
-from app.s3 import xml
+from app.s3 import acl, tagging, xml
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -22,6 +22,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
+from app.s3.write_conditions import WriteConditions
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -45,11 +46,13 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
+    acl.check_request_headers(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
         req.key,
         content_type=req.content_type(),
         metadata=req.metadata(),
+        tags=tagging.parse_header(req.headers.get("x-amz-tagging")),
     )
     return xml_response(xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id))
 
@@ -118,6 +121,7 @@ async def complete_upload(req: S3Request) -> Response:
             key,
             req.query["uploadId"],
             [(part.part_number, part.etag) for part in parts],
+            WriteConditions.from_headers(req.headers, location),
         )
     )
     try:

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from app.api.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
-from app.s3 import xml
+from app.s3 import acl, metadata_text, tagging, xml
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -24,6 +24,7 @@ from app.s3.context import (
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
 from app.s3.service import SourceChanged
+from app.s3.write_conditions import WriteConditions
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo
 
 log = structlog.get_logger("app.s3")
@@ -42,6 +43,9 @@ COPY_ATTEMPTS = 5
 
 async def put_object(req: S3Request) -> Response:
     content_type, metadata = req.content_type(), req.metadata()
+    acl.check_request_headers(req.headers)
+    tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
+    conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
     info = await req.s3.put_object(
         req.bucket,
         req.key,
@@ -49,6 +53,8 @@ async def put_object(req: S3Request) -> Response:
         content_type=content_type,
         metadata=metadata,
         expected_size=req.declared_size(),
+        tags=tags,
+        conditions=conditions,
     )
     return empty_response(headers={"ETag": info.etag})
 
@@ -57,6 +63,7 @@ async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject."""
     info = await req.s3.head_object(req.bucket, req.key)
     headers = _object_headers(info)
+    headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
         if precondition == NOT_MODIFIED:
@@ -122,14 +129,27 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata: dict[str, Any] = req.metadata()
     else:
         content_type, metadata = source.content_type, source.metadata
+    acl.check_request_headers(req.headers)
     copied = await req.s3.copy_object(
         source,
         bucket=req.bucket,
         key=req.key,
         content_type=content_type,
         metadata=metadata,
+        tags=_copy_tags(req, source),
     )
     return xml_response(xml.copy_object_xml(copied.etag, copied.updated_at))
+
+
+def _copy_tags(req: S3Request, source: ObjectInfo) -> dict[str, str] | None:
+    """x-amz-tagging-directive: COPY (the default) keeps the source's tags,
+    REPLACE takes x-amz-tagging (none: no tags)."""
+    directive = req.headers.get("x-amz-tagging-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown tagging directive.")
+    if directive == "COPY":
+        return source.tags
+    return tagging.parse_header(req.headers.get("x-amz-tagging"))
 
 
 def _copy_source(req: S3Request) -> tuple[str, str]:
@@ -202,7 +222,7 @@ def _object_headers(info: ObjectInfo) -> dict[str, str]:
     }
     for name, value in info.metadata.items():
         if name.startswith("x-amz-meta-"):
-            headers[name] = value
+            headers[name] = metadata_text.to_header(value)
         elif name in STORED_HEADERS:
             headers[_title(name)] = value
     return headers

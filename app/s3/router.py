@@ -5,7 +5,7 @@ handler, where the level is the service (`/`), a bucket (`/bucket`) or an
 object (`/bucket/key`). The table is read top to bottom and the first route
 that matches wins, so a route with a sub-resource comes before the plain
 operation on the same level. A sub-resource S3 has but this server does not
-(ACLs, policies, tagging, ...) is NotImplemented, whatever the method; no
+(policies, bucket tagging, ...) is NotImplemented, whatever the method; no
 route for the method at that level is MethodNotAllowed.
 """
 
@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
+from app.s3 import acl_handlers as acl
 from app.s3 import bucket_handlers as bucket
 from app.s3 import multipart_handlers as multipart
 from app.s3 import object_handlers as obj
+from app.s3 import tagging_handlers as tagging
 from app.s3 import xml
 from app.s3.context import S3Request
 from app.s3.errors import S3Error
@@ -69,6 +71,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", BUCKET, multipart.list_uploads, query=("uploads",)),
     Route("POST", BUCKET, bucket.delete_objects, query=("delete",)),
     Route("GET", BUCKET, bucket.list_objects_v2, query=("list-type=2",)),
+    Route("GET", BUCKET, acl.get_bucket_acl, query=("acl",)),
+    Route("PUT", BUCKET, acl.put_bucket_acl, query=("acl",)),
     # Buckets
     Route("GET", BUCKET, bucket.list_objects_v1),
     Route("PUT", BUCKET, bucket.create_bucket),
@@ -87,6 +91,12 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", OBJECT, multipart.create_upload, query=("uploads",)),
     Route("POST", OBJECT, multipart.complete_upload, query=("uploadId",)),
     Route("DELETE", OBJECT, multipart.abort_upload, query=("uploadId",)),
+    # Object sub-resources
+    Route("GET", OBJECT, tagging.get_object_tagging, query=("tagging",)),
+    Route("PUT", OBJECT, tagging.put_object_tagging, query=("tagging",)),
+    Route("DELETE", OBJECT, tagging.delete_object_tagging, query=("tagging",)),
+    Route("GET", OBJECT, acl.get_object_acl, query=("acl",)),
+    Route("PUT", OBJECT, acl.put_object_acl, query=("acl",)),
     # Objects
     Route("PUT", OBJECT, obj.copy_object, header="x-amz-copy-source"),
     Route("PUT", OBJECT, obj.put_object),
@@ -98,9 +108,15 @@ ROUTES: tuple[Route, ...] = (
 #: Sub-resources S3 defines that no route here serves.
 UNSUPPORTED: dict[Level, frozenset[str]] = {
     SERVICE: frozenset(),
-    BUCKET: frozenset({"acl", "policy", "cors", "lifecycle", "tagging", "website", "encryption"}),
-    OBJECT: frozenset({"acl", "tagging", "retention", "legal-hold", "attributes", "torrent"}),
+    BUCKET: frozenset({"policy", "cors", "lifecycle", "tagging", "website", "encryption"}),
+    OBJECT: frozenset({"retention", "legal-hold", "attributes", "torrent"}),
 }
+
+
+#: Sub-resources served for some methods only: with another method, the
+#: request must not fall through to the plain operation (a `DELETE ?acl`
+#: deleting the object).
+SUBRESOURCES: frozenset[str] = frozenset({"acl", "tagging"})
 
 
 def route(req: S3Request) -> Handler:
@@ -110,6 +126,9 @@ def route(req: S3Request) -> Handler:
         raise S3Error("NotImplemented")
     for candidate in ROUTES:
         if candidate.matches(req, level):
+            flags = {flag.partition("=")[0] for flag in candidate.query}
+            if (SUBRESOURCES & req.query.keys()) - flags:
+                break
             return candidate.handler
     raise S3Error("MethodNotAllowed")
 
