@@ -22,6 +22,11 @@ from typing import Final
 _ENCODED_WORD_START: Final = "=?"
 
 
+def _has_control(text: str) -> bool:
+    # A tab is allowed in a header value; other control characters are not.
+    return any((char < " " and char != "\t") or char == "\x7f" for char in text)
+
+
 def _decoded_words(text: str) -> str:
     if _ENCODED_WORD_START not in text:
         return text
@@ -29,19 +34,23 @@ def _decoded_words(text: str) -> str:
         decoded = str(make_header(decode_header(text)))
     except (HeaderParseError, LookupError, UnicodeError, binascii.Error, ValueError):
         return text  # not valid RFC 2047: kept as sent
-    # Control characters could not go back out in a header (nor NUL into
-    # Postgres): such a value is kept as sent.
-    return text if any(char < " " or char == "\x7f" for char in decoded) else decoded
+    return decoded
 
 
 def from_header(value: str) -> str:
-    """A received header value (Latin-1 text of its bytes) as the text stored."""
-    if not value.isascii():
+    """A received header value (Latin-1 text of its bytes) as the text stored.
+
+    A value whose decoding holds control characters is kept as sent: they
+    could not go back out in a header (nor NUL into Postgres).
+    """
+    text = value
+    if not text.isascii():
         try:
-            value = value.encode("latin-1").decode("utf-8")
+            text = text.encode("latin-1").decode("utf-8")
         except UnicodeError:
             return value
-    return _decoded_words(value)
+    text = _decoded_words(text)
+    return value if _has_control(text) and text != value else text
 
 
 def to_header(value: str) -> str:
