@@ -2,11 +2,16 @@
 FULL_CONTROL of every bucket and object, and nothing else can be granted.
 
 GetBucketAcl and GetObjectAcl answer that grant. A PutBucketAcl or
-PutObjectAcl, and `x-amz-acl` on the writes, are accepted when they ask for
-exactly that: the canned ACL `private`, or a policy whose one grant is
-FULL_CONTROL to the owner. Anything else (public-read, grants to others, the
-`x-amz-grant-*` headers) would promise access that is never given, so it is
-refused with NotImplemented, saying what is supported.
+PutObjectAcl is accepted when it asks for exactly that: the canned ACL
+`private`, or a policy whose one grant is FULL_CONTROL to the owner.
+Anything else (public-read, grants to others, the `x-amz-grant-*` headers)
+would promise access that is never given, so it is refused with
+NotImplemented, saying what is supported.
+
+`x-amz-acl` and `x-amz-grant-*` on PutObject, CopyObject and
+CreateMultipartUpload are ignored, as MinIO ignores them: many clients send
+one with every upload, the object stays private whatever they ask, and
+GetObjectAcl says so.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ def _refused() -> S3Error:
 
 
 def check_request_headers(headers: Mapping[str, str]) -> None:
-    """`x-amz-acl` and `x-amz-grant-*` on a write: only `private`, or nothing."""
+    """`x-amz-acl` and `x-amz-grant-*` of a Put*Acl: only `private`, or nothing."""
     canned = headers.get("x-amz-acl")
     if canned is not None and canned.strip() != CANNED_PRIVATE:
         raise _refused()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from starlette.responses import Response, StreamingResponse
 
 from app.parsing import parse_decimal
-from app.s3 import acl, tagging, xml
+from app.s3 import tagging, xml
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -46,7 +46,6 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
-    acl.check_request_headers(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
         req.key,

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 from app.api.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
-from app.s3 import acl, metadata_text, tagging, xml
+from app.s3 import metadata_text, tagging, xml
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -43,7 +43,6 @@ COPY_ATTEMPTS = 5
 
 async def put_object(req: S3Request) -> Response:
     content_type, metadata = req.content_type(), req.metadata()
-    acl.check_request_headers(req.headers)
     tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
     conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
     info = await req.s3.put_object(
@@ -129,7 +128,6 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata: dict[str, Any] = req.metadata()
     else:
         content_type, metadata = source.content_type, source.metadata
-    acl.check_request_headers(req.headers)
     copied = await req.s3.copy_object(
         source,
         bucket=req.bucket,
