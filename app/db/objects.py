@@ -324,6 +324,10 @@ class ObjectRepository:
     async def set_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> bool:
         """Replace the tags of the object under (bucket, key), in place: its
         content, ETag and dates stay. False if there is no object."""
+        if dialect_name(self._session) != "sqlite":
+            # After a put of the key in progress, on the version it commits
+            # (an UPDATE waiting on the replaced row would find it deleted).
+            await lock_object_key(self._session, bucket, key)
         updated = await self._session.scalar(
             update(StoredObject)
             .where(StoredObject.bucket == bucket, StoredObject.key == key)
