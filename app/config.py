@@ -274,6 +274,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("S3_DOMAIN", "s3_domain"),
         description="Enables virtual-host style requests: <bucket>.<S3_DOMAIN>.",
     )
+    s3_min_part_size: int = Field(
+        default=5 * MiB,
+        ge=0,
+        validation_alias=AliasChoices("S3_MIN_PART_SIZE", "s3_min_part_size"),
+        description="Smallest multipart part but the last (EntityTooSmall); S3's is 5 MiB.",
+    )
 
     # --- Logging --------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(

@@ -241,7 +241,13 @@ async def start_services(settings: Settings) -> Services:
     s3 = S3Service(
         store,
         BucketStore(sessionmaker),
-        MultipartStore(sessionmaker, store, spool=spool, flusher=flusher),
+        MultipartStore(
+            sessionmaker,
+            store,
+            spool=spool,
+            flusher=flusher,
+            min_part_size=settings.s3_min_part_size,
+        ),
         max_upload_size=settings.max_upload_size,
     )
     log.info(

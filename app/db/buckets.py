@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import dialect_name, lock_database_for_write
 from app.db.models import MAX_BUCKET_NAME_LENGTH, Bucket, MultipartUpload, StoredObject
+from app.db.objects import key_prefix_bounds
 from app.db.types import utcnow
 
 
@@ -51,9 +52,18 @@ class BucketRepository:
         found = await self._session.scalar(select(literal(1)).where(Bucket.name == name))
         return found is not None
 
-    async def list(self) -> builtins.list[Bucket]:
-        """All buckets, by name in byte order."""
-        return builtins.list(await self._session.scalars(select(Bucket).order_by(Bucket.name)))
+    async def list(
+        self, *, prefix: str = "", after: str | None = None, limit: int | None = None
+    ) -> builtins.list[Bucket]:
+        """Buckets whose name starts with `prefix`, after `after`, by name in
+        byte order; at most `limit` of them (None: all)."""
+        query = select(Bucket).where(*key_prefix_bounds(Bucket.name, prefix))
+        if after is not None:
+            query = query.where(Bucket.name > after)
+        query = query.order_by(Bucket.name)
+        if limit is not None:
+            query = query.limit(limit)
+        return builtins.list(await self._session.scalars(query))
 
     async def delete(self, name: str) -> bool:
         """Delete an empty bucket; False if there is none.

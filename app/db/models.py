@@ -160,6 +160,8 @@ class StoredObject(Base):
     # per part, in order. Deferred: up to 10,000 entries, read only by
     # partNumber requests and GetObjectAttributes (ObjectRepository.parts_of).
     parts: Mapped[list[Any] | None] = mapped_column(JsonDict, default=None, deferred=True)
+    # S3 object tags ({key: value}) of this version; None: no tags.
+    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
@@ -295,6 +297,8 @@ class MultipartUpload(Base):
     # ChecksumAlgorithm and ChecksumType asked for at creation (None: none).
     checksum_algorithm: Mapped[str | None] = mapped_column(String(16), default=None)
     checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
+    # The tags CreateMultipartUpload was given, for the object Complete writes.
+    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"

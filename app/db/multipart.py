@@ -46,6 +46,7 @@ from app.db.objects import (
     ObjectSpec,
     PieceSpec,
     StoredChecksum,
+    WriteCheck,
 )
 from app.db.types import utcnow
 
@@ -75,6 +76,16 @@ class PartsNotStored(Exception):
     def __init__(self, part_numbers: Iterable[int]) -> None:
         self.part_numbers = sorted(part_numbers)
         super().__init__(f"parts still in the spool: {self.part_numbers}")
+
+
+class PartTooSmall(Exception):
+    """A part listed for completion, other than the last, is under the minimum size."""
+
+    def __init__(self, part_number: int, size: int, minimum: int) -> None:
+        self.part_number = part_number
+        self.size = size
+        self.minimum = minimum
+        super().__init__(f"part {part_number} is {size} bytes, under {minimum}")
 
 
 class InvalidPartOrder(Exception):
@@ -143,6 +154,7 @@ class MultipartRepository:
         user_metadata: Mapping[str, Any],
         checksum_algorithm: str | None = None,
         checksum_type: str | None = None,
+        tags: Mapping[str, str] | None = None,
         now: datetime | None = None,
     ) -> MultipartUpload:
         if not bucket or not key:
@@ -157,6 +169,7 @@ class MultipartRepository:
             user_metadata=dict(user_metadata),
             checksum_algorithm=checksum_algorithm,
             checksum_type=checksum_type,
+            tags=dict(tags) if tags else None,
             created_at=now or utcnow(),
         )
         self._session.add(upload)
@@ -311,6 +324,8 @@ class MultipartRepository:
         key: str | None = None,
         owner_key_id: int | None = None,
         now: datetime | None = None,
+        min_part_size: int = 0,
+        check: WriteCheck | None = None,
     ) -> StoredObject:
         """Turn the listed (part number, ETag) parts, in order, into the object.
 
@@ -324,7 +339,8 @@ class MultipartRepository:
         PartsNotStored for parts still in the spool;
         UploadMissing (also when a concurrent complete or abort got there
         first); InvalidPart for a part never uploaded or whose ETag differs
-        (quotes aside).
+        (quotes aside); PartTooSmall for a listed part but the last under
+        `min_part_size` bytes; whatever `check` raises (see ObjectRepository.put).
         """
         for (previous, _), (number, _) in pairwise(parts):
             if number <= previous:
@@ -347,6 +363,9 @@ class MultipartRepository:
                 raise InvalidPart(number, "was not uploaded")
             if unquote_etag(part.etag) != unquote_etag(etag):
                 raise InvalidPart(number, f"ETag is {part.etag}, not {etag}")
+        for number, _ in parts[:-1]:
+            if stored[number].size < min_part_size:
+                raise PartTooSmall(number, stored[number].size, min_part_size)
 
         listed = [number for number, _ in parts]
         pieces_of: dict[int, builtins.list[PieceSpec]] = {number: [] for number in listed}
@@ -384,9 +403,10 @@ class MultipartRepository:
             owner_key_id=owner_key_id,
             checksum=_object_checksum(upload, [stored[number] for number in listed]),
             parts=[(stored[number].size, stored[number].checksum) for number in listed] or None,
+            tags=upload.tags,
         )
         created = await ObjectRepository(self._session).put(
-            spec, keep_public_id=keep_public_id, now=now
+            spec, keep_public_id=keep_public_id, now=now, check=check
         )
         await self._delete_upload(upload)
         # The parts left out: their chunks go unless something else (another

@@ -5,12 +5,21 @@ from __future__ import annotations
 import builtins
 import secrets
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, SQLColumnExpression, delete, func, insert, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    SQLColumnExpression,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
@@ -66,6 +75,12 @@ class NotOwner(Exception):
         self.key = key
 
 
+#: A condition on the object a put replaces (S3's If-Match / If-None-Match),
+#: called under the key's lock with that object's ETag, or None when the key
+#: has no object. It raises to refuse the put: nothing is written.
+WriteCheck = Callable[[str | None], None]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredChecksum:
     """An S3 flexible checksum of an object: `algorithm` lowercase (crc32...),
@@ -114,6 +129,8 @@ class ObjectSpec:
     checksum: StoredChecksum | None = None
     # The parts of an object made by CompleteMultipartUpload, in order.
     parts: Sequence[PartSummary] | None = None
+    # S3 object tags of this version (None or empty: no tags).
+    tags: Mapping[str, str] | None = None
 
     def check(self) -> None:
         if not self.bucket or not self.key:
@@ -272,6 +289,7 @@ class ObjectRepository:
         keep_public_id: bool = False,
         only_if_owned_by: int | None = None,
         now: datetime | None = None,
+        check: WriteCheck | None = None,
     ) -> StoredObject:
         """Write a whole object under (bucket, key), replacing any previous one.
 
@@ -284,6 +302,8 @@ class ObjectRepository:
 
         With `only_if_owned_by`, a previous object must belong to that API key,
         checked under the key's lock: otherwise NotOwner, nothing written.
+        `check` sees the replaced object's ETag (None: a new key) under the
+        same lock, so no concurrent write slips between it and the commit.
         Raises ChunksMissing (nothing written) if a referenced chunk is gone.
         """
         spec.check()
@@ -301,6 +321,8 @@ class ObjectRepository:
         # insert: nothing is written.
         created = await self._insert(spec, new_public_id(), now, now, unless_exists=True)
         if created is not None:
+            if check is not None:
+                check(None)  # raising rolls the insert back with the transaction
             await self._lock_chunks(new_chunk_ids)
             await self._chunks.mark_live(new_chunk_ids)
             await self._insert_pieces(created, spec)
@@ -312,6 +334,8 @@ class ObjectRepository:
             raise RuntimeError(f"object {spec.bucket}/{spec.key} vanished under its lock")
         if not _owned(previous, only_if_owned_by):
             raise NotOwner(spec.bucket, spec.key)
+        if check is not None:
+            check(previous.etag)
         old_chunk_ids = await self._chunk_ids_of(previous.id)
         await self._lock_chunks(new_chunk_ids, old_chunk_ids)
         await self._chunks.mark_live(new_chunk_ids)
@@ -325,6 +349,22 @@ class ObjectRepository:
         await self._chunks.release(old_chunk_ids, "overwritten")
         self.chunks_released += len(old_chunk_ids)
         return replacement
+
+    async def set_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> bool:
+        """Replace the tags of the object under (bucket, key), in place: its
+        content, ETag and dates stay. False if there is no object."""
+        if dialect_name(self._session) != "sqlite":
+            # After a put of the key in progress, on the version it commits
+            # (an UPDATE waiting on the replaced row would find it deleted).
+            await lock_object_key(self._session, bucket, key)
+        updated = await self._session.scalar(
+            update(StoredObject)
+            .where(StoredObject.bucket == bucket, StoredObject.key == key)
+            .values(tags=dict(tags) if tags else None)
+            .returning(StoredObject.id)
+            .execution_options(synchronize_session=False)
+        )
+        return updated is not None
 
     async def delete(self, bucket: str, key: str) -> bool:
         """Delete the object and release its chunks ('deleted'). False if there was none."""
@@ -443,6 +483,7 @@ class ObjectRepository:
             "checksum": spec.checksum.value if spec.checksum else None,
             "checksum_type": spec.checksum.type if spec.checksum else None,
             "parts": [list(part) for part in spec.parts] if spec.parts is not None else None,
+            "tags": dict(spec.tags) if spec.tags else None,
         }
         dialect = postgresql if dialect_name(self._session) == "postgresql" else sqlite
         statement = dialect.insert(StoredObject).values(values)

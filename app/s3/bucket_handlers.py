@@ -14,11 +14,37 @@ from app.s3.errors import S3Error
 from app.s3.names import validate_object_key
 from app.store.listing import ListedObject
 
+#: The most buckets one ListBuckets page holds (AWS's cap).
+MAX_BUCKETS = 10000
+
 
 async def list_buckets(req: S3Request) -> Response:
-    buckets = await req.s3.list_buckets()
-    entries = [xml.BucketEntry(name=b.name, creation_date=b.created_at) for b in buckets]
-    return xml_response(xml.list_buckets_xml(entries))
+    """ListBuckets, in pages of `max-buckets` when asked (AWS's cap, and
+    its page when no size is given, is MAX_BUCKETS)."""
+    prefix = req.query.get("prefix", "")
+    token = req.query.get("continuation-token")
+    max_buckets = req.int_param("max-buckets", MAX_BUCKETS, top=MAX_BUCKETS)
+    if max_buckets < 1:
+        raise S3Error(
+            "InvalidArgument",
+            f"max-buckets must be between 1 and {MAX_BUCKETS}.",
+            details={"ArgumentName": "max-buckets"},
+        )
+    buckets = await req.s3.list_buckets(
+        prefix=prefix,
+        after=_decode_token(token) if token else None,
+        limit=max_buckets + 1,
+    )
+    page = buckets[:max_buckets]
+    entries = [xml.BucketEntry(name=b.name, creation_date=b.created_at) for b in page]
+    more = len(buckets) > max_buckets
+    return xml_response(
+        xml.list_buckets_xml(
+            entries,
+            continuation_token=_encode_token(page[-1].name) if more else None,
+            prefix=prefix if "prefix" in req.query else None,
+        )
+    )
 
 
 async def create_bucket(req: S3Request) -> Response:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.parsing import parse_decimal
-from app.s3 import xml
+from app.s3 import metadata_text, xml
 from app.s3.errors import S3Error
 from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult, request_body, strip_aws_chunked
 from app.s3.service import S3Service
@@ -167,7 +167,8 @@ def stored_metadata(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
     for name, value in fields:
         lower = name.lower()
         if lower.startswith("x-amz-meta-"):
-            user_bytes += len(lower) - len("x-amz-meta-") + len(value.encode("latin-1"))
+            value = metadata_text.from_header(value)
+            user_bytes += len(lower) - len("x-amz-meta-") + len(value.encode("utf-8"))
         if lower.startswith("x-amz-meta-") or lower in STORED_HEADERS:
             stored[lower] = value
     if user_bytes > MAX_USER_METADATA_BYTES:

@@ -74,8 +74,14 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
         "The list of parts was not in ascending order. Parts must be ordered by part number.",
     ),
     "InvalidRequest": (400, "Invalid Request"),
+    "InvalidTag": (400, "The tag provided was not a valid tag."),
     "InvalidURI": (400, "Couldn't parse the specified URI."),
     "KeyTooLongError": (400, "Your key is too long."),
+    "MalformedACLError": (
+        400,
+        "The XML you provided was not well-formed or did not validate against our published "
+        "schema.",
+    ),
     "MalformedXML": (
         400,
         "The XML you provided was not well-formed or did not validate against our published "
@@ -129,6 +135,11 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
         "Your previous request to create the named bucket succeeded and you already own it.",
     ),
     "BucketNotEmpty": (409, "The bucket you tried to delete is not empty."),
+    "ConditionalRequestConflict": (
+        409,
+        "The conditional request cannot succeed due to a conflicting operation against this "
+        "resource.",
+    ),
     "MissingContentLength": (411, "You must provide the Content-Length HTTP header."),
     "PreconditionFailed": (
         412,

@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.checksums import CHECKSUM_SIZES, object_checksum
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, xml
+from app.s3 import checksum_headers, tagging, xml
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -24,6 +24,7 @@ from app.s3.context import (
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
 from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.s3.write_conditions import WriteConditions
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -55,6 +56,7 @@ async def create_upload(req: S3Request) -> Response:
         metadata=req.metadata(),
         checksum_algorithm=algorithm,
         checksum_type=kind,
+        tags=tagging.parse_header(req.headers.get("x-amz-tagging")),
     )
     headers = {}
     if algorithm is not None and kind is not None:
@@ -158,6 +160,7 @@ async def complete_upload(req: S3Request) -> Response:
             key,
             req.query["uploadId"],
             [(part.part_number, part.etag) for part in parts],
+            WriteConditions.from_headers(req.headers, location),
         )
     )
     try:

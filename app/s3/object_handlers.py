@@ -14,7 +14,7 @@ from app.api.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, xml
+from app.s3 import checksum_headers, metadata_text, tagging, xml
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -26,6 +26,7 @@ from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
 from app.s3.payload import BodyResult
 from app.s3.service import SourceChanged
+from app.s3.write_conditions import WriteConditions
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
@@ -46,6 +47,8 @@ COPY_ATTEMPTS = 5
 async def put_object(req: S3Request) -> Response:
     content_type, metadata = req.content_type(), req.metadata()
     result = BodyResult()
+    tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
+    conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
     info = await req.s3.put_object(
         req.bucket,
         req.key,
@@ -54,6 +57,8 @@ async def put_object(req: S3Request) -> Response:
         metadata=metadata,
         expected_size=req.declared_size(),
         checksum=lambda: checksum_headers.of_body(result),
+        tags=tags,
+        conditions=conditions,
     )
     return empty_response(
         headers={"ETag": info.etag, **checksum_headers.response_headers(info.checksum)}
@@ -65,6 +70,7 @@ async def get_object(req: S3Request) -> Response:
     info = await req.s3.head_object(req.bucket, req.key)
     part = await _requested_part(req, info)
     headers = _object_headers(info)
+    headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
         if precondition == NOT_MODIFIED:
@@ -185,8 +191,20 @@ async def _copy_object_once(req: S3Request) -> Response:
         key=req.key,
         content_type=content_type,
         metadata=metadata,
+        tags=_copy_tags(req, source),
     )
     return xml_response(xml.copy_object_xml(copied.etag, copied.updated_at))
+
+
+def _copy_tags(req: S3Request, source: ObjectInfo) -> dict[str, str] | None:
+    """x-amz-tagging-directive: COPY (the default) keeps the source's tags,
+    REPLACE takes x-amz-tagging (none: no tags)."""
+    directive = req.headers.get("x-amz-tagging-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown tagging directive.")
+    if directive == "COPY":
+        return source.tags
+    return tagging.parse_header(req.headers.get("x-amz-tagging"))
 
 
 def _copy_source(req: S3Request) -> tuple[str, str]:
@@ -259,7 +277,7 @@ def _object_headers(info: ObjectInfo) -> dict[str, str]:
     }
     for name, value in info.metadata.items():
         if name.startswith("x-amz-meta-"):
-            headers[name] = value
+            headers[name] = metadata_text.to_header(value)
         elif name in STORED_HEADERS:
             headers[_title(name)] = value
     return headers

@@ -81,8 +81,6 @@ async def post_object(
     _, policy = authorize(fields, credentials, now=now, region=settings.s3_region)
     key = _object_key(fields, form.filename)
     check_fields(policy, {**fields, "key": key}, bucket)
-    if fields.get("acl", "private") != "private":
-        raise S3Error("NotImplemented", "Only the private ACL is supported.")
     content_type = fields.get("content-type") or form.content_type
     if content_type is not None and (
         len(content_type) > MAX_CONTENT_TYPE_LENGTH or not _header_safe(content_type)

@@ -5,8 +5,10 @@ handler, where the level is the service (`/`), a bucket (`/bucket`) or an
 object (`/bucket/key`). The table is read top to bottom and the first route
 that matches wins, so a route with a sub-resource comes before the plain
 operation on the same level. A sub-resource S3 has but this server does not
-(ACLs, policies, tagging, ...) is NotImplemented for every method no route
-names it for; no route for the method at that level is MethodNotAllowed.
+(policies, bucket tagging, ...) is NotImplemented, whatever the method. A
+sub-resource served for some methods only is MethodNotAllowed for the others:
+it never falls through to the plain operation (a `DELETE ?versioning` is not
+a DeleteBucket). No route for the method at that level is MethodNotAllowed.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
+from app.s3 import acl_handlers as acl
 from app.s3 import attributes_handler as attributes
 from app.s3 import bucket_handlers as bucket
 from app.s3 import multipart_handlers as multipart
 from app.s3 import object_handlers as obj
+from app.s3 import tagging_handlers as tagging
 from app.s3 import xml
 from app.s3.context import S3Request
 from app.s3.errors import S3Error
@@ -70,6 +74,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", BUCKET, multipart.list_uploads, query=("uploads",)),
     Route("POST", BUCKET, bucket.delete_objects, query=("delete",)),
     Route("GET", BUCKET, bucket.list_objects_v2, query=("list-type=2",)),
+    Route("GET", BUCKET, acl.get_bucket_acl, query=("acl",)),
+    Route("PUT", BUCKET, acl.put_bucket_acl, query=("acl",)),
     # Buckets
     Route("GET", BUCKET, bucket.list_objects_v1),
     Route("PUT", BUCKET, bucket.create_bucket),
@@ -90,6 +96,11 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", OBJECT, multipart.abort_upload, query=("uploadId",)),
     # Object sub-resources
     Route("GET", OBJECT, attributes.get_object_attributes, query=("attributes",)),
+    Route("GET", OBJECT, tagging.get_object_tagging, query=("tagging",)),
+    Route("PUT", OBJECT, tagging.put_object_tagging, query=("tagging",)),
+    Route("DELETE", OBJECT, tagging.delete_object_tagging, query=("tagging",)),
+    Route("GET", OBJECT, acl.get_object_acl, query=("acl",)),
+    Route("PUT", OBJECT, acl.put_object_acl, query=("acl",)),
     # Objects
     Route("PUT", OBJECT, obj.copy_object, header="x-amz-copy-source"),
     Route("PUT", OBJECT, obj.put_object),
@@ -98,24 +109,30 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", OBJECT, obj.delete_object),
 )
 
-#: Sub-resources S3 defines that no route here serves.
+#: Sub-resources S3 defines that no route here serves: NotImplemented,
+#: whatever the method.
 UNSUPPORTED: dict[Level, frozenset[str]] = {
     SERVICE: frozenset(),
-    BUCKET: frozenset({"acl", "policy", "cors", "lifecycle", "tagging", "website", "encryption"}),
-    OBJECT: frozenset({"acl", "tagging", "retention", "legal-hold", "attributes", "torrent"}),
+    BUCKET: frozenset({"policy", "cors", "lifecycle", "tagging", "website", "encryption"}),
+    OBJECT: frozenset({"retention", "legal-hold", "torrent"}),
 }
+#: Sub-resources that routes above serve, for some methods only.
+SUBRESOURCES: frozenset[str] = frozenset(
+    {"acl", "attributes", "delete", "location", "tagging", "uploads", "versioning", "versions"}
+)
 
 
 def route(req: S3Request) -> Handler:
     """The handler for `req`, after its bucket name and key are validated."""
     level = _level(req)
-    found = next((candidate for candidate in ROUTES if candidate.matches(req, level)), None)
-    # A sub-resource is served only by the routes that name it (GET
-    # ?attributes is; PUT ?attributes is not a PutObject).
-    served = {flag.partition("=")[0] for flag in found.query} if found is not None else set()
-    if (UNSUPPORTED[level] & req.query.keys()) - served:
+    asked = req.query.keys()
+    if UNSUPPORTED[level] & asked:
         raise S3Error("NotImplemented")
+    found = next((candidate for candidate in ROUTES if candidate.matches(req, level)), None)
     if found is None:
+        raise S3Error("MethodNotAllowed")
+    served = {flag.partition("=")[0] for flag in found.query}
+    if (SUBRESOURCES & asked) - served:
         raise S3Error("MethodNotAllowed")
     return found.handler
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.s3.errors import S3Error
+from app.s3.write_conditions import WriteConditions
 from app.store.buckets import BucketInfo, BucketNotEmpty, BucketStore
 from app.store.errors import ObjectNotFound, UploadTooLarge
 from app.store.limits import MAX_PART_NUMBER
@@ -24,6 +25,7 @@ from app.store.multipart import (
     InvalidPartOrder,
     MultipartStore,
     PartInfo,
+    PartTooSmall,
     UploadInfo,
     UploadMissing,
 )
@@ -67,8 +69,10 @@ class S3Service:
 
     # --- buckets ------------------------------------------------------------------
 
-    async def list_buckets(self) -> list[BucketInfo]:
-        return await self._buckets.list()
+    async def list_buckets(
+        self, *, prefix: str = "", after: str | None = None, limit: int | None = None
+    ) -> list[BucketInfo]:
+        return await self._buckets.list(prefix=prefix, after=after, limit=limit)
 
     async def create_bucket(self, name: str) -> bool:
         return await self._buckets.create(name)
@@ -122,8 +126,16 @@ class S3Service:
         metadata: Mapping[str, str],
         expected_size: int | None = None,
         checksum: Callable[[], StoredChecksum | None] | None = None,
+        tags: Mapping[str, str] | None = None,
+        conditions: WriteConditions | None = None,
     ) -> ObjectInfo:
         await self.require_bucket(bucket)
+        check = None
+        if conditions is not None:
+            # Before the body is read: a refused PUT sends nothing to Telegram.
+            current = await self._store.get(bucket, key)
+            conditions.check_now(current.etag if current is not None else None)
+            check = conditions.at_commit()
         try:
             return await self._store.put_stream(
                 body,
@@ -135,6 +147,8 @@ class S3Service:
                 max_size=self._max_upload_size,
                 expected_size=expected_size,
                 checksum=checksum,
+                tags=tags,
+                check=check,
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None
@@ -142,6 +156,12 @@ class S3Service:
     async def parts_of(self, info: ObjectInfo) -> list[PartSummary] | None:
         """The parts of an object CompleteMultipartUpload made (None for others)."""
         return await self._store.parts_of(info)
+
+    async def set_object_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> None:
+        """Replace the tags of the object (None: remove them)."""
+        await self.require_bucket(bucket)
+        if not await self._store.set_tags(bucket, key, tags):
+            raise S3Error("NoSuchKey", resource=f"/{bucket}/{key}")
 
     async def delete_object(self, bucket: str, key: str) -> None:
         await self.require_bucket(bucket)
@@ -155,6 +175,7 @@ class S3Service:
         key: str,
         content_type: str,
         metadata: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
     ) -> ObjectInfo:
         """A new object with the source's content, pointing at the same chunks."""
         await self.require_bucket(bucket)
@@ -165,6 +186,7 @@ class S3Service:
             name=object_name(key),
             content_type=content_type,
             metadata=metadata,
+            tags=tags,
         )
         if copied is None:
             raise SourceChanged()
@@ -198,6 +220,7 @@ class S3Service:
         metadata: Mapping[str, Any],
         checksum_algorithm: str | None = None,
         checksum_type: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> UploadInfo:
         await self.require_bucket(bucket)
         return await self._multipart.create(
@@ -207,6 +230,7 @@ class S3Service:
             metadata=metadata,
             checksum_algorithm=checksum_algorithm,
             checksum_type=checksum_type,
+            tags=tags,
         )
 
     async def require_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo:
@@ -312,13 +336,24 @@ class S3Service:
             raise _no_such_upload(bucket, key)
 
     async def complete_upload(
-        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        parts: list[tuple[int, str]],
+        conditions: WriteConditions | None = None,
     ) -> ObjectInfo:
         upload = await self._multipart.get(upload_id, bucket=bucket, key=key)
         try:
             if upload is None:
                 raise UploadMissing(upload_id)
-            return await self._multipart.complete(upload, parts, name=object_name(key))
+            check = None
+            if conditions is not None:
+                # Before waiting for spooled parts to reach Telegram.
+                current = await self._store.get(bucket, key)
+                conditions.check_now(current.etag if current is not None else None)
+                check = conditions.at_commit()
+            return await self._multipart.complete(upload, parts, name=object_name(key), check=check)
         except UploadMissing:
             # An SDK retries a Complete whose answer it lost; the first one
             # made the object, so the retry gets the same result.
@@ -332,6 +367,15 @@ class S3Service:
             ) from None
         except InvalidPartOrder:
             raise S3Error("InvalidPartOrder") from None
+        except PartTooSmall as exc:
+            raise S3Error(
+                "EntityTooSmall",
+                details={
+                    "PartNumber": str(exc.part_number),
+                    "ProposedSize": str(exc.size),
+                    "MinSizeAllowed": str(exc.minimum),
+                },
+            ) from None
         except InvalidPart as exc:
             raise S3Error(
                 "InvalidPart",

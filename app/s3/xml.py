@@ -172,8 +172,14 @@ class BucketEntry:
     creation_date: datetime
 
 
-def list_buckets_xml(buckets: Sequence[BucketEntry], owner: Owner = DEFAULT_OWNER) -> bytes:
-    """``ListAllMyBucketsResult``."""
+def list_buckets_xml(
+    buckets: Sequence[BucketEntry],
+    owner: Owner = DEFAULT_OWNER,
+    *,
+    continuation_token: str | None = None,
+    prefix: str | None = None,
+) -> bytes:
+    """``ListAllMyBucketsResult`` (a page: ``ContinuationToken`` when there is more)."""
     doc = _Doc("ListAllMyBucketsResult")
     _owner(doc, owner)
     doc.open("Buckets")
@@ -183,6 +189,8 @@ def list_buckets_xml(buckets: Sequence[BucketEntry], owner: Owner = DEFAULT_OWNE
         doc.leaf("CreationDate", iso8601(bucket.creation_date))
         doc.close("Bucket")
     doc.close("Buckets")
+    doc.leaf("ContinuationToken", continuation_token)
+    doc.leaf("Prefix", prefix)
     return doc.bytes()
 
 

@@ -48,9 +48,11 @@ class BucketStore:
         # number of buckets, which only clients with credentials create.
         self._seen: dict[str, float] = {}
 
-    async def list(self) -> list[BucketInfo]:
+    async def list(
+        self, *, prefix: str = "", after: str | None = None, limit: int | None = None
+    ) -> list[BucketInfo]:
         async with session_scope(self._sessionmaker) as session:
-            rows = await BucketRepository(session).list()
+            rows = await BucketRepository(session).list(prefix=prefix, after=after, limit=limit)
             return [BucketInfo(row.name, row.created_at) for row in rows]
 
     async def create(self, name: str) -> bool:

@@ -31,11 +31,12 @@ from app.db.multipart import (
     InvalidPartOrder,
     MultipartRepository,
     PartsNotStored,
+    PartTooSmall,
     UploadMissing,
     multipart_etag,
     unquote_etag,
 )
-from app.db.objects import ObjectRepository, PieceSpec
+from app.db.objects import ObjectRepository, PieceSpec, WriteCheck
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidPartOrder",
     "MultipartStore",
     "PartInfo",
+    "PartTooSmall",
     "UploadInfo",
     "UploadMissing",
 ]
@@ -98,11 +100,13 @@ class MultipartStore:
         *,
         spool: Spool | None = None,
         flusher: Flusher | None = None,
+        min_part_size: int = 0,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._objects = objects
         self._spool = spool if spool is not None and spool.enabled else None
         self._flusher = flusher
+        self._min_part_size = min_part_size
 
     async def create(
         self,
@@ -113,6 +117,7 @@ class MultipartStore:
         metadata: Mapping[str, Any],
         checksum_algorithm: str | None = None,
         checksum_type: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> UploadInfo:
         async with session_scope(self._sessionmaker) as session:
             row = await MultipartRepository(session).create(
@@ -122,6 +127,7 @@ class MultipartStore:
                 user_metadata=dict(metadata),
                 checksum_algorithm=checksum_algorithm,
                 checksum_type=checksum_type,
+                tags=tags,
             )
             return UploadInfo.from_row(row)
 
@@ -342,10 +348,17 @@ class MultipartStore:
         return aborted
 
     async def complete(
-        self, upload: UploadInfo, parts: Sequence[tuple[int, str]], *, name: str
+        self,
+        upload: UploadInfo,
+        parts: Sequence[tuple[int, str]],
+        *,
+        name: str,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
-        """Raises UploadMissing, InvalidPartOrder, InvalidPart, and FlushFailed
-        when listed parts are in the spool and cannot reach Telegram now."""
+        """Raises UploadMissing, InvalidPartOrder, InvalidPart, PartTooSmall
+        (a part but the last under `min_part_size`), what `check` raises,
+        and FlushFailed when listed parts are in the spool and cannot reach
+        Telegram now."""
         numbers = [number for number, _ in parts]
         while True:
             if self._flusher is not None:
@@ -354,7 +367,13 @@ class MultipartStore:
             try:
                 async with session_scope(self._sessionmaker) as session:
                     row = await MultipartRepository(session).complete(
-                        upload.upload_id, parts, name=name, bucket=upload.bucket, key=upload.key
+                        upload.upload_id,
+                        parts,
+                        name=name,
+                        bucket=upload.bucket,
+                        key=upload.key,
+                        min_part_size=self._min_part_size,
+                        check=check,
                     )
                     info = ObjectInfo.from_row(row, with_content=False)
             except PartsNotStored:

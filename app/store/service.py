@@ -35,6 +35,7 @@ from app.db.objects import FULL_OBJECT as FULL_OBJECT
 from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
 from app.db.objects import PartSummary as PartSummary
 from app.db.objects import StoredChecksum as StoredChecksum
+from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.store.errors import NotOwner, ObjectNotFound
@@ -67,6 +68,8 @@ class ObjectInfo:
     owner_key_id: int | None = None
     inline_data: bytes | None = field(default=None, repr=False)
     checksum: StoredChecksum | None = None
+    # S3 object tags of this version.
+    tags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
@@ -87,6 +90,7 @@ class ObjectInfo:
             owner_key_id=row.owner_key_id,
             inline_data=row.inline_data if with_content else None,
             checksum=_checksum_of(row),
+            tags=dict(row.tags or {}),
         )
 
 
@@ -135,11 +139,14 @@ class ObjectStore:
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
         checksum: StoredChecksum | None = None,
+        tags: Mapping[str, str] | None = None,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
         """Make `content` the object under (bucket, key), owned by `owner_key_id`.
 
         With `only_if_owned_by`, an object it replaces must belong to that key:
-        otherwise NotOwner, and the content is discarded.
+        otherwise NotOwner, and the content is discarded. `check` (see
+        ObjectRepository.put) may refuse the write the same way.
         """
         spec = ObjectSpec(
             bucket=bucket,
@@ -155,12 +162,16 @@ class ObjectStore:
             pieces=content.pieces,
             owner_key_id=owner_key_id,
             checksum=checksum,
+            tags=tags,
         )
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
             row = await repo.put(
-                spec, keep_public_id=keep_public_id, only_if_owned_by=only_if_owned_by
+                spec,
+                keep_public_id=keep_public_id,
+                only_if_owned_by=only_if_owned_by,
+                check=check,
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
@@ -202,6 +213,8 @@ class ObjectStore:
         owner_key_id: int | None = None,
         only_if_owned_by: int | None = None,
         checksum: Callable[[], StoredChecksum | None] | None = None,
+        tags: Mapping[str, str] | None = None,
+        check: WriteCheck | None = None,
     ) -> ObjectInfo:
         """`checksum` is asked once the stream ended: what it verified."""
         content = await self.write_content(
@@ -218,6 +231,8 @@ class ObjectStore:
             owner_key_id=owner_key_id,
             only_if_owned_by=only_if_owned_by,
             checksum=checksum() if checksum is not None else None,
+            tags=tags,
+            check=check,
         )
 
     # --- reading ------------------------------------------------------------------
@@ -261,6 +276,7 @@ class ObjectStore:
         name: str,
         content_type: str,
         metadata: Mapping[str, Any],
+        tags: Mapping[str, str] | None = None,
     ) -> ObjectInfo | None:
         """A new object with the source's content, by reference to the same
         chunks (metadata only). None if the source changed meanwhile."""
@@ -291,6 +307,7 @@ class ObjectStore:
                     checksum=source.checksum
                     if source.checksum is not None and source.checksum.type == FULL_OBJECT
                     else None,
+                    tags=tags,
                 )
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
@@ -307,6 +324,12 @@ class ObjectStore:
         if released:
             self._gc.wake()
         return info
+
+    async def set_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> bool:
+        """Replace the object's tags (None or empty: remove them); False if
+        there is no object under (bucket, key)."""
+        async with session_scope(self._sessionmaker) as session:
+            return await ObjectRepository(session).set_tags(bucket, key, tags)
 
     def keeps_the_pool_busy(self, size: int) -> bool:
         return self._writer.keeps_the_pool_busy(size)

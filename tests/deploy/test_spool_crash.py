@@ -71,6 +71,8 @@ async def test_acknowledged_parts_survive_kill_9(
         "INLINE_THRESHOLD": "1024",
         "SPOOL_DIR": str(spool),
         "S3_CREDENTIALS": f"{ACCESS_KEY}:{SECRET_KEY}",
+        # Parts this small are the point (they wait in the spool together).
+        "S3_MIN_PART_SIZE": "0",
     }
     before = live_messages(telegram_sim)
     parts = [os.urandom(PART) for _ in range(3)]

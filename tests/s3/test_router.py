@@ -15,14 +15,19 @@ from tests.s3.test_bad_input import error_code, s3, s3_service, signed
 __all__ = ["s3", "s3_service"]
 
 
-async def test_delete_of_an_unsupported_object_sub_resource_keeps_the_object(
+async def test_delete_of_an_object_sub_resource_keeps_the_object(
     s3: S3, s3_service: Service
 ) -> None:
-    # DeleteObjectTagging: once fell through to DeleteObject and deleted the object.
+    # DeleteObjectTagging once fell through to DeleteObject and deleted the
+    # object; now it removes the tags, and a DELETE ?acl (no such operation)
+    # is refused.
     await s3("put_object", Bucket="box", Key="kept", Body=b"still here")
     response = await signed(s3_service, "DELETE", "/box/kept?tagging")
-    assert response.status_code == 501
-    assert error_code(response) == "NotImplemented"
+    assert response.status_code == 204
+    response = await signed(s3_service, "DELETE", "/box/kept?acl")
+    assert (response.status_code, error_code(response)) == (405, "MethodNotAllowed")
+    response = await signed(s3_service, "DELETE", "/box/kept?legal-hold")
+    assert (response.status_code, error_code(response)) == (501, "NotImplemented")
     assert await read(s3, "box", "kept") == b"still here"
 
 
@@ -32,9 +37,9 @@ async def test_delete_of_an_unsupported_object_sub_resource_keeps_the_object(
         ("GET", "/box?policy"),
         ("PUT", "/box?cors"),
         ("DELETE", "/box?lifecycle"),
-        ("GET", "/box/k?acl"),
+        ("GET", "/box?tagging"),
         ("PUT", "/box/k?retention"),
-        ("POST", "/box/k?tagging"),
+        ("POST", "/box/k?torrent"),
     ],
 )
 async def test_unsupported_sub_resources_are_not_implemented(
@@ -53,6 +58,13 @@ async def test_unsupported_sub_resources_are_not_implemented(
         ("POST", "/box"),
         ("PATCH", "/box/k"),
         ("POST", "/box/k"),
+        # A sub-resource served for other methods is not the plain
+        # operation: none of these may delete the (empty) bucket.
+        ("DELETE", "/box?versioning"),
+        ("DELETE", "/box?location"),
+        ("DELETE", "/box?uploads"),
+        ("DELETE", "/box?versions"),
+        ("DELETE", "/box?acl"),
     ],
 )
 async def test_a_method_without_an_operation_is_method_not_allowed(
@@ -72,7 +84,7 @@ async def test_a_sub_resource_is_served_only_for_the_methods_routed_to_it(
     await s3("put_object", Bucket="box", Key="k", Body=b"kept")
     for method in ("PUT", "DELETE", "POST"):
         response = await signed(s3_service, method, "/box/k?attributes")
-        assert (response.status_code, error_code(response)) == (501, "NotImplemented")
+        assert (response.status_code, error_code(response)) == (405, "MethodNotAllowed")
     assert await read(s3, "box", "k") == b"kept"
     attributes = await s3(
         "get_object_attributes", Bucket="box", Key="k", ObjectAttributes=["ObjectSize"]

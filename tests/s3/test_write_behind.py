@@ -24,6 +24,9 @@ from tests.running_service import CHUNK, Service, ServiceFactory, eventually, pa
 ACCESS_KEY = "AKIDWRITEBEHIND"
 SECRET = "write-behind-test-secret-0123456789"
 PART = 40 * 1024  # under half the pool (3 bots x 64 KiB): spooled
+# Parts this small are the point here; S3's minimum part size is tested in
+# test_conformance.py.
+ANY_PART_SIZE = {"s3_min_part_size": 0}
 
 
 def default_client(service: Service) -> BaseClient:
@@ -47,7 +50,7 @@ async def service(start_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
     # sees the whitespace keep-alive without waiting long.
     monkeypatch.setattr("app.s3.multipart_handlers.COMPLETE_EARLY_ANSWER", 0.3)
     monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.3)
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    return await start_service(s3_credentials={ACCESS_KEY: SECRET}, **ANY_PART_SIZE)
 
 
 async def upload_parts(client: BaseClient, parts: list[bytes]) -> tuple[str, list[str]]:
@@ -169,7 +172,9 @@ async def test_abort_and_replaced_parts_leave_no_spool_file_and_no_message(
 async def test_a_full_spool_sends_parts_before_answering(start_service: ServiceFactory) -> None:
     # A spool too small for any part: nothing fails, the parts take the
     # synchronous path and are in Telegram before UploadPart answers.
-    service = await start_service(s3_credentials={ACCESS_KEY: SECRET}, spool_max_bytes=PART - 1)
+    service = await start_service(
+        s3_credentials={ACCESS_KEY: SECRET}, spool_max_bytes=PART - 1, **ANY_PART_SIZE
+    )
     client = default_client(service)
     parts = [payload(PART, seed=n) for n in range(2)]
 
