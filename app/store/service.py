@@ -22,14 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.models import StoredObject
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, new_public_id
 from app.db.retry import in_transaction
 from app.db.session import session_scope
+from app.db.single_statements import AsyncStatements, SingleStatements
+from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkRef
@@ -61,7 +64,8 @@ class ObjectInfo:
     inline_data: bytes | None = field(default=None, repr=False)
 
     @classmethod
-    def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
+    def from_row(cls, row: StoredObject | Row[Any], *, with_content: bool = True) -> ObjectInfo:
+        """From an ORM object or a Core row of the objects table (same names)."""
         return cls(
             id=row.id,
             bucket=row.bucket,
@@ -88,11 +92,20 @@ class ObjectStore:
         writer: ChunkWriter,
         reader: RangeReader,
         gc: GarbageCollector,
+        *,
+        statements: SingleStatements | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Default: Core statements on the sessions' engine (tests, tools).
+        engine = sessionmaker.kw["bind"]
+        self._statements = statements or AsyncStatements(engine, engine)
         self._writer = writer
         self._reader = reader
         self._gc = gc
+
+    async def close(self) -> None:
+        """Let statements in flight finish and close what they hold."""
+        await self._statements.close()
 
     # --- writing ------------------------------------------------------------------
 
@@ -145,6 +158,17 @@ class ObjectStore:
             pieces=content.pieces,
             owner_key_id=owner_key_id,
         )
+
+        if not content.pieces:
+            # Small and new (the common case): one statement, no session.
+            # A taken key needs the full path (the old version's pieces, its
+            # owner, its public id).
+            spec.check()
+            now = utcnow()
+            values = db_objects.row_values(spec, new_public_id(), now, now)
+            new_id = await self._statements.insert_object_unless_exists(values)
+            if new_id is not None:
+                return ObjectInfo.from_row(StoredObject(id=new_id, **values), with_content=False)
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
@@ -209,14 +233,12 @@ class ObjectStore:
     # --- reading ------------------------------------------------------------------
 
     async def get(self, bucket: str, key: str) -> ObjectInfo | None:
-        async with session_scope(self._sessionmaker) as session:
-            row = await ObjectRepository(session).get(bucket, key)
-            return ObjectInfo.from_row(row) if row is not None else None
+        row = await self._statements.object(bucket, key)
+        return ObjectInfo.from_row(row) if row is not None else None
 
     async def get_by_public_id(self, public_id: str) -> ObjectInfo | None:
-        async with session_scope(self._sessionmaker) as session:
-            row = await ObjectRepository(session).get_by_public_id(public_id)
-            return ObjectInfo.from_row(row) if row is not None else None
+        row = await self._statements.object_by_public_id(public_id)
+        return ObjectInfo.from_row(row) if row is not None else None
 
     async def list(
         self,
@@ -293,6 +315,13 @@ class ObjectStore:
 
     def wake_gc(self) -> None:
         self._gc.wake()
+
+    def inline_range(self, info: ObjectInfo, start: int, end: int) -> bytes | None:
+        """The bytes [start, end) of an object held in its row; None if it is
+        in chunks and must be streamed (`open_range`)."""
+        if info.inline_data is None and info.size > 0:
+            return None
+        return (info.inline_data or b"")[start:end] if end > start else b""
 
     async def open_range(self, info: ObjectInfo, start: int, end: int) -> AsyncIterator[bytes]:
         """The bytes [start, end) of an object, as a stream.
