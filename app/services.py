@@ -22,6 +22,7 @@ from app.api.key_checks import KeyChecks
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
+from app.db.single_statements import single_statements_for
 from app.metrics import Metrics, UploadBudgetUse
 from app.s3.service import S3Service
 from app.store.buckets import BucketStore
@@ -109,6 +110,7 @@ class Services:
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
         await self.gc.stop()
         await self.key_checks.close()
+        await self.store.close()
         await self.engine.dispose()
         log.info("services_stopped")
 
@@ -129,6 +131,7 @@ async def start_services(settings: Settings) -> Services:
         await engine.dispose()
         raise
     sessionmaker = create_sessionmaker(engine)
+    statements = single_statements_for(engine)
 
     clients = [
         BotClient(
@@ -202,7 +205,7 @@ async def start_services(settings: Settings) -> Services:
         on_bytes=metrics.bytes_downloaded.inc,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
     )
-    store = ObjectStore(sessionmaker, writer, reader, gc)
+    store = ObjectStore(sessionmaker, writer, reader, gc, statements=statements)
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     instance.on_adopted = flusher.resume
     instance.running_since = writer.oldest_running

@@ -166,24 +166,45 @@ class ServedService:
 
 @contextlib.contextmanager
 def served(
-    env: dict[str, str], workdir: Path, *, command: Sequence[str] | None = None
+    env: dict[str, str],
+    workdir: Path,
+    *,
+    command: Sequence[str] | None = None,
+    code: Path | None = None,
+    serve_env: dict[str, str] | None = None,
 ) -> Iterator[ServedService]:
     """Migrate the database `env` names, create an API key, run
     `teleuploader serve` until it answers /ready, stop it on the way out.
 
     `env` is the whole environment of the service and must set HOST and PORT;
-    `command` is another checkout's CLI (default: this one's). It runs in
-    `workdir`, so that no .env file of the checkout is read."""
+    `command` is another checkout's CLI (default: this one's). `code` is a
+    tree of another revision (e.g. `git archive` of a --baseline) put alone on
+    PYTHONPATH, so that its `app` is what this interpreter's CLI imports;
+    without it any PYTHONPATH of the caller is dropped, so the checkout's
+    code runs. `serve_env` is added for `serve` only (not for migrate and
+    keys), e.g. a NOTIFY_SOCKET. Everything runs in `workdir`, so that no
+    .env file of the checkout is read."""
+    env = dict(env)
+    env.pop("PYTHONPATH", None)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     cli = list(command or teleuploader_command())
     for step in (["migrate"], ["keys", "create", "bench", "--scope", "admin"]):
         done = subprocess.run(
-            [*cli, *step], env=env, cwd=workdir, capture_output=True, text=True, check=False
+            [*cli, *step],
+            env=env,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         if done.returncode != 0:
             raise Broken(f"teleuploader {' '.join(step)} failed: {done.stderr[-2000:]}")
     key = done.stdout.split()[0]
     log_path = workdir / "service.log"
     url = f"http://{env['HOST']}:{env['PORT']}"
+    env.update(serve_env or {})
     with running([*cli, "serve"], log_path, env=env, cwd=workdir) as process:
         wait_until(process, f"{url}/ready", log_path, "the service")
         yield ServedService(url=url, key=key, process=process, log_path=log_path)

@@ -67,10 +67,8 @@ from common import (
     SimulatorProcess,
     free_port,
     http_request,
-    running,
+    served,
     simulator_process,
-    teleuploader_command,
-    wait_until,
 )
 
 SAMPLE_EVERY = 0.25
@@ -201,9 +199,6 @@ def service(
     database.unlink(missing_ok=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in _settings_names()}
-    env.pop("PYTHONPATH", None)
-    if code is not None:
-        env["PYTHONPATH"] = str(code)
     env.update(
         {
             "BOT_TOKENS": ",".join(sim.tokens),
@@ -220,28 +215,13 @@ def service(
             **config.service_env(),
         }
     )
-
-    def cli(*args: str) -> str:
-        done = subprocess.run(
-            [*teleuploader_command(), *args],
-            env=env,
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+    with served(env, workdir, code=code) as running_service:
+        yield Service(
+            url=running_service.url,
+            port=port,
+            key=running_service.key,
+            process=running_service.process,
         )
-        if done.returncode != 0:
-            raise Broken(f"teleuploader {' '.join(args)} failed: {done.stderr[-2000:]}")
-        return done.stdout
-
-    cli("migrate")
-    key = cli("keys", "create", "download-bench").strip().splitlines()[0]
-    log_path = workdir / "service.log"
-    url = f"http://127.0.0.1:{port}"
-    with running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
-        wait_until(process, f"{url}/ready", log_path, "the service")
-        yield Service(url=url, port=port, key=key, process=process)
 
 
 def extract(ref: str, into: Path) -> Path:

@@ -92,10 +92,8 @@ from common import (
     MiB,
     SimulatorProcess,
     free_port,
-    running,
+    served,
     simulator_process,
-    teleuploader_command,
-    wait_until,
 )
 from pydantic import AliasChoices
 
@@ -337,24 +335,10 @@ class Service:
     watchdog: WatchdogWatch
 
 
-def _run_cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run(
-        [*teleuploader_command(), *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise Broken(f"teleuploader {' '.join(args)} failed ({done.returncode}): {done.stderr}")
-    return done.stdout
-
-
 @contextlib.contextmanager
 def service(config: BenchConfig, sim: SimulatorProcess, workdir: Path) -> Iterator[Service]:
-    """Migrate a fresh SQLite database, create a key, run `teleuploader serve`."""
+    """Migrate a fresh SQLite database, create a key, run `teleuploader serve`
+    (common.served), with a fake systemd watchdog socket for serve."""
     database = workdir / "teleuploader.db"
     for stale in (database, *(database.with_name(database.name + s) for s in ("-wal", "-shm"))):
         stale.unlink(missing_ok=True)  # a --workdir used before: start fresh
@@ -375,25 +359,19 @@ def service(config: BenchConfig, sim: SimulatorProcess, workdir: Path) -> Iterat
             **dict(config.service_env),
         }
     )
-    _run_cli(["migrate"], env, workdir)
-    key = _run_cli(["keys", "create", "http-bench"], env, workdir).strip().splitlines()[0]
-    log_path = workdir / "service.log"
-    url = f"http://127.0.0.1:{port}"
     notify_socket = workdir / "notify.sock"
     notify_socket.unlink(missing_ok=True)
-    env.update(NOTIFY_SOCKET=str(notify_socket), WATCHDOG_USEC=str(WATCHDOG_USEC))
-    # cwd is the work dir, so that no .env file of the checkout is read.
+    watch = {"NOTIFY_SOCKET": str(notify_socket), "WATCHDOG_USEC": str(WATCHDOG_USEC)}
     with (
         WatchdogWatch(notify_socket) as watchdog,
-        running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process,
+        served(env, workdir, serve_env=watch) as running_service,
     ):
-        wait_until(process, f"{url}/ready", log_path, "the service")
         yield Service(
-            url=url,
-            key=key,
+            url=running_service.url,
+            key=running_service.key,
             database=database,
-            process=process,
-            log_path=log_path,
+            process=running_service.process,
+            log_path=running_service.log_path,
             watchdog=watchdog,
         )
 

@@ -75,10 +75,8 @@ from common import (
     Broken,
     KiB,
     free_port,
-    running,
+    served,
     simulator_process,
-    teleuploader_command,
-    wait_until,
 )
 
 ACCESS_KEY = "metadata-bench"
@@ -285,9 +283,6 @@ def service(
     when measuring another revision."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in _settings_names()}
-    env.pop("PYTHONPATH", None)
-    if code is not None:
-        env["PYTHONPATH"] = str(code)
     env.update(
         {
             "BOT_TOKENS": ",".join(tokens),
@@ -303,22 +298,8 @@ def service(
             "LOG_FORMAT": "json",
         }
     )
-    migrated = subprocess.run(
-        [*teleuploader_command(), "migrate"],
-        env=env,
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if migrated.returncode != 0:
-        raise Broken(f"teleuploader migrate failed: {migrated.stderr[-2000:]}")
-    log_path = workdir / "service.log"
-    url = f"http://127.0.0.1:{port}"
-    with running([*teleuploader_command(), "serve"], log_path, env=env, cwd=workdir) as process:
-        wait_until(process, f"{url}/ready", log_path, "the service")
-        yield Service(url=url, port=port, pid=process.pid)
+    with served(env, workdir, code=code) as running_service:
+        yield Service(url=running_service.url, port=port, pid=running_service.process.pid)
 
 
 # --- clients ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from app.s3.errors import S3Error
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
 from app.s3.payload import decode_aws_chunked, request_body
 from app.s3.sigv4 import PayloadMode, VerifiedRequest, parse_query, verify_request
+from app.s3.sigv4 import checks as sigv4_checks
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
@@ -159,7 +160,7 @@ def test_authorization_headers(
 @given(HEADER_TEXT | numberish)
 def test_decoded_content_length(value: str) -> None:
     try:
-        number = sigv4._int_header({"x-length": [value]}, "x-length")
+        number = sigv4_checks.int_header({"x-length": [value]}, "x-length")
     except S3Error as exc:
         assert exc.code == "InvalidArgument"
     else:

@@ -118,6 +118,11 @@ async def get_object(req: S3Request) -> Response:
     headers["x-amz-request-id"] = request_id()
     if req.method == "HEAD":
         return Response(status_code=status, headers=headers)
+    inline = req.store.inline_range(info, start, end)
+    if inline is not None:
+        # Already in memory: a plain response, without a streaming response's
+        # task that watches for the client going away.
+        return Response(inline, status_code=status, headers=headers)
     body = await req.store.open_range(info, start, end)
     return StreamingResponse(body, status_code=status, headers=headers)
 

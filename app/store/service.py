@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import objects as db_objects
@@ -32,12 +33,14 @@ from app.db.models import StoredObject
 # the HTTP layers, which never import app.db.
 from app.db.objects import COMPOSITE as COMPOSITE
 from app.db.objects import FULL_OBJECT as FULL_OBJECT
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, new_public_id
 from app.db.objects import PartSummary as PartSummary
 from app.db.objects import StoredChecksum as StoredChecksum
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
+from app.db.single_statements import AsyncStatements, SingleStatements
+from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkRef
@@ -72,7 +75,8 @@ class ObjectInfo:
     tags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, row: StoredObject, *, with_content: bool = True) -> ObjectInfo:
+    def from_row(cls, row: StoredObject | Row[Any], *, with_content: bool = True) -> ObjectInfo:
+        """From an ORM object or a Core row of the objects table (same names)."""
         return cls(
             id=row.id,
             bucket=row.bucket,
@@ -101,11 +105,20 @@ class ObjectStore:
         writer: ChunkWriter,
         reader: RangeReader,
         gc: GarbageCollector,
+        *,
+        statements: SingleStatements | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Default: Core statements on the sessions' engine (tests, tools).
+        engine = sessionmaker.kw["bind"]
+        self._statements = statements or AsyncStatements(engine, engine)
         self._writer = writer
         self._reader = reader
         self._gc = gc
+
+    async def close(self) -> None:
+        """Let statements in flight finish and close what they hold."""
+        await self._statements.close()
 
     # --- writing ------------------------------------------------------------------
 
@@ -164,6 +177,18 @@ class ObjectStore:
             checksum=checksum,
             tags=tags,
         )
+
+        if not content.pieces and check is None:
+            # Small and new (the common case): one statement, no session.
+            # A taken key needs the full path (the old version's pieces, its
+            # owner, its public id), and so does a conditional write (its
+            # condition is on the version it replaces, read under the lock).
+            spec.check()
+            now = utcnow()
+            values = db_objects.row_values(spec, new_public_id(), now, now)
+            new_id = await self._statements.insert_object_unless_exists(values)
+            if new_id is not None:
+                return ObjectInfo.from_row(StoredObject(id=new_id, **values), with_content=False)
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
@@ -238,9 +263,8 @@ class ObjectStore:
     # --- reading ------------------------------------------------------------------
 
     async def get(self, bucket: str, key: str) -> ObjectInfo | None:
-        async with session_scope(self._sessionmaker) as session:
-            row = await ObjectRepository(session).get(bucket, key)
-            return ObjectInfo.from_row(row) if row is not None else None
+        row = await self._statements.object(bucket, key)
+        return ObjectInfo.from_row(row) if row is not None else None
 
     async def parts_of(self, info: ObjectInfo) -> list[PartSummary] | None:
         """The parts of a multipart object (None for any other object)."""
@@ -248,9 +272,8 @@ class ObjectStore:
             return await ObjectRepository(session).parts_of(info.id)
 
     async def get_by_public_id(self, public_id: str) -> ObjectInfo | None:
-        async with session_scope(self._sessionmaker) as session:
-            row = await ObjectRepository(session).get_by_public_id(public_id)
-            return ObjectInfo.from_row(row) if row is not None else None
+        row = await self._statements.object_by_public_id(public_id)
+        return ObjectInfo.from_row(row) if row is not None else None
 
     async def list(
         self,
@@ -341,6 +364,13 @@ class ObjectStore:
     def wake_gc(self) -> None:
         self._gc.wake()
 
+    def inline_range(self, info: ObjectInfo, start: int, end: int) -> bytes | None:
+        """The bytes [start, end) of an object held in its row; None if it is
+        in chunks and must be streamed (`open_range`)."""
+        if info.inline_data is None and info.size > 0:
+            return None
+        return (info.inline_data or b"")[start:end] if end > start else b""
+
     async def open_range(self, info: ObjectInfo, start: int, end: int) -> AsyncIterator[bytes]:
         """The bytes [start, end) of an object, as a stream.
 
@@ -401,7 +431,7 @@ class ObjectStore:
         return deleted
 
 
-def _checksum_of(row: StoredObject) -> StoredChecksum | None:
+def _checksum_of(row: StoredObject | Row[Any]) -> StoredChecksum | None:
     if row.checksum_algorithm is None or row.checksum is None:
         return None
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)

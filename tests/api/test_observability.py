@@ -8,9 +8,11 @@ from tests.running_service import CHUNK, INLINE, Service, ServiceFactory
 async def test_every_response_carries_a_request_id(service: Service) -> None:
     async with service.client() as http:
         fresh = await http.get("/health")
+        another = await http.get("/health")
         echoed = await http.get("/health", headers={"X-Request-ID": "abc-123"})
         refused = await http.get("/health", headers={"X-Request-ID": "bad id\twith spaces"})
     assert len(fresh.headers["x-request-id"]) == 32
+    assert another.headers["x-request-id"] != fresh.headers["x-request-id"]
     assert echoed.headers["x-request-id"] == "abc-123"
     assert refused.headers["x-request-id"] != "bad id\twith spaces"
 

@@ -1,0 +1,206 @@
+"""The request path's single-statement work, the cheapest way each backend
+allows: reading one object row (GET, HEAD) and storing a small object under
+a new key (PUT).
+
+Through an ORM session on SQLAlchemy's async adapters each of these cost
+about 1 ms of CPU: the session, its commit, and on SQLite a round trip to
+aiosqlite's thread for every step (BEGIN, cursor, execute, fetch, close,
+COMMIT, the pool's reset). One statement needs none of that: on its own it is
+atomic, reads one consistent snapshot, and commits.
+
+* SQLite (a database file): synchronous connections to the same file in
+  autocommit, each statement done in one hop to a small thread pool of our
+  own (~0.1 ms). Readers are read-only connections; WAL lets them run while a
+  writer writes, and they see every transaction committed before the read
+  began, like a new session would. Inserts go through one connection of
+  their own, with the same journal and sync settings as the app's (WAL,
+  synchronous=FULL: an acknowledged insert is on disk), queueing behind
+  other writers on busy_timeout like the app's connections do.
+* Postgres: Core statements on pooled async connections, without the ORM
+  session. Reads use an engine of their own without pre-ping (one round trip
+  less) and are retried once on a new connection if the pooled one turns
+  out dead; inserts use the app's engine, which pings first, because an
+  insert cannot be retried blindly.
+* An in-memory SQLite database (which another connection could not see):
+  Core statements on the app's engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Protocol
+
+import sqlalchemy
+from sqlalchemy import Executable, Row, Select, bindparam, event, select
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from app.db.engine import create_engine
+from app.db.models import StoredObject
+from app.db.objects import INSERTS_UNLESS_EXISTS
+
+#: Threads (and read connections) for SQLite reads. Each lookup holds one for
+#: tens of microseconds; a few cover the event loop's one thread.
+SQLITE_READ_THREADS = 4
+
+_OBJECTS = StoredObject.__table__
+# Every column but a multipart object's part list (up to 10,000 entries, read
+# only by partNumber requests and GetObjectAttributes).
+_COLUMNS: Final = [column for column in _OBJECTS.c if column.name != "parts"]
+# Built once: building a statement per request cost more than running it.
+_BY_KEY: Final = select(*_COLUMNS).where(
+    _OBJECTS.c.bucket == bindparam("bucket"), _OBJECTS.c.key == bindparam("key")
+)
+_BY_PUBLIC_ID: Final = select(*_COLUMNS).where(_OBJECTS.c.public_id == bindparam("public_id"))
+
+
+class SingleStatements(Protocol):
+    async def object(self, bucket: str, key: str) -> Row[Any] | None:
+        """The objects row under (bucket, key), every column but `parts`."""
+
+    async def object_by_public_id(self, public_id: str) -> Row[Any] | None:
+        """The objects row with this public id, every column but `parts`."""
+
+    async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
+        """Insert an objects row (`objects.row_values`) that references no
+        chunk, committed; its id, or None if its key already has an object."""
+
+    async def close(self) -> None: ...
+
+
+class AsyncStatements:
+    """Core statements on pooled connections of async engines: `reads` for
+    reads (retried once on a dead connection), `writes` for inserts. Engines
+    named in `owned` are closed with this object."""
+
+    def __init__(
+        self, reads: AsyncEngine, writes: AsyncEngine, *, owned: tuple[AsyncEngine, ...] = ()
+    ) -> None:
+        self._reads = reads
+        self._writes = writes
+        self._owned = owned
+
+    async def _first(self, statement: Select[Any], values: dict[str, str]) -> Row[Any] | None:
+        try:
+            return await self._first_once(statement, values)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            return await self._first_once(statement, values)
+
+    async def _first_once(self, statement: Select[Any], values: dict[str, str]) -> Row[Any] | None:
+        async with self._reads.connect() as connection:
+            row: Row[Any] | None = (await connection.execute(statement, values)).first()
+            return row
+
+    async def object(self, bucket: str, key: str) -> Row[Any] | None:
+        return await self._first(_BY_KEY, {"bucket": bucket, "key": key})
+
+    async def object_by_public_id(self, public_id: str) -> Row[Any] | None:
+        return await self._first(_BY_PUBLIC_ID, {"public_id": public_id})
+
+    async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
+        statement = INSERTS_UNLESS_EXISTS[self._writes.dialect.name]
+        async with self._writes.begin() as connection:
+            new_id: int | None = await connection.scalar(statement, values)
+            return new_id
+
+    async def close(self) -> None:
+        for engine in self._owned:
+            await engine.dispose()
+
+
+class SqliteThreadStatements:
+    """Synchronous connections to the SQLite file, one hop a statement."""
+
+    def __init__(self, path: str) -> None:
+        url = f"sqlite:///{path}"
+        self._reads = sqlalchemy.create_engine(
+            url,
+            pool_size=SQLITE_READ_THREADS,
+            max_overflow=0,
+            connect_args={"check_same_thread": False},
+        )
+        event.listen(self._reads, "connect", _read_only)
+        # One writer: SQLite takes one at a time anyway.
+        self._writes = sqlalchemy.create_engine(
+            url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}
+        )
+        event.listen(self._writes, "connect", _writer)
+        self._read_threads = ThreadPoolExecutor(
+            SQLITE_READ_THREADS, thread_name_prefix="sqlite-read"
+        )
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-write")
+
+    @staticmethod
+    def _run(engine: sqlalchemy.Engine, statement: Executable, values: dict[str, Any]) -> Any:
+        with engine.connect() as connection:
+            result = connection.execute(statement, values)
+            return result.first()
+
+    async def _first(self, statement: Select[Any], values: dict[str, str]) -> Row[Any] | None:
+        loop = asyncio.get_running_loop()
+        row: Row[Any] | None = await loop.run_in_executor(
+            self._read_threads, self._run, self._reads, statement, values
+        )
+        return row
+
+    async def object(self, bucket: str, key: str) -> Row[Any] | None:
+        return await self._first(_BY_KEY, {"bucket": bucket, "key": key})
+
+    async def object_by_public_id(self, public_id: str) -> Row[Any] | None:
+        return await self._first(_BY_PUBLIC_ID, {"public_id": public_id})
+
+    async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
+        loop = asyncio.get_running_loop()
+        # Shielded: once sent, the insert runs to its end in its thread, and
+        # whoever awaits it must not learn otherwise.
+        row = await asyncio.shield(
+            loop.run_in_executor(
+                self._write_thread, self._run, self._writes, INSERTS_UNLESS_EXISTS["sqlite"], values
+            )
+        )
+        return None if row is None else int(row[0])
+
+    async def close(self) -> None:
+        # Statements in flight finish first; then no connection outlives us.
+        for threads in (self._read_threads, self._write_thread):
+            await asyncio.to_thread(threads.shutdown, wait=True)
+        self._reads.dispose()
+        self._writes.dispose()
+
+
+def _autocommit(dbapi_connection: DBAPIConnection, *pragmas: str) -> None:
+    cursor = dbapi_connection.cursor()
+    # A writer holds the lock only for its commit: wait for it, as the app's
+    # own connections do, rather than fail.
+    cursor.execute("PRAGMA busy_timeout=5000")
+    for pragma in pragmas:
+        cursor.execute(pragma)
+    cursor.close()
+    # No BEGIN from the driver: each statement is its own transaction.
+    dbapi_connection.isolation_level = None
+
+
+def _read_only(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    _autocommit(dbapi_connection, "PRAGMA query_only=ON")
+
+
+def _writer(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    _autocommit(dbapi_connection, "PRAGMA journal_mode=WAL", "PRAGMA foreign_keys=ON")
+
+
+def single_statements_for(engine: AsyncEngine) -> SingleStatements:
+    """The cheapest single statements for the database `engine` is connected to."""
+    url = engine.url
+    path = url.database
+    # A URI with options (shared cache, mode=memory) is left to the engine.
+    if url.get_backend_name() == "sqlite" and path and path != ":memory:" and not url.query:
+        return SqliteThreadStatements(path)
+    if url.get_backend_name() == "postgresql":
+        reads = create_engine(url, pre_ping=False)
+        return AsyncStatements(reads, engine, owned=(reads,))
+    return AsyncStatements(engine, engine)
