@@ -13,7 +13,7 @@ import builtins
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, select, update
+from sqlalchemy import case, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,6 +29,8 @@ class LeaseRow:
     owner: str
     expires_at: datetime
     cooldown_until: datetime
+    # False: its owner's instance row is gone (it died and was claimed).
+    owner_registered: bool
 
 
 class LeaseRepository:
@@ -45,7 +47,8 @@ class LeaseRepository:
         cooldown_until: datetime,
         now: datetime | None = None,
     ) -> datetime | None:
-        """Take or renew the lease for `seconds` if it is free or ours.
+        """Take or renew the lease for `seconds` if it is free (expired, or
+        its owner has no instance row) or ours.
 
         Returns the lease's cooldown end (the later of ours and the one on
         the row, so a new holder honours its predecessor's 429), or None
@@ -74,7 +77,11 @@ class LeaseRepository:
                 "expires_at": statement.excluded.expires_at,
                 "cooldown_until": later_cooldown,
             },
-            where=(BotLease.expires_at <= now) | (BotLease.owner == owner),
+            where=(BotLease.expires_at <= now)
+            | (BotLease.owner == owner)
+            # A dead instance's row is deleted once one live instance has
+            # claimed it: its leases need not wait to expire.
+            | ~exists().where(Instance.id == BotLease.owner),
         ).returning(BotLease.cooldown_until)
         row = (await self._session.execute(upsert)).first()
         if row is None:
@@ -101,15 +108,30 @@ class LeaseRepository:
         return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def all(self) -> builtins.list[LeaseRow]:
-        rows = await self._session.scalars(select(BotLease).order_by(BotLease.bot_id))
+        registered = exists().where(Instance.id == BotLease.owner)
+        rows = await self._session.execute(
+            select(BotLease, registered.label("registered")).order_by(BotLease.bot_id)
+        )
         return [
-            LeaseRow(r.token_hash, r.bot_id, r.owner, r.expires_at, r.cooldown_until) for r in rows
+            LeaseRow(
+                lease.token_hash,
+                lease.bot_id,
+                lease.owner,
+                lease.expires_at,
+                lease.cooldown_until,
+                bool(is_registered),
+            )
+            for lease, is_registered in rows
         ]
 
-    async def publish_backlog(self, instance_id: str, backlog: int) -> None:
-        await self._session.execute(
-            update(Instance).where(Instance.id == instance_id).values(backlog=backlog)
+    async def publish_backlog(self, instance_id: str, backlog: int) -> bool:
+        """Publish the backlog (and beat); False if the instance has no row."""
+        result = await self._session.execute(
+            update(Instance)
+            .where(Instance.id == instance_id)
+            .values(backlog=backlog, heartbeat_at=utcnow())
         )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def backlogs(self, stale_after: float) -> dict[str, int]:
         """The backlog each live instance published, by id."""

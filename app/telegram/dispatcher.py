@@ -34,6 +34,10 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   job cannot loop forever), then it fails with the last error.
 * Optional pacing: at most `sends_per_minute` uploads per bot per minute, so a
   steady load draws few 429s in the first place.
+* Several instances on one database (`require_leases`): a bot works only while
+  this instance holds its lease (`grant`, from app.telegram.leases) and never
+  starts a call past the lease's end; `revoke` stops it, moving its queue to
+  other bots and waiting for its running call, before the lease moves on.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
 (`/file/bot<token>/...`) is not a method call and is not rate-limited the same
@@ -46,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import random
 import time
 from collections import deque
@@ -79,6 +84,8 @@ ALL_FAILED_PAUSE = 5.0
 # 30 s) and answers a second call meanwhile with a 30-60 s wait.
 ABANDONED_CALL_HOLD = 60.0
 PACING_WINDOW = 60.0
+# How often a job no leased bot can run looks again for one.
+LEASE_WAIT = 0.5
 
 OrphanHandler = Callable[[StoredDocument], None]
 # (bot_id, method, outcome, seconds) after every attempt, for metrics.
@@ -141,6 +148,15 @@ class BotWorker:
         # Held back until its getMe check passes (app.telegram.probe).
         self.probing = False
         self.cooldown_until = 0.0
+        # Several instances: whether this one holds the bot's lease, and the
+        # monotonic time past which it must not start a call (app.telegram.leases).
+        self.leased = True
+        self.lease_until = math.inf
+        # A getMe check runs on the client outside the worker (app.telegram.probe).
+        self.checking = False
+        # Set when a call or check ends or a lease is granted: what `revoke`
+        # and a check waiting for its lease wait for.
+        self.changed = asyncio.Event()
         self.last_assigned = 0
         self.send_times: deque[float] = deque()
         self.wake = asyncio.Event()
@@ -158,6 +174,10 @@ class BotWorker:
 
     def cooling(self, now: float) -> bool:
         return self.cooldown_until > now
+
+    def serving(self, now: float) -> bool:
+        """Usable, and this instance may call Telegram with it now."""
+        return self.usable and self.leased and now < self.lease_until
 
     def pacing_delay(self, now: float, budget: int, window: float) -> float:
         """Seconds until this bot may send another document (0 = now): at most
@@ -211,6 +231,7 @@ class Dispatcher:
             for worker in self.workers.values():
                 worker.usable = False
                 worker.probing = True
+        self._leasing = False
         self._job_ids = itertools.count(1)
         self._assignments = itertools.count(1)
         self._accepting = False
@@ -242,6 +263,62 @@ class Dispatcher:
         if self._accepting:
             self._start_worker(worker)
         self._wake_all()
+
+    # --- leases (several instances) ---------------------------------------------
+
+    def require_leases(self) -> None:
+        """Run a bot only while its lease is granted (call before `start`)."""
+        self._leasing = True
+        for worker in self.workers.values():
+            worker.leased = False
+            worker.lease_until = 0.0
+
+    def grant(self, bot_id: int, until: float, cooldown_until: float) -> None:
+        """This instance holds the bot's lease: it may start calls until
+        `until` (monotonic), not before `cooldown_until` (a 429 on the lease)."""
+        worker = self.workers[bot_id]
+        newly = not worker.leased
+        worker.leased = True
+        worker.lease_until = until
+        worker.cooldown_until = max(worker.cooldown_until, cooldown_until)
+        worker.changed.set()
+        if newly:
+            self._wake_all()
+
+    async def revoke(self, bot_id: int) -> None:
+        """Stop the bot before its lease moves: no new call, its queue to
+        other bots, and back once its running call (or check) has ended."""
+        worker = self.workers[bot_id]
+        worker.leased = False
+        worker.lease_until = 0.0
+        self._move_queue_away(worker, include_pinned=True)
+        while worker.running is not None or worker.checking:
+            worker.changed.clear()
+            await worker.changed.wait()
+
+    def lease_left(self, bot_id: int) -> bool:
+        """Whether this instance may still start a call with the bot."""
+        worker = self.workers[bot_id]
+        return worker.leased and self._clock() < worker.lease_until
+
+    def leased_bots(self) -> list[int]:
+        return [w.bot_id for w in self.workers.values() if w.leased]
+
+    def serving_bots(self) -> list[int]:
+        """The bots that can take a call on this instance now."""
+        now = self._clock()
+        return [w.bot_id for w in self.workers.values() if w.serving(now)]
+
+    def pool_size(self) -> int:
+        """The bots uploads can count on: usable ones, and with leases also
+        those still to be checked (they are checked once leased here)."""
+        return sum(
+            1 for w in self.workers.values() if w.usable or (self._leasing and w.probing)
+        )
+
+    def backlog(self) -> int:
+        """Jobs waiting or running here: what bots are wanted for."""
+        return self._pending_jobs()
 
     def reject(self, bot_id: int) -> None:
         """A held-back bot failed its check for good: it stays out."""
@@ -379,7 +456,7 @@ class Dispatcher:
         candidates = [
             w
             for w in self.workers.values()
-            if w.usable and w.bot_id not in exclude and not w.cooling(now)
+            if w.serving(now) and w.bot_id not in exclude and not w.cooling(now)
         ]
         if not candidates:
             return None
@@ -420,7 +497,7 @@ class Dispatcher:
             return
         if job.pinned_bot is not None:
             worker = self.workers.get(job.pinned_bot)
-            if worker is None or not worker.usable:
+            if worker is None or not worker.serving(self._clock()):
                 self._fail(
                     job,
                     BotUnusable(
@@ -440,6 +517,13 @@ class Dispatcher:
                 error = NoUsableBot("no usable bot is left in the pool")
             self._fail(job, error)
             return
+        now = self._clock()
+        if not any(w.serving(now) for w in usable):
+            # Every bot's lease is held elsewhere for now: the lease rounds
+            # bring bots here once this backlog is published.
+            self._route_later(job, LEASE_WAIT)
+            return
+        usable = [w for w in usable if w.serving(now)]
         untried = [w for w in usable if w.bot_id not in job.tried]
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
@@ -508,6 +592,10 @@ class Dispatcher:
         """The job this worker should run now, or how long to wait for one
         (None: until something changes)."""
         now = self._clock()
+        if not worker.serving(now):
+            # Not leased here (or the lease ran out unrenewed): no new call.
+            self._move_queue_away(worker, include_pinned=True)
+            return None, None if not worker.leased else 0.5
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
             return None, worker.cooldown_until - now + random.uniform(0, 0.1)
@@ -577,6 +665,7 @@ class Dispatcher:
                 # the upload, not when the call starts.
                 worker.send_times[-1] = self._clock()
             worker.running = None
+            worker.changed.set()
             self._wake_all()
         seconds = self._clock() - started
         log.debug(

@@ -8,7 +8,9 @@ Telegram lets through only later joins the pool then. A token Telegram
 rejects (401/403, or another 4xx) is reported once and left out for good.
 
 The check calls the bot's client directly: until it is admitted no worker
-runs for that token, so it is the only call on it (one call per token).
+runs for that token, so it is the only call on it (one call per token). With
+several instances it also waits until this one holds the bot's lease, and a
+lease is not handed on while a check runs (`BotWorker.checking`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
+from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
 from app.telegram.types import BotInfo
@@ -71,13 +74,16 @@ class BotProber:
         return len(self._tasks)
 
     async def _probe(self, bot_id: int) -> None:
-        client = self._dispatcher.workers[bot_id].client
+        worker = self._dispatcher.workers[bot_id]
         pause = self._first_pause
         attempt = 0
         while True:
+            while not self._dispatcher.lease_left(bot_id):
+                worker.changed.clear()
+                await worker.changed.wait()
             attempt += 1
             try:
-                info = await client.get_me()
+                info = await self._check(worker.client, bot_id)
             except (BotUnusable, PermanentError) as exc:
                 # A wrong or revoked token: checking again cannot help.
                 log.error("bot_check_failed", bot_id=bot_id, error=str(exc))
@@ -108,3 +114,12 @@ class BotProber:
             if self._on_admitted is not None:
                 self._on_admitted(info)
             return
+
+    async def _check(self, client: BotClient, bot_id: int) -> BotInfo:
+        worker = self._dispatcher.workers[bot_id]
+        worker.checking = True
+        try:
+            return await client.get_me()
+        finally:
+            worker.checking = False
+            worker.changed.set()

@@ -256,7 +256,7 @@ async def test_chunks_of_an_upload_failing_while_the_database_is_down_are_delete
 class NoBots:
     """A dispatcher with no usable bot: every deletion fails for now."""
 
-    def usable_bots(self) -> list[int]:
+    def serving_bots(self) -> list[int]:
         return []
 
 

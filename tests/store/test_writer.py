@@ -71,8 +71,8 @@ class FakeTelegram:
         self.failure: TelegramError = PermanentError("Bad Request: refused", status=400)
         self._ids = itertools.count(1)
 
-    def usable_bots(self) -> list[int]:
-        return list(self.bots)
+    def pool_size(self) -> int:
+        return len(self.bots)
 
     async def send_document(
         self, data: bytes, filename: str, *, caption: str | None = None
