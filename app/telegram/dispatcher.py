@@ -312,9 +312,7 @@ class Dispatcher:
     def pool_size(self) -> int:
         """The bots uploads can count on: usable ones, and with leases also
         those still to be checked (they are checked once leased here)."""
-        return sum(
-            1 for w in self.workers.values() if w.usable or (self._leasing and w.probing)
-        )
+        return sum(1 for w in self.workers.values() if w.usable or (self._leasing and w.probing))
 
     def backlog(self) -> int:
         """Jobs waiting or running here: what bots are wanted for."""

@@ -57,15 +57,21 @@ def shares(backlogs: dict[str, int], bots: int) -> dict[str, int]:
     """How many bots each instance should hold, from the backlogs they published.
 
     Nobody busy: an even split, so every instance can start work at once.
-    Otherwise bots go one at a time to the busy instance with the most work
-    per bot (never more bots than jobs); what is left over is split evenly.
-    Deterministic, so instances reading the same rows agree.
+    Otherwise every busy instance gets one bot first (most work first, so a
+    small job is not starved by a big one), then bots go one at a time to the
+    busy instance with the most work per bot (never more bots than jobs);
+    what is left over is split evenly. Deterministic, so instances reading the
+    same rows agree.
     """
     ids = sorted(backlogs)
     share = dict.fromkeys(ids, 0)
     if not ids:
         return share
-    for _ in range(bots):
+    left = bots
+    for i in sorted((i for i in ids if backlogs[i] > 0), key=lambda i: -backlogs[i])[:bots]:
+        share[i] = 1
+        left -= 1
+    for _ in range(left):
         busy = [i for i in ids if share[i] < backlogs[i]]
         if busy:
             chosen = max(busy, key=lambda i: (backlogs[i] / (share[i] + 1), -ids.index(i)))
