@@ -11,6 +11,7 @@ at the end of each test no token may have had two calls in flight at once.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -29,6 +30,7 @@ from app.demo import create_api_key
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (
+    REPO,
     START_TIMEOUT,
     TELEUPLOADER,
     Processes,
@@ -36,6 +38,7 @@ from tests.deploy.conftest import (
     Simulator,
     _healthy,
     base_env,
+    caddy_env,
     check_one_call_per_token,
     configure_sim,
     free_port,
@@ -104,15 +107,15 @@ def database(postgres_database: Database) -> Database:
     return postgres_database
 
 
-Starter = Callable[[], Service]
+Starter = Callable[..., Service]
 
 
 @pytest.fixture
 def start(sim: Simulator, database: Database, processes: Processes, tmp_path: Path) -> Starter:
     key = run_async(lambda: create_api_key(database.url, name="scaleout"))
 
-    def start_one() -> Service:
-        port = free_port()
+    def start_one(port: int | None = None) -> Service:
+        port = port or free_port()
         env = base_env(
             tmp_path,
             BOT_TOKENS=",".join(sim.tokens),
@@ -283,3 +286,96 @@ def test_kill_9_of_an_instance_mid_upload_hands_its_bots_over_and_ledgers_its_ch
     assert isinstance(after, tuple) and after[0] == 201
     body = httpx.get(f"{survivors[1].url}/f/{after[1]}", timeout=60)
     assert body.content == data
+
+
+CADDY = shutil.which("caddy")
+CADDYFILE = REPO / "deploy" / "Caddyfile.instances"
+KILL_WINDOW = 1.0
+
+
+def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and_restarted(
+    start: Starter, sim: Simulator, processes: Processes, tmp_path: Path
+) -> None:
+    if CADDY is None:
+        pytest.fail("caddy is not installed: scripts/test installs Debian's caddy package")
+    first, second = start(), start()
+    port = free_port()
+    caddy = processes.start(
+        "caddy",
+        [CADDY, "run", "--config", CADDYFILE, "--adapter", "caddyfile"],
+        env=caddy_env(
+            tmp_path,
+            TELEUPLOADER_SITE=f"http://127.0.0.1:{port}",
+            TELEUPLOADER_UPSTREAM_A=f"127.0.0.1:{first.port}",
+            TELEUPLOADER_UPSTREAM_B=f"127.0.0.1:{second.port}",
+            TELEUPLOADER_CADDY_ADMIN=f"127.0.0.1:{free_port()}",
+        ),
+    )
+    site = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(site), within=START_TIMEOUT, what="Caddy", proc=caddy)
+
+    # (started, ended, ok, what) of every request through Caddy.
+    ops: list[tuple[float, float, bool, str]] = []
+    stored: dict[str, tuple[str, bytes]] = {}
+    done = threading.Event()
+
+    def traffic(worker: int) -> None:
+        with httpx.Client(base_url=site, headers=first.auth, timeout=60) as client:
+            for n in range(10_000):
+                if done.is_set():
+                    return
+                name = f"w{worker}-{n}.bin"
+                data = payload(2 * CHUNK + n, seed=worker * 10_000 + n)
+                began = time.monotonic()
+                try:
+                    response = client.put(f"/api/files/{name}", content=data)
+                    ok = response.status_code == 201
+                    what = f"PUT {name}: {response.status_code} {response.text[:200]}"
+                    if ok:
+                        stored[name] = (response.json()["public_id"], data)
+                except httpx.HTTPError as exc:
+                    ok, what = False, f"PUT {name}: {exc!r}"
+                ops.append((began, time.monotonic(), ok, what))
+                if not ok:
+                    continue
+                public_id, _ = stored[name]
+                began = time.monotonic()
+                try:
+                    response = client.get(f"/f/{public_id}")
+                    ok = response.status_code == 200 and response.content == data
+                    what = f"GET {name}: {response.status_code}"
+                except httpx.HTTPError as exc:
+                    ok, what = False, f"GET {name}: {exc!r}"
+                ops.append((began, time.monotonic(), ok, what))
+
+    workers = [threading.Thread(target=traffic, args=(w,)) for w in range(3)]
+    for thread in workers:
+        thread.start()
+    try:
+        time.sleep(3)
+        os.kill(first.proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        first.proc.wait(10)
+        time.sleep(3)
+        restarted = start(first.port)  # where Caddy expects it
+        restarted_at = time.monotonic()
+        time.sleep(3)
+    finally:
+        done.set()
+        for thread in workers:
+            thread.join(120)
+
+    assert len(ops) > 20, ops
+    # Only requests the killed instance was serving may fail: those in flight
+    # at the kill, or sent on a kept-alive connection to it in the moment
+    # before Caddy saw it close (Caddy retries only a failed connect).
+    failed = [op for op in ops if not op[2]]
+    assert all(began < killed_at + KILL_WINDOW for began, _, _, _ in failed), failed
+    assert len(failed) <= len(workers), failed
+    after_kill = [op for op in ops if op[0] > killed_at + KILL_WINDOW]
+    assert after_kill and all(op[2] for op in after_kill)
+    assert any(op[0] > restarted_at for op in ops)
+    # Everything stored, whichever instance took it, reads back through the
+    # restarted one.
+    for public_id, data in list(stored.values())[:10]:
+        assert httpx.get(f"{restarted.url}/f/{public_id}", timeout=60).content == data
