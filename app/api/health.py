@@ -35,8 +35,9 @@ async def health() -> dict[str, str]:
 )
 async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     """200 when the database answers, at least one bot passed its getMe
-    check and is still usable, and the instance is not draining, else 503. The body is `{"status": ...}`; the
-    details (database, bots) come with the access `/metrics` needs."""
+    check and is still usable, and the instance is not draining, else 503.
+    The body is `{"status": ...}`; the details (database, bots) come with the
+    access `/metrics` needs."""
     database = await services.database_ok()
     usable = len(services.dispatcher.usable_bots())
     # A draining instance refuses new writes: a proxy in front of several
