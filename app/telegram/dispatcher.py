@@ -310,9 +310,14 @@ class Dispatcher:
         return [w.bot_id for w in self.workers.values() if w.serving(now)]
 
     def pool_size(self) -> int:
-        """The bots uploads can count on: usable ones, and with leases also
-        those still to be checked (they are checked once leased here)."""
-        return sum(1 for w in self.workers.values() if w.usable or (self._leasing and w.probing))
+        """The bots the work here can count on: usable ones, and with leases
+        also those another instance holds (it checked them; they come here
+        when the work does). A bot held here counts once its check passed."""
+        return sum(
+            1
+            for w in self.workers.values()
+            if w.usable or (self._leasing and w.probing and not w.leased)
+        )
 
     def backlog(self) -> int:
         """Jobs waiting or running here: what bots are wanted for."""

@@ -218,3 +218,26 @@ async def test_a_rate_limit_cooldown_travels_with_the_lease(fleet: Fleet) -> Non
     # It takes no job meanwhile.
     picked = second.dispatcher.pick_bot()
     assert picked is not None and picked.bot_id != bot_id
+
+
+async def test_bots_held_elsewhere_count_for_the_pool_but_unchecked_ones_held_here_do_not(
+    sim: TelegramSimulator,
+) -> None:
+    """What /ready and an upload's parallelism count: an instance holding no
+    bot is ready when the fleet has checked bots; one holding a bot it has not
+    checked yet is not (a single instance at startup)."""
+    clients = [BotClient(BotToken.parse(token), api_base="http://unused") for token in sim.tokens]
+    dispatcher = Dispatcher(clients, chat_id=CHAT_ID, checked=False)
+    dispatcher.require_leases()
+    await dispatcher.start()
+    try:
+        # None held here: the fleet's bots.
+        assert dispatcher.pool_size() == BOTS
+        # Held here and still being checked: not yet.
+        for bot_id in sim.bot_ids:
+            dispatcher.grant(bot_id, time.monotonic() + 60, 0.0)
+        assert dispatcher.pool_size() == 0
+        dispatcher.admit(sim.bot_ids[0])
+        assert dispatcher.pool_size() == 1
+    finally:
+        await dispatcher.stop(grace=1)
