@@ -81,7 +81,9 @@ class LeaseRepository:
             | (BotLease.owner == owner)
             # A dead instance's row is deleted once one live instance has
             # claimed it: its leases need not wait to expire.
-            | ~exists().where(Instance.id == BotLease.owner),
+            # (NOT IN, not NOT EXISTS: a subquery here is not correlated
+            # with the conflicting row. instances.id is never NULL.)
+            | BotLease.owner.not_in(select(Instance.id)),
         ).returning(BotLease.cooldown_until)
         row = (await self._session.execute(upsert)).first()
         if row is None:
