@@ -232,6 +232,8 @@ class Dispatcher:
                 worker.usable = False
                 worker.probing = True
         self._leasing = False
+        # Other live instances share the bots (set by app.telegram.leases).
+        self.in_fleet = False
         self._job_ids = itertools.count(1)
         self._assignments = itertools.count(1)
         self._accepting = False
@@ -512,6 +514,13 @@ class Dispatcher:
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
+            if self.in_fleet and any(w.probing for w in self.workers.values()):
+                # Bots other instances hold (and checked) come here with the
+                # work once this backlog is published, and are checked here
+                # on arrival: wait for one. (Alone, every bot is held here:
+                # the caller hears at once that none passed its check yet.)
+                self._route_later(job, LEASE_WAIT)
+                return
             if any(w.probing for w in self.workers.values()):
                 error = NoUsableBot("no bot has passed its getMe check yet")
                 # Checks are retried within seconds: worth asking again soon.

@@ -161,6 +161,7 @@ class BotLeases:
             await self._lost_instance_row()
             return
         backlogs[self.instance_id] = backlog
+        self._dispatcher.in_fleet = len(backlogs) > 1
         wanted = self._wanted_bots()
         target = shares(backlogs, len(wanted))
         await self._renew(now, started)
