@@ -113,9 +113,12 @@ class Services:
         # stopped, and the instance row goes last: a lease whose owner has no
         # row is free for the taking.
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
+        # Right after the dispatcher: a GC round begun now could only claim
+        # ledger entries (hiding them from other instances for minutes)
+        # without deleting them.
+        await self.gc.stop()
         await self.leases.stop()
         await self.instance.stop()
-        await self.gc.stop()
         await self.key_checks.close()
         await self.engine.dispose()
         log.info("services_stopped")
