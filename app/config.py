@@ -130,6 +130,13 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("TELEGRAM_FLOOR_BANDWIDTH", "telegram_floor_bandwidth"),
         description="Bytes/s below which a transfer to Telegram counts as stalled.",
     )
+    bot_lease_seconds: float = Field(
+        default=15.0,
+        ge=3.0,
+        le=300.0,
+        validation_alias=AliasChoices("BOT_LEASE_SECONDS", "bot_lease_seconds"),
+        description="How long an instance holds a bot without renewing (several instances).",
+    )
     shutdown_grace_seconds: float = Field(
         default=30.0,
         ge=0,

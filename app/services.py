@@ -11,6 +11,8 @@ the reverse order, letting in-flight work finish first.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -41,6 +43,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.leases import BotLeases
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 from app.throughput import ThroughputHistory, sampler
@@ -65,6 +68,7 @@ class Services:
     spool: Spool
     flusher: Flusher
     instance: InstanceHeartbeat
+    leases: BotLeases
     resumable: ResumableStore
     throughput: ThroughputHistory
     prober: BotProber
@@ -106,9 +110,16 @@ class Services:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
-        await self.instance.stop()
+        # Leases are renewed while the dispatcher drains, given up after it
+        # stopped, and the instance row goes last: a lease whose owner has no
+        # row is free for the taking.
         await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
+        # Right after the dispatcher: a GC round begun now could only claim
+        # ledger entries (hiding them from other instances for minutes)
+        # without deleting them.
         await self.gc.stop()
+        await self.leases.stop()
+        await self.instance.stop()
         await self.key_checks.close()
         await self.store.close()
         await self.engine.dispose()
@@ -160,6 +171,8 @@ async def start_services(settings: Settings) -> Services:
         gc.enqueue_document(document, reason="failed_upload")
 
     dispatcher.on_orphan = on_orphan
+    # A bot works only while this instance holds its lease (BotLeases, below).
+    dispatcher.require_leases()
     await dispatcher.start()
 
     spool = Spool(
@@ -181,6 +194,18 @@ async def start_services(settings: Settings) -> Services:
 
     dispatcher.on_attempt = on_attempt
     await instance.register()
+    leases = BotLeases(
+        dispatcher,
+        sessionmaker,
+        instance.instance_id,
+        # Only a hash of each token is stored, as the lease's key.
+        {client.bot_id: client.token.value for client in clients},
+        lease_seconds=settings.bot_lease_seconds,
+        host=socket.gethostname()[:255],
+        pid=os.getpid(),
+    )
+    await leases.round()
+    leases.start()
     gc.start()
     buffers = UploadBuffers(settings.upload_buffers)
     writer = ChunkWriter(
@@ -294,6 +319,7 @@ async def start_services(settings: Settings) -> Services:
         spool=spool,
         flusher=flusher,
         instance=instance,
+        leases=leases,
         resumable=resumable,
         prober=prober,
         background=background,

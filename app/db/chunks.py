@@ -9,7 +9,7 @@ from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select,
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
-from app.db.models import Chunk, GcEntry, GcReason, PartPiece, Piece
+from app.db.models import Chunk, GcEntry, GcReason, Instance, PartPiece, Piece
 from app.db.types import utcnow
 from app.telegram.types import StoredDocument
 
@@ -120,7 +120,15 @@ class ChunkRepository:
         dead = or_(
             and_(Chunk.owner.is_(None), Chunk.created_at < before),
             # (Explicitly not NULL: an empty NOT IN list is true for NULL too.)
-            and_(Chunk.owner.is_not(None), Chunk.owner.not_in(list(live_owners))),
+            and_(
+                Chunk.owner.is_not(None),
+                Chunk.owner.not_in(list(live_owners)),
+                # `live_owners` was read before this statement: an instance
+                # that registered since is missing from it but has its row.
+                # A dead one's row is deleted (claimed) before its chunks
+                # are swept, so a row means alive or not yet claimed.
+                ~exists().where(Instance.id == Chunk.owner),
+            ),
         )
         return await self._retire_unreferenced_pending(dead)
 

@@ -380,9 +380,33 @@ class Instance(Base):
     pid: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Jobs waiting in its dispatcher at its last lease round: bots go where
+    # the work is (app/telegram/leases.py).
+    backlog: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     def __repr__(self) -> str:
         return f"Instance(id={self.id!r}, host={self.host!r}, pid={self.pid})"
+
+
+class BotLease(Base):
+    """Which instance may call Telegram with a bot token, until when.
+
+    One call per token holds across the fleet because only the lease holder
+    runs a worker for the bot. Keyed by a hash of the token (the token itself
+    is a secret and never stored). A 429 cooldown is kept here so the next
+    holder honours it.
+    """
+
+    __tablename__ = "bot_leases"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    owner: Mapped[str] = mapped_column(String(32))
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    cooldown_until: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    def __repr__(self) -> str:
+        return f"BotLease(bot_id={self.bot_id}, owner={self.owner!r})"
 
 
 class SpooledPart(Base):

@@ -17,7 +17,7 @@ import builtins
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import ChunkRepository
@@ -62,9 +62,10 @@ class InstanceRepository:
         )
         return [(instance_id, pid) for instance_id, pid in rows]
 
-    async def forget_dead(self, stale_after: float) -> None:
-        stale = utcnow() - timedelta(seconds=stale_after)
-        await self._session.execute(delete(Instance).where(Instance.heartbeat_at < stale))
+    async def forget(self, ids: set[str]) -> None:
+        """Delete the rows of instances found dead."""
+        for batch in batches(sorted(ids)):
+            await self._session.execute(delete(Instance).where(Instance.id.in_(batch)))
 
 
 class SpoolRepository:
@@ -212,7 +213,11 @@ class SpoolRepository:
 
     async def adopt(self, owner: str, live_owners: set[str]) -> builtins.list[int]:
         """Take over the rows of instances that are not alive; their sizes."""
-        orphaned = SpooledPart.owner.not_in(builtins.list(live_owners | {owner}))
+        # Also not of an instance with a row: one that registered after
+        # `live_owners` was read is alive (see collect_pending_orphans).
+        orphaned = SpooledPart.owner.not_in(builtins.list(live_owners | {owner})) & ~exists().where(
+            Instance.id == SpooledPart.owner
+        )
         await lock_database_for_write(self._session)
         rows = (
             await self._session.execute(

@@ -240,7 +240,9 @@ class GarbageCollector:
     async def _delete(self, bot_id: int, chat_id: int, message_id: int) -> _Outcome:
         # The bot that posted it if it can still work, else any admin bot of the
         # chat (channel admins with can_delete_messages may delete any post).
-        usable = self._dispatcher.usable_bots(chat_id)
+        # Bots this instance may call now in the chat (with several
+        # instances, those it holds the lease of).
+        usable = self._dispatcher.serving_bots(chat_id)
         if not usable:
             return _Outcome(settled=False, error="no usable bot")
         deleter = bot_id if bot_id in usable else usable[message_id % len(usable)]

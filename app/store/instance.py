@@ -95,8 +95,10 @@ class InstanceHeartbeat:
             dead = await IntentRepository(session).registered_instances() - live
         # A transaction of its own: on SQLite, one that read first could not
         # take the write lock once another connection has written since.
+        # Dead instances' rows go first: the sweeps below touch only rows
+        # whose owner has no instance row (one registered since `live` was
+        # read is alive).
         async with session_scope(self._sessionmaker) as session:
-            sizes = await SpoolRepository(session).adopt(self.instance_id, live)
             requested = self._reconcile_requests
             if self.reconciler is not None:
                 marks = WatermarkRepository(session)
@@ -107,7 +109,8 @@ class InstanceHeartbeat:
                     # Which chat the lost send went to is not known: all of them.
                     await marks.mark_unclean(self.reconciler.chat_ids)
             else:
-                await InstanceRepository(session).forget_dead(self._stale_after)
+                await InstanceRepository(session).forget(dead)
+            sizes = await SpoolRepository(session).adopt(self.instance_id, live)
             referenced = await SpoolRepository(session).all_paths()
         self._reconcile_requests -= requested  # marked (those since wait for the next sweep)
         self._spool.account(sizes)

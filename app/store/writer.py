@@ -199,8 +199,10 @@ class ChunkWriter:
             self._on_bytes(size)
 
     def parallelism(self) -> int:
-        """Chunks of one stream sent at once: one per usable bot."""
-        return max(1, len(self._dispatcher.usable_bots()))
+        """Chunks of one stream sent at once: one per bot of the pool (with
+        several instances, of the whole fleet's pool: the backlog this makes is
+        what draws bots here)."""
+        return max(1, self._dispatcher.pool_size())
 
     def keeps_the_pool_busy(self, size: int) -> bool:
         """Would a stream of `size` bytes, cut into equal chunks, keep the

@@ -41,6 +41,10 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   can post soonest (ties: the chat that has been given the fewest chunks).
   Sends into a given chat (a forward, a reconciliation probe) wait for that
   chat's budget only.
+* Several instances on one database (`require_leases`): a bot works only while
+  this instance holds its lease (`grant`, from app.telegram.leases) and never
+  starts a call past the lease's end; `revoke` stops it, moving its queue to
+  other bots and waiting for its running call, before the lease moves on.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
 (`/file/bot<token>/...`) is not a method call and is not rate-limited the same
@@ -53,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import random
 import time
 from collections import deque
@@ -86,6 +91,8 @@ ALL_FAILED_PAUSE = 5.0
 # 30 s) and answers a second call meanwhile with a 30-60 s wait.
 ABANDONED_CALL_HOLD = 60.0
 PACING_WINDOW = 60.0
+# How often a job no leased bot can run looks again for one.
+LEASE_WAIT = 0.5
 
 OrphanHandler = Callable[[StoredDocument], None]
 # (bot_id, method, outcome, seconds) after every attempt, for metrics.
@@ -159,6 +166,15 @@ class BotWorker:
         self.probing = False
         self.check_problem: str | None = None
         self.cooldown_until = 0.0
+        # Several instances: whether this one holds the bot's lease, and the
+        # monotonic time past which it must not start a call (app.telegram.leases).
+        self.leased = True
+        self.lease_until = math.inf
+        # A getMe check runs on the client outside the worker (app.telegram.probe).
+        self.checking = False
+        # Set when a call or check ends or a lease is granted: what `revoke`
+        # and a check waiting for its lease wait for.
+        self.changed = asyncio.Event()
         self.last_assigned = 0
         # When this bot's recent sends were posted, per chat (pacing).
         self.send_times: dict[int, deque[float]] = {}
@@ -177,6 +193,10 @@ class BotWorker:
 
     def cooling(self, now: float) -> bool:
         return self.cooldown_until > now
+
+    def serving(self, now: float) -> bool:
+        """Usable, and this instance may call Telegram with it now."""
+        return self.usable and self.leased and now < self.lease_until
 
     def recent_sends(self, chat_id: int, now: float, window: float) -> deque[float]:
         """This bot's sends into `chat_id` in the last `window` seconds."""
@@ -238,6 +258,9 @@ class Dispatcher:
             for worker in self.workers.values():
                 worker.usable = False
                 worker.probing = True
+        self._leasing = False
+        # Other live instances share the bots (set by app.telegram.leases).
+        self.in_fleet = False
         self._job_ids = itertools.count(1)
         self._assignments = itertools.count(1)
         self._accepting = False
@@ -277,6 +300,71 @@ class Dispatcher:
         """Why a held-back bot's latest check did not pass (told to callers
         while no bot is admitted)."""
         self.workers[bot_id].check_problem = problem
+
+    # --- leases (several instances) ---------------------------------------------
+
+    def require_leases(self) -> None:
+        """Run a bot only while its lease is granted (call before `start`)."""
+        self._leasing = True
+        for worker in self.workers.values():
+            worker.leased = False
+            worker.lease_until = 0.0
+
+    def grant(self, bot_id: int, until: float, cooldown_until: float) -> None:
+        """This instance holds the bot's lease: it may start calls until
+        `until` (monotonic), not before `cooldown_until` (a 429 on the lease)."""
+        worker = self.workers[bot_id]
+        newly = not worker.leased
+        worker.leased = True
+        worker.lease_until = until
+        worker.cooldown_until = max(worker.cooldown_until, cooldown_until)
+        worker.changed.set()
+        if newly:
+            self._wake_all()
+
+    async def revoke(self, bot_id: int) -> None:
+        """Stop the bot before its lease moves: no new call, its queue to
+        other bots, and back once its running call (or check) has ended."""
+        worker = self.workers[bot_id]
+        worker.leased = False
+        worker.lease_until = 0.0
+        self._move_queue_away(worker, include_pinned=True)
+        while worker.running is not None or worker.checking:
+            worker.changed.clear()
+            await worker.changed.wait()
+
+    def lease_left(self, bot_id: int) -> bool:
+        """Whether this instance may still start a call with the bot."""
+        worker = self.workers[bot_id]
+        return worker.leased and self._clock() < worker.lease_until
+
+    def leased_bots(self) -> list[int]:
+        return [w.bot_id for w in self.workers.values() if w.leased]
+
+    def serving_bots(self, chat_id: int | None = None) -> list[int]:
+        """The bots that can take a call on this instance now; with
+        `chat_id`, those that may act in it (see `usable_bots`)."""
+        now = self._clock()
+        return [
+            w.bot_id
+            for w in self.workers.values()
+            if w.serving(now)
+            and (chat_id is None or chat_id in w.chats or chat_id not in self.chat_ids)
+        ]
+
+    def pool_size(self) -> int:
+        """The bots the work here can count on: usable ones, and with leases
+        also those another instance holds (it checked them; they come here
+        when the work does). A bot held here counts once its check passed."""
+        return sum(
+            1
+            for w in self.workers.values()
+            if w.usable or (self._leasing and w.probing and not w.leased)
+        )
+
+    def backlog(self) -> int:
+        """Jobs waiting or running here: what bots are wanted for."""
+        return self._pending_jobs()
 
     def reject(self, bot_id: int) -> None:
         """A held-back bot failed its check for good: it stays out."""
@@ -430,7 +518,7 @@ class Dispatcher:
         candidates = [
             w
             for w in self.workers.values()
-            if w.usable and w.bot_id not in exclude and not w.cooling(now)
+            if w.serving(now) and w.bot_id not in exclude and not w.cooling(now)
         ]
         if not candidates:
             return None
@@ -473,7 +561,7 @@ class Dispatcher:
             return
         if job.pinned_bot is not None:
             worker = self.workers.get(job.pinned_bot)
-            if worker is None or not worker.usable:
+            if worker is None or not worker.serving(self._clock()):
                 self._fail(
                     job,
                     BotUnusable(
@@ -486,6 +574,13 @@ class Dispatcher:
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
             probing = [w for w in self.workers.values() if w.probing]
+            if self.in_fleet and probing:
+                # Bots other instances hold (and checked) come here with the
+                # work once this backlog is published, and are checked here
+                # on arrival: wait for one. (Alone, every bot is held here:
+                # the caller hears at once that none passed its check yet.)
+                self._route_later(job, LEASE_WAIT)
+                return
             if probing:
                 problems = "; ".join(
                     f"bot {w.bot_id}: {w.check_problem}" for w in probing if w.check_problem
@@ -505,6 +600,13 @@ class Dispatcher:
             where = "a storage chat" if job.chat_id is None else f"chat {job.chat_id}"
             self._fail(job, NoUsableBot(f"no usable bot may post in {where}"))
             return
+        now = self._clock()
+        if not any(w.serving(now) for w in usable if w.bot_id not in unable):
+            # Every such bot's lease is held elsewhere for now: the lease
+            # rounds bring bots here once this backlog is published.
+            self._route_later(job, LEASE_WAIT)
+            return
+        usable = [w for w in usable if w.serving(now)]
         untried = [w for w in usable if w.bot_id not in job.tried | unable]
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
@@ -573,6 +675,10 @@ class Dispatcher:
         """The job this worker should run now, or how long to wait for one
         (None: until something changes)."""
         now = self._clock()
+        if not worker.serving(now):
+            # Not leased here (or the lease ran out unrenewed): no new call.
+            self._move_queue_away(worker, include_pinned=True)
+            return None, None if not worker.leased else 0.5
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
             return None, worker.cooldown_until - now + random.uniform(0, 0.1)
@@ -701,6 +807,7 @@ class Dispatcher:
                 else:
                     sent_at.append(self._clock())
             worker.running = None
+            worker.changed.set()
             self._wake_all()
         seconds = self._clock() - started
         log.debug(

@@ -17,14 +17,17 @@ pinned to it whatever the chat (they need its file_id), and fall back as
 usual if Telegram refuses them.
 
 The check calls the bot's client directly: until it is admitted no worker
-runs for that token, so it is the only call on it (one call per token).
+runs for that token, so it is the only call on it (one call per token). With
+several instances it also waits until this one holds the bot's lease, and a
+lease is not handed on while a check runs (`BotWorker.checking`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 
@@ -81,13 +84,16 @@ class BotProber:
         return len(self._tasks)
 
     async def _probe(self, bot_id: int) -> None:
-        client = self._dispatcher.workers[bot_id].client
+        worker = self._dispatcher.workers[bot_id]
         pause = self._first_pause
         attempt = 0
         while True:
+            while not self._dispatcher.lease_left(bot_id):
+                worker.changed.clear()
+                await worker.changed.wait()
             attempt += 1
             try:
-                info = await client.get_me()
+                info, chats, refusals = await self._check(worker.client, bot_id)
             except (BotUnusable, PermanentError) as exc:
                 # A wrong or revoked token: checking again cannot help.
                 log.error("bot_check_failed", bot_id=bot_id, error=str(exc))
@@ -102,14 +108,6 @@ class BotProber:
                     retry_in=round(wait, 1),
                     error=str(exc),
                 )
-                await asyncio.sleep(wait * random.uniform(1.0, 1.2))
-                pause = min(pause * 2, self._max_pause)
-                continue
-            try:
-                chats, refusals = await self._chats_of(client, bot_id)
-            except TelegramError as exc:
-                wait = exc.retry_after if isinstance(exc, RateLimited) else pause
-                log.warning("bot_check_retrying", bot_id=bot_id, attempt=attempt, error=str(exc))
                 await asyncio.sleep(wait * random.uniform(1.0, 1.2))
                 pause = min(pause * 2, self._max_pause)
                 continue
@@ -136,6 +134,15 @@ class BotProber:
                 self._on_admitted(info)
             return
 
+    async def _check(self, client: BotClient, bot_id: int) -> tuple[BotInfo, list[int], list[str]]:
+        """getMe, then the bot's rights in every storage chat (`_chats_of`).
+        A refused getMe (wrong or revoked token) raises BotUnusable or
+        PermanentError; a passing failure raises: check again later."""
+        async with self._checking(bot_id):
+            info = await client.get_me()
+            chats, refusals = await self._chats_of(client, bot_id)
+        return info, chats, refusals
+
     async def _chats_of(self, client: BotClient, bot_id: int) -> tuple[list[int], list[str]]:
         """The storage chats where the bot is an admin that may post, and why
         each other chat refused it. A passing failure (5xx, 429, timeout) is
@@ -155,3 +162,15 @@ class BotProber:
             log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
             refusals.append(f"chat {chat_id}: {refusal}")
         return chats, refusals
+
+    @contextlib.asynccontextmanager
+    async def _checking(self, bot_id: int) -> AsyncIterator[None]:
+        """A check call is running on the bot: a lease hand-over waits for it
+        (`Dispatcher.revoke`), so the token never has two calls at once."""
+        worker = self._dispatcher.workers[bot_id]
+        worker.checking = True
+        try:
+            yield
+        finally:
+            worker.checking = False
+            worker.changed.set()

@@ -257,6 +257,9 @@ class NoBots:
     """A dispatcher with no usable bot: every deletion fails for now."""
 
     def usable_bots(self, chat_id: int | None = None) -> list[int]:
+        return self.serving_bots(chat_id)
+
+    def serving_bots(self, chat_id: int | None = None) -> list[int]:
         return []
 
 

@@ -71,6 +71,11 @@ async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]
         # Few attempts: a send that keeps failing fails fast.
         settings = make_settings(database, url, sim.tokens, spool_dir=spool, max_attempts=3)
         services = await start_services(settings)
+        # The bots are checked in the background: every test here sends.
+        async with asyncio.timeout(20):
+            while len(services.dispatcher.usable_bots()) < len(sim.tokens):
+                await services.prober.one_admitted.wait()
+                await asyncio.sleep(0.01)
         assert services.instance.reconciler is not None
         # As if every death were older than Telegram's last posts for it (one
         # round covers it); the test of the allowance sets it back.

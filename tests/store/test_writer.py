@@ -74,6 +74,9 @@ class FakeTelegram:
     def usable_bots(self, chat_id: int | None = None) -> list[int]:
         return list(self.bots)
 
+    def pool_size(self) -> int:
+        return len(self.bots)
+
     async def send_document(
         self, data: bytes, filename: str, *, caption: str | None = None
     ) -> StoredDocument:

@@ -1,0 +1,305 @@
+"""Bot leases: which bots this instance may run, when several share a database.
+
+One call per token must hold across the whole fleet, so a bot works only on
+the instance that holds its lease (a row in `bot_leases`, app/db/leases.py).
+Every `BOT_LEASE_SECONDS / 5` a round here:
+
+* publishes this instance's backlog (jobs waiting or running in its
+  dispatcher) and reads everyone's;
+* renews the leases it holds, and grants them to the dispatcher up to a
+  deadline a third of the lease before the row expires: if renewals keep
+  failing, the bot starts no call after that, and a call already running has
+  that third to end before another instance may take the bot;
+* works out its share of the bots (`shares`: bots go where the work is) and
+  hands surplus bots over when another instance wants more: the dispatcher
+  first stops the bot and waits for its running call (`Dispatcher.revoke`),
+  then the row is released, so the next holder never overlaps it;
+* takes free leases (expired, released, or of an instance whose row is gone:
+  it died and was claimed) up to its share.
+
+A 429 cooldown is written to the lease and read back by its next holder.
+A lease is keyed by a hash of the token: the token itself is a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.leases import LeaseRepository, LeaseRow
+from app.db.session import session_scope
+from app.db.spool import InstanceRepository
+from app.db.types import utcnow
+from app.telegram.dispatcher import Dispatcher
+
+log = structlog.get_logger("app.telegram.leases")
+
+DEFAULT_LEASE_SECONDS = 15.0
+# Rounds per lease time: a lease is renewed this many times before it expires.
+ROUNDS_PER_LEASE = 5
+# The part of a lease left, when its renewals fail, for a running call to end.
+CALL_MARGIN = 1 / 3
+NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(f"teleuploader:bot:{token}".encode()).hexdigest()
+
+
+def shares(backlogs: dict[str, int], bots: int) -> dict[str, int]:
+    """How many bots each instance should hold, from the backlogs they published.
+
+    Nobody busy: an even split, so every instance can start work at once.
+    Otherwise every busy instance gets one bot first (most work first, so a
+    small job is not starved by a big one), then bots go one at a time to the
+    busy instance with the most work per bot (never more bots than jobs);
+    what is left over is split evenly. Deterministic, so instances reading the
+    same rows agree.
+    """
+    ids = sorted(backlogs)
+    share = dict.fromkeys(ids, 0)
+    if not ids:
+        return share
+    left = bots
+    for i in sorted((i for i in ids if backlogs[i] > 0), key=lambda i: -backlogs[i])[:bots]:
+        share[i] = 1
+        left -= 1
+    for _ in range(left):
+        busy = [i for i in ids if share[i] < backlogs[i]]
+        if busy:
+            chosen = max(busy, key=lambda i: (backlogs[i] / (share[i] + 1), -ids.index(i)))
+        else:
+            chosen = min(ids, key=lambda i: (share[i], ids.index(i)))
+        share[chosen] += 1
+    return share
+
+
+class BotLeases:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        instance_id: str,
+        tokens: dict[int, str],
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        host: str = "",
+        pid: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`tokens`: bot id -> token, for the lease keys (only hashes are kept)."""
+        self._dispatcher = dispatcher
+        self._sessionmaker = sessionmaker
+        self.instance_id = instance_id
+        self._hashes = {bot_id: token_hash(token) for bot_id, token in tokens.items()}
+        self.lease_seconds = lease_seconds
+        self._host = host
+        self._pid = pid
+        self._clock = clock
+        self.held: set[int] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.rounds = 0
+
+    @property
+    def interval(self) -> float:
+        return self.lease_seconds / ROUNDS_PER_LEASE
+
+    def start(self) -> None:
+        """Run a round every `interval` (call `round` once first so the
+        dispatcher starts with its bots)."""
+        self._task = asyncio.create_task(self._loop(), name="bot-leases")
+
+    async def stop(self) -> None:
+        """After the dispatcher stopped: give every lease up, so other
+        instances take the bots at once rather than after they expire."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        held, self.held = self.held, set()
+        with contextlib.suppress(Exception):
+            async with session_scope(self._sessionmaker) as session:
+                repo = LeaseRepository(session)
+                for bot_id in sorted(held):
+                    await repo.release(
+                        self._hashes[bot_id],
+                        self.instance_id,
+                        cooldown_until=self._cooldown_wall(bot_id, utcnow(), self._clock()),
+                    )
+        log.info("bot_leases_released", bots=len(held))
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.round()
+            except Exception as exc:
+                # The database may be down: the held bots stop by themselves
+                # at their deadline; the next round tries again.
+                log.warning("bot_lease_round_failed", error=str(exc))
+
+    # --- one round ------------------------------------------------------------
+
+    async def round(self) -> None:
+        self.rounds += 1
+        started = self._clock()
+        now = utcnow()
+        backlog = self._dispatcher.backlog()
+        async with session_scope(self._sessionmaker) as session:
+            repo = LeaseRepository(session)
+            present = await repo.publish_backlog(self.instance_id, backlog)
+            backlogs = await repo.backlogs(self.lease_seconds)
+            rows = await repo.all()
+        if not present:
+            await self._lost_instance_row()
+            return
+        backlogs[self.instance_id] = backlog
+        self._dispatcher.in_fleet = len(backlogs) > 1
+        wanted = self._wanted_bots()
+        target = shares(backlogs, len(wanted))
+        await self._renew(now, started)
+        await self._hand_over(rows, backlogs, target, now)
+        await self._take(rows, target.get(self.instance_id, 0), wanted, now, started)
+
+    def _wanted_bots(self) -> list[int]:
+        """The bots worth a lease: not rejected by their check."""
+        return [
+            w.bot_id
+            for w in self._dispatcher.workers.values()
+            if w.usable or w.probing or w.bot_id in self.held
+        ]
+
+    async def _renew(self, now: datetime, started: float) -> None:
+        lost: list[int] = []
+        granted: list[tuple[int, datetime]] = []
+        async with session_scope(self._sessionmaker) as session:
+            repo = LeaseRepository(session)
+            for bot_id in sorted(self.held):
+                cooldown = await repo.take(
+                    self._hashes[bot_id],
+                    bot_id,
+                    self.instance_id,
+                    seconds=self.lease_seconds,
+                    cooldown_until=self._cooldown_wall(bot_id, now, started),
+                    now=now,
+                )
+                if cooldown is None:
+                    lost.append(bot_id)
+                else:
+                    granted.append((bot_id, cooldown))
+        for bot_id, cooldown in granted:
+            self._grant(bot_id, cooldown, now, started)
+        for bot_id in lost:
+            # Renewed too late: another instance holds it now.
+            log.warning("bot_lease_lost", bot_id=bot_id)
+            self.held.discard(bot_id)
+            await self._dispatcher.revoke(bot_id)
+
+    async def _hand_over(
+        self, rows: list[LeaseRow], backlogs: dict[str, int], target: dict[str, int], now: datetime
+    ) -> None:
+        """Release the bots held beyond this instance's share while another
+        live instance holds fewer than its own."""
+        mine = target.get(self.instance_id, 0)
+        surplus = len(self.held) - mine
+        if surplus <= 0:
+            return
+        holding = {
+            owner: sum(1 for r in rows if r.owner == owner and r.expires_at > now)
+            for owner in backlogs
+        }
+        wanting = sum(
+            max(0, target.get(owner, 0) - count)
+            for owner, count in holding.items()
+            if owner != self.instance_id
+        )
+        count = min(surplus, wanting)
+        if count <= 0:
+            return
+        workers = self._dispatcher.workers
+        # Idle bots first: their hand-over waits for no call.
+        giving = sorted(self.held, key=lambda b: (workers[b].load, b))[:count]
+        for bot_id in giving:
+            self.held.discard(bot_id)
+            await self._dispatcher.revoke(bot_id)
+        async with session_scope(self._sessionmaker) as session:
+            repo = LeaseRepository(session)
+            released_at = utcnow()
+            for bot_id in giving:
+                await repo.release(
+                    self._hashes[bot_id],
+                    self.instance_id,
+                    cooldown_until=self._cooldown_wall(bot_id, released_at, self._clock()),
+                    now=released_at,
+                )
+        log.info("bot_leases_handed_over", bots=giving, backlog=backlogs[self.instance_id])
+
+    async def _take(
+        self, rows: list[LeaseRow], share: int, wanted: Iterable[int], now: datetime, started: float
+    ) -> None:
+        missing = share - len(self.held)
+        if missing <= 0:
+            return
+        by_hash = {r.token_hash: r for r in rows}
+        free: list[tuple[datetime, int]] = []
+        for bot_id in wanted:
+            if bot_id in self.held:
+                continue
+            row = by_hash.get(self._hashes[bot_id])
+            if row is None:
+                free.append((NO_COOLDOWN, bot_id))
+            elif row.expires_at <= now or not row.owner_registered:
+                free.append((row.cooldown_until, bot_id))
+        # Bots that are not cooling down first.
+        free.sort()
+        taken: list[tuple[int, datetime]] = []
+        async with session_scope(self._sessionmaker) as session:
+            repo = LeaseRepository(session)
+            for _, bot_id in free:
+                if len(taken) >= missing:
+                    break
+                cooldown = await repo.take(
+                    self._hashes[bot_id],
+                    bot_id,
+                    self.instance_id,
+                    seconds=self.lease_seconds,
+                    cooldown_until=NO_COOLDOWN,
+                    now=now,
+                )
+                if cooldown is not None:
+                    taken.append((bot_id, cooldown))
+        for bot_id, cooldown in taken:
+            self.held.add(bot_id)
+            self._grant(bot_id, cooldown, now, started)
+        if taken:
+            log.info("bot_leases_taken", bots=[b for b, _ in taken], held=len(self.held))
+
+    async def _lost_instance_row(self) -> None:
+        """Another instance took this one for dead (its heartbeat was stale)
+        and claimed it: its leases are fair game now. Stop every bot, then
+        register again."""
+        log.error("instance_row_lost", instance_id=self.instance_id, bots=len(self.held))
+        held, self.held = self.held, set()
+        for bot_id in sorted(held):
+            await self._dispatcher.revoke(bot_id)
+        async with session_scope(self._sessionmaker) as session:
+            await InstanceRepository(session).register(self.instance_id, self._host, self._pid)
+
+    # --- clocks ---------------------------------------------------------------
+
+    def _grant(self, bot_id: int, cooldown: datetime, now: datetime, started: float) -> None:
+        """Monotonic deadlines from a round that began at `started` (`now`)."""
+        until = started + self.lease_seconds * (1 - CALL_MARGIN)
+        cooling = started + (cooldown - now).total_seconds()
+        self._dispatcher.grant(bot_id, until, cooling)
+
+    def _cooldown_wall(self, bot_id: int, now: datetime, mono: float) -> datetime:
+        left = self._dispatcher.workers[bot_id].cooldown_until - mono
+        return now + timedelta(seconds=left) if left > 0 else NO_COOLDOWN

@@ -1,0 +1,243 @@
+"""Bot leases across several instances (app/telegram/leases.py): three
+dispatchers, each with its own clients and lease keeper, share one database
+(SQLite and Postgres through pgbouncer) and the Telegram simulator, which
+enforces Telegram's rule that a token runs one call at a time and counts the
+calls it sees in flight per token."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import BotToken
+from app.db.session import session_scope
+from app.db.spool import InstanceRepository
+from app.telegram.client import BotClient
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.leases import BotLeases, shares
+from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+from app.telegram.types import StoredDocument
+
+Sessions = async_sessionmaker[AsyncSession]
+CHAT_ID = -1001234567890
+LEASE = 1.5  # seconds; rounds every 0.3 s
+BOTS = 6
+
+
+def chunk(index: int, size: int = 128 * 1024) -> bytes:
+    return random.Random(index).randbytes(size)
+
+
+async def eventually(check: Callable[[], bool], within: float) -> float:
+    """Seconds until `check` holds; fails after `within`."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"not true within {within} s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+@dataclass
+class Member:
+    name: str
+    dispatcher: Dispatcher
+    leases: BotLeases
+    sessionmaker: Sessions
+    stopped: bool = False
+
+    async def stop(self) -> None:
+        """A clean stop, in the order the service stops."""
+        self.stopped = True
+        await self.dispatcher.stop(grace=5)
+        await self.leases.stop()
+        async with session_scope(self.sessionmaker) as session:
+            await InstanceRepository(session).remove(self.name)
+
+    async def die(self) -> None:
+        """Like kill -9 on a remote host: no release, its row stays."""
+        task = self.leases._task
+        assert task is not None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+Fleet = Callable[[str], Awaitable[Member]]
+
+
+@pytest.fixture
+def sim() -> TelegramSimulator:
+    return TelegramSimulator(
+        SimulatorConfig(
+            tokens=make_tokens(BOTS),
+            chat_ids=[CHAT_ID],
+            max_concurrent_calls_per_bot=1,
+            collision_retry_after=30,
+            upload_bandwidth=2 * 1024 * 1024,
+            seed=11,
+        )
+    )
+
+
+@pytest.fixture
+async def fleet(sim: TelegramSimulator, sessionmaker: Sessions) -> AsyncIterator[Fleet]:
+    members: list[Member] = []
+    async with run_simulator(sim) as url:
+
+        async def join(name: str) -> Member:
+            async with session_scope(sessionmaker) as session:
+                await InstanceRepository(session).register(name, "test-host", 0)
+            clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+            dispatcher = Dispatcher(
+                clients, chat_ids=[CHAT_ID], transient_backoff=0.01, all_failed_pause=0.2
+            )
+            dispatcher.require_leases()
+            await dispatcher.start()
+            leases = BotLeases(
+                dispatcher,
+                sessionmaker,
+                name,
+                {c.bot_id: c.token.value for c in clients},
+                lease_seconds=LEASE,
+            )
+            await leases.round()
+            leases.start()
+            member = Member(name, dispatcher, leases, sessionmaker)
+            members.append(member)
+            return member
+
+        yield join
+        for member in members:
+            if not member.stopped:
+                await member.stop()
+
+
+def disjoint(members: list[Member]) -> bool:
+    held = [set(m.dispatcher.leased_bots()) for m in members]
+    return sum(len(h) for h in held) == len(set().union(*held))
+
+
+def test_shares_follow_the_backlog() -> None:
+    # Nobody busy: an even split.
+    assert shares({"a": 0, "b": 0, "c": 0}, 6) == {"a": 2, "b": 2, "c": 2}
+    assert shares({"a": 0, "b": 0}, 3) == {"a": 2, "b": 1}
+    # One busy instance with work for the whole pool takes the whole pool.
+    assert shares({"a": 40, "b": 0, "c": 0}, 6) == {"a": 6, "b": 0, "c": 0}
+    # Never more bots than jobs; the rest is split evenly.
+    assert shares({"a": 2, "b": 0, "c": 0}, 6) == {"a": 2, "b": 2, "c": 2}
+    assert shares({"a": 3, "b": 0, "c": 0}, 7) == {"a": 3, "b": 2, "c": 2}
+    # Every busy one gets a bot, then the most work per bot wins the next.
+    assert shares({"a": 30, "b": 10, "c": 0}, 6) == {"a": 5, "b": 1, "c": 0}
+    assert shares({"a": 30, "b": 20, "c": 0}, 6) == {"a": 4, "b": 2, "c": 0}
+    assert shares({"a": 100, "b": 1, "c": 1}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert sum(shares({"a": 5, "b": 7, "c": 1}, 6).values()) == 6
+
+
+async def test_an_idle_fleet_splits_the_bots_and_no_bot_has_two_holders(fleet: Fleet) -> None:
+    members = [await fleet(name) for name in ("a", "b", "c")]
+
+    await eventually(lambda: all(len(m.dispatcher.leased_bots()) == 2 for m in members), 10)
+    assert disjoint(members)
+    for member in members:
+        assert set(member.dispatcher.leased_bots()) == member.leases.held
+        assert set(member.dispatcher.serving_bots()) == member.leases.held
+
+
+async def test_three_instances_under_concurrent_uploads_never_collide_and_bots_follow_work(
+    sim: TelegramSimulator, fleet: Fleet
+) -> None:
+    members = [await fleet(name) for name in ("a", "b", "c")]
+    await eventually(lambda: all(len(m.dispatcher.leased_bots()) == 2 for m in members), 10)
+    sim.reset_stats()
+    busy, light, _ = members
+    held_by_busy: set[int] = set()
+
+    async def watch() -> None:
+        while True:
+            held_by_busy.update(busy.dispatcher.leased_bots())
+            assert disjoint(members)
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.create_task(watch())
+    # Most of the work arrives at one instance, a little at another.
+    heavy = [busy.dispatcher.send_document(chunk(i), f"h{i}.bin") for i in range(120)]
+    little = [light.dispatcher.send_document(chunk(1000 + i), f"l{i}.bin") for i in range(6)]
+    documents: list[StoredDocument] = await asyncio.gather(*heavy, *little)
+    watcher.cancel()
+    await asyncio.gather(watcher, return_exceptions=True)
+
+    stats = sim.stats()
+    assert all(bot.max_concurrent_calls <= 1 for bot in stats.values())
+    assert sum(bot.rate_limited for bot in stats.values()) == 0
+    # Bots went where the work was: the busy instance used most of the pool.
+    assert len(held_by_busy) >= 5
+    assert len({d.bot_id for d in documents[:120]}) >= 5
+    assert len(documents) == 126
+
+
+async def test_a_dead_instances_bots_are_taken_over_within_the_lease_time(
+    fleet: Fleet,
+) -> None:
+    members = [await fleet(name) for name in ("a", "b", "c")]
+    await eventually(lambda: all(len(m.dispatcher.leased_bots()) == 2 for m in members), 10)
+    dead, *alive = members
+    orphaned = set(dead.dispatcher.leased_bots())
+
+    await dead.die()
+    # Unrenewed, its bots stop taking calls before the lease expires...
+    stopped = await eventually(lambda: not dead.dispatcher.serving_bots(), LEASE)
+    assert stopped < LEASE
+    # ...and the others hold all of them within the lease time (plus a round).
+    taken = await eventually(
+        lambda: len(set().union(*(m.dispatcher.serving_bots() for m in alive))) == BOTS,
+        LEASE * 2 + 1,
+    )
+    assert taken <= LEASE * 2 + 1
+    assert orphaned <= set().union(*(m.leases.held for m in alive))
+    assert disjoint(alive)
+
+
+async def test_a_rate_limit_cooldown_travels_with_the_lease(fleet: Fleet) -> None:
+    first = await fleet("a")
+    bot_id = sorted(first.leases.held)[0]
+    worker = first.dispatcher.workers[bot_id]
+    worker.cooldown_until = time.monotonic() + 40  # as after a 429 with retry_after=40
+    await first.leases.round()  # written to the lease
+    await first.stop()  # releases every lease
+
+    second = await fleet("b")
+    assert bot_id in second.leases.held
+    left = second.dispatcher.workers[bot_id].cooldown_until - time.monotonic()
+    assert 35 < left <= 40
+    # It takes no job meanwhile.
+    picked = second.dispatcher.pick_bot()
+    assert picked is not None and picked.bot_id != bot_id
+
+
+async def test_bots_held_elsewhere_count_for_the_pool_but_unchecked_ones_held_here_do_not(
+    sim: TelegramSimulator,
+) -> None:
+    """What /ready and an upload's parallelism count: an instance holding no
+    bot is ready when the fleet has checked bots; one holding a bot it has not
+    checked yet is not (a single instance at startup)."""
+    clients = [BotClient(BotToken.parse(token), api_base="http://unused") for token in sim.tokens]
+    dispatcher = Dispatcher(clients, chat_ids=[CHAT_ID], checked=False)
+    dispatcher.require_leases()
+    await dispatcher.start()
+    try:
+        # None held here: the fleet's bots.
+        assert dispatcher.pool_size() == BOTS
+        # Held here and still being checked: not yet.
+        for bot_id in sim.bot_ids:
+            dispatcher.grant(bot_id, time.monotonic() + 60, 0.0)
+        assert dispatcher.pool_size() == 0
+        dispatcher.admit(sim.bot_ids[0])
+        assert dispatcher.pool_size() == 1
+    finally:
+        await dispatcher.stop(grace=1)
