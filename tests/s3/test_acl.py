@@ -12,7 +12,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from tests.running_service import Service, ServiceFactory
+from tests.running_service import Service
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 OWNER = {"ID": "teleuploader", "DisplayName": "teleuploader"}
@@ -24,11 +24,6 @@ EVERYONE_READ = {
     "Grantee": {"Type": "Group", "URI": "http://acs.amazonaws.com/groups/global/AllUsers"},
     "Permission": "READ",
 }
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
 
 
 @pytest.fixture

@@ -13,13 +13,8 @@ from app.s3.names import RESERVED_BUCKETS
 from app.telegram.simulator import make_tokens
 from tests.db.helpers import Database
 from tests.running_service import Service, ServiceFactory, make_settings
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
+from tests.s3.test_api_boto3 import S3, read
 from tests.s3.test_bad_input import error_code
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
 
 
 @pytest.fixture

@@ -63,11 +63,6 @@ def code(error: ClientError) -> str:
 
 
 @pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
-
-
-@pytest.fixture
 async def s3(s3_service: Service) -> S3:
     client = S3(s3_service)
     await client("create_bucket", Bucket="box")

@@ -22,11 +22,6 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
-
-
-@pytest.fixture
 async def s3(s3_service: Service) -> S3:
     return S3(s3_service)
 

@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 
 from tests.db.helpers import statements
-from tests.running_service import INLINE, Service, ServiceFactory
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
+from tests.running_service import INLINE, Service
+from tests.s3.test_api_boto3 import S3, code
 
 
 @pytest.fixture

@@ -16,15 +16,10 @@ import httpx
 import pytest
 from botocore.config import Config
 
-from tests.running_service import CHUNK, Service, ServiceFactory, eventually
+from tests.running_service import CHUNK, Service, eventually
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 from tests.s3.test_bad_input import error_code
 from tests.s3.test_sigv2 import default_client
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pytest
 from app.s3.router import UNSUPPORTED, Level
 from tests.running_service import Service
 from tests.s3.test_api_boto3 import S3, read
-from tests.s3.test_bad_input import error_code, s3, s3_service, signed
+from tests.s3.test_bad_input import error_code, s3, signed
 
-__all__ = ["s3", "s3_service"]
+__all__ = ["s3"]  # the fixture, shared with test_bad_input
 
 
 async def test_delete_of_an_object_sub_resource_keeps_the_object(

@@ -20,14 +20,9 @@ from starlette.datastructures import Headers
 
 from app.s3.errors import S3Error
 from app.s3.sigv2 import verify_sigv2
-from tests.running_service import Service, ServiceFactory
+from tests.running_service import Service
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 from tests.s3.test_bad_input import error_code
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
 
 
 @pytest.fixture

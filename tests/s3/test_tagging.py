@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from tests.running_service import CHUNK, Service, ServiceFactory
+from tests.running_service import CHUNK, Service
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
-
-
-@pytest.fixture
-async def s3_service(start_service: ServiceFactory) -> Service:
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET})
+from tests.s3.test_api_boto3 import S3, code, read
 
 
 @pytest.fixture
