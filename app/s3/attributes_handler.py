@@ -9,7 +9,6 @@ from typing import Final
 from starlette.responses import Response
 
 from app.http.conditions import http_date
-from app.parsing import parse_decimal
 from app.s3 import xml
 from app.s3.context import MAX_KEYS, S3Request, xml_response
 from app.s3.errors import S3Error
@@ -34,24 +33,10 @@ def _attributes(req: S3Request) -> set[str]:
     return names
 
 
-def _header_int(req: S3Request, name: str, default: int, top: int) -> int:
-    raw = req.headers.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value = parse_decimal(raw.strip())
-    if value is None:
-        raise S3Error(
-            "InvalidArgument",
-            f"{name} must be a non-negative integer of at most 19 digits.",
-            details={"ArgumentName": name, "ArgumentValue": raw[:64]},
-        )
-    return min(value, top)
-
-
 async def get_object_attributes(req: S3Request) -> Response:
     names = _attributes(req)
-    max_parts = _header_int(req, "x-amz-max-parts", MAX_KEYS, MAX_KEYS)
-    marker = _header_int(req, "x-amz-part-number-marker", 0, 1 << 31)
+    max_parts = req.int_header("x-amz-max-parts", MAX_KEYS, top=MAX_KEYS)
+    marker = req.int_header("x-amz-part-number-marker", 0, top=1 << 31)
     info = await req.s3.head_object(req.bucket, req.key)
     checksum = None
     if "Checksum" in names and info.checksum is not None:

@@ -84,17 +84,11 @@ class S3Request:
 
     def int_param(self, name: str, default: int, *, top: int) -> int:
         """A non-negative integer query parameter, capped at `top`."""
-        raw = self.query.get(name)
-        if raw is None or raw == "":
-            return default
-        value = parse_decimal(raw.strip())
-        if value is None:
-            raise S3Error(
-                "InvalidArgument",
-                f"{name} must be a non-negative integer of at most 19 digits.",
-                details={"ArgumentName": name, "ArgumentValue": raw[:64]},
-            )
-        return min(value, top)
+        return _non_negative(name, self.query.get(name), default, top)
+
+    def int_header(self, name: str, default: int, *, top: int) -> int:
+        """A non-negative integer header, capped at `top`."""
+        return _non_negative(name, self.headers.get(name), default, top)
 
     def declared_size(self) -> int | None:
         """The decoded body size the client announced, if it did."""
@@ -157,6 +151,19 @@ class S3Request:
         if value != "url":
             raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request")
         return value
+
+
+def _non_negative(name: str, raw: str | None, default: int, top: int) -> int:
+    if raw is None or not raw.strip():
+        return default
+    value = parse_decimal(raw.strip())
+    if value is None:
+        raise S3Error(
+            "InvalidArgument",
+            f"{name} must be a non-negative integer of at most 19 digits.",
+            details={"ArgumentName": name, "ArgumentValue": raw[:64]},
+        )
+    return min(value, top)
 
 
 def stored_metadata(fields: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -41,8 +41,6 @@ AUTH_QUERY_PARAMS: Final = frozenset(
     }
 )
 
-#: Query parameters whose presence makes a request a presigned one.
-
 
 def verify_presigned(
     method: str,
