@@ -62,6 +62,7 @@ class Services:
     sessionmaker: async_sessionmaker[AsyncSession]
     dispatcher: Dispatcher
     gc: GarbageCollector
+    writer: ChunkWriter
     store: ObjectStore
     s3: S3Service
     buffers: UploadBuffers
@@ -121,6 +122,7 @@ class Services:
         await self.leases.stop()
         await self.instance.stop()
         await self.key_checks.close()
+        await self.writer.settle()
         await self.store.close()
         await self.engine.dispose()
         log.info("services_stopped")
@@ -313,6 +315,7 @@ async def start_services(settings: Settings) -> Services:
         sessionmaker=sessionmaker,
         dispatcher=dispatcher,
         gc=gc,
+        writer=writer,
         store=store,
         s3=s3,
         buffers=buffers,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import secrets
 import shutil
 import tempfile
@@ -145,11 +146,17 @@ def assert_one_call_per_token(max_concurrent_calls: Mapping[Any, int]) -> None:
     )
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0) -> None:
-    """Wait until `check()` holds (background work such as GC), or fail."""
+async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float = 10.0) -> None:
+    """Wait until `check()` (a plain or an async callable) holds (background
+    work such as GC), or fail."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
-    while not await check():
+    while True:
+        held = check()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.05)

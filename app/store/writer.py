@@ -31,9 +31,10 @@ import hashlib
 import itertools
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -50,6 +51,7 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.types import StoredDocument
 
 log = structlog.get_logger("app.store.writer")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,9 @@ class ChunkWriter:
         self._running: dict[int, datetime] = {}  # uploads storing chunks now: since when
         self._running_ids = itertools.count()
         self._watermarks_known: set[int] = set()  # chats whose watermark exists (reconcile.py)
+        # Clean-up that goes on after its caller was cancelled (shielded):
+        # shutdown waits for it before the engine goes (`settle`).
+        self._detached: set[asyncio.Future[Any]] = set()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -328,7 +333,7 @@ class ChunkWriter:
             digest = hashlib.sha256(data).hexdigest()
             # Shielded: a cancellation arriving while the commit is on its way
             # cannot tell whether the row was written; the commit's own end can.
-            recording = asyncio.ensure_future(self._record(document, digest, intent))
+            recording = self._detach(self._record(document, digest, intent))
             try:
                 chunk_id = await asyncio.shield(recording)
             except asyncio.CancelledError:
@@ -363,7 +368,9 @@ class ChunkWriter:
         if recording.done() and not recording.cancelled() and recording.exception() is None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(
-                    self._gc.release_chunks([recording.result()], reason="failed_upload")
+                    self._detach(
+                        self._gc.release_chunks([recording.result()], reason="failed_upload")
+                    )
                 )
             return
         self._gc.enqueue_document(document, reason="failed_upload")
@@ -383,7 +390,20 @@ class ChunkWriter:
         if intent is None:
             return
         with contextlib.suppress(Exception):
-            await asyncio.shield(self._resolve(intent))
+            await asyncio.shield(self._detach(self._resolve(intent)))
+
+    def _detach(self, work: Awaitable[T]) -> asyncio.Future[T]:
+        """Run `work` to its end even if its caller is cancelled (shield the
+        result), and let `settle` wait for it."""
+        future = asyncio.ensure_future(work)
+        self._detached.add(future)
+        future.add_done_callback(self._detached.discard)
+        return future
+
+    async def settle(self) -> None:
+        """Wait for the clean-up that outlived cancelled writes."""
+        while self._detached:
+            await asyncio.gather(*list(self._detached), return_exceptions=True)
 
     async def _resolve(self, intent: int) -> None:
         async with session_scope(self._sessionmaker) as session:
@@ -398,7 +418,9 @@ class ChunkWriter:
         if stored:
             # Shielded: this runs while the caller is being cancelled.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._gc.release_chunks(stored, reason="failed_upload"))
+                await asyncio.shield(
+                    self._detach(self._gc.release_chunks(stored, reason="failed_upload"))
+                )
             log.info("upload_abandoned", chunks_released=len(stored))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -147,24 +146,17 @@ async def test_a_part_aborted_while_it_is_flushed_ends_the_flush_quietly(
     flusher = flusher_for(telegram, sessionmaker, spool)
     with capture_logs() as logs:
         flusher.notify(upload_id)
-        await eventually(async_true(lambda: telegram.in_flight > 0))
+        await eventually(lambda: telegram.in_flight > 0)
         # The upload is aborted while its first chunk is in flight.
         async with session_scope(sessionmaker) as session:
             paths = await SpoolRepository(session).paths_of_upload(upload_id)
             await session.execute(delete(SpooledPart).where(SpooledPart.upload_id == upload_id))
         await spool.delete(paths)
         telegram.gate.set()
-        await eventually(async_true(lambda: not flusher._uploads))
+        await eventually(lambda: not flusher._uploads)
 
     assert [e for e in logs if e["log_level"] == "warning"] == []
     async with session_scope(sessionmaker) as session:
         # The chunk sent for the aborted parts is released, not kept.
         assert await session.scalar(select(func.count()).select_from(PartPiece)) == 0
     await flusher.stop(grace=1)
-
-
-def async_true(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    async def checked() -> bool:
-        return check()
-
-    return checked

@@ -19,6 +19,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter, plan_chunk_size
 from app.telegram.errors import PermanentError, TelegramError
 from app.telegram.types import StoredDocument
+from tests.running_service import eventually
 
 MiB = 1024 * 1024
 CHUNK = 19 * MiB
@@ -169,8 +170,9 @@ async def test_a_cancelled_write_gives_its_buffers_back(
     telegram.gate.clear()  # Telegram never answers
     writer = make_writer(telegram, sessionmaker, buffers=2)
     task = asyncio.create_task(writer.write(pieces(bytes(8 * 4096))))
-    for _ in range(50):
-        await asyncio.sleep(0)  # let the write fill both buffers
+    # Both chunks at Telegram (their send intents written): the cancellation
+    # meets them there, not halfway through a database call.
+    await eventually(lambda: telegram.in_flight == 2)
     assert writer.buffers.in_use == 2
 
     task.cancel()
@@ -178,6 +180,8 @@ async def test_a_cancelled_write_gives_its_buffers_back(
         await task
 
     assert (writer.buffers.in_use, writer.buffers.waiting) == (0, 0)
+    # The send intents' resolution outlives the cancelled sends.
+    await writer.settle()
 
 
 def split(data: bytes, size: int) -> list[bytes]:
