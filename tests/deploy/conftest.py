@@ -16,6 +16,7 @@ have had two Bot API calls in flight at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -224,7 +225,14 @@ class Simulator:
 @pytest.fixture(scope="session")
 def telegram_sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
     """`teleuploader telegram-sim` with two bots, shared by the session."""
-    directory = tmp_path_factory.mktemp("telegram-sim")
+    with sim_process(tmp_path_factory.mktemp("telegram-sim"), SIM_BOTS, CHAT_ID) as sim:
+        yield sim
+
+
+@contextlib.contextmanager
+def sim_process(directory: Path, bots: int, chat_id: int) -> Iterator[Simulator]:
+    """`teleuploader telegram-sim` in a process of its own (one call at a time
+    per token, as Telegram), until the block ends."""
     processes = Processes(directory)
     port = free_port()
     tokens_file = directory / "tokens.txt"
@@ -237,9 +245,9 @@ def telegram_sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
                 "--port",
                 str(port),
                 "--bots",
-                str(SIM_BOTS),
+                str(bots),
                 "--chat-id",
-                str(CHAT_ID),
+                str(chat_id),
                 "--tokens-file",
                 tokens_file,
                 "--concurrency-limit",
@@ -254,8 +262,8 @@ def telegram_sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
             proc=proc,
         )
         tokens = tokens_file.read_text().split()
-        assert len(tokens) == SIM_BOTS, tokens_file.read_text()
-        yield Simulator(url=f"http://127.0.0.1:{port}", tokens=tokens, chat_id=CHAT_ID)
+        assert len(tokens) == bots, tokens_file.read_text()
+        yield Simulator(url=f"http://127.0.0.1:{port}", tokens=tokens, chat_id=chat_id)
     finally:
         processes.stop_all()
 

@@ -42,7 +42,7 @@ from tests.deploy.conftest import (
     check_one_call_per_token,
     configure_sim,
     free_port,
-    port_open,
+    sim_process,
     wait_for,
 )
 from tests.running_service import payload
@@ -57,38 +57,8 @@ LEASE = 4  # BOT_LEASE_SECONDS: short, so takeover is quick to watch
 
 @pytest.fixture(scope="module")
 def six_bots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
-    directory = tmp_path_factory.mktemp("telegram-sim-6")
-    processes = Processes(directory)
-    port = free_port()
-    tokens_file = directory / "tokens.txt"
-    try:
-        proc = processes.start(
-            "telegram-sim",
-            [
-                TELEUPLOADER,
-                "telegram-sim",
-                "--port",
-                str(port),
-                "--bots",
-                str(BOTS),
-                "--chat-id",
-                str(CHAT),
-                "--tokens-file",
-                tokens_file,
-                "--concurrency-limit",
-                "1",
-            ],
-            env=base_env(directory),
-        )
-        wait_for(
-            lambda: port_open(port) and tokens_file.is_file(),
-            within=START_TIMEOUT,
-            what="the Telegram simulator",
-            proc=proc,
-        )
-        yield Simulator(f"http://127.0.0.1:{port}", tokens_file.read_text().split(), CHAT)
-    finally:
-        processes.stop_all()
+    with sim_process(tmp_path_factory.mktemp("telegram-sim-6"), BOTS, CHAT) as sim:
+        yield sim
 
 
 @pytest.fixture
