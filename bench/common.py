@@ -283,3 +283,15 @@ def simulator_process(
         wait_until(process, f"{url}/_sim/stats", log_path, "the simulator", limit=ready_within)
         tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line.strip()]
         yield SimulatorProcess(url=url, tokens=tokens, process=process, log_path=log_path)
+
+
+def extract(ref: str, into: Path) -> Path:
+    """The tree of `ref` in `into` (git archive: no worktree, no checkout)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise Broken(f"git archive {ref}: {archive.stderr.decode(errors='replace')}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into

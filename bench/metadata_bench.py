@@ -52,7 +52,6 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +73,7 @@ from common import (
     REPO,
     Broken,
     KiB,
+    extract,
     free_port,
     served,
     simulator_process,
@@ -479,18 +479,6 @@ def measure_version(
                         + ", ".join(f"{k} {v:.2f}" for k, v in values.items()),
                         flush=True,
                     )
-
-
-def extract(ref: str, into: Path) -> Path:
-    """The tree of `ref` in `into` (git archive: no worktree, no checkout)."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", ref], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise Broken(f"git archive {ref}: {archive.stderr.decode(errors='replace')}")
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 HIGHER_IS_BETTER = {"puts_per_s"}

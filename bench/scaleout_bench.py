@@ -15,6 +15,16 @@ by side in one run:
 3. failover: kill -9 of the instance holding bots, then the time until every
    bot is leased again by the survivors (target <= BOT_LEASE_SECONDS + 5 s).
 
+The spread load starts right after the single upload, while the instance that
+took it still holds most of the pool: it measures how soon bots follow the
+work, as a fleet whose load shifts from one instance to all of them sees it.
+
+``--baseline REF`` first runs all three with the code at git ref REF (its
+tree extracted with ``git archive`` and put on PYTHONPATH), then with the
+checkout, each on fresh processes and a fresh database, and prints both.
+
+    .venv/bin/python bench/scaleout_bench.py --baseline 2fcada5   # ~4 min
+
 Needs Postgres (127.0.0.1:5432, trust) and pgbouncer (127.0.0.1:6432; start it
 with scripts/pgbouncer-test.sh start). A database of its own is created and
 dropped. Timings are printed, never asserted.
@@ -44,6 +54,7 @@ from common import (
     MiB,
     SimulatorProcess,
     add_repo_to_path,
+    extract,
     free_port,
     running,
     simulator_process,
@@ -109,12 +120,15 @@ class Fleet:
         db: str,
         workdir: Path,
         args: argparse.Namespace,
+        code: Path | None,
     ) -> None:
+        """`code`: another revision's tree, put on PYTHONPATH (None: the checkout)."""
         self._stack = stack
         self._sim = sim
         self._db = db
         self._workdir = workdir
         self._args = args
+        self._code = code
         self.instances: list[Instance] = []
 
     def start(self) -> Instance:
@@ -136,6 +150,9 @@ class Fleet:
                 "SHUTDOWN_GRACE_SECONDS": "5",
             }
         )
+        env.pop("PYTHONPATH", None)
+        if self._code is not None:
+            env["PYTHONPATH"] = str(self._code)
         log = self._workdir / f"serve-{index}-{port}.log"
         process = self._stack.enter_context(
             running([*teleuploader_command(), "serve"], log, env=env, cwd=self._workdir, grace=15)
@@ -191,8 +208,11 @@ def concurrent_uploads(jobs: list[tuple[str, str, int]], key: str) -> float:
     return time.monotonic() - started
 
 
-def create_key(db: str, direct: str, workdir: Path) -> str:
+def create_key(db: str, direct: str, workdir: Path, code: Path | None) -> str:
     env = service_env({"DATABASE_URL": db, "MIGRATION_DATABASE_URL": direct})
+    env.pop("PYTHONPATH", None)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     cli = teleuploader_command()
     subprocess.run([*cli, "migrate"], env=env, cwd=workdir, check=True, capture_output=True)
     done = subprocess.run(
@@ -224,9 +244,20 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=4 * MiB)
     parser.add_argument("--upload-bandwidth", type=int, default=4 * MiB)
     parser.add_argument("--lease", type=float, default=15.0, help="BOT_LEASE_SECONDS")
+    parser.add_argument("--baseline", metavar="REF", help="first run the code at this git ref")
     args = parser.parse_args()
-    ideal = args.bots * args.upload_bandwidth
+    with tempfile.TemporaryDirectory(prefix="scaleout-bench-code-") as tmp:
+        if args.baseline is not None:
+            print(f"== before ({args.baseline})")
+            if run(args, extract(args.baseline, Path(tmp))) != 0:
+                return 1
+            print("== after (this checkout)")
+        return run(args, None)
 
+
+def run(args: argparse.Namespace, code: Path | None) -> int:
+    """The three measurements with the checkout's code or with `code`."""
+    ideal = args.bots * args.upload_bandwidth
     with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         sim = stack.enter_context(
@@ -243,7 +274,7 @@ def main() -> int:
             )
         )
         db, direct = stack.enter_context(database())
-        key = create_key(db, direct, workdir)
+        key = create_key(db, direct, workdir, code)
         print(
             f"{args.bots} bots x {args.upload_bandwidth / MiB:.1f} MiB/s = ideal "
             f"{ideal / MiB:.1f} MiB/s; chunks {args.chunk / MiB:.0f} MiB; "
@@ -251,7 +282,7 @@ def main() -> int:
         )
 
         # 1. The lone instance (the whole pool is its own), then 3 instances.
-        fleet = Fleet(stack, sim, db, workdir, args)
+        fleet = Fleet(stack, sim, db, workdir, args, code)
         lone = fleet.start()
         seconds = upload(lone.url, key, "lone.bin", args.size, 1)
         lone_share = args.size / seconds / ideal

@@ -2,22 +2,26 @@
 
 One call per token must hold across the whole fleet, so a bot works only on
 the instance that holds its lease (a row in `bot_leases`, app/db/leases.py).
-Every `BOT_LEASE_SECONDS / 5` a round here:
+Every `BALANCE_SECONDS` a round here:
 
 * publishes this instance's backlog (jobs waiting or running in its
-  dispatcher) and reads everyone's;
-* renews the leases it holds, and grants them to the dispatcher up to a
-  deadline a third of the lease before the row expires: if renewals keep
-  failing, the bot starts no call after that, and a call already running has
-  that third to end before another instance may take the bot;
+  dispatcher) and reads everyone's: bots follow work within a second or so,
+  which a round per renewal (3 s by default) made three times slower;
+* renews each lease it holds every `BOT_LEASE_SECONDS / 5`, and grants it to
+  the dispatcher up to a deadline a third of the lease before the row
+  expires: if renewals keep failing, the bot starts no call after that, and a
+  call already running has that third to end before another instance may
+  take the bot. A 429 cooldown begun since the last renewal is written at
+  once, so the next holder honours it even if this instance dies next;
 * works out its share of the bots (`shares`: bots go where the work is) and
-  hands surplus bots over when another instance wants more: the dispatcher
-  first stops the bot and waits for its running call (`Dispatcher.revoke`),
-  then the row is released, so the next holder never overlaps it;
+  hands surplus bots over when another instance wants more (`_hand_over`):
+  the dispatcher stops the bot and, in a task of its own, waits for its
+  running call (`Dispatcher.revoke`); the lease stays renewed until that call
+  has ended and is released only then, so the next holder never overlaps it
+  and the rounds go on meanwhile;
 * takes free leases (expired, released, or of an instance whose row is gone:
   it died and was claimed) up to its share.
 
-A 429 cooldown is written to the lease and read back by its next holder.
 A lease is keyed by a hash of the token: the token itself is a secret.
 """
 
@@ -42,8 +46,10 @@ from app.telegram.dispatcher import Dispatcher
 log = structlog.get_logger("app.telegram.leases")
 
 DEFAULT_LEASE_SECONDS = 15.0
-# Rounds per lease time: a lease is renewed this many times before it expires.
+# Renewals per lease time: a lease is renewed this many times before it expires.
 ROUNDS_PER_LEASE = 5
+# How often the backlogs are published and read (three short statements).
+BALANCE_SECONDS = 0.5
 # The part of a lease left, when its renewals fail, for a running call to end.
 CALL_MARGIN = 1 / 3
 NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
@@ -103,16 +109,32 @@ class BotLeases:
         self._host = host
         self._pid = pid
         self._clock = clock
+        # Every lease whose row is ours, leaving ones included.
         self.held: set[int] = set()
+        # Bots being handed over: stopped here, renewed until their running
+        # call has ended, then released.
+        self._leaving: dict[int, asyncio.Task[None]] = {}
+        # Per held bot: when its lease was last renewed (monotonic), and the
+        # cooldown end written to it then.
+        self._renewed: dict[int, tuple[float, float]] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     @property
     def interval(self) -> float:
+        """How often a held lease is renewed."""
         return self.lease_seconds / ROUNDS_PER_LEASE
 
+    @property
+    def round_interval(self) -> float:
+        return min(BALANCE_SECONDS, self.interval)
+
+    def staying(self) -> set[int]:
+        """The held bots that are not being handed over."""
+        return self.held - self._leaving.keys()
+
     def start(self) -> None:
-        """Run a round every `interval` (call `round` once first so the
+        """Run a round every `round_interval` (call `round` once first so the
         dispatcher starts with its bots)."""
         self._task = asyncio.create_task(self._loop(), name="bot-leases")
 
@@ -123,6 +145,8 @@ class BotLeases:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        # The dispatcher has stopped: no call runs, so these end at once.
+        await asyncio.gather(*self._leaving.values(), return_exceptions=True)
         held, self.held = self.held, set()
         with contextlib.suppress(Exception):
             async with session_scope(self._sessionmaker) as session:
@@ -137,7 +161,7 @@ class BotLeases:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.round_interval)
             try:
                 await self.round()
             except Exception as exc:
@@ -165,7 +189,7 @@ class BotLeases:
         wanted = self._wanted_bots()
         target = shares(backlogs, len(wanted))
         await self._renew(now, started)
-        await self._hand_over(rows, backlogs, target, now)
+        self._hand_over(rows, backlogs, target, now)
         await self._take(rows, target.get(self.instance_id, 0), wanted, now, started)
 
     def _wanted_bots(self) -> list[int]:
@@ -176,12 +200,24 @@ class BotLeases:
             if w.usable or w.probing or w.bot_id in self.held
         ]
 
+    def _renewal_due(self, bot_id: int, started: float) -> bool:
+        last = self._renewed.get(bot_id)
+        if last is None:
+            return True
+        renewed_at, cooldown_written = last
+        cooldown = self._dispatcher.workers[bot_id].cooldown_until
+        return started - renewed_at >= self.interval or cooldown > cooldown_written
+
     async def _renew(self, now: datetime, started: float) -> None:
+        due = [bot_id for bot_id in sorted(self.held) if self._renewal_due(bot_id, started)]
+        if not due:
+            return
         lost: list[int] = []
         granted: list[tuple[int, datetime]] = []
         async with session_scope(self._sessionmaker) as session:
             repo = LeaseRepository(session)
-            for bot_id in sorted(self.held):
+            for bot_id in due:
+                written = self._dispatcher.workers[bot_id].cooldown_until
                 cooldown = await repo.take(
                     self._hashes[bot_id],
                     bot_id,
@@ -193,58 +229,90 @@ class BotLeases:
                 if cooldown is None:
                     lost.append(bot_id)
                 else:
+                    self._renewed[bot_id] = (started, written)
                     granted.append((bot_id, cooldown))
         for bot_id, cooldown in granted:
-            self._grant(bot_id, cooldown, now, started)
+            if bot_id not in self._leaving:
+                self._grant(bot_id, cooldown, now, started)
         for bot_id in lost:
             # Renewed too late: another instance holds it now.
             log.warning("bot_lease_lost", bot_id=bot_id)
             self.held.discard(bot_id)
-            await self._dispatcher.revoke(bot_id)
+            self._renewed.pop(bot_id, None)
+            if bot_id not in self._leaving:
+                self._let_go(bot_id, release=False)
 
-    async def _hand_over(
+    def _hand_over(
         self, rows: list[LeaseRow], backlogs: dict[str, int], target: dict[str, int], now: datetime
     ) -> None:
-        """Release the bots held beyond this instance's share while another
-        live instance holds fewer than its own."""
-        mine = target.get(self.instance_id, 0)
-        surplus = len(self.held) - mine
+        """Hand the bots held beyond this instance's share over while another
+        live instance holds fewer than its own.
+
+        Idle bots go first: their hand-over waits for no call. A busy bot
+        moves only when another instance has no bot at all or lacks more
+        than one: while it finishes its call and the other instance's next
+        round takes it, it serves nobody, which is not worth evening out a
+        difference of one bot that the backlogs' next swing may undo."""
+        staying = self.staying()
+        surplus = len(staying) - target.get(self.instance_id, 0)
         if surplus <= 0:
             return
         holding = {
             owner: sum(1 for r in rows if r.owner == owner and r.expires_at > now)
             for owner in backlogs
-        }
-        wanting = sum(
-            max(0, target.get(owner, 0) - count)
-            for owner, count in holding.items()
             if owner != self.instance_id
-        )
-        count = min(surplus, wanting)
+        }
+        short = {
+            owner: target.get(owner, 0) - count
+            for owner, count in holding.items()
+            if target.get(owner, 0) > count
+        }
+        count = min(surplus, sum(short.values()))
         if count <= 0:
             return
         workers = self._dispatcher.workers
-        # Idle bots first: their hand-over waits for no call.
-        giving = sorted(self.held, key=lambda b: (workers[b].load, b))[:count]
+        idle = sorted(b for b in staying if workers[b].load == 0)
+        busy = sorted(
+            (b for b in staying if workers[b].load > 0), key=lambda b: (workers[b].load, b)
+        )
+        urgent = any(holding[owner] == 0 or lack > 1 for owner, lack in short.items())
+        giving = (idle + busy if urgent else idle)[:count]
         for bot_id in giving:
-            self.held.discard(bot_id)
+            self._let_go(bot_id, release=True)
+        if giving:
+            log.info("bot_leases_handed_over", bots=giving, backlog=backlogs[self.instance_id])
+
+    def _let_go(self, bot_id: int, *, release: bool) -> None:
+        """Stop the bot here; once its running call (or check) has ended,
+        give its lease up (`release`) and forget it."""
+        self._leaving[bot_id] = asyncio.create_task(
+            self._leave(bot_id, release), name=f"bot-lease-leave-{bot_id}"
+        )
+
+    async def _leave(self, bot_id: int, release: bool) -> None:
+        try:
             await self._dispatcher.revoke(bot_id)
-        async with session_scope(self._sessionmaker) as session:
-            repo = LeaseRepository(session)
-            released_at = utcnow()
-            for bot_id in giving:
-                await repo.release(
-                    self._hashes[bot_id],
-                    self.instance_id,
-                    cooldown_until=self._cooldown_wall(bot_id, released_at, self._clock()),
-                    now=released_at,
-                )
-        log.info("bot_leases_handed_over", bots=giving, backlog=backlogs[self.instance_id])
+            if release:
+                async with session_scope(self._sessionmaker) as session:
+                    released_at = utcnow()
+                    await LeaseRepository(session).release(
+                        self._hashes[bot_id],
+                        self.instance_id,
+                        cooldown_until=self._cooldown_wall(bot_id, released_at, self._clock()),
+                        now=released_at,
+                    )
+        except Exception as exc:
+            # Unreleased, the lease expires by itself (no call runs on it).
+            log.warning("bot_lease_release_failed", bot_id=bot_id, error=str(exc))
+        finally:
+            self.held.discard(bot_id)
+            self._renewed.pop(bot_id, None)
+            self._leaving.pop(bot_id, None)
 
     async def _take(
         self, rows: list[LeaseRow], share: int, wanted: Iterable[int], now: datetime, started: float
     ) -> None:
-        missing = share - len(self.held)
+        missing = share - len(self.staying())
         if missing <= 0:
             return
         by_hash = {r.token_hash: r for r in rows}
@@ -278,6 +346,7 @@ class BotLeases:
         for bot_id, cooldown in taken:
             self.held.add(bot_id)
             self._grant(bot_id, cooldown, now, started)
+            self._renewed[bot_id] = (started, self._dispatcher.workers[bot_id].cooldown_until)
         if taken:
             log.info("bot_leases_taken", bots=[b for b, _ in taken], held=len(self.held))
 
@@ -287,7 +356,8 @@ class BotLeases:
         register again."""
         log.error("instance_row_lost", instance_id=self.instance_id, bots=len(self.held))
         held, self.held = self.held, set()
-        for bot_id in sorted(held):
+        self._renewed.clear()
+        for bot_id in sorted(held - self._leaving.keys()):
             await self._dispatcher.revoke(bot_id)
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).register(self.instance_id, self._host, self._pid)

@@ -16,8 +16,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import BotToken
+from app.db.leases import LeaseRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
+from app.db.types import utcnow
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.leases import BotLeases, shares
@@ -68,7 +70,7 @@ class Member:
         await asyncio.gather(task, return_exceptions=True)
 
 
-Fleet = Callable[[str], Awaitable[Member]]
+Fleet = Callable[..., Awaitable[Member]]
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ async def fleet(sim: TelegramSimulator, sessionmaker: Sessions) -> AsyncIterator
     members: list[Member] = []
     async with run_simulator(sim) as url:
 
-        async def join(name: str) -> Member:
+        async def join(name: str, lease: float = LEASE) -> Member:
             async with session_scope(sessionmaker) as session:
                 await InstanceRepository(session).register(name, "test-host", 0)
             clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
@@ -104,7 +106,7 @@ async def fleet(sim: TelegramSimulator, sessionmaker: Sessions) -> AsyncIterator
                 sessionmaker,
                 name,
                 {c.bot_id: c.token.value for c in clients},
-                lease_seconds=LEASE,
+                lease_seconds=lease,
             )
             await leases.round()
             leases.start()
@@ -241,3 +243,65 @@ async def test_bots_held_elsewhere_count_for_the_pool_but_unchecked_ones_held_he
         assert dispatcher.pool_size() == 1
     finally:
         await dispatcher.stop(grace=1)
+
+
+async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
+    sim: TelegramSimulator, fleet: Fleet
+) -> None:
+    """Calls that outlast the lease: the giver keeps renewing the bots it
+    hands over until their calls end (so the taker never overlaps them), and
+    its other leases stay renewed meanwhile."""
+    giver = await fleet("a")
+    assert len(giver.leases.held) == BOTS
+    sim.reset_stats()
+    # 6 MiB at 2 MiB/s: each call runs 3 s, twice the lease.
+    long_calls = [
+        asyncio.ensure_future(giver.dispatcher.send_document(chunk(i, 6 * 1024 * 1024), f"{i}"))
+        for i in range(BOTS)
+    ]
+    await eventually(lambda: all(w.running for w in giver.dispatcher.workers.values()), 5)
+    taker = await fleet("b")
+    # Work waits at the taker, which holds no bot yet: it wants half the pool.
+    small = [
+        asyncio.ensure_future(taker.dispatcher.send_document(chunk(100 + i), f"s{i}"))
+        for i in range(BOTS)
+    ]
+    rounds = giver.leases.rounds
+    await eventually(lambda: len(giver.leases.staying()) < BOTS, 2)
+    # While the handed-over bots finish their calls, the giver's rounds go on.
+    await asyncio.sleep(LEASE)
+    assert giver.leases.rounds >= rounds + 3
+    assert not any(long.done() for long in long_calls)
+
+    documents = await asyncio.gather(*long_calls, *small)
+    assert len(documents) == 2 * BOTS
+    assert taker.leases.held
+    assert disjoint([giver, taker])
+    stats = sim.stats()
+    assert all(bot.max_concurrent_calls <= 1 for bot in stats.values())
+    assert sum(bot.rate_limited for bot in stats.values()) == 0
+
+
+async def test_a_cooldown_reaches_the_lease_before_the_next_renewal(
+    fleet: Fleet, sessionmaker: Sessions
+) -> None:
+    """A 429 begun after a renewal is written at the next round (within a
+    second), not at the next renewal (every 3 s with a 15 s lease): should
+    the instance die now, the next holder still waits it out."""
+    member = await fleet("a", lease=15.0)
+    bot_id = sorted(member.leases.held)[0]
+    # Just after a round, which renewed every lease.
+    rounds = member.leases.rounds
+    await eventually(lambda: member.leases.rounds > rounds, 5)
+    member.dispatcher.workers[bot_id].cooldown_until = time.monotonic() + 40
+
+    async def cooldown_on_row() -> float:
+        async with session_scope(sessionmaker) as session:
+            rows = await LeaseRepository(session).all()
+        row = next(r for r in rows if r.bot_id == bot_id)
+        return (row.cooldown_until - utcnow()).total_seconds()
+
+    started = time.monotonic()
+    while await cooldown_on_row() < 35:
+        assert time.monotonic() - started < 1.5, "the cooldown was not written in time"
+        await asyncio.sleep(0.05)
