@@ -2,11 +2,12 @@
 
 One call per token must hold across the whole fleet, so a bot works only on
 the instance that holds its lease (a row in `bot_leases`, app/db/leases.py).
-Every `BALANCE_SECONDS` a round here:
+Every `BALANCE_SECONDS`, and at once when this instance starts to lack bots
+or to have idle ones, a round here:
 
 * publishes this instance's backlog (jobs waiting or running in its
-  dispatcher) and reads everyone's: bots follow work within a second or so,
-  which a round per renewal (3 s by default) made three times slower;
+  dispatcher) when it changed, and reads everyone's: bots follow work within
+  a second or so, where a round per renewal (3 s by default) took several;
 * renews each lease it holds every `BOT_LEASE_SECONDS / 5`, and grants it to
   the dispatcher up to a deadline a third of the lease before the row
   expires: if renewals keep failing, the bot starts no call after that, and a
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -48,8 +50,12 @@ log = structlog.get_logger("app.telegram.leases")
 DEFAULT_LEASE_SECONDS = 15.0
 # Renewals per lease time: a lease is renewed this many times before it expires.
 ROUNDS_PER_LEASE = 5
-# How often the backlogs are published and read (three short statements).
-BALANCE_SECONDS = 0.5
+# How often the fleet's backlogs are read (two short statements; a third
+# publishes this instance's own when it changed).
+BALANCE_SECONDS = 0.25
+# How often the loop looks, in memory, whether this instance's need for bots
+# turned (work waiting for a bot, or a bot without work): a round then.
+WATCH_SECONDS = 0.1
 # The part of a lease left, when its renewals fail, for a running call to end.
 CALL_MARGIN = 1 / 3
 NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,8 +123,15 @@ class BotLeases:
         # Per held bot: when its lease was last renewed (monotonic), and the
         # cooldown end written to it then.
         self._renewed: dict[int, tuple[float, float]] = {}
+        # Held by a renewal, and by a hand-over's release with what it forgets.
+        self._writing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
+        # The backlog last published, when (monotonic), and how it compared
+        # with the bots held then (-1 fewer jobs, 0 as many, 1 more).
+        self._published: int | None = None
+        self._published_at = -math.inf
+        self._need = 0
 
     @property
     def interval(self) -> float:
@@ -159,9 +172,17 @@ class BotLeases:
                     )
         log.info("bot_leases_released", bots=len(held))
 
+    def _need_now(self) -> int:
+        backlog, bots = self._dispatcher.backlog(), len(self.staying())
+        return (backlog > bots) - (backlog < bots)
+
     async def _loop(self) -> None:
+        next_round = self._clock() + self.round_interval
         while True:
-            await asyncio.sleep(self.round_interval)
+            await asyncio.sleep(min(WATCH_SECONDS, self.round_interval))
+            if self._clock() < next_round and self._need_now() == self._need:
+                continue
+            next_round = self._clock() + self.round_interval
             try:
                 await self.round()
             except Exception as exc:
@@ -176,14 +197,27 @@ class BotLeases:
         started = self._clock()
         now = utcnow()
         backlog = self._dispatcher.backlog()
+        self._need = self._need_now()
+        # Published at least every renewal interval (it is this instance's
+        # heartbeat too), and at once when it changed while other instances
+        # may want to know (a lone one would write for nobody).
+        publish = started - self._published_at >= self.interval or (
+            self._dispatcher.in_fleet and backlog != self._published
+        )
         async with session_scope(self._sessionmaker) as session:
             repo = LeaseRepository(session)
-            present = await repo.publish_backlog(self.instance_id, backlog)
+            present = await repo.publish_backlog(self.instance_id, backlog) if publish else True
             backlogs = await repo.backlogs(self.lease_seconds)
             rows = await repo.all()
         if not present:
+            self._published = None
             await self._lost_instance_row()
             return
+        if publish:
+            self._published, self._published_at = backlog, started
+        elif self.instance_id not in backlogs:
+            # Our row is gone or stale: the next round finds out by publishing.
+            self._published = None
         backlogs[self.instance_id] = backlog
         self._dispatcher.in_fleet = len(backlogs) > 1
         wanted = self._wanted_bots()
@@ -209,6 +243,12 @@ class BotLeases:
         return started - renewed_at >= self.interval or cooldown > cooldown_written
 
     async def _renew(self, now: datetime, started: float) -> None:
+        # Not while a handed-over lease is being released: renewed after its
+        # release, it would be ours again, unknown to this instance.
+        async with self._writing:
+            await self._renew_due(now, started)
+
+    async def _renew_due(self, now: datetime, started: float) -> None:
         due = [bot_id for bot_id in sorted(self.held) if self._renewal_due(bot_id, started)]
         if not due:
             return
@@ -232,7 +272,7 @@ class BotLeases:
                     self._renewed[bot_id] = (started, written)
                     granted.append((bot_id, cooldown))
         for bot_id, cooldown in granted:
-            if bot_id not in self._leaving:
+            if bot_id in self.staying():
                 self._grant(bot_id, cooldown, now, started)
         for bot_id in lost:
             # Renewed too late: another instance holds it now.
@@ -292,22 +332,28 @@ class BotLeases:
     async def _leave(self, bot_id: int, release: bool) -> None:
         try:
             await self._dispatcher.revoke(bot_id)
-            if release:
-                async with session_scope(self._sessionmaker) as session:
-                    released_at = utcnow()
-                    await LeaseRepository(session).release(
-                        self._hashes[bot_id],
-                        self.instance_id,
-                        cooldown_until=self._cooldown_wall(bot_id, released_at, self._clock()),
-                        now=released_at,
-                    )
-        except Exception as exc:
-            # Unreleased, the lease expires by itself (no call runs on it).
-            log.warning("bot_lease_release_failed", bot_id=bot_id, error=str(exc))
         finally:
-            self.held.discard(bot_id)
-            self._renewed.pop(bot_id, None)
-            self._leaving.pop(bot_id, None)
+            async with self._writing:
+                try:
+                    if release:
+                        await self._release(bot_id)
+                except Exception as exc:
+                    # Unreleased, the lease expires by itself (no call runs on it).
+                    log.warning("bot_lease_release_failed", bot_id=bot_id, error=str(exc))
+                finally:
+                    self.held.discard(bot_id)
+                    self._renewed.pop(bot_id, None)
+                    self._leaving.pop(bot_id, None)
+
+    async def _release(self, bot_id: int) -> None:
+        async with session_scope(self._sessionmaker) as session:
+            released_at = utcnow()
+            await LeaseRepository(session).release(
+                self._hashes[bot_id],
+                self.instance_id,
+                cooldown_until=self._cooldown_wall(bot_id, released_at, self._clock()),
+                now=released_at,
+            )
 
     async def _take(
         self, rows: list[LeaseRow], share: int, wanted: Iterable[int], now: datetime, started: float
