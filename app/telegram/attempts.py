@@ -15,9 +15,16 @@
 * Transient error (5xx, connection): retry on the same bot with exponential
   backoff, up to `TRANSIENT_TRIES_PER_BOT` tries, then another bot.
 * Permanent error: the job fails at once with Telegram's description.
-* 401/403 (`BotUnusable`): the bot leaves the pool (logged once). A 403 on a
-  send (kicked from that chat) takes the bot out of that chat alone while it
-  has others, and the send goes elsewhere.
+* A chat refuses the bot (`ChatForbidden`: a 403 on a call into it, or a 400
+  such as "chat not found" or "not enough rights to send documents", see
+  app/telegram/errors.py): the bot leaves that chat alone while it has
+  others, and the job goes elsewhere (a job pinned to the bot, like the
+  delete of its own message, fails, and its caller asks another bot that
+  serves the chat). Refused in its last chat, it leaves the pool; a
+  periodic re-check (app/telegram/probe.py) brings it back into the chats
+  that take it again.
+* 401, or a 403 on a call that names no chat (`BotUnusable`): the bot
+  leaves the pool for good (logged once).
 * At most `max_attempts` attempts per job across all bots (429s count too, so
   a job cannot loop forever), then it fails with the last error.
 """
@@ -35,6 +42,7 @@ import structlog
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
+    ChatForbidden,
     DispatcherClosed,
     RateLimited,
     TelegramError,
@@ -90,7 +98,6 @@ class Attempts:
         started = self._clock()
         chat_id = router.choose_chat(worker, job, started) if job.is_send else router.chat_ids[0]
         sent_at: deque[float] | None = None
-        job.last_chat = chat_id if job.is_send else None
         if job.is_send:
             sent_at = worker.recent_sends(chat_id, started, router.pacing_window)
             sent_at.append(started)
@@ -248,22 +255,14 @@ class Attempts:
 
     def _on_unusable(self, worker: BotWorker, job: Job[Any], exc: BotUnusable) -> None:
         router = self._router
-        chat = job.last_chat
-        if exc.status == 403 and chat is not None and worker.chats - {chat}:
-            # Kicked from one chat (or its rights taken): the bot still works
-            # in its other chats, and the send goes elsewhere.
-            worker.chats.discard(chat)
-            log.error(
-                "bot_removed_from_chat",
-                bot_id=worker.bot_id,
-                chat_id=chat,
-                reason=exc.description,
-                chats_left=len(worker.chats),
-            )
-            router.move_queue_away(worker)
-            if self._budget_left(job, exc):
-                router.route(job)
+        if isinstance(exc, ChatForbidden) and worker.chats != {exc.chat_id}:
+            self._on_chat_refused(worker, job, exc)
             return
+        if isinstance(exc, ChatForbidden):
+            # Its last chat refused it: no chat is left to post to. It stays
+            # out of the pool until a re-check finds a chat that takes it
+            # again (app.telegram.probe).
+            worker.chats.clear()
         if worker.usable:
             worker.usable = False
             log.error(
@@ -277,4 +276,30 @@ class Attempts:
         if job.pinned_bot is not None:
             job.fail(exc)
         elif self._budget_left(job, exc):
+            router.route(job)
+
+    def _on_chat_refused(self, worker: BotWorker, job: Job[Any], exc: ChatForbidden) -> None:
+        """One chat refused the bot (kicked, or its rights taken): the bot
+        still works in its other chats, and the job goes elsewhere."""
+        router = self._router
+        if exc.chat_id in worker.chats:
+            worker.chats.discard(exc.chat_id)
+            log.error(
+                "bot_removed_from_chat",
+                bot_id=worker.bot_id,
+                chat_id=exc.chat_id,
+                status=exc.status,
+                reason=exc.description,
+                chats_left=len(worker.chats),
+            )
+            router.move_queue_away(worker)
+        if job.pinned_bot is not None:
+            # Only this bot may run it (a delete of its own message, a
+            # check): its caller picks another bot that serves the chat.
+            job.fail(exc)
+            return
+        if job.chat_id is not None:
+            # The job must go into that very chat: this bot cannot run it.
+            job.tried.add(worker.bot_id)
+        if self._budget_left(job, exc):
             router.route(job)

@@ -48,8 +48,6 @@ class Job(Generic[T]):
     # uploads, behind earlier priority jobs. Still one call at a time per token.
     priority: bool = False
     attempts: int = 0
-    # The chat the latest attempt went to.
-    last_chat: int | None = None
     tried: set[int] = field(default_factory=set)
     transient_tries: dict[int, int] = field(default_factory=dict)
     last_error: BaseException | None = None
