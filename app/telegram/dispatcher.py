@@ -166,6 +166,8 @@ class Dispatcher:
                 self._start_worker(worker)
 
     def _start_worker(self, worker: BotWorker) -> None:
+        if worker.task is not None and not worker.task.done():
+            return  # back in the pool before its loop saw it leave: it goes on
         worker.task = asyncio.create_task(
             self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
         )
@@ -204,6 +206,34 @@ class Dispatcher:
         worker.usable = True
         if self._accepting:
             self._start_worker(worker)
+        self._router.wake_all()
+
+    def chats_to_recheck(self) -> dict[int, list[int]]:
+        """The storage chats each bot is out of (refused at its check, or
+        since), for the bots a re-check may bring back: those in the pool,
+        and those out of it only because every chat refused them. Not a bot
+        still held back for its first check, nor one out for good (a revoked
+        token keeps its chats but leaves the pool)."""
+        missing: dict[int, list[int]] = {}
+        for worker in self.workers.values():
+            if worker.probing or (not worker.usable and worker.chats):
+                continue
+            chats = [chat for chat in self.chat_ids if chat not in worker.chats]
+            if chats:
+                missing[worker.bot_id] = chats
+        return missing
+
+    def rejoin(self, bot_id: int, chats: Sequence[int]) -> None:
+        """A re-check found that the bot may post in `chats` again: it goes
+        back into them, and back into the pool if every chat had refused it."""
+        worker = self.workers[bot_id]
+        if worker.probing or (not worker.usable and worker.chats):
+            return  # out for good since the re-check began
+        worker.chats |= set(chats) & set(self.chat_ids)
+        if not worker.usable and worker.chats:
+            worker.usable = True
+            if self._accepting:
+                self._start_worker(worker)
         self._router.wake_all()
 
     def note_check_problem(self, bot_id: int, problem: str) -> None:
