@@ -11,6 +11,13 @@ recent sends were posted, per storage chat, and `pacing_delay` says how long
 until it may post into a chat again; with several storage chats each bot
 has that budget in every chat. A send is counted when it is posted, at the
 end of its upload, because that is when Telegram counts it.
+
+A 429 is the one limit that is not kept per chat: it cools the bot down in
+every chat (`cooldown_until`), not only in the chat the call went to.
+Telegram's flood wait does not say which limit was hit (the per-chat post
+rate, or one of the bot's own), and a call on a token still inside its wait
+draws a longer one, so trying the same token in another chat would risk
+exactly the wait the cooldown is there to avoid.
 """
 
 from __future__ import annotations
