@@ -23,13 +23,16 @@ from app.db.gc import GcRepository
 from app.db.models import GcReason
 from app.db.session import session_scope
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import PermanentError, TelegramError
+from app.telegram.errors import ChatForbidden, PermanentError, TelegramError
 from app.telegram.types import StoredDocument
 
 log = structlog.get_logger("app.store.gc")
 
 # Telegram's wording when the message is already gone: nothing left to do.
 _ALREADY_GONE = "message to delete not found"
+# Telegram's wording both when the bot lacks the right to delete in the chat
+# and when the message is past the 48 hours: getChatMember tells them apart.
+_CANNOT_DELETE = "message can't be deleted"
 # Bots may delete channel posts for 48 hours. A message is posted before its
 # ledger entry is written, so past this age no retry can succeed.
 DELETE_WINDOW = timedelta(hours=48)
@@ -188,8 +191,8 @@ class GarbageCollector:
             return 0
         outcomes = await asyncio.gather(
             *(
-                self._delete(bot_id, chat_id, message_id)
-                for _, bot_id, chat_id, message_id, _, _ in entries
+                self._delete(bot_id, chat_id, message_id, young=now - enqueued_at < DELETE_WINDOW)
+                for _, bot_id, chat_id, message_id, _, enqueued_at in entries
             )
         )
         settled = 0
@@ -237,24 +240,51 @@ class GarbageCollector:
         async with session_scope(self._sessionmaker) as session:
             return await GcRepository(session).backlog() + len(self._unrecorded)
 
-    async def _delete(self, bot_id: int, chat_id: int, message_id: int) -> _Outcome:
-        # The bot that posted it if it can still work, else any admin bot of the
-        # chat (channel admins with can_delete_messages may delete any post).
-        # Bots this instance may call now in the chat (with several
-        # instances, those it holds the lease of).
-        usable = self._dispatcher.serving_bots(chat_id)
-        if not usable:
-            return _Outcome(settled=False, error="no usable bot")
-        deleter = bot_id if bot_id in usable else usable[message_id % len(usable)]
-        try:
-            await self._dispatcher.call(
-                deleter, "deleteMessage", lambda c: c.delete_message(chat_id, message_id)
-            )
-        except PermanentError as exc:
-            if _ALREADY_GONE in exc.description:
-                return _Outcome(settled=True)
-            # E.g. older than 48 hours: retrying cannot help. Say so loudly.
-            return _Outcome(settled=True, error=str(exc))
-        except TelegramError as exc:
-            return _Outcome(settled=False, error=str(exc))
-        return _Outcome(settled=True)
+    async def _delete(self, bot_id: int, chat_id: int, message_id: int, *, young: bool) -> _Outcome:
+        """Delete through the bot that posted it if it can still work, else
+        any admin bot of the chat (channel admins with can_delete_messages may
+        delete any post): bots this instance may call now in the chat (with
+        several instances, those it holds the lease of). A bot the chat
+        refuses passes the deletion on to the next one at once."""
+        tried: set[int] = set()
+        refusal: str | None = None
+        while True:
+            usable = [b for b in self._dispatcher.serving_bots(chat_id) if b not in tried]
+            if not usable:
+                return _Outcome(settled=False, error=refusal or "no usable bot")
+            deleter = bot_id if bot_id in usable else usable[message_id % len(usable)]
+            tried.add(deleter)
+            try:
+                await self._dispatcher.call(
+                    deleter, "deleteMessage", lambda c: c.delete_message(chat_id, message_id)
+                )
+            except ChatForbidden as exc:
+                # The dispatcher took this bot out of the chat (or out of the
+                # pool, if it was its last chat): the next bot may.
+                refusal = str(exc)
+                continue
+            except PermanentError as exc:
+                if _ALREADY_GONE in exc.description:
+                    return _Outcome(settled=True)
+                others = [b for b in self._dispatcher.serving_bots(chat_id) if b not in tried]
+                if _CANNOT_DELETE in exc.description and young and others:
+                    try:
+                        may_delete = await self._may_delete(deleter, chat_id)
+                    except TelegramError as check:
+                        return _Outcome(settled=False, error=str(check))
+                    if not may_delete:
+                        # This bot lacks the right to delete here; another may have it.
+                        continue
+                # E.g. older than 48 hours, or no bot of the chat may delete
+                # it: retrying cannot help. Say so loudly.
+                return _Outcome(settled=True, error=str(exc))
+            except TelegramError as exc:
+                return _Outcome(settled=False, error=str(exc))
+            return _Outcome(settled=True)
+
+    async def _may_delete(self, bot_id: int, chat_id: int) -> bool:
+        """Whether the bot has the right to delete posts in the chat."""
+        member = await self._dispatcher.call(
+            bot_id, "getChatMember", lambda c: c.get_chat_member(chat_id, bot_id)
+        )
+        return member.can_delete_messages

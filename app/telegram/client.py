@@ -20,12 +20,11 @@ import httpx
 
 from app.config import BotToken
 from app.telegram.errors import (
-    BotUnusable,
     CallAbandoned,
     PermanentError,
-    RateLimited,
     TelegramError,
     TransientError,
+    error_from_reply,
 )
 from app.telegram.types import BotInfo, ChatMemberInfo, FileLocation, StoredDocument
 
@@ -267,7 +266,9 @@ class BotClient:
             payload = self._json(response.content)
             if isinstance(payload, dict) and payload.get("ok") is True:
                 return payload.get("result")
-        raise self._error_from_response(response.status_code, response.content, method)
+        raise self._error_from_response(
+            response.status_code, response.content, method, _chat_of(data)
+        )
 
     def _stored_document(self, message: Any, *, expected_size: int | None) -> StoredDocument:
         document = message.get("document") if isinstance(message, dict) else None
@@ -301,26 +302,26 @@ class BotClient:
         except (ValueError, UnicodeDecodeError):
             return None
 
-    def _error_from_response(self, status: int, body: bytes, method: str = "") -> TelegramError:
+    def _error_from_response(
+        self, status: int, body: bytes, method: str = "", chat_id: int | None = None
+    ) -> TelegramError:
         payload = self._json(body)
         if not isinstance(payload, dict):
             payload = {}
         raw_code = payload.get("error_code")
-        code = raw_code if isinstance(raw_code, int) else status
         description = self._scrub(str(payload.get("description") or f"HTTP {status}"))
         if method:
             description = f"{method}: {description}"
-        if code == 429 or status == 429:
-            parameters = payload.get("parameters") or {}
-            retry_after = parameters.get("retry_after")
-            if retry_after is None:
-                retry_after = 5
-            return RateLimited(description, retry_after=float(retry_after), bot_id=self.bot_id)
-        if code in (401, 403) or status in (401, 403):
-            return BotUnusable(description, status=code, bot_id=self.bot_id)
-        if status >= 500 or code >= 500:
-            return TransientError(description, bot_id=self.bot_id)
-        return PermanentError(description, status=code, bot_id=self.bot_id)
+        parameters = payload.get("parameters")
+        retry_after = parameters.get("retry_after") if isinstance(parameters, dict) else None
+        return error_from_reply(
+            status,
+            code=raw_code if isinstance(raw_code, int) else status,
+            description=description,
+            retry_after=float(retry_after) if isinstance(retry_after, int | float) else None,
+            chat_id=chat_id,
+            bot_id=self.bot_id,
+        )
 
     def _transport_error(self, exc: httpx.HTTPError, method: str = "") -> TransientError:
         text = self._scrub(str(exc)) or type(exc).__name__
@@ -329,3 +330,12 @@ class BotClient:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self.token.value, self.token.masked).replace(self.token.secret, "***")
+
+
+def _chat_of(data: dict[str, Any] | None) -> int | None:
+    """The chat a call goes into, if it names one (its refusals are that chat's)."""
+    chat = (data or {}).get("chat_id")
+    try:
+        return int(chat) if chat is not None else None
+    except ValueError:
+        return None

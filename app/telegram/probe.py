@@ -20,6 +20,15 @@ The check calls the bot's client directly: until it is admitted no worker
 runs for that token, so it is the only call on it (one call per token). With
 several instances it also waits until this one holds the bot's lease, and a
 lease is not handed on while a check runs (`BotWorker.checking`).
+
+Chats refuse bots later too (an admin kicks one or takes its rights: the
+dispatcher then takes it out of that chat, or out of the pool if it was its
+last). Every `RECHECK_INTERVAL` each bot that is out of some chat is asked
+again (getChatMember) about those chats and goes back into the ones that
+take it now (`Dispatcher.rejoin`). A bot in the pool is asked through its
+own worker, as any pinned call, so the question never overlaps its uploads;
+a bot every chat refused has no worker running and is asked directly, as at
+its first check, only while this instance holds its lease.
 """
 
 from __future__ import annotations
@@ -27,14 +36,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
-from app.telegram.types import BotInfo
+from app.telegram.types import BotInfo, ChatMemberInfo
 
 log = structlog.get_logger("app.telegram.probe")
 
@@ -42,6 +51,10 @@ log = structlog.get_logger("app.telegram.probe")
 PROBE_FIRST_PAUSE = 1.0
 #: The longest pause between two getMe checks of one bot.
 PROBE_MAX_PAUSE = 60.0
+#: Seconds between two re-checks of a bot's standing in the chats that
+#: refused it: often enough that a restored bot is back within minutes, rare
+#: enough to cost nothing (one getChatMember per missing chat and bot).
+RECHECK_INTERVAL = 300.0
 
 AdmittedHandler = Callable[[BotInfo], None]
 
@@ -56,12 +69,15 @@ class BotProber:
         on_admitted: AdmittedHandler | None = None,
         first_pause: float = PROBE_FIRST_PAUSE,
         max_pause: float = PROBE_MAX_PAUSE,
+        recheck_interval: float = RECHECK_INTERVAL,
     ) -> None:
         self._dispatcher = dispatcher
         self._on_admitted = on_admitted
         self._first_pause = first_pause
         self._max_pause = max_pause
+        self._recheck_interval = recheck_interval
         self._tasks: set[asyncio.Task[None]] = set()
+        self._recheck_task: asyncio.Task[None] | None = None
         self.bots: dict[int, BotInfo] = {}
         #: Set once a bot has passed (the service can store files).
         self.one_admitted = asyncio.Event()
@@ -71,9 +87,12 @@ class BotProber:
             task = asyncio.create_task(self._probe(bot_id), name=f"bot-probe-{bot_id}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        self._recheck_task = asyncio.create_task(self._recheck_loop(), name="bot-recheck")
 
     async def stop(self) -> None:
         tasks = list(self._tasks)
+        if self._recheck_task is not None:
+            tasks.append(self._recheck_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -147,11 +166,24 @@ class BotProber:
         """The storage chats where the bot is an admin that may post, and why
         each other chat refused it. A passing failure (5xx, 429, timeout) is
         raised: check again later."""
+        chats, refused = await self._standing(
+            bot_id, self._dispatcher.chat_ids, lambda chat: client.get_chat_member(chat, bot_id)
+        )
+        for chat_id, refusal in refused.items():
+            log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
+        return chats, [f"chat {chat_id}: {refusal}" for chat_id, refusal in refused.items()]
+
+    @staticmethod
+    async def _standing(
+        bot_id: int, chat_ids: list[int], member_of: Callable[[int], Awaitable[ChatMemberInfo]]
+    ) -> tuple[list[int], dict[int, str]]:
+        """Of `chat_ids`, those where the bot may post (`member_of` asks
+        Telegram), and why each other one refused it."""
         chats: list[int] = []
-        refusals: list[str] = []
-        for chat_id in self._dispatcher.chat_ids:
+        refused: dict[int, str] = {}
+        for chat_id in chat_ids:
             try:
-                member = await client.get_chat_member(chat_id, bot_id)
+                member = await member_of(chat_id)
             except (BotUnusable, PermanentError) as exc:
                 refusal = exc.description
             else:
@@ -159,9 +191,55 @@ class BotProber:
                     chats.append(chat_id)
                     continue
                 refusal = f"not an admin that may post (status {member.status})"
-            log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
-            refusals.append(f"chat {chat_id}: {refusal}")
-        return chats, refusals
+            refused[chat_id] = refusal
+        return chats, refused
+
+    # --- re-checks of chats that refused a bot ------------------------------------
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._recheck_interval)
+            missing = self._dispatcher.chats_to_recheck()
+            await asyncio.gather(
+                *(self._recheck(bot_id, chats) for bot_id, chats in missing.items())
+            )
+
+    async def _recheck(self, bot_id: int, chat_ids: list[int]) -> None:
+        """Ask again about the chats that refused the bot; back into those
+        that take it now."""
+        worker = self._dispatcher.workers[bot_id]
+        try:
+            if worker.usable:
+                chats, refused = await self._standing(
+                    bot_id, chat_ids, lambda chat: self._ask_worker(bot_id, chat)
+                )
+            elif worker.running is None and self._dispatcher.lease_left(bot_id):
+                async with self._checking(bot_id):
+                    chats, refused = await self._standing(
+                        bot_id,
+                        chat_ids,
+                        lambda chat: worker.client.get_chat_member(chat, bot_id),
+                    )
+            else:
+                return  # its lease is elsewhere: the holder re-checks it
+        except TelegramError as exc:
+            log.warning("bot_recheck_failed", bot_id=bot_id, error=str(exc))
+            return
+        if chats:
+            self._dispatcher.rejoin(bot_id, chats)
+        log.info(
+            "bot_chats_rechecked",
+            bot_id=bot_id,
+            chats_back=chats,
+            still_refused=refused,
+            chats=len(worker.chats),
+            in_pool=worker.usable,
+        )
+
+    async def _ask_worker(self, bot_id: int, chat_id: int) -> ChatMemberInfo:
+        return await self._dispatcher.call(
+            bot_id, "getChatMember", lambda client: client.get_chat_member(chat_id, bot_id)
+        )
 
     @contextlib.asynccontextmanager
     async def _checking(self, bot_id: int) -> AsyncIterator[None]:

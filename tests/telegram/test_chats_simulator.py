@@ -154,3 +154,81 @@ async def test_a_bot_kicked_from_one_chat_keeps_working_in_the_others() -> None:
     assert pool.usable_bots() == [bot]
     assert {d.chat_id for d in documents} == set(CHATS[1:])
     assert pool.usable_bots(CHATS[0]) == []
+
+
+async def test_a_bot_refused_at_its_check_joins_a_chat_once_it_passes_a_recheck() -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(BOTS), chat_ids=CHATS[:2]))
+    demoted, other = sim.bot_ids
+    sim.demote(demoted, CHATS[1])
+    async with run_simulator(sim) as url:
+        clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+        pool = Dispatcher(clients, chat_ids=CHATS[:2], checked=False)
+        await pool.start()
+        prober = BotProber(pool, first_pause=0, max_pause=0, recheck_interval=0.05)
+        prober.start()
+        sends: list[asyncio.Task[object]] = []
+        try:
+
+            async def checked() -> bool:
+                return prober.probing == 0
+
+            await eventually(checked)
+            assert pool.usable_bots(CHATS[1]) == [other]
+            # Still refused: the re-checks leave it out.
+            await asyncio.sleep(0.2)
+            assert pool.usable_bots(CHATS[1]) == [other]
+
+            sim.unkick(demoted, CHATS[1])  # an admin restores its rights
+            # Re-checks go through the bot's worker: uploads meanwhile.
+            sends = [
+                asyncio.create_task(pool.send_document(b"d" * 4096, f"{i}.bin")) for i in range(20)
+            ]
+
+            async def back() -> bool:
+                return sorted(pool.usable_bots(CHATS[1])) == sorted(sim.bot_ids)
+
+            await eventually(back)
+            await asyncio.gather(*sends)
+            more = await asyncio.gather(
+                *(pool.send_document(b"e", f"e{i}.bin", chat_id=CHATS[1]) for i in range(6))
+            )
+        finally:
+            for task in sends:
+                task.cancel()
+            await prober.stop()
+            await pool.stop(grace=5)
+    assert demoted in {d.bot_id for d in more}
+    # One call per token, checks included.
+    assert {stats.max_concurrent_calls for stats in sim.stats().values()} == {1}
+
+
+async def test_a_bot_every_chat_refused_comes_back_into_the_pool_after_a_recheck() -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(BOTS), chat_ids=CHATS[:2]))
+    kicked, other = sim.bot_ids
+    async with run_simulator(sim) as url:
+        clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+        pool = Dispatcher(clients, chat_ids=CHATS[:2])
+        await pool.start()
+        prober = BotProber(pool, recheck_interval=0.05)
+        prober.start()
+        try:
+            for chat in CHATS[:2]:
+                sim.kick(kicked, chat)
+            # Every send it tries is refused, until it has no chat left.
+            await asyncio.gather(*(pool.send_document(b"d", f"{i}.bin") for i in range(12)))
+            assert pool.usable_bots() == [other]
+
+            for chat in CHATS[:2]:
+                sim.unkick(kicked, chat)
+
+            async def back() -> bool:
+                return sorted(pool.usable_bots(CHATS[1])) == sorted(sim.bot_ids)
+
+            await eventually(back)
+            assert sorted(pool.usable_bots(CHATS[0])) == sorted(sim.bot_ids)
+            sim.reset_stats()
+            await asyncio.gather(*(pool.send_document(b"e", f"e{i}.bin") for i in range(12)))
+        finally:
+            await prober.stop()
+            await pool.stop(grace=5)
+    assert sim.stats()[kicked].calls.get("sendDocument", 0) > 0

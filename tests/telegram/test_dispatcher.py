@@ -381,12 +381,14 @@ async def test_permanent_error_fails_at_once_with_telegrams_description(
     mock_api: respx.MockRouter, stopper: list[Dispatcher]
 ) -> None:
     fake = FakeTelegram(mock_api, [1, 2])
-    fake.bots[1].script = [lambda: error(400, "Bad Request: chat not found")]
-    fake.bots[2].script = [lambda: error(400, "Bad Request: chat not found")]
+    # (A 400 that says the bot may not post in the chat is no fault of the
+    # request: test_dispatcher_chats.py.)
+    fake.bots[1].script = [lambda: error(400, "Bad Request: message caption is too long")]
+    fake.bots[2].script = [lambda: error(400, "Bad Request: message caption is too long")]
     dispatcher, _ = await make_dispatcher([1, 2])
     stopper.append(dispatcher)
 
-    with pytest.raises(PermanentError, match="chat not found"):
+    with pytest.raises(PermanentError, match="caption is too long"):
         await send(dispatcher, 1)
     assert fake.bots[1].calls + fake.bots[2].calls == 1
 

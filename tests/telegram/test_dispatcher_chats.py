@@ -21,6 +21,7 @@ import respx
 from app.config import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import ChatForbidden, NoUsableBot, PermanentError
 
 API = "https://api.telegram.org"
 CHATS = [-1001, -1002, -1003]
@@ -46,6 +47,9 @@ class Channels:
 
     def __init__(self, router: respx.MockRouter, bot_ids: list[int]) -> None:
         self.posts: list[tuple[int, int]] = []
+        # (bot, chat) -> (status, description) Telegram answers its posts with.
+        self.refusals: dict[tuple[int, int], tuple[int, str]] = {}
+        self.refused: list[tuple[int, int]] = []
         self.last_id: Counter[int] = Counter()
         self.posted = asyncio.Event()
         for bot_id in bot_ids:
@@ -57,6 +61,13 @@ class Channels:
     def _handler(self, bot_id: int) -> Callable[[httpx.Request], httpx.Response]:
         def handle(request: httpx.Request) -> httpx.Response:
             chat_id = int(field(request, "chat_id"))
+            refusal = self.refusals.get((bot_id, chat_id))
+            if refusal is not None:
+                self.refused.append((bot_id, chat_id))
+                status, description = refusal
+                return httpx.Response(
+                    status, json={"ok": False, "error_code": status, "description": description}
+                )
             self.last_id[chat_id] += 1
             message_id = self.last_id[chat_id]
             self.posts.append((bot_id, chat_id))
@@ -179,3 +190,77 @@ async def test_sends_into_a_given_chat_go_there_and_wait_for_its_budget_only(
     assert not third.done()
     third.cancel()
     assert telegram.per_pair() == {(1, CHATS[1]): 2, (1, CHATS[0]): 1}
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Bad Request: chat not found",
+        "Bad Request: not enough rights to send documents to the chat",
+        "Bad Request: CHAT_WRITE_FORBIDDEN",
+        "Bad Request: have no rights to send a message",
+    ],
+)
+async def test_a_400_saying_the_bot_may_not_post_takes_it_out_of_that_chat_only(
+    mock_api: respx.MockRouter, pools: list[Dispatcher], description: str
+) -> None:
+    telegram = Channels(mock_api, [1])
+    telegram.refusals[(1, CHATS[0])] = (400, description)
+    pool = await make_pool(pools, [1], CHATS[:2], sends_per_minute=0)
+
+    documents = await asyncio.gather(*(pool.send_document(b"x", f"{i}.bin") for i in range(4)))
+
+    assert {d.chat_id for d in documents} == {CHATS[1]}
+    assert telegram.refused == [(1, CHATS[0])]  # asked once, then left alone
+    assert pool.usable_bots() == [1]
+    assert (pool.usable_bots(CHATS[0]), pool.usable_bots(CHATS[1])) == ([], [1])
+
+
+async def test_a_send_into_a_chat_that_refuses_every_bot_fails_without_touching_other_chats(
+    mock_api: respx.MockRouter, pools: list[Dispatcher]
+) -> None:
+    telegram = Channels(mock_api, [1, 2])
+    for bot in (1, 2):
+        telegram.refusals[(bot, CHATS[0])] = (400, "Bad Request: chat not found")
+    pool = await make_pool(pools, [1, 2], CHATS[:2], sends_per_minute=0)
+
+    with pytest.raises(NoUsableBot, match=f"may post in chat {CHATS[0]}"):
+        await pool.send_document(b"x", "x.bin", chat_id=CHATS[0])
+
+    assert sorted(telegram.refused) == [(1, CHATS[0]), (2, CHATS[0])]
+    assert sorted(pool.usable_bots(CHATS[1])) == [1, 2]
+    document = await pool.send_document(b"y", "y.bin")
+    assert document.chat_id == CHATS[1]
+
+
+async def test_any_other_400_still_fails_the_job_and_keeps_the_bots_chats(
+    mock_api: respx.MockRouter, pools: list[Dispatcher]
+) -> None:
+    telegram = Channels(mock_api, [1, 2])
+    for bot in (1, 2):
+        telegram.refusals[(bot, CHATS[0])] = (400, "Bad Request: message caption is too long")
+    pool = await make_pool(pools, [1, 2], CHATS[:1], sends_per_minute=0)
+
+    with pytest.raises(PermanentError, match="caption is too long"):
+        await pool.send_document(b"x", "x.bin", caption="long")
+
+    assert len(telegram.refused) == 1
+    assert sorted(pool.usable_bots(CHATS[0])) == [1, 2]
+
+
+async def test_a_403_on_a_delete_takes_the_bot_out_of_that_chat_only(
+    mock_api: respx.MockRouter, pools: list[Dispatcher]
+) -> None:
+    mock_api.post(f"{API}/bot{token(1).value}/deleteMessage").mock(
+        return_value=httpx.Response(
+            403, json={"ok": False, "error_code": 403, "description": "Forbidden: bot was kicked"}
+        )
+    )
+    pool = await make_pool(pools, [1], CHATS[:2], sends_per_minute=0)
+
+    with pytest.raises(ChatForbidden) as caught:
+        await pool.call(1, "deleteMessage", lambda c: c.delete_message(CHATS[0], 7))
+
+    assert caught.value.chat_id == CHATS[0]
+    assert pool.usable_bots() == [1]
+    assert (pool.usable_bots(CHATS[0]), pool.usable_bots(CHATS[1])) == ([], [1])

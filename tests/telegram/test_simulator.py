@@ -20,6 +20,7 @@ from app.telegram.client import BotClient
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
+    ChatForbidden,
     PermanentError,
     RateLimited,
     TransientError,
@@ -294,8 +295,10 @@ async def test_member_bots_are_admins_who_may_post_and_delete(bots: list[BotClie
 async def test_wrong_chat_and_missing_document_are_bad_requests(
     sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
 ) -> None:
-    with pytest.raises(PermanentError, match="chat not found"):
+    # A chat the bot does not see: a refusal of the bot in that chat.
+    with pytest.raises(ChatForbidden, match="chat not found") as refused:
         await bots[0].send_document(-100999, b"abc", "a.bin")
+    assert refused.value.chat_id == -100999
 
     response = await http.post(api(sim.tokens[0], "sendDocument"), data={"chat_id": CHAT_ID})
     assert response.status_code == 400

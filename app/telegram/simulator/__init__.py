@@ -18,7 +18,9 @@ layer depends on (see the reference notes on the Bot API):
   while waiting for the answer, and counts as in flight until it is done (an
   upload abandoned by a timeout still posts its message); a client that drops
   the connection before its body is complete stores nothing;
-- revoked tokens get 401 and bots kicked from the chat get 403;
+- revoked tokens get 401 and bots kicked from the chat get 403; a bot
+  demoted to a plain member (`demote`) gets Telegram's 400s for posts and
+  deletions there;
 - file paths expire, and bots can delete messages for 48 hours only.
 
 On top of that it can misbehave on purpose: added latency, limited bandwidth,

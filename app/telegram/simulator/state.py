@@ -73,6 +73,8 @@ class TelegramSimulator:
             for chat_id in config.chat_ids
         }
         self._kicked: set[tuple[int, int]] = set()  # (bot_id, chat_id)
+        # Members without an admin's rights: no posting, no deleting.
+        self._demoted: set[tuple[int, int]] = set()  # (bot_id, chat_id)
         self._file_ids: dict[str, _FileRef] = {}
         self._file_paths: dict[str, _FileRef] = {}
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
@@ -199,6 +201,15 @@ class TelegramSimulator:
     def unkick(self, bot_id: int, chat_id: int) -> None:
         """The bot is made an administrator of the chat again."""
         self._kicked.discard((bot_id, chat_id))
+        self._demoted.discard((bot_id, chat_id))
+
+    def demote(self, bot_id: int, chat_id: int) -> None:
+        """The bot stays in the chat but loses its admin rights: its posts
+        there get 400 "not enough rights", its deletions 400 "message can't
+        be deleted", as Telegram answers them. `unkick` restores it."""
+        self._bot(bot_id)
+        self._chat(chat_id)
+        self._demoted.add((bot_id, chat_id))
 
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
@@ -442,6 +453,7 @@ class TelegramSimulator:
 
     def _send_document(self, bot_id: int, params: _Params) -> dict[str, Any]:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        self._check_may_post(bot_id, chat.chat_id)
         caption = params.fields.get("caption") or None
         if caption is not None and len(caption) > CAPTION_LIMIT:
             raise ApiError(400, "Bad Request: message caption is too long")
@@ -487,6 +499,8 @@ class TelegramSimulator:
         message = chat.messages.get(message_id)
         if message is None or message.deleted:
             raise ApiError(400, "Bad Request: message to delete not found")
+        if (bot_id, chat.chat_id) in self._demoted:
+            raise ApiError(400, "Bad Request: message can't be deleted")
         if self._now() - message.posted_at > self.config.delete_window:
             raise ApiError(400, "Bad Request: message can't be deleted")
         # The file stays: file_ids issued for it keep working, as in Telegram.
@@ -495,6 +509,7 @@ class TelegramSimulator:
 
     def _forward_message(self, bot_id: int, params: _Params) -> dict[str, Any]:
         target = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        self._check_may_post(bot_id, target.chat_id)
         source_chat = self._member_chat(bot_id, _chat_id_param(params, "from_chat_id"))
         source = source_chat.messages.get(_message_id_param(params, "message_id"))
         if source is None or source.deleted:
@@ -514,6 +529,8 @@ class TelegramSimulator:
             return {"status": "left", "user": user}
         if (user_id, chat.chat_id) in self._kicked:
             return {"status": "kicked", "user": bot.info(), "until_date": 0}
+        if (user_id, chat.chat_id) in self._demoted:
+            return {"status": "member", "user": bot.info()}
         return {"status": "administrator", "user": bot.info(), **_ADMIN_RIGHTS}
 
     def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
@@ -546,6 +563,10 @@ class TelegramSimulator:
         if (bot_id, chat_id) in self._kicked:
             raise ApiError(403, "Forbidden: bot was kicked from the channel chat")
         return chat
+
+    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
+        if (bot_id, chat_id) in self._demoted:
+            raise ApiError(400, "Bad Request: not enough rights to send documents to the chat")
 
     def _check_send_budget(self, bot_id: int, chat_id: int) -> None:
         budget = self.config.sends_per_minute
