@@ -227,11 +227,14 @@ class BotLeases:
         await self._take(rows, target.get(self.instance_id, 0), wanted, now, started)
 
     def _wanted_bots(self) -> list[int]:
-        """The bots worth a lease: not rejected by their check."""
+        """The bots worth a lease: not rejected by their check. One that
+        every chat refused is wanted too: only its holder re-checks it
+        (app.telegram.probe), and it comes back when a chat takes it again."""
+        rechecked = self._dispatcher.chats_to_recheck()
         return [
             w.bot_id
             for w in self._dispatcher.workers.values()
-            if w.usable or w.probing or w.bot_id in self.held
+            if w.usable or w.probing or w.bot_id in self.held or w.bot_id in rechecked
         ]
 
     def _renewal_due(self, bot_id: int, started: float) -> bool:

@@ -317,3 +317,26 @@ async def test_a_cooldown_reaches_the_lease_before_the_next_renewal(
     while await cooldown_on_row() < 35:
         assert time.monotonic() - started < 1.5, "the cooldown was not written in time"
         await asyncio.sleep(0.05)
+
+
+async def test_a_bot_every_chat_refused_stays_leased_so_its_holder_rechecks_it(
+    fleet: Fleet,
+) -> None:
+    """Such a bot has no work, so it is handed over first; the instance it
+    goes to must still take its lease, since only a holder re-checks it."""
+    first = await fleet("a")
+    refused = sorted(first.leases.held)[0]
+
+    def refuse(member: Member) -> None:
+        worker = member.dispatcher.workers[refused]
+        worker.usable = False  # as after a 403 in its last chat
+        worker.chats.clear()
+        assert refused in member.dispatcher.chats_to_recheck()
+
+    refuse(first)
+    second = await fleet("b")  # holds nothing yet: the first holds every bot
+    refuse(second)
+    await eventually(lambda: len(first.leases.held) == BOTS // 2, 10)
+    await eventually(lambda: len(second.leases.held) == BOTS // 2, 10)
+    holders = [m for m in (first, second) if refused in m.leases.held]
+    assert len(holders) == 1
