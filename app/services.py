@@ -38,6 +38,7 @@ from app.store.reader import READ_BLOCK, RangeReader
 from app.store.reconcile import Reconciler, may_have_posted
 from app.store.resumable import ResumableStore
 from app.store.service import ObjectStore
+from app.store.shared_paths import SharedPaths
 from app.store.spool import Spool
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
@@ -70,6 +71,7 @@ class Services:
     flusher: Flusher
     instance: InstanceHeartbeat
     leases: BotLeases
+    shared_paths: SharedPaths
     resumable: ResumableStore
     throughput: ThroughputHistory
     prober: BotProber
@@ -111,6 +113,8 @@ class Services:
             task.cancel()
         await asyncio.gather(*self.background, return_exceptions=True)
         await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
+        # Its answers go through the dispatcher; readers elsewhere forward.
+        await self.shared_paths.stop()
         # Leases are renewed while the dispatcher drains, given up after it
         # stopped, and the instance row goes last: a lease whose owner has no
         # row is free for the taking.
@@ -208,6 +212,8 @@ async def start_services(settings: Settings) -> Services:
     )
     await leases.round()
     leases.start()
+    shared_paths = SharedPaths(dispatcher, sessionmaker)
+    shared_paths.start()
     gc.start()
     buffers = UploadBuffers(settings.upload_buffers)
     writer = ChunkWriter(
@@ -226,7 +232,7 @@ async def start_services(settings: Settings) -> Services:
         block_size=READ_BLOCK,
     )
     reader = RangeReader(
-        ChunkLocator(dispatcher, gc),
+        ChunkLocator(dispatcher, gc, shared_paths),
         budget,
         stall_seconds=settings.download_stall_seconds,
         on_bytes=metrics.bytes_downloaded.inc,
@@ -323,6 +329,7 @@ async def start_services(settings: Settings) -> Services:
         flusher=flusher,
         instance=instance,
         leases=leases,
+        shared_paths=shared_paths,
         resumable=resumable,
         prober=prober,
         background=background,

@@ -409,6 +409,23 @@ class BotLease(Base):
         return f"BotLease(bot_id={self.bot_id}, owner={self.owner!r})"
 
 
+class SharedFilePath(Base):
+    """A file_path one instance asked for a chunk whose bot another instance
+    holds, and the holder's answer (app/store/shared_paths.py).
+
+    Downloading a file's bytes needs no lease (it is no Bot API method call),
+    but getFile does: only the bot's holder may ask Telegram for the path.
+    """
+
+    __tablename__ = "shared_file_paths"
+
+    bot_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    file_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    requested_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    file_path: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
 class SpooledPart(Base):
     """A multipart part acknowledged from the local staging spool, not yet in
     Telegram: its bytes are the file `path` (relative to SPOOL_DIR).

@@ -2,9 +2,11 @@
 
 A `file_id` works only with the bot that received it, so a chunk is read through
 its uploading bot: `getFile` (lazily, cached for less than the hour Telegram
-keeps a file_path valid) and then the file URL. If that bot is gone (removed
-from the config, token revoked, kicked), another bot forwards the stored message
-and reads the chunk through the file_id it gets; that file_id is cached too.
+keeps a file_path valid) and then the file URL. With several instances, a
+bot held by another one is asked for through it (app.store.shared_paths). If
+that bot is gone (removed from the config, token revoked, kicked) or nobody
+answers, another bot forwards the stored message and reads the chunk through
+the file_id it gets; that file_id is cached too.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from dataclasses import dataclass
 import structlog
 
 from app.store.gc import GarbageCollector
+from app.store.shared_paths import FILE_PATH_TTL, SharedPaths
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, TelegramError
 
 log = structlog.get_logger("app.store.locator")
 
-FILE_PATH_TTL = 50 * 60  # Telegram keeps a file_path valid for at least an hour.
 CACHE_ENTRIES = 10_000
 
 
@@ -39,9 +41,12 @@ class ChunkRef:
 
 
 class ChunkLocator:
-    def __init__(self, dispatcher: Dispatcher, gc: GarbageCollector) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, gc: GarbageCollector, shared: SharedPaths | None = None
+    ) -> None:
         self._dispatcher = dispatcher
         self._gc = gc
+        self._shared = shared
         # chunk_id -> (bot_id, file_id) of another bot, when the uploader is gone.
         self._rehomed: OrderedDict[int, tuple[int, str]] = OrderedDict()
         # (bot_id, file_id) -> (file_path, expires_at)
@@ -51,7 +56,7 @@ class ChunkLocator:
         """A client and a file_path from which the chunk can be downloaded now."""
         bot_id, file_id = self._rehomed.get(chunk.chunk_id, (chunk.bot_id, chunk.file_id))
         client = self._dispatcher.client_for(bot_id)
-        if client is not None:
+        if client is not None and self._dispatcher.serves(bot_id):
             try:
                 return client, await self._file_path(bot_id, file_id)
             except BotUnusable:
@@ -59,7 +64,8 @@ class ChunkLocator:
             except PermanentError as exc:
                 if "wrong file_id" not in exc.description:
                     raise
-        return await self._rehome(chunk)
+        located = await self._ask_holder(bot_id, file_id)
+        return located if located is not None else await self._rehome(chunk)
 
     def forget(self, chunk: ChunkRef) -> None:
         """Drop cached paths for a chunk whose read failed (the path may be stale)."""
@@ -67,20 +73,45 @@ class ChunkLocator:
         self._paths.pop((bot_id, file_id), None)
 
     async def _file_path(self, bot_id: int, file_id: str) -> str:
-        key = (bot_id, file_id)
-        cached = self._paths.get(key)
-        now = time.monotonic()
-        if cached is not None and cached[1] > now:
-            self._paths.move_to_end(key)
-            return cached[0]
+        cached = self._cached_path(bot_id, file_id)
+        if cached is not None:
+            return cached
         # A reader waits for it: ahead of the bot's queued uploads.
         location = await self._dispatcher.call(
             bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
         )
-        self._paths[key] = (location.file_path, now + FILE_PATH_TTL)
+        self._keep_path(bot_id, file_id, location.file_path)
+        if self._shared is not None and self._shared.in_use:
+            await self._shared.share(bot_id, file_id, location.file_path)
+        return location.file_path
+
+    async def _ask_holder(self, bot_id: int, file_id: str) -> tuple[BotClient, str] | None:
+        """The path from the instance holding the bot, when another does."""
+        if self._shared is None or bot_id not in self._dispatcher.held_elsewhere:
+            return None
+        client = self._dispatcher.download_client(bot_id)
+        if client is None:
+            return None
+        path = self._cached_path(bot_id, file_id)
+        if path is None:
+            path = await self._shared.ask(bot_id, file_id)
+            if path is None:
+                return None
+            self._keep_path(bot_id, file_id, path)
+        return client, path
+
+    def _cached_path(self, bot_id: int, file_id: str) -> str | None:
+        key = (bot_id, file_id)
+        cached = self._paths.get(key)
+        if cached is None or cached[1] <= time.monotonic():
+            return None
+        self._paths.move_to_end(key)
+        return cached[0]
+
+    def _keep_path(self, bot_id: int, file_id: str, path: str) -> None:
+        self._paths[(bot_id, file_id)] = (path, time.monotonic() + FILE_PATH_TTL)
         while len(self._paths) > CACHE_ENTRIES:
             self._paths.popitem(last=False)
-        return location.file_path
 
     async def _rehome(self, chunk: ChunkRef) -> tuple[BotClient, str]:
         """Read the chunk through another bot: forward its message, use the new file_id."""

@@ -119,6 +119,9 @@ class Dispatcher:
         self.on_attempt = on_attempt
         self.on_abandoned_send = on_abandoned_send
         self._leasing = False
+        # The bots another live instance holds the lease of (set by
+        # app.telegram.leases): a reader here asks it for their file paths.
+        self.held_elsewhere: frozenset[int] = frozenset()
         self._job_ids = itertools.count(1)
         self._accepting = False
 
@@ -352,6 +355,17 @@ class Dispatcher:
         """The client of a usable bot, for streaming file downloads."""
         worker = self.workers.get(bot_id)
         return worker.client if worker is not None and worker.usable else None
+
+    def serves(self, bot_id: int) -> bool:
+        """Whether a call with the bot can run on this instance now."""
+        worker = self.workers.get(bot_id)
+        return worker is not None and worker.serving(self._clock())
+
+    def download_client(self, bot_id: int) -> BotClient | None:
+        """The client of a configured bot, for downloading a file from a path
+        another instance got: that is no method call and needs no lease."""
+        worker = self.workers.get(bot_id)
+        return worker.client if worker is not None else None
 
     # --- views of the pool (/ready, /metrics, other components) ---------------
 

@@ -220,6 +220,11 @@ class BotLeases:
             self._published = None
         backlogs[self.instance_id] = backlog
         self._dispatcher.in_fleet = len(backlogs) > 1
+        self._dispatcher.held_elsewhere = frozenset(
+            r.bot_id
+            for r in rows
+            if r.owner != self.instance_id and r.expires_at > now and r.owner in backlogs
+        )
         wanted = self._wanted_bots()
         target = shares(backlogs, len(wanted))
         await self._renew(now, started)

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.db.engine import create_engine
-from app.db.models import BotLease, Chunk, GcEntry
+from app.db.models import BotLease, Chunk, GcEntry, SharedFilePath
 from app.demo import create_api_key
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
@@ -185,10 +185,13 @@ def test_three_instances_share_six_bots_and_read_each_others_files(
         assert body.content == data
     stats = httpx.get(f"{sim.url}/_sim/stats", timeout=10).json()
     assert all(bot["rate_limited"] == 0 for bot in stats["bots"].values())
-    # Chunks whose uploading bot another instance held were read through the
-    # locator's fallback: another bot forwarded them.
+    # Chunks whose uploading bot another instance held were read through a
+    # path that instance got (app/store/shared_paths.py), not by forwarding
+    # them: no new post.
     forwards = sum(bot["calls"].get("forwardMessage", 0) for bot in stats["bots"].values())
-    assert forwards > 0
+    assert forwards == 0
+    shared = query(database, select(func.count()).select_from(SharedFilePath))
+    assert shared[0][0] > 0
     # (The fixture checks that no token had two calls in flight at once.)
 
 
