@@ -8,14 +8,25 @@ import asyncio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.engine import create_engine, create_sessionmaker
-from app.db.objects import ObjectRepository, ObjectSpec, new_public_id, row_values
+from app.db.objects import (
+    ObjectRepository,
+    ObjectSpec,
+    StoredChecksum,
+    new_public_id,
+    row_values,
+)
 from app.db.session import session_scope
 from app.db.single_statements import (
+    _COLUMNS,
+    _INSERT_KEYS,
     AsyncStatements,
+    ObjectRow,
     SqliteThreadStatements,
+    inserted_row,
     single_statements_for,
 )
 from app.db.types import utcnow
@@ -157,3 +168,98 @@ async def test_sqlite_insert_waits_for_a_writer_holding_the_lock(
         assert await statements.object("b", "after") is not None
     finally:
         await statements.close()
+
+
+def test_rows_have_the_table_columns() -> None:
+    """ObjectRow is the read statements' columns, and an insert takes every
+    value row_values gives (a column added to the table must be added here)."""
+    assert list(ObjectRow._fields) == [column.name for column in _COLUMNS]
+    now = utcnow()
+    values = row_values(spec("k", b"x"), new_public_id(), now, now)
+    assert set(_INSERT_KEYS) == set(values)
+    row = inserted_row(7, values)
+    assert (row.id, row.key, row.inline_data, row.created_at) == (7, "k", b"x", now)
+
+
+def full_spec(key: str) -> ObjectSpec:
+    return ObjectSpec(
+        bucket="b",
+        key=key,
+        name="n\u00e9",
+        content_type="text/plain; charset=utf-8",
+        size=3,
+        etag='"0123"',
+        md5="0123",
+        sha256="ab" * 32,
+        user_metadata={"x-amz-meta-\u00e9": "v\u00e9", "x-amz-meta-n": ""},
+        inline_data=b"\x00\xff\x01",
+        owner_key_id=12,
+        checksum=StoredChecksum("crc32", "AAAAAA==", "FULL_OBJECT"),
+        tags={"t": "1"},
+    )
+
+
+async def test_compiled_statements_read_and_write_what_sqlalchemy_does(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """The statements run on the driver's connection (SQLite) store the same
+    column values as SQLAlchemy's own execution, and read back the same row
+    values as a Core read on the app's engine."""
+    statements = single_statements_for(engine)
+    core = AsyncStatements(engine, engine)
+    try:
+        now = utcnow()
+        for key, tags in (("with", {"t": "1"}), ("without", None)):
+            values = row_values(full_spec(key), new_public_id(), now, now)
+            values["tags"] = tags
+            mine = await statements.insert_object_unless_exists(values)
+            theirs = await core.insert_object_unless_exists(
+                {**values, "key": key + "-core", "public_id": new_public_id()}
+            )
+            assert mine is not None and theirs is not None
+            async with engine.connect() as connection:
+                stored = {
+                    row[0]: row[1:]
+                    for row in await connection.execute(
+                        text(
+                            "SELECT key, name, content_type, size, etag, md5, sha256,"
+                            " user_metadata, inline_data, created_at, updated_at,"
+                            " owner_key_id, checksum_algorithm, checksum, checksum_type,"
+                            " parts, tags FROM objects WHERE key IN (:a, :b)"
+                        ),
+                        {"a": key, "b": key + "-core"},
+                    )
+                }
+            assert stored[key] == stored[key + "-core"]
+            read = await statements.object("b", key)
+            core_read = await core.object("b", key)
+            assert read is not None and read == core_read
+            assert read.user_metadata == values["user_metadata"]
+            assert read.created_at == now and read.created_at.tzinfo is not None
+            assert read.tags == tags
+            assert inserted_row(mine, values) == read
+    finally:
+        await statements.close()
+
+
+async def test_sqlite_driver_errors_are_sqlalchemy_errors(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A failing statement raises what SQLAlchemy's own execution raises (the
+    error pages tell a locked or missing database apart by its class)."""
+    path = tmp_path_factory.mktemp("errors") / "e.db"
+    engine = create_engine(f"sqlite:///{path}")
+    async with engine.begin() as connection:
+        await connection.execute(text("CREATE TABLE t (x)"))  # no objects table
+    statements = SqliteThreadStatements(str(path))
+    try:
+        with pytest.raises(OperationalError, match="no such table"):
+            await statements.object("b", "k")
+        now = utcnow()
+        with pytest.raises(OperationalError, match="no such table"):
+            await statements.insert_object_unless_exists(
+                row_values(spec("k", b"x"), new_public_id(), now, now)
+            )
+    finally:
+        await statements.close()
+        await engine.dispose()
