@@ -16,11 +16,12 @@ atomic, reads one consistent snapshot, and commits.
   their own, with the same journal and sync settings as the app's (WAL,
   synchronous=FULL: an acknowledged insert is on disk), queueing behind
   other writers on busy_timeout like the app's connections do.
-* Postgres: Core statements on pooled async connections, without the ORM
-  session. Reads use an engine of their own without pre-ping (one round trip
-  less) and are retried once on a new connection if the pooled one turns
-  out dead; inserts use the app's engine, which pings first, because an
-  insert cannot be retried blindly.
+* Postgres: reads are asyncpg's own unnamed statements outside a
+  transaction on pooled connections of an engine of their own without
+  pre-ping (two round trips; see `_read_on_driver`), retried once on a new
+  connection if the pooled one turns out dead; inserts are Core statements
+  on the app's engine, which pings first, because an insert cannot be
+  retried blindly.
 * An in-memory SQLite database (which another connection could not see):
   Core statements on the app's engine.
 """
@@ -37,7 +38,7 @@ import sqlalchemy
 from sqlalchemy import Select, bindparam, event, select
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from app.db.compiled import CompiledStatement
@@ -117,6 +118,16 @@ class AsyncStatements:
         self._reads = reads
         self._writes = writes
         self._owned = owned
+        # On asyncpg, reads go to the driver itself (see _read_on_driver).
+        on_asyncpg = reads.dialect.name == "postgresql" and reads.dialect.driver == "asyncpg"
+        self._compiled: dict[Select[Any], CompiledStatement] | None = (
+            {
+                statement: CompiledStatement(statement, reads.dialect)
+                for statement in (_BY_KEY, _BY_PUBLIC_ID)
+            }
+            if on_asyncpg
+            else None
+        )
 
     async def _first(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         try:
@@ -128,8 +139,12 @@ class AsyncStatements:
 
     async def _first_once(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         async with self._reads.connect() as connection:
-            row = (await connection.execute(statement, values)).first()
-            return None if row is None else ObjectRow(*row)
+            if self._compiled is not None:
+                found, row = await _read_on_driver(connection, self._compiled[statement], values)
+                if found:
+                    return row
+            result = (await connection.execute(statement, values)).first()
+            return None if result is None else ObjectRow(*result)
 
     async def object(self, bucket: str, key: str) -> ObjectRow | None:
         return await self._first(_BY_KEY, {"bucket": bucket, "key": key})
@@ -146,6 +161,33 @@ class AsyncStatements:
     async def close(self) -> None:
         for engine in self._owned:
             await engine.dispose()
+
+
+async def _read_on_driver(
+    connection: AsyncConnection, statement: CompiledStatement, values: dict[str, str]
+) -> tuple[bool, ObjectRow | None]:
+    """(True, the row or None) of `statement` run by asyncpg itself on the
+    pooled connection; (False, None) if the driver raised.
+
+    Outside a transaction and with asyncpg's statement cache off, this is one
+    unnamed statement in two round trips (Parse, Describe and Flush; then Bind,
+    Execute and Sync), where SQLAlchemy's execution took four (BEGIN, prepare,
+    execute, ROLLBACK) and ~0.3 ms more CPU. pgbouncer in transaction mode
+    hands the server connection back only at ReadyForQuery, which only the
+    Sync brings, so both halves reach the same server connection. On an error
+    the caller runs the statement again through SQLAlchemy, which raises it
+    as it always has (and marks a dead connection invalid): a read can run
+    twice.
+    """
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    if driver is None:
+        return False, None
+    try:
+        record = await driver.fetchrow(statement.sql, *statement.parameters(values))
+    except Exception:
+        return False, None
+    return True, (None if record is None else ObjectRow(*statement.row(record)))
 
 
 class SqliteThreadStatements:

@@ -7,10 +7,11 @@ import asyncio
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy import bindparam, column, select, table, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.objects import (
     ObjectRepository,
@@ -260,6 +261,64 @@ async def test_sqlite_driver_errors_are_sqlalchemy_errors(
             await statements.insert_object_unless_exists(
                 row_values(spec("k", b"x"), new_public_id(), now, now)
             )
+    finally:
+        await statements.close()
+        await engine.dispose()
+
+
+async def test_concurrent_reads_each_get_their_own_row(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """Many reads at once, of two statements, on more pooled connections than
+    pgbouncer (transaction mode, pool of 5) has server connections: on
+    Postgres each read is an unnamed statement outside a transaction, and its
+    two round trips must reach the same server connection."""
+    statements = single_statements_for(engine)
+    try:
+        public_ids = {}
+        for n in range(30):
+            public_ids[n] = await put(sessionmaker, f"c{n}", b"%d" % n)
+
+        async def read(n: int) -> None:
+            if n % 2:
+                row = await statements.object("b", f"c{n % 30}")
+            else:
+                row = await statements.object_by_public_id(public_ids[n % 30])
+            assert row is not None
+            assert (row.key, row.inline_data) == (f"c{n % 30}", b"%d" % (n % 30))
+
+        for _ in range(3):
+            await asyncio.gather(*(read(n) for n in range(120)))
+        assert await statements.object("b", "missing") is None
+    finally:
+        await statements.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Postgres read is asyncpg's own statement, not SQLAlchemy's execution;
+    when the driver raises, the read raises what SQLAlchemy raises for it."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    try:
+        await put(create_sessionmaker(engine), "driver", b"d")
+
+        async def no_execute(*args: object, **kwargs: object) -> None:
+            raise AssertionError("read through SQLAlchemy's execution")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(AsyncConnection, "execute", no_execute)
+            row = await statements.object("b", "driver")
+        assert row is not None and row.inline_data == b"d"
+
+        assert isinstance(statements, AsyncStatements) and statements._compiled is not None
+        missing = table("no_such_table", column("x"))
+        bad = select(missing.c.x).where(missing.c.x == bindparam("bucket"))
+        statements._compiled[bad] = CompiledStatement(bad, engine.dialect)
+        with pytest.raises(ProgrammingError, match="no_such_table"):
+            await statements._first(bad, {"bucket": "b"})
     finally:
         await statements.close()
         await engine.dispose()
