@@ -109,6 +109,15 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", OBJECT, obj.delete_object),
 )
 
+#: ROUTES by (method, level), in table order: a request looks only at the
+#: routes that can match it (scanning all of them was ~3 % of a small GET).
+_CANDIDATES: dict[tuple[str, Level], tuple[Route, ...]] = {}
+for _route in ROUTES:
+    _CANDIDATES[_route.method, _route.level] = (
+        *_CANDIDATES.get((_route.method, _route.level), ()),
+        _route,
+    )
+
 #: Sub-resources S3 defines that no route here serves: NotImplemented,
 #: whatever the method.
 UNSUPPORTED: dict[Level, frozenset[str]] = {
@@ -128,7 +137,8 @@ def route(req: S3Request) -> Handler:
     asked = req.query.keys()
     if UNSUPPORTED[level] & asked:
         raise S3Error("NotImplemented")
-    found = next((candidate for candidate in ROUTES if candidate.matches(req, level)), None)
+    candidates = _CANDIDATES.get((req.method, level), ())
+    found = next((candidate for candidate in candidates if candidate.matches(req, level)), None)
     if found is None:
         raise S3Error("MethodNotAllowed")
     served = {flag.partition("=")[0] for flag in found.query}

@@ -39,7 +39,7 @@ from app.db.objects import StoredChecksum as StoredChecksum
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
-from app.db.single_statements import AsyncStatements, SingleStatements
+from app.db.single_statements import AsyncStatements, ObjectRow, SingleStatements, inserted_row
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
@@ -75,7 +75,9 @@ class ObjectInfo:
     tags: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, row: StoredObject | Row[Any], *, with_content: bool = True) -> ObjectInfo:
+    def from_row(
+        cls, row: StoredObject | ObjectRow | Row[Any], *, with_content: bool = True
+    ) -> ObjectInfo:
         """From an ORM object or a Core row of the objects table (same names)."""
         return cls(
             id=row.id,
@@ -188,7 +190,7 @@ class ObjectStore:
             values = db_objects.row_values(spec, new_public_id(), now, now)
             new_id = await self._statements.insert_object_unless_exists(values)
             if new_id is not None:
-                return ObjectInfo.from_row(StoredObject(id=new_id, **values), with_content=False)
+                return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
@@ -431,7 +433,7 @@ class ObjectStore:
         return deleted
 
 
-def _checksum_of(row: StoredObject | Row[Any]) -> StoredChecksum | None:
+def _checksum_of(row: StoredObject | ObjectRow | Row[Any]) -> StoredChecksum | None:
     if row.checksum_algorithm is None or row.checksum is None:
         return None
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)

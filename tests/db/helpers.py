@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +14,7 @@ from sqlalchemy import event, func, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db.compiled import CompiledStatement
 from app.db.models import Base, Chunk
 from app.db.repositories import ChunkRepository, ObjectSpec, PieceSpec
 from app.db.session import session_scope
@@ -165,14 +166,24 @@ def key_queries() -> Iterator[list[str]]:
 
 @contextmanager
 def statements() -> Iterator[list[str]]:
-    """The SQL every engine in this process runs meanwhile (the service's too)."""
+    """The SQL every engine in this process runs meanwhile (the service's too),
+    and the statements run on a driver's own connection (app.db.compiled),
+    which SQLAlchemy's events do not see."""
     seen: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         seen.append(" ".join(statement.split()))
 
+    on_driver = CompiledStatement.parameters
+
+    def record_on_driver(compiled: CompiledStatement, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        seen.append(" ".join(compiled.sql.split()))
+        return on_driver(compiled, values)
+
     event.listen(Engine, "before_cursor_execute", record)
+    CompiledStatement.parameters = record_on_driver  # type: ignore[method-assign]
     try:
         yield seen
     finally:
+        CompiledStatement.parameters = on_driver  # type: ignore[method-assign]
         event.remove(Engine, "before_cursor_execute", record)

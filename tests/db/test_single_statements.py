@@ -7,15 +7,28 @@ import asyncio
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy import bindparam, column, select, table, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine, create_sessionmaker
-from app.db.objects import ObjectRepository, ObjectSpec, new_public_id, row_values
+from app.db.objects import (
+    ObjectRepository,
+    ObjectSpec,
+    StoredChecksum,
+    new_public_id,
+    row_values,
+)
 from app.db.session import session_scope
 from app.db.single_statements import (
+    _BY_KEY,
+    _COLUMNS,
+    _INSERT_KEYS,
     AsyncStatements,
+    ObjectRow,
     SqliteThreadStatements,
+    inserted_row,
     single_statements_for,
 )
 from app.db.types import utcnow
@@ -157,3 +170,160 @@ async def test_sqlite_insert_waits_for_a_writer_holding_the_lock(
         assert await statements.object("b", "after") is not None
     finally:
         await statements.close()
+
+
+def test_rows_have_the_table_columns() -> None:
+    """ObjectRow is the read statements' columns, and an insert takes every
+    value row_values gives (a column added to the table must be added here)."""
+    assert list(ObjectRow._fields) == [column.name for column in _COLUMNS]
+    now = utcnow()
+    values = row_values(spec("k", b"x"), new_public_id(), now, now)
+    assert set(_INSERT_KEYS) == set(values)
+    row = inserted_row(7, values)
+    assert (row.id, row.key, row.inline_data, row.created_at) == (7, "k", b"x", now)
+
+
+def full_spec(key: str) -> ObjectSpec:
+    return ObjectSpec(
+        bucket="b",
+        key=key,
+        name="n\u00e9",
+        content_type="text/plain; charset=utf-8",
+        size=3,
+        etag='"0123"',
+        md5="0123",
+        sha256="ab" * 32,
+        user_metadata={"x-amz-meta-\u00e9": "v\u00e9", "x-amz-meta-n": ""},
+        inline_data=b"\x00\xff\x01",
+        owner_key_id=12,
+        checksum=StoredChecksum("crc32", "AAAAAA==", "FULL_OBJECT"),
+        tags={"t": "1"},
+    )
+
+
+async def test_compiled_statements_read_and_write_what_sqlalchemy_does(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """The statements run on the driver's connection (SQLite's inserts and
+    reads, asyncpg's reads) store the same column values as SQLAlchemy's own
+    execution, and read back the same row values as SQLAlchemy's execution
+    of the same statement."""
+    statements = single_statements_for(engine)
+    core = AsyncStatements(engine, engine)
+    try:
+        now = utcnow()
+        for key, tags in (("with", {"t": "1"}), ("without", None)):
+            values = row_values(full_spec(key), new_public_id(), now, now)
+            values["tags"] = tags
+            mine = await statements.insert_object_unless_exists(values)
+            theirs = await core.insert_object_unless_exists(
+                {**values, "key": key + "-core", "public_id": new_public_id()}
+            )
+            assert mine is not None and theirs is not None
+            async with engine.connect() as connection:
+                stored = {
+                    row[0]: row[1:]
+                    for row in await connection.execute(
+                        text(
+                            "SELECT key, name, content_type, size, etag, md5, sha256,"
+                            " user_metadata, inline_data, created_at, updated_at,"
+                            " owner_key_id, checksum_algorithm, checksum, checksum_type,"
+                            " parts, tags FROM objects WHERE key IN (:a, :b)"
+                        ),
+                        {"a": key, "b": key + "-core"},
+                    )
+                }
+            assert stored[key] == stored[key + "-core"]
+            read = await statements.object("b", key)
+            async with engine.connect() as connection:
+                result = await connection.execute(_BY_KEY, {"bucket": "b", "key": key})
+                core_row = result.first()
+            assert core_row is not None
+            assert read is not None and read == ObjectRow(*core_row)
+            assert read.user_metadata == values["user_metadata"]
+            assert read.created_at == now and read.created_at.tzinfo is not None
+            assert read.tags == tags
+            assert inserted_row(mine, values) == read
+    finally:
+        await statements.close()
+
+
+async def test_sqlite_driver_errors_are_sqlalchemy_errors(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A failing statement raises what SQLAlchemy's own execution raises (the
+    error pages tell a locked or missing database apart by its class)."""
+    path = tmp_path_factory.mktemp("errors") / "e.db"
+    engine = create_engine(f"sqlite:///{path}")
+    async with engine.begin() as connection:
+        await connection.execute(text("CREATE TABLE t (x)"))  # no objects table
+    statements = SqliteThreadStatements(str(path))
+    try:
+        with pytest.raises(OperationalError, match="no such table"):
+            await statements.object("b", "k")
+        now = utcnow()
+        with pytest.raises(OperationalError, match="no such table"):
+            await statements.insert_object_unless_exists(
+                row_values(spec("k", b"x"), new_public_id(), now, now)
+            )
+    finally:
+        await statements.close()
+        await engine.dispose()
+
+
+async def test_concurrent_reads_each_get_their_own_row(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """Many reads at once, of two statements, on more pooled connections than
+    pgbouncer (transaction mode, pool of 5) has server connections: on
+    Postgres each read is an unnamed statement outside a transaction, and its
+    two round trips must reach the same server connection."""
+    statements = single_statements_for(engine)
+    try:
+        public_ids = {}
+        for n in range(30):
+            public_ids[n] = await put(sessionmaker, f"c{n}", b"%d" % n)
+
+        async def read(n: int) -> None:
+            if n % 2:
+                row = await statements.object("b", f"c{n % 30}")
+            else:
+                row = await statements.object_by_public_id(public_ids[n % 30])
+            assert row is not None
+            assert (row.key, row.inline_data) == (f"c{n % 30}", b"%d" % (n % 30))
+
+        for _ in range(3):
+            await asyncio.gather(*(read(n) for n in range(120)))
+        assert await statements.object("b", "missing") is None
+    finally:
+        await statements.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Postgres read is asyncpg's own statement, not SQLAlchemy's execution;
+    when the driver raises, the read raises what SQLAlchemy raises for it."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    try:
+        await put(create_sessionmaker(engine), "driver", b"d")
+
+        async def no_execute(*args: object, **kwargs: object) -> None:
+            raise AssertionError("read through SQLAlchemy's execution")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(AsyncConnection, "execute", no_execute)
+            row = await statements.object("b", "driver")
+        assert row is not None and row.inline_data == b"d"
+
+        assert isinstance(statements, AsyncStatements) and statements._compiled is not None
+        missing = table("no_such_table", column("x"))
+        bad = select(missing.c.x).where(missing.c.x == bindparam("bucket"))
+        statements._compiled[bad] = CompiledStatement(bad, engine.dialect)
+        with pytest.raises(ProgrammingError, match="no_such_table"):
+            await statements._first(bad, {"bucket": "b"})
+    finally:
+        await statements.close()
+        await engine.dispose()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.s3.router import UNSUPPORTED, Level
+from app.s3.router import _CANDIDATES, ROUTES, UNSUPPORTED, Level
 from tests.running_service import Service
 from tests.s3.test_api_boto3 import S3, read
 from tests.s3.test_bad_input import error_code, s3, signed
@@ -94,3 +94,11 @@ async def test_a_sub_resource_is_served_only_for_the_methods_routed_to_it(
 
 def test_the_service_level_has_no_sub_resources() -> None:
     assert not UNSUPPORTED[Level.SERVICE]
+
+
+def test_candidates_are_the_table_by_method_and_level_in_order() -> None:
+    """The index the router looks up holds every route of the table under its
+    method and level, in the table's order (first match wins)."""
+    assert sum(len(routes) for routes in _CANDIDATES.values()) == len(ROUTES)
+    for (method, level), routes in _CANDIDATES.items():
+        assert routes == tuple(r for r in ROUTES if (r.method, r.level) == (method, level))
