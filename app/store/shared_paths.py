@@ -4,11 +4,12 @@ getFile is a Bot API call, so only the instance holding the bot's lease may
 make it (one call per token across the fleet). Downloading the bytes from
 the path it returns is no method call: any instance may, with the bot's
 token. So an instance that needs a path for a bot held elsewhere asks
-through the database (`ask`), and every instance answers, every
-`ANSWER_INTERVAL`, the questions about the bots it holds (`run`). A path an
-instance got for itself is shared too (`share`): the next instance to read
-that chunk finds it at once. Answers stay valid as long as Telegram keeps a
-path (`FILE_PATH_TTL`).
+through the database (`ask`), and every instance answers the questions
+about the bots it holds (`start`: every `ANSWER_INTERVAL` while questions
+come, every `IDLE_ANSWER_INTERVAL` otherwise). A path an instance got for
+itself is shared too (`share`): the next instance to read that chunk finds
+it at once. Answers stay valid as long as Telegram keeps a path
+(`FILE_PATH_TTL`).
 
 Unanswered within `ASK_WAIT` (the holder is busy or just died), the reader
 falls back to a forward through a bot held here (app.store.locator): that
@@ -38,10 +39,13 @@ log = structlog.get_logger("app.store.shared_paths")
 FILE_PATH_TTL = 50 * 60  # Telegram keeps a file_path valid for at least an hour.
 # How long a reader waits for the holder's answer before it forwards instead.
 ASK_WAIT = 5.0
-# How often a waiting reader looks for the answer.
-ASK_POLL = 0.1
-# How often an instance in a fleet looks for questions about its bots.
-ANSWER_INTERVAL = 0.2
+# How often a waiting reader looks for the answer (a primary-key read).
+ASK_POLL = 0.05
+# How often an instance in a fleet looks for questions about its bots: often
+# while readers are asking, seldom when nobody has for a while.
+ANSWER_INTERVAL = 0.1
+IDLE_ANSWER_INTERVAL = 0.5
+BUSY_FOR = 10.0
 ANSWERS_PER_ROUND = 50
 PRUNE_INTERVAL = 300.0
 
@@ -107,13 +111,15 @@ class SharedPaths:
                 await self._task
 
     async def _loop(self) -> None:
-        pruned_at = time.monotonic()
+        pruned_at = asked_at = time.monotonic()
         while True:
-            await asyncio.sleep(self._answer_interval)
+            busy = time.monotonic() - asked_at < BUSY_FOR
+            await asyncio.sleep(self._answer_interval if busy else IDLE_ANSWER_INTERVAL)
             if not self.in_use:
                 continue
             try:
-                await self.answer_round()
+                if await self.answer_round():
+                    asked_at = time.monotonic()
                 if time.monotonic() - pruned_at >= PRUNE_INTERVAL:
                     pruned_at = time.monotonic()
                     await self._prune()

@@ -2,8 +2,9 @@
 
 One call per token must hold across the whole fleet, so a bot works only on
 the instance that holds its lease (a row in `bot_leases`, app/db/leases.py).
-Every `BALANCE_SECONDS`, and at once when this instance starts to lack bots
-or to have idle ones, a round here:
+Every `BALANCE_SECONDS` (every `WATCH_SECONDS` while it holds fewer bots
+than its share), and at once when this instance starts to lack bots or to
+have idle ones, a round here:
 
 * publishes this instance's backlog (jobs waiting or running in its
   dispatcher) when it changed, and reads everyone's: bots follow work within
@@ -132,6 +133,8 @@ class BotLeases:
         self._published: int | None = None
         self._published_at = -math.inf
         self._need = 0
+        # Whether this instance held fewer bots than its share after its round.
+        self._short = False
 
     @property
     def interval(self) -> float:
@@ -182,7 +185,10 @@ class BotLeases:
             await asyncio.sleep(min(WATCH_SECONDS, self.round_interval))
             if self._clock() < next_round and self._need_now() == self._need:
                 continue
-            next_round = self._clock() + self.round_interval
+            # Short of its share, an instance looks again soon: bots another
+            # one releases for it are free from that moment.
+            gap = WATCH_SECONDS if self._short else self.round_interval
+            next_round = self._clock() + gap
             try:
                 await self.round()
             except Exception as exc:
@@ -229,7 +235,9 @@ class BotLeases:
         target = shares(backlogs, len(wanted))
         await self._renew(now, started)
         self._hand_over(rows, backlogs, target, now)
-        await self._take(rows, target.get(self.instance_id, 0), wanted, now, started)
+        share = target.get(self.instance_id, 0)
+        await self._take(rows, share, wanted, now, started)
+        self._short = len(self.staying()) < share
 
     def _wanted_bots(self) -> list[int]:
         """The bots worth a lease: not rejected by their check. One that
