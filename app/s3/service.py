@@ -356,10 +356,14 @@ class S3Service:
             return await self._multipart.complete(upload, parts, name=object_name(key), check=check)
         except UploadMissing:
             # An SDK retries a Complete whose answer it lost; the first one
-            # made the object, so the retry gets the same result.
+            # made the object, so the retry gets the same result. Its
+            # conditions still hold it back, judged against that object as a
+            # first Complete's would be: If-None-Match: * is 412 now.
             done = await self._multipart.completed_object(bucket, key, parts)
             if done is None:
                 raise _no_such_upload(bucket, key) from None
+            if conditions is not None:
+                conditions.check_now(done.etag)
             return done
         except FlushFailed as exc:
             raise S3Error(
