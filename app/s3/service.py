@@ -5,6 +5,8 @@ Everything that moves content goes through the object store (chunks in
 Telegram, or inline when small). Copies — CopyObject and UploadPartCopy — are
 metadata only: the new object or part points at the same chunks, so moving a
 multi-GB blob (the Docker registry does that on every push) costs no upload.
+A part copied into an upload with a checksum algorithm is read back once, to
+checksum it (MultipartStore.upload_part_copy).
 """
 
 from __future__ import annotations
