@@ -480,7 +480,8 @@ def _check_pieces(size: int, pieces: Sequence[PieceSpec]) -> None:
 
 def _object_checksum(upload: MultipartUpload, parts: Sequence[UploadPart]) -> StoredChecksum | None:
     """The object's checksum from its parts', as its upload asked; None if it
-    asked for none, or a part has none (copied by UploadPartCopy)."""
+    asked for none, or a part has none (copied by UploadPartCopy before
+    copied parts got checksums)."""
     algorithm = upload.checksum_algorithm
     if algorithm is None:
         return None

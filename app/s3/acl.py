@@ -3,7 +3,9 @@ FULL_CONTROL of every bucket and object, and nothing else can be granted.
 
 GetBucketAcl and GetObjectAcl answer that grant. A PutBucketAcl or
 PutObjectAcl is accepted when it asks for exactly that: the canned ACL
-`private`, or a policy whose one grant is FULL_CONTROL to the owner.
+`private` or `bucket-owner-full-control` (the bucket's owner is every
+object's owner here, so it grants nothing more; tools send it when they copy
+objects), or a policy whose one grant is FULL_CONTROL to the owner.
 Anything else (public-read, grants to others, the `x-amz-grant-*` headers)
 would promise access that is never given, so it is refused with
 NotImplemented, saying what is supported.
@@ -24,6 +26,8 @@ from app.s3 import xml
 from app.s3.errors import S3Error
 
 CANNED_PRIVATE: Final = "private"
+#: Canned ACLs that grant only the owner's FULL_CONTROL in a single-owner store.
+OWNER_ONLY_CANNED: Final = frozenset({CANNED_PRIVATE, "bucket-owner-full-control"})
 FULL_CONTROL: Final = "FULL_CONTROL"
 _XSI: Final = "http://www.w3.org/2001/XMLSchema-instance"
 _GRANT_HEADERS: Final = (
@@ -34,7 +38,8 @@ _GRANT_HEADERS: Final = (
     "x-amz-grant-full-control",
 )
 _ONLY_PRIVATE: Final = (
-    "Only the owner's FULL_CONTROL (the canned ACL 'private') is supported: "
+    "Only the owner's FULL_CONTROL (the canned ACL 'private', or "
+    "'bucket-owner-full-control', the same here) is supported: "
     "nothing can be granted to anyone else."
 )
 
@@ -44,9 +49,10 @@ def _refused() -> S3Error:
 
 
 def check_request_headers(headers: Mapping[str, str]) -> None:
-    """`x-amz-acl` and `x-amz-grant-*` of a Put*Acl: only `private`, or nothing."""
+    """`x-amz-acl` and `x-amz-grant-*` of a Put*Acl: only an owner-only
+    canned ACL, or nothing."""
     canned = headers.get("x-amz-acl")
-    if canned is not None and canned.strip() != CANNED_PRIVATE:
+    if canned is not None and canned.strip() not in OWNER_ONLY_CANNED:
         raise _refused()
     if any(name in headers for name in _GRANT_HEADERS):
         raise _refused()

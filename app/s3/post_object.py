@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from app.http.forms import FormError, StreamingForm
 from app.parsing import parse_decimal
-from app.s3 import xml
+from app.s3 import tagging, xml
 from app.s3.context import empty_response, stored_metadata, xml_response
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
@@ -35,6 +35,8 @@ FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
 SUCCESS_STATUSES = frozenset({200, 201, 204})
 #: The placeholder in `key` that the file's own name replaces.
 FILENAME_PLACEHOLDER = "${filename}"
+#: The field holding the object's tags: a `<Tagging>` document, not a header.
+TAGGING_FIELD = "tagging"
 
 
 def is_form_post(method: str, headers: Mapping[str, str], query: bytes) -> bool:
@@ -86,7 +88,13 @@ async def post_object(
         len(content_type) > MAX_CONTENT_TYPE_LENGTH or not _header_safe(content_type)
     ):
         raise S3Error("InvalidArgument", "The Content-Type field cannot be stored.")
-    metadata = stored_metadata(_as_header_values(fields))
+    # The tagging document may span lines; it never goes back out in a header.
+    metadata = stored_metadata(
+        _as_header_values({name: v for name, v in fields.items() if name != TAGGING_FIELD})
+    )
+    # Checked before the file is read, as x-amz-tagging on PutObject is:
+    # refused tags leave nothing stored.
+    tags = _form_tags(fields.get(TAGGING_FIELD))
 
     body = _within(stream, policy.length_range, settings.max_upload_size)
     for name, value in fields.items():
@@ -99,6 +107,7 @@ async def post_object(
         body,
         content_type=content_type,
         metadata=metadata,
+        tags=tags,
     )
     location = f"{str(request.base_url).rstrip('/')}/{bucket}/{quote(key)}"
     redirect = fields.get("success_action_redirect") or fields.get("redirect")
@@ -121,6 +130,16 @@ def _object_key(fields: Mapping[str, str], filename: str | None) -> str:
         name = posixpath.basename((filename or "").replace("\\", "/"))
         key = key.replace(FILENAME_PLACEHOLDER, name)
     return validate_object_key(key)
+
+
+def _form_tags(document: str | None) -> dict[str, str] | None:
+    """The `tagging` field's tags, under PutObjectTagging's rules. A blank
+    field is no tags, as an empty x-amz-tagging header is."""
+    if document is None:
+        return None
+    if not document.strip():
+        return {}
+    return tagging.parse_document(document.encode("utf-8"))
 
 
 def _header_safe(value: str) -> bool:

@@ -5,6 +5,8 @@ Everything that moves content goes through the object store (chunks in
 Telegram, or inline when small). Copies — CopyObject and UploadPartCopy — are
 metadata only: the new object or part points at the same chunks, so moving a
 multi-GB blob (the Docker registry does that on every push) costs no upload.
+A part copied into an upload with a checksum algorithm is read back once, to
+checksum it (MultipartStore.upload_part_copy).
 """
 
 from __future__ import annotations
@@ -356,10 +358,14 @@ class S3Service:
             return await self._multipart.complete(upload, parts, name=object_name(key), check=check)
         except UploadMissing:
             # An SDK retries a Complete whose answer it lost; the first one
-            # made the object, so the retry gets the same result.
+            # made the object, so the retry gets the same result. Its
+            # conditions still hold it back, judged against that object as a
+            # first Complete's would be: If-None-Match: * is 412 now.
             done = await self._multipart.completed_object(bucket, key, parts)
             if done is None:
                 raise _no_such_upload(bucket, key) from None
+            if conditions is not None:
+                conditions.check_now(done.etag)
             return done
         except FlushFailed as exc:
             raise S3Error(

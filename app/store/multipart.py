@@ -10,9 +10,11 @@ writer while the client waits, as any upload (cut into equal chunks that keep
 every bot busy; never inline: an object is inline or pieces, not both).
 
 A part copied from an existing object points into that object's chunks
-(metadata only). Completing writes the object from the listed parts' pieces in
-one transaction; the chunks of parts left out, replaced or aborted go to the
-GC ledger, and their spool files are deleted.
+(metadata only); in an upload with a checksum algorithm its bytes are read
+back once, streamed, for the part's checksum (range_checksum.py). Completing
+writes the object from the listed parts' pieces in one transaction; the
+chunks of parts left out, replaced or aborted go to the GC ledger, and their
+spool files are deleted.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.errors import ObjectNotFound
 from app.store.flusher import Flusher, FlushFailed
+from app.store.range_checksum import range_checksum
 from app.store.service import ObjectInfo, ObjectStore
 from app.store.spool import Spool, SpoolFull
 
@@ -249,11 +252,20 @@ class MultipartStore:
         etag: str,
     ) -> None:
         """A part made of bytes [start, end) of an existing object, by
-        reference to its chunks. Raises ObjectNotFound if the source changed."""
+        reference to its chunks, with a checksum in its upload's algorithm as
+        an uploaded part has. Raises ObjectNotFound if the source changed,
+        ContentUnavailable if the bytes to checksum cannot be read now."""
+        checksum = None
+        if upload.checksum_algorithm is not None:
+            # Before the part is recorded: a copy whose checksum cannot be
+            # had leaves no part without one behind.
+            checksum = await range_checksum(
+                self._objects, source, start, end, upload.checksum_algorithm
+            )
         if source.inline_data is not None:
             # Small objects live in the database; a part must be in chunks.
             await self.upload_part_from_bytes(
-                upload, part_number, source.inline_data[start:end], etag
+                upload, part_number, source.inline_data[start:end], etag, checksum=checksum
             )
             return
         changed = ObjectNotFound(f"{source.bucket}/{source.key} changed while being copied")
@@ -270,6 +282,7 @@ class MultipartStore:
                 pieces=pieces,
                 bucket=upload.bucket,
                 key=upload.key,
+                checksum=checksum,
             )
 
         try:
@@ -279,7 +292,13 @@ class MultipartStore:
             raise changed from None
 
     async def upload_part_from_bytes(
-        self, upload: UploadInfo, part_number: int, data: bytes, etag: str
+        self,
+        upload: UploadInfo,
+        part_number: int,
+        data: bytes,
+        etag: str,
+        *,
+        checksum: str | None = None,
     ) -> None:
         """A part from bytes in hand (a copy of an inline object): spooled
         when it can be, else stored in Telegram now."""
@@ -294,13 +313,16 @@ class MultipartStore:
                     max_size=len(data),
                     size=len(data),
                     etag=etag,
+                    checksum=lambda: checksum,
                 )
                 return
             except SpoolFull:
                 pass  # the whole part is still in `data`
         content = await self._objects.write_content(_single(data), allow_inline=False)
         try:
-            await self._put_part(upload, part_number, len(data), etag, content.pieces)
+            await self._put_part(
+                upload, part_number, len(data), etag, content.pieces, checksum=checksum
+            )
         except BaseException:
             await self._objects.discard(content)
             raise

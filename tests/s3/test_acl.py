@@ -72,17 +72,47 @@ async def test_private_is_accepted_canned_or_as_a_policy(s3: S3) -> None:
     )
 
 
+async def test_bucket_owner_full_control_means_private_here(s3: S3) -> None:
+    """What tools send when copying objects: with one owner, the bucket's
+    owner is the object's, so it is `private` and reads back as such."""
+    await s3("put_bucket_acl", Bucket="box", ACL="bucket-owner-full-control")
+    await s3("put_object_acl", Bucket="box", Key="k", ACL="bucket-owner-full-control")
+    for answer in (
+        await s3("get_bucket_acl", Bucket="box"),
+        await s3("get_object_acl", Bucket="box", Key="k"),
+    ):
+        assert answer["Owner"] == OWNER
+        assert answer["Grants"] == [OWNER_FULL_CONTROL]
+    await s3(
+        "copy_object",
+        Bucket="box",
+        Key="copied",
+        CopySource={"Bucket": "box", "Key": "k"},
+        ACL="bucket-owner-full-control",
+    )
+    assert await read(s3, "box", "copied") == b"x"
+
+
 @pytest.mark.parametrize(
     "params",
     [
         {"ACL": "public-read"},
+        {"ACL": "bucket-owner-read"},
         {"ACL": "authenticated-read"},
         {"GrantRead": 'uri="http://acs.amazonaws.com/groups/global/AllUsers"'},
         {"AccessControlPolicy": {"Owner": OWNER, "Grants": [OWNER_FULL_CONTROL, EVERYONE_READ]}},
         {"AccessControlPolicy": {"Owner": OWNER, "Grants": [EVERYONE_READ]}},
         {"AccessControlPolicy": {"Owner": OWNER, "Grants": []}},
     ],
-    ids=["public-read", "authenticated-read", "grant-header", "extra-grant", "other", "none"],
+    ids=[
+        "public-read",
+        "bucket-owner-read",
+        "authenticated-read",
+        "grant-header",
+        "extra-grant",
+        "other",
+        "none",
+    ],
 )
 async def test_anything_but_private_is_refused_clearly(s3: S3, params: dict[str, Any]) -> None:
     refused(await s3.error("put_bucket_acl", Bucket="box", **params))

@@ -117,6 +117,37 @@ async def test_a_refused_complete_keeps_the_upload_for_another_try(s3: S3) -> No
     assert await read(s3, "box", "mp") == b"new"
 
 
+async def test_a_repeated_complete_honours_the_conditions_as_a_first_one_would(s3: S3) -> None:
+    """A Complete sent again after the upload completed (an SDK that lost the
+    answer) gets the same result, but only if its conditions hold against
+    the object now there: the one it made."""
+    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="mp"))["UploadId"]
+    part = await s3(
+        "upload_part", Bucket="box", Key="mp", UploadId=upload_id, PartNumber=1, Body=b"one"
+    )
+    complete = {
+        "Bucket": "box",
+        "Key": "mp",
+        "UploadId": upload_id,
+        "MultipartUpload": {"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
+    }
+    etag = (await s3("complete_multipart_upload", **complete, IfNoneMatch="*"))["ETag"]
+
+    again = await s3.error("complete_multipart_upload", **complete, IfNoneMatch="*")
+    assert status(again) == (412, "PreconditionFailed")
+    again = await s3.error("complete_multipart_upload", **complete, IfMatch='"bad"')
+    assert status(again) == (412, "PreconditionFailed")
+    again = await s3.error("complete_multipart_upload", **complete, IfNoneMatch=etag)
+    assert status(again) == (412, "PreconditionFailed")
+    assert (await s3("complete_multipart_upload", **complete, IfMatch=etag))["ETag"] == etag
+    assert (await s3("complete_multipart_upload", **complete))["ETag"] == etag
+    assert await read(s3, "box", "mp") == b"one"
+
+    await s3("put_object", Bucket="box", Key="mp", Body=b"other")
+    replaced = await s3.error("complete_multipart_upload", **complete, IfMatch=etag)
+    assert status(replaced) == (404, "NoSuchUpload")
+
+
 async def test_racing_creates_have_one_winner_and_the_rest_conflict(s3: S3) -> None:
     """Many If-None-Match: * PUTs of one new key at once: each passes the
     check before its body, exactly one commits, every other one is refused

@@ -289,3 +289,65 @@ async def test_a_checksum_field_is_verified_against_the_file(
         assert error_code(response) == "BadDigest"
         listed = await s3("list_objects_v2", Bucket="uploads")
         assert listed["KeyCount"] == 0
+
+
+def tagging_document(tags: dict[str, str]) -> str:
+    """A `tagging` field as AWS documents it for POST, laid out over lines
+    (a form's text field may hold newlines)."""
+    items = "".join(
+        f"\n    <Tag><Key>{key}</Key><Value>{value}</Value></Tag>" for key, value in tags.items()
+    )
+    return f"<Tagging>\n  <TagSet>{items}\n  </TagSet>\n</Tagging>"
+
+
+async def test_a_tagging_field_tags_the_object(s3: S3, s3_service: Service) -> None:
+    document = tagging_document({"project": "blue", "owner": "åsa"})
+    post = presigned_post(
+        s3_service, "tagged.txt", Fields={"tagging": document}, Conditions=[{"tagging": document}]
+    )
+
+    response = await submit(post, b"tagged")
+
+    assert response.status_code == 204, response.text
+    tags = await s3("get_object_tagging", Bucket="uploads", Key="tagged.txt")
+    assert {tag["Key"]: tag["Value"] for tag in tags["TagSet"]} == {
+        "project": "blue",
+        "owner": "åsa",
+    }
+    got = await s3("get_object", Bucket="uploads", Key="tagged.txt")
+    assert got["TagCount"] == 2
+
+
+@pytest.mark.parametrize(
+    ("document", "code"),
+    [
+        ("<Tagging><TagSet><Tag><Key>k</Key>", "MalformedXML"),
+        ("<NotTagging/>", "MalformedXML"),
+        (tagging_document({f"k{n}": "v" for n in range(11)}), "InvalidTag"),
+        (tagging_document({"k" * 129: "v"}), "InvalidTag"),
+    ],
+    ids=["unclosed", "other-root", "eleven-tags", "long-key"],
+)
+async def test_a_bad_tagging_field_is_refused_before_the_file_is_stored(
+    s3: S3, s3_service: Service, document: str, code: str
+) -> None:
+    before = set(s3_service.live_messages())
+    post = presigned_post(
+        s3_service, "bad.bin", Fields={"tagging": document}, Conditions=[{"tagging": document}]
+    )
+
+    response = await submit(post, b"\x02" * (3 * CHUNK))
+
+    assert response.status_code == 400, response.text
+    assert error_code(response) == code
+    assert (await s3("list_objects_v2", Bucket="uploads"))["KeyCount"] == 0
+    assert set(s3_service.live_messages()) == before
+
+
+async def test_a_tagging_field_needs_a_condition(s3: S3, s3_service: Service) -> None:
+    post = presigned_post(s3_service, "t.txt")
+
+    response = await submit(post, b"x", tagging=tagging_document({"a": "b"}))
+
+    assert response.status_code == 403, response.text
+    assert error_code(response) == "AccessDenied"

@@ -1,0 +1,187 @@
+"""UploadPartCopy into an upload created with a flexible checksum: a copied
+part gets its checksum as an uploaded part does, so the Complete, ListParts
+and GetObjectAttributes have it (boto3 in its default configuration, both
+databases, the simulator). Expected values come from the reference
+libraries (test_parts_and_checksums), never from the service's own code."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from tests.running_service import Service, ServiceFactory
+from tests.running_service import payload as data
+from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET
+from tests.s3.test_parts_and_checksums import PART, Client, MiB, checksum, composite
+
+#: Over INLINE_THRESHOLD: kept in chunks (of 1 MiB in this service).
+SOURCE = data(PART + 3000, seed=41)
+#: Under it: kept in the database row.
+SMALL = data(1000, seed=42)
+
+
+@pytest.fixture
+async def service(start_service: ServiceFactory) -> Service:
+    return await start_service(
+        s3_credentials={ACCESS_KEY: SECRET}, chunk_size=MiB, max_upload_size=16 * MiB
+    )
+
+
+@pytest.fixture
+async def s3(service: Service) -> Client:
+    client = Client(service)
+    await client("create_bucket", Bucket="box")
+    return client
+
+
+async def copy_part(
+    s3: Client, upload_id: str, number: int, source: str, copy_range: str | None = None
+) -> dict[str, Any]:
+    extra = {"CopySourceRange": copy_range} if copy_range else {}
+    answer: dict[str, Any] = await s3(
+        "upload_part_copy",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        PartNumber=number,
+        CopySource={"Bucket": "box", "Key": source},
+        **extra,
+    )
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kind"),
+    [("CRC32", "COMPOSITE"), ("SHA256", "COMPOSITE"), ("CRC64NVME", "FULL_OBJECT")],
+)
+async def test_copied_parts_have_checksums_like_uploaded_ones(
+    s3: Client,
+    algorithm: str,
+    kind: str,
+) -> None:
+    # boto3 stores a CRC32 of each object it puts: a whole copy with that
+    # algorithm may take it, any other copy reads the bytes.
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    await s3("put_object", Bucket="box", Key="small", Body=SMALL)
+    created = await s3(
+        "create_multipart_upload",
+        Bucket="box",
+        Key="m",
+        ChecksumAlgorithm=algorithm,
+        ChecksumType=kind,
+    )
+    upload_id = created["UploadId"]
+    uploaded = data(PART, seed=43)
+    bodies = [SOURCE[1000 : 1000 + PART], uploaded, SOURCE, SMALL]
+    etags = [
+        (await copy_part(s3, upload_id, 1, "source", f"bytes=1000-{1000 + PART - 1}"))[
+            "CopyPartResult"
+        ]["ETag"],
+        (
+            await s3(
+                "upload_part",
+                Bucket="box",
+                Key="m",
+                UploadId=upload_id,
+                PartNumber=2,
+                Body=uploaded,
+                ChecksumAlgorithm=algorithm,
+            )
+        )["ETag"],
+        (await copy_part(s3, upload_id, 3, "source"))["CopyPartResult"]["ETag"],
+        (await copy_part(s3, upload_id, 4, "small"))["CopyPartResult"]["ETag"],
+    ]
+    element = f"Checksum{algorithm}"
+    expected_parts = [checksum(algorithm, body) for body in bodies]
+
+    listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
+    assert [part.get(element) for part in listed["Parts"]] == expected_parts
+
+    completed = await s3(
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        MultipartUpload={
+            "Parts": [
+                {"PartNumber": number, "ETag": etag, element: value}
+                for number, (etag, value) in enumerate(zip(etags, expected_parts, strict=True), 1)
+            ]
+        },
+    )
+    whole = (
+        composite(algorithm, bodies)
+        if kind == "COMPOSITE"
+        else checksum(algorithm, b"".join(bodies))
+    )
+    assert (completed.get(element), completed.get("ChecksumType")) == (whole, kind)
+    attributes = await s3(
+        "get_object_attributes",
+        Bucket="box",
+        Key="m",
+        ObjectAttributes=["Checksum", "ObjectParts"],
+    )
+    assert attributes["Checksum"][element] == whole
+    assert [p.get(element) for p in attributes["ObjectParts"]["Parts"]] == expected_parts
+    _, body = await s3.read(Bucket="box", Key="m")
+    assert body == b"".join(bodies)
+
+
+async def test_a_copy_into_an_upload_without_a_checksum_reads_nothing_back(
+    service: Service, s3: Client
+) -> None:
+    """Without an algorithm to keep, a copied part stays metadata only: it
+    is made while no byte could be read from Telegram."""
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
+    service.sim.set_faults(fault_download_drop_rate=1.0)
+    try:
+        await copy_part(s3, upload_id, 1, "source", f"bytes=0-{PART - 1}")
+    finally:
+        service.sim.set_faults(fault_download_drop_rate=0.0)
+    listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
+    assert [part["Size"] for part in listed["Parts"]] == [PART]
+    assert not any(key.startswith("Checksum") for key in listed["Parts"][0])
+
+
+async def test_a_copy_whose_bytes_cannot_be_read_is_a_503_and_records_no_part(
+    service: Service, s3: Client
+) -> None:
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    upload_id = (
+        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
+    )["UploadId"]
+    once = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    service.sim.set_faults(fault_download_drop_rate=1.0)
+    try:
+        with pytest.raises(ClientError) as refused:
+            await asyncio.to_thread(
+                once.upload_part_copy,
+                Bucket="box",
+                Key="m",
+                UploadId=upload_id,
+                PartNumber=1,
+                CopySource={"Bucket": "box", "Key": "source"},
+                CopySourceRange=f"bytes=1-{PART}",
+            )
+    finally:
+        service.sim.set_faults(fault_download_drop_rate=0.0)
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
+    assert "Parts" not in await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
+
+    await copy_part(s3, upload_id, 1, "source", f"bytes=1-{PART}")
+    listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
+    assert listed["Parts"][0]["ChecksumSHA256"] == checksum("SHA256", SOURCE[1 : PART + 1])
