@@ -65,6 +65,7 @@ from common import (
     KiB,
     MiB,
     SimulatorProcess,
+    extract,
     free_port,
     http_request,
     served,
@@ -222,18 +223,6 @@ def service(
             key=running_service.key,
             process=running_service.process,
         )
-
-
-def extract(ref: str, into: Path) -> Path:
-    """The tree of `ref` in `into` (git archive: no worktree, no checkout)."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", ref], capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        raise Broken(f"git archive {ref}: {archive.stderr.decode(errors='replace')}")
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 # --- watching --------------------------------------------------------------------------------
