@@ -104,6 +104,16 @@ class GcRepository:
             .execution_options(synchronize_session="fetch")
         )
 
+    async def give_back(self, entry_ids: list[int], now: datetime) -> None:
+        """Entries claimed by `due` and left unsettled: due again at once,
+        for any instance, rather than after the claim's lease."""
+        await self._session.execute(
+            update(GcEntry)
+            .where(GcEntry.id.in_(entry_ids))
+            .values(next_attempt_at=now)
+            .execution_options(synchronize_session=False)
+        )
+
     async def backlog(self) -> int:
         """How many messages are waiting to be deleted."""
         return await self._session.scalar(select(func.count()).select_from(GcEntry)) or 0

@@ -189,12 +189,21 @@ class GarbageCollector:
             ]
         if not entries:
             return 0
-        outcomes = await asyncio.gather(
-            *(
-                self._delete(bot_id, chat_id, message_id, young=now - enqueued_at < DELETE_WINDOW)
-                for _, bot_id, chat_id, message_id, _, enqueued_at in entries
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self._delete(
+                        bot_id, chat_id, message_id, young=now - enqueued_at < DELETE_WINDOW
+                    )
+                    for _, bot_id, chat_id, message_id, _, enqueued_at in entries
+                )
             )
-        )
+        except asyncio.CancelledError:
+            # Stopped mid-round: the claimed entries would stay hidden from
+            # every instance for the claim's lease (minutes). A deletion that
+            # went through meanwhile is found gone on the next try.
+            await asyncio.shield(self._give_back([entry[0] for entry in entries]))
+            raise
         settled = 0
         async with session_scope(self._sessionmaker) as session:
             repo = GcRepository(session)
@@ -230,6 +239,13 @@ class GarbageCollector:
                     delay = timedelta(seconds=min(MAX_RETRY_DELAY, 5 * 2 ** min(attempts, 10)))
                     await repo.failed(entry_id, outcome.error or "", now + delay)
         return settled
+
+    async def _give_back(self, entry_ids: list[int]) -> None:
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                await GcRepository(session).give_back(entry_ids, datetime.now(UTC))
+        except Exception as exc:  # the claim's lease brings them back anyway
+            log.warning("gc_give_back_failed", entries=len(entry_ids), error=str(exc))
 
     def _count_undeletable(self) -> None:
         self.undeletable += 1

@@ -5,6 +5,7 @@ only, and the message is deleted through another bot that serves the chat.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -16,11 +17,13 @@ from app.config import BotToken
 from app.db.gc import GcRepository
 from app.db.models import GcEntry
 from app.db.session import session_scope
+from app.db.types import utcnow
 from app.store.gc import GarbageCollector
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
+from tests.running_service import eventually
 
 Sessions = async_sessionmaker[AsyncSession]
 CHATS = [-1001000000001, -1001000000002]
@@ -92,3 +95,28 @@ async def test_a_bot_without_the_right_to_delete_hands_the_delete_to_another(
     assert pool.sim.live_messages(CHATS[0]) == []
     assert pool.gc.undeletable == 0
     assert pool.gc.deleted == 1
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
+async def test_a_round_cancelled_mid_deletion_gives_its_entries_back_at_once(
+    pool: Pool, sessionmaker: Sessions
+) -> None:
+    """A stop during a round: the entries it claimed are due again at once
+    (for this instance after a restart, or another one), not after the
+    claim's lease of minutes."""
+    documents = [
+        await pool.dispatcher.send_document(b"d", f"{n}.bin", chat_id=CHATS[0]) for n in range(2)
+    ]
+    for document in documents:
+        await ledger(sessionmaker, document)
+    pool.sim.configure(latency=5.0)
+    round_ = asyncio.create_task(pool.gc.run_once())
+    await eventually(lambda: any(s.calls_in_flight for s in pool.sim.stats().values()))
+    round_.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await round_
+    pool.sim.configure(latency=0.0)
+
+    async with session_scope(sessionmaker) as session:
+        due = await GcRepository(session).due(10, utcnow())
+    assert len(due) == 2
