@@ -87,7 +87,13 @@ class ChunkLocator:
 
     async def _ask_holder(self, bot_id: int, file_id: str) -> tuple[BotClient, str] | None:
         """The path from the instance holding the bot, when another does."""
-        if self._shared is None or bot_id not in self._dispatcher.held_elsewhere:
+        if self._shared is None or not self._shared.in_use:
+            return None
+        # A bot between two holders (handed over, not yet taken) is asked
+        # for too: its next holder answers within a round.
+        if bot_id not in self._dispatcher.held_elsewhere and not self._dispatcher.in_service(
+            bot_id
+        ):
             return None
         client = self._dispatcher.download_client(bot_id)
         if client is None:

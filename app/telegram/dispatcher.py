@@ -361,6 +361,13 @@ class Dispatcher:
         worker = self.workers.get(bot_id)
         return worker is not None and worker.serving(self._clock())
 
+    def in_service(self, bot_id: int) -> bool:
+        """Whether the bot works, or will soon, somewhere in the fleet: usable
+        here or held back for its check here (another instance may hold
+        it), not out of the pool for good."""
+        worker = self.workers.get(bot_id)
+        return worker is not None and (worker.usable or worker.probing)
+
     def download_client(self, bot_id: int) -> BotClient | None:
         """The client of a configured bot, for downloading a file from a path
         another instance got: that is no method call and needs no lease."""
