@@ -21,9 +21,10 @@ from app.http.ranges import (
 )
 from app.parsing import parse_decimal
 from app.s3 import post_policy, sigv4
+from app.s3.aws_chunked import decode_aws_chunked
 from app.s3.errors import S3Error
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
-from app.s3.payload import decode_aws_chunked, request_body
+from app.s3.payload import request_body
 from app.s3.sigv4 import PayloadMode, VerifiedRequest, parse_query, verify_request
 from app.s3.sigv4 import checks as sigv4_checks
 from app.s3.xml.parsing import (

@@ -16,8 +16,10 @@ from starlette.responses import Response
 
 from app.parsing import parse_decimal
 from app.s3 import metadata_text
+from app.s3.aws_chunked import strip_aws_chunked
 from app.s3.errors import S3Error
-from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult, request_body, strip_aws_chunked
+from app.s3.payload import request_body
+from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.s3.service import S3Service
 from app.s3.sigv4 import VerifiedRequest, parse_query
 from app.s3.xml.parsing import MAX_XML_BYTES

@@ -23,7 +23,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
-from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.s3.write_conditions import WriteConditions
 from app.s3.xml.listings import PartEntry, UploadEntry, list_multipart_uploads_xml, list_parts_xml
 from app.s3.xml.parsing import (

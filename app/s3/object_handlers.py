@@ -24,7 +24,7 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload import BodyResult
+from app.s3.payload_checks import BodyResult
 from app.s3.service import SourceChanged
 from app.s3.write_conditions import WriteConditions
 from app.s3.xml.responses import copy_object_xml

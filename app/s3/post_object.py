@@ -24,7 +24,7 @@ from app.s3 import tagging
 from app.s3.context import empty_response, stored_metadata, xml_response
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload import verify_checksum
+from app.s3.payload_checks import verify_checksum
 from app.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
 from app.s3.xml.responses import post_response_xml
 from app.services import Services
