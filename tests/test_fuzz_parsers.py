@@ -20,12 +20,19 @@ from app.http.ranges import (
     parse_range,
 )
 from app.parsing import parse_decimal
-from app.s3 import post_policy, sigv4, xml
+from app.s3 import post_policy, sigv4
+from app.s3.aws_chunked import decode_aws_chunked
 from app.s3.errors import S3Error
 from app.s3.names import split_path, validate_bucket_name, validate_object_key
-from app.s3.payload import decode_aws_chunked, request_body
+from app.s3.payload import request_body
 from app.s3.sigv4 import PayloadMode, VerifiedRequest, parse_query, verify_request
 from app.s3.sigv4 import checks as sigv4_checks
+from app.s3.xml.parsing import (
+    parse_complete_multipart,
+    parse_create_bucket_configuration,
+    parse_delete_objects,
+)
+from app.s3.xml.writer import escape
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
@@ -287,26 +294,26 @@ XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
         st.builds(
             "<CompleteMultipartUpload><Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>"
             "</CompleteMultipartUpload>".format,
-            numberish.map(xml.escape),
-            XML_TEXT.map(xml.escape),
+            numberish.map(escape),
+            XML_TEXT.map(escape),
         ).map(str.encode),
         st.builds(
             "<Delete><Quiet>{}</Quiet><Object><Key>{}</Key></Object></Delete>".format,
-            XML_TEXT.map(xml.escape),
-            XML_TEXT.map(xml.escape),
+            XML_TEXT.map(escape),
+            XML_TEXT.map(escape),
         ).map(str.encode),
         st.builds(
             "<CreateBucketConfiguration><LocationConstraint>{}</LocationConstraint>"
             "</CreateBucketConfiguration>".format,
-            XML_TEXT.map(xml.escape),
+            XML_TEXT.map(escape),
         ).map(str.encode),
     )
 )
 def test_xml_bodies(body: bytes) -> None:
     for parse in (
-        xml.parse_complete_multipart,
-        xml.parse_delete_objects,
-        xml.parse_create_bucket_configuration,
+        parse_complete_multipart,
+        parse_delete_objects,
+        parse_create_bucket_configuration,
     ):
         try:
             parse(body)

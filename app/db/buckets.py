@@ -8,9 +8,9 @@ from sqlalchemy import delete, literal, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.key_ranges import key_prefix_bounds
 from app.db.locking import dialect_name, lock_database_for_write
 from app.db.models import MAX_BUCKET_NAME_LENGTH, Bucket, MultipartUpload, StoredObject
-from app.db.objects import key_prefix_bounds
 from app.db.types import utcnow
 
 

@@ -20,9 +20,9 @@ from datetime import datetime
 from sqlalchemy import or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.key_ranges import prefix_upper_bound
 from app.db.locking import dialect_name
 from app.db.models import MultipartUpload, StoredObject
-from app.db.objects import prefix_upper_bound
 from app.db.types import UtcDateTime
 
 

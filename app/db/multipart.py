@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checksums import object_checksum
+from app.checksums import COMPOSITE, FULL_OBJECT, object_checksum
 from app.db.chunks import ChunkRepository
 from app.db.locking import lock_database_for_write, lock_upload_part
 from app.db.models import (
@@ -39,15 +39,8 @@ from app.db.models import (
     StoredObject,
     UploadPart,
 )
-from app.db.objects import (
-    COMPOSITE,
-    FULL_OBJECT,
-    ObjectRepository,
-    ObjectSpec,
-    PieceSpec,
-    StoredChecksum,
-    WriteCheck,
-)
+from app.db.object_rows import ObjectSpec, PieceSpec, StoredChecksum
+from app.db.objects import ObjectRepository, WriteCheck
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")

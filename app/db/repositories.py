@@ -8,6 +8,7 @@ from app.db.api_keys import ApiKeyNameTaken, ApiKeyRepository
 from app.db.buckets import BucketNotEmpty, BucketRepository
 from app.db.chunks import ChunkRepository, ChunksMissing
 from app.db.gc import GcRepository
+from app.db.key_ranges import prefix_upper_bound
 from app.db.multipart import (
     InvalidPart,
     InvalidPartOrder,
@@ -15,13 +16,8 @@ from app.db.multipart import (
     UploadMissing,
     multipart_etag,
 )
-from app.db.objects import (
-    NotOwner,
-    ObjectRepository,
-    ObjectSpec,
-    PieceSpec,
-    prefix_upper_bound,
-)
+from app.db.object_rows import ObjectSpec, PieceSpec
+from app.db.objects import NotOwner, ObjectRepository
 
 __all__ = [
     "ApiKeyNameTaken",

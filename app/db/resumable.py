@@ -32,7 +32,8 @@ from app.db.models import (
     UploadPart,
 )
 from app.db.multipart import MultipartRepository, PartsNotStored, multipart_etag, new_upload_id
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec
+from app.db.object_rows import ObjectSpec, PieceSpec
+from app.db.objects import ObjectRepository
 from app.db.spool import SpoolRepository
 from app.db.types import utcnow
 

@@ -44,7 +44,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine
 from app.db.models import StoredObject
-from app.db.objects import INSERTS_UNLESS_EXISTS
+from app.db.object_rows import INSERTS_UNLESS_EXISTS
 
 #: Threads (and read connections) for SQLite reads. Each lookup holds one for
 #: tens of microseconds; a few cover the event loop's one thread.
@@ -59,7 +59,7 @@ _BY_KEY: Final = select(*_COLUMNS).where(
     _OBJECTS.c.bucket == bindparam("bucket"), _OBJECTS.c.key == bindparam("key")
 )
 _BY_PUBLIC_ID: Final = select(*_COLUMNS).where(_OBJECTS.c.public_id == bindparam("public_id"))
-# What `objects.row_values` gives: every column but the id.
+# What `object_rows.row_values` gives: every column but the id.
 _INSERT_KEYS: Final = [column.name for column in _OBJECTS.c if column.name != "id"]
 
 
@@ -101,7 +101,7 @@ class SingleStatements(Protocol):
         """The objects row with this public id, every column but `parts`."""
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        """Insert an objects row (`objects.row_values`) that references no
+        """Insert an objects row (`object_rows.row_values`) that references no
         chunk, committed; its id, or None if its key already has an object."""
 
     async def close(self) -> None: ...

@@ -24,7 +24,7 @@ from app.db.chunks import ChunkRepository
 from app.db.locking import batches, lock_database_for_write, lock_upload_part
 from app.db.models import Instance, MultipartUpload, PartPiece, SpooledPart, UploadPart
 from app.db.multipart import UploadMissing
-from app.db.objects import PieceSpec
+from app.db.object_rows import PieceSpec
 from app.db.types import utcnow
 
 

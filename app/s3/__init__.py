@@ -3,8 +3,10 @@
 * :mod:`app.s3.errors` -- :class:`~app.s3.errors.S3Error` and the table of S3 error codes.
 * :mod:`app.s3.sigv4` -- SigV4 verification of requests (header and presigned forms).
 * :mod:`app.s3.payload` -- streaming body decoders: SHA-256/MD5/checksum verification
-  and aws-chunked (signed and unsigned, with trailers).
-* :mod:`app.s3.xml` -- response documents and defused request-body parsers.
+  (:mod:`app.s3.payload_checks`) and aws-chunked (:mod:`app.s3.aws_chunked`: signed
+  and unsigned, with trailers).
+* :mod:`app.s3.xml` -- response documents (writer, listings, responses) and defused
+  request-body parsers (parsing).
 * :mod:`app.s3.names` -- bucket-name and key validation, path splitting.
 
 The HTTP surface, shaped like minio's cmd/ (one concept per module):

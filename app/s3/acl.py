@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from typing import Final
 from xml.etree.ElementTree import Element
 
-from app.s3 import xml
 from app.s3.errors import S3Error
+from app.s3.xml.parsing import parse_xml
+from app.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, Owner, escape
 
 CANNED_PRIVATE: Final = "private"
 #: Canned ACLs that grant only the owner's FULL_CONTROL in a single-owner store.
@@ -76,10 +77,10 @@ def _text(element: Element | None, name: str) -> str | None:
     return None if child is None else (child.text or "").strip()
 
 
-def check_policy(body: bytes, owner: xml.Owner) -> None:
+def check_policy(body: bytes, owner: Owner) -> None:
     """An `<AccessControlPolicy>` body: accepted only if it grants exactly
     FULL_CONTROL to `owner`."""
-    root = xml.parse_xml(body, "AccessControlPolicy")
+    root = parse_xml(body, "AccessControlPolicy")
     owner_id = _text(_only(root, "Owner"), "ID")
     if owner_id is not None and owner_id != owner.id:
         raise _refused()
@@ -99,18 +100,15 @@ def check_policy(body: bytes, owner: xml.Owner) -> None:
         raise _refused()
 
 
-def policy_xml(owner: xml.Owner) -> bytes:
+def policy_xml(owner: Owner) -> bytes:
     """The `<AccessControlPolicy>` of every bucket and object."""
-    person = (
-        f"<ID>{xml.escape(owner.id)}</ID>"
-        f"<DisplayName>{xml.escape(owner.display_name)}</DisplayName>"
-    )
+    person = f"<ID>{escape(owner.id)}</ID><DisplayName>{escape(owner.display_name)}</DisplayName>"
     document = (
-        f'<AccessControlPolicy xmlns="{xml.S3_NAMESPACE}">'
+        f'<AccessControlPolicy xmlns="{S3_NAMESPACE}">'
         f"<Owner>{person}</Owner>"
         "<AccessControlList><Grant>"
         f'<Grantee xmlns:xsi="{_XSI}" xsi:type="CanonicalUser">{person}</Grantee>'
         f"<Permission>{FULL_CONTROL}</Permission>"
         "</Grant></AccessControlList></AccessControlPolicy>"
     )
-    return xml.XML_DECLARATION + document.encode("utf-8")
+    return XML_DECLARATION + document.encode("utf-8")

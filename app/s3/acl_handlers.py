@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.s3 import acl, xml
+from app.s3 import acl
 from app.s3.context import S3Request, empty_response, xml_response
+from app.s3.xml.writer import DEFAULT_OWNER
 
 
 async def get_bucket_acl(req: S3Request) -> Response:
     await req.s3.require_bucket(req.bucket)
-    return xml_response(acl.policy_xml(xml.DEFAULT_OWNER))
+    return xml_response(acl.policy_xml(DEFAULT_OWNER))
 
 
 async def put_bucket_acl(req: S3Request) -> Response:
@@ -21,7 +22,7 @@ async def put_bucket_acl(req: S3Request) -> Response:
 
 async def get_object_acl(req: S3Request) -> Response:
     await req.s3.head_object(req.bucket, req.key)
-    return xml_response(acl.policy_xml(xml.DEFAULT_OWNER))
+    return xml_response(acl.policy_xml(DEFAULT_OWNER))
 
 
 async def put_object_acl(req: S3Request) -> Response:
@@ -35,4 +36,4 @@ async def _check_acl_request(req: S3Request) -> None:
     acl.check_request_headers(req.headers)
     body = await req.small_body()
     if "x-amz-acl" not in req.headers or body.strip():
-        acl.check_policy(body, xml.DEFAULT_OWNER)
+        acl.check_policy(body, DEFAULT_OWNER)

@@ -9,9 +9,10 @@ from typing import Final
 from starlette.responses import Response
 
 from app.http.conditions import http_date
-from app.s3 import xml
 from app.s3.context import MAX_KEYS, S3Request, xml_response
 from app.s3.errors import S3Error
+from app.s3.xml.responses import AttributeParts, get_object_attributes_xml
+from app.s3.xml.writer import Checksum
 
 ATTRIBUTES: Final = frozenset({"ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"})
 STORAGE_CLASS: Final = "STANDARD"
@@ -40,14 +41,14 @@ async def get_object_attributes(req: S3Request) -> Response:
     info = await req.s3.head_object(req.bucket, req.key)
     checksum = None
     if "Checksum" in names and info.checksum is not None:
-        checksum = xml.Checksum(info.checksum.algorithm, info.checksum.value, info.checksum.type)
+        checksum = Checksum(info.checksum.algorithm, info.checksum.value, info.checksum.type)
     page = None
     if "ObjectParts" in names:
         parts = await req.s3.parts_of(info)
         if parts is not None:  # only an object CompleteMultipartUpload made has parts
             numbered = [(number, size, value) for number, (size, value) in enumerate(parts, 1)]
             after = [part for part in numbered if part[0] > marker]
-            page = xml.AttributeParts(
+            page = AttributeParts(
                 total=len(parts),
                 parts=after[:max_parts],
                 part_number_marker=marker,
@@ -55,7 +56,7 @@ async def get_object_attributes(req: S3Request) -> Response:
                 is_truncated=len(after) > max_parts,
                 algorithm=info.checksum.algorithm if info.checksum is not None else None,
             )
-    document = xml.get_object_attributes_xml(
+    document = get_object_attributes_xml(
         etag=info.etag if "ETag" in names else None,
         checksum=checksum,
         parts=page,

@@ -8,10 +8,25 @@ import binascii
 
 from starlette.responses import Response
 
-from app.s3 import xml
 from app.s3.context import MAX_KEYS, S3Request, empty_response, xml_response
 from app.s3.errors import S3Error
 from app.s3.names import validate_object_key
+from app.s3.xml.listings import (
+    BucketEntry,
+    ObjectEntry,
+    list_buckets_xml,
+    list_object_versions_xml,
+    list_objects_v1_xml,
+    list_objects_v2_xml,
+)
+from app.s3.xml.parsing import parse_delete_objects, parse_versioning_configuration
+from app.s3.xml.responses import (
+    DeleteError,
+    delete_result_xml,
+    location_constraint_xml,
+    versioning_configuration_xml,
+)
+from app.s3.xml.writer import DEFAULT_OWNER
 from app.store.listing import ListedObject
 
 #: The most buckets one ListBuckets page holds (AWS's cap).
@@ -36,10 +51,10 @@ async def list_buckets(req: S3Request) -> Response:
         limit=max_buckets + 1,
     )
     page = buckets[:max_buckets]
-    entries = [xml.BucketEntry(name=b.name, creation_date=b.created_at) for b in page]
+    entries = [BucketEntry(name=b.name, creation_date=b.created_at) for b in page]
     more = len(buckets) > max_buckets
     return xml_response(
-        xml.list_buckets_xml(
+        list_buckets_xml(
             entries,
             continuation_token=_encode_token(page[-1].name) if more else None,
             prefix=prefix if "prefix" in req.query else None,
@@ -65,19 +80,19 @@ async def delete_bucket(req: S3Request) -> Response:
 
 async def get_location(req: S3Request) -> Response:
     await req.s3.require_bucket(req.bucket)
-    return xml_response(xml.location_constraint_xml(req.settings.s3_region))
+    return xml_response(location_constraint_xml(req.settings.s3_region))
 
 
 async def get_versioning(req: S3Request) -> Response:
     await req.s3.require_bucket(req.bucket)
-    return xml_response(xml.versioning_configuration_xml())
+    return xml_response(versioning_configuration_xml())
 
 
 async def put_versioning(req: S3Request) -> Response:
     """Suspended is what an unversioned bucket already is; Enabled would
     promise old versions that are never kept, so it is refused."""
     await req.s3.require_bucket(req.bucket)
-    status = xml.parse_versioning_configuration(await req.small_body())
+    status = parse_versioning_configuration(await req.small_body())
     if status == "Enabled":
         raise S3Error(
             "NotImplemented",
@@ -99,7 +114,7 @@ async def list_objects_v1(req: S3Request) -> Response:
         max_keys=max_keys,
     )
     return xml_response(
-        xml.list_objects_v1_xml(
+        list_objects_v1_xml(
             bucket=req.bucket,
             prefix=prefix,
             marker=marker,
@@ -126,7 +141,7 @@ async def list_objects_v2(req: S3Request) -> Response:
     )
     fetch_owner = req.query.get("fetch-owner") == "true"
     return xml_response(
-        xml.list_objects_v2_xml(
+        list_objects_v2_xml(
             bucket=req.bucket,
             prefix=prefix,
             max_keys=max_keys,
@@ -161,7 +176,7 @@ async def list_versions(req: S3Request) -> Response:
         max_keys=max_keys,
     )
     return xml_response(
-        xml.list_object_versions_xml(
+        list_object_versions_xml(
             bucket=req.bucket,
             prefix=prefix,
             key_marker=key_marker,
@@ -179,27 +194,27 @@ async def list_versions(req: S3Request) -> Response:
 
 async def delete_objects(req: S3Request) -> Response:
     body = await req.small_body()
-    request = xml.parse_delete_objects(body)
+    request = parse_delete_objects(body)
     await req.s3.require_bucket(req.bucket)
     deleted: list[str] = []
-    errors: list[xml.DeleteError] = []
+    errors: list[DeleteError] = []
     for key in request.keys:
         try:
             validate_object_key(key)
             await req.s3.delete_object(req.bucket, key)
             deleted.append(key)
         except S3Error as exc:
-            errors.append(xml.DeleteError(key=key, code=exc.code, message=exc.message))
-    return xml_response(xml.delete_result_xml(deleted, errors, quiet=request.quiet))
+            errors.append(DeleteError(key=key, code=exc.code, message=exc.message))
+    return xml_response(delete_result_xml(deleted, errors, quiet=request.quiet))
 
 
-def _entry(info: ListedObject, *, owner: bool = True) -> xml.ObjectEntry:
-    return xml.ObjectEntry(
+def _entry(info: ListedObject, *, owner: bool = True) -> ObjectEntry:
+    return ObjectEntry(
         key=info.key,
         last_modified=info.modified,
         etag=info.etag,
         size=info.size,
-        owner=xml.DEFAULT_OWNER if owner else None,
+        owner=DEFAULT_OWNER if owner else None,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Final
 
 from app.checksums import FULL_OBJECT_ALGORITHMS, SUPPORTED_CHECKSUMS, b64, new_checksum
 from app.s3.errors import S3Error
-from app.s3.payload import BodyResult
+from app.s3.payload_checks import BodyResult
 from app.store.service import COMPOSITE, FULL_OBJECT, StoredChecksum
 
 ALGORITHM_HEADER: Final = "x-amz-checksum-algorithm"

@@ -15,11 +15,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.parsing import parse_decimal
-from app.s3 import metadata_text, xml
+from app.s3 import metadata_text
+from app.s3.aws_chunked import strip_aws_chunked
 from app.s3.errors import S3Error
-from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult, request_body, strip_aws_chunked
+from app.s3.payload import request_body
+from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.s3.service import S3Service
 from app.s3.sigv4 import VerifiedRequest, parse_query
+from app.s3.xml.parsing import MAX_XML_BYTES
 from app.services import Services
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_USER_METADATA_BYTES
 
@@ -121,11 +124,11 @@ class S3Request:
         return request_body(self.request.stream(), self.verified, headers, result=result)
 
     async def small_body(self, *, header_checksums: bool = True) -> bytes:
-        """An XML request body, refused past xml.MAX_XML_BYTES."""
+        """An XML request body, refused past MAX_XML_BYTES."""
         data = b""
         async for piece in self.body(header_checksums=header_checksums):
             data += piece
-            if len(data) > xml.MAX_XML_BYTES:
+            if len(data) > MAX_XML_BYTES:
                 raise S3Error("MalformedXML", "The XML body is too large.")
         return data
 

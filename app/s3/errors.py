@@ -14,7 +14,7 @@ Use::
     raise S3Error("NoSuchKey", resource="/bucket/key")
     raise S3Error("InvalidArgument", "max-keys must be a non-negative integer")
 
-``app.s3.xml.error_xml(err, ...)`` renders it. Store, Telegram and database
+``app.s3.xml.responses.s3_error_xml(err, ...)`` renders it. Store, Telegram and database
 errors become S3Errors through the table both APIs share (`s3_error_for`).
 """
 

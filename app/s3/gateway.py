@@ -27,7 +27,6 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.s3 import xml
 from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
@@ -35,6 +34,7 @@ from app.s3.post_object import is_form_post, post_object
 from app.s3.router import dispatch
 from app.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.s3.sigv4 import is_sigv4_request, verify_request
+from app.s3.xml.responses import s3_error_xml
 from app.services import Services
 
 __all__ = ["XML", "S3Gateway", "draining_refusal", "error_response"]
@@ -70,7 +70,7 @@ def draining_refusal(scope: Scope, services: Services | None, request_id: str) -
         return None
     path = scope.get("raw_path") or scope["path"].encode()
     error = S3Error("ServiceUnavailable", "The service is shutting down; retry shortly.")
-    return xml.s3_error_xml(error, resource=path.decode("latin-1"), request_id=request_id)
+    return s3_error_xml(error, resource=path.decode("latin-1"), request_id=request_id)
 
 
 def _belongs_to_s3(
@@ -172,7 +172,5 @@ def error_response(error: S3Error, request: Request, path: bytes) -> Response:
         headers.setdefault("Retry-After", "5")
     if request.method == "HEAD" or error.status == 304:
         return Response(status_code=error.status, headers=headers)
-    body = xml.s3_error_xml(
-        error, resource=error.resource or path.decode("latin-1"), request_id=rid
-    )
+    body = s3_error_xml(error, resource=error.resource or path.decode("latin-1"), request_id=rid)
     return Response(body, status_code=error.status, headers=headers, media_type=XML)

@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.checksums import CHECKSUM_SIZES, object_checksum
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, tagging, xml
+from app.s3 import checksum_headers, tagging
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -23,8 +23,21 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
-from app.s3.payload import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
 from app.s3.write_conditions import WriteConditions
+from app.s3.xml.listings import PartEntry, UploadEntry, list_multipart_uploads_xml, list_parts_xml
+from app.s3.xml.parsing import (
+    CompletedPart,
+    parse_complete_multipart,
+    parse_complete_part_checksums,
+)
+from app.s3.xml.responses import (
+    complete_multipart_upload_xml,
+    copy_part_xml,
+    initiate_multipart_upload_xml,
+    s3_error_xml,
+)
+from app.s3.xml.writer import Checksum
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
@@ -65,7 +78,7 @@ async def create_upload(req: S3Request) -> Response:
             checksum_headers.TYPE_HEADER: kind,
         }
     return xml_response(
-        xml.initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
+        initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
         headers=headers,
     )
 
@@ -139,7 +152,7 @@ async def _upload_part_copy_once(req: S3Request) -> Response:
         start,
         end,
     )
-    return xml_response(xml.copy_part_xml(etag, datetime.now(UTC)))
+    return xml_response(copy_part_xml(etag, datetime.now(UTC)))
 
 
 async def complete_upload(req: S3Request) -> Response:
@@ -150,8 +163,8 @@ async def complete_upload(req: S3Request) -> Response:
     failed after all (SDKs look for one in a 200 Complete)."""
     # x-amz-checksum-* here name the whole object, not this XML body.
     body = await req.small_body(header_checksums=False)
-    parts = xml.parse_complete_multipart(body)
-    await _check_checksums(req, parts, xml.parse_complete_part_checksums(body))
+    parts = parse_complete_multipart(body)
+    await _check_checksums(req, parts, parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
     completing = asyncio.ensure_future(
@@ -175,7 +188,7 @@ async def complete_upload(req: S3Request) -> Response:
         completing.cancel()
         raise
     return xml_response(
-        xml.complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
+        complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
     )
 
 
@@ -193,9 +206,9 @@ async def _complete_in_whitespace(
             continue
         except Exception as exc:
             error = as_s3_error(exc, req.method)
-            document = xml.s3_error_xml(error, resource=location, request_id=request_id())
+            document = s3_error_xml(error, resource=location, request_id=request_id())
         else:
-            document = xml.complete_multipart_upload_xml(
+            document = complete_multipart_upload_xml(
                 location, req.bucket, req.key, info.etag, _xml_checksum(info)
             )
         yield document.removeprefix(XML_DECLARATION)
@@ -203,7 +216,7 @@ async def _complete_in_whitespace(
 
 
 async def _check_checksums(
-    req: S3Request, parts: list[xml.CompletedPart], listed: dict[int, tuple[str, str]]
+    req: S3Request, parts: list[CompletedPart], listed: dict[int, tuple[str, str]]
 ) -> None:
     """Before anything is completed: a part checksum the Complete lists must
     be the part's (InvalidPart), and an `x-amz-checksum-<algorithm>` header,
@@ -254,11 +267,11 @@ async def _check_checksums(
             )
 
 
-def _xml_checksum(info: ObjectInfo) -> xml.Checksum | None:
+def _xml_checksum(info: ObjectInfo) -> Checksum | None:
     checksum = info.checksum
     if checksum is None:
         return None
-    return xml.Checksum(checksum.algorithm, checksum.value, checksum.type)
+    return Checksum(checksum.algorithm, checksum.value, checksum.type)
 
 
 async def abort_upload(req: S3Request) -> Response:
@@ -276,12 +289,12 @@ async def list_parts(req: S3Request) -> Response:
     )
     page = parts[:max_parts]
     return xml_response(
-        xml.list_parts_xml(
+        list_parts_xml(
             bucket=req.bucket,
             key=req.key,
             upload_id=upload_id,
             parts=[
-                xml.PartEntry(
+                PartEntry(
                     part_number=p.part_number,
                     last_modified=p.created_at,
                     etag=p.etag,
@@ -317,10 +330,10 @@ async def list_uploads(req: S3Request) -> Response:
         max_uploads=max_uploads,
     )
     return xml_response(
-        xml.list_multipart_uploads_xml(
+        list_multipart_uploads_xml(
             bucket=req.bucket,
             uploads=[
-                xml.UploadEntry(key=u.key, upload_id=u.upload_id, initiated=u.initiated)
+                UploadEntry(key=u.key, upload_id=u.upload_id, initiated=u.initiated)
                 for u in listing.uploads
             ],
             key_marker=key_marker or "",

@@ -14,7 +14,7 @@ from app.api.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, metadata_text, tagging, xml
+from app.s3 import checksum_headers, metadata_text, tagging
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -24,9 +24,10 @@ from app.s3.context import (
 )
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload import BodyResult
+from app.s3.payload_checks import BodyResult
 from app.s3.service import SourceChanged
 from app.s3.write_conditions import WriteConditions
+from app.s3.xml.responses import copy_object_xml
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
@@ -198,7 +199,7 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata=metadata,
         tags=_copy_tags(req, source),
     )
-    return xml_response(xml.copy_object_xml(copied.etag, copied.updated_at))
+    return xml_response(copy_object_xml(copied.etag, copied.updated_at))
 
 
 def _copy_tags(req: S3Request, source: ObjectInfo) -> dict[str, str] | None:

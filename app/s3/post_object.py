@@ -20,12 +20,13 @@ from starlette.responses import Response
 
 from app.http.forms import FormError, StreamingForm
 from app.parsing import parse_decimal
-from app.s3 import tagging, xml
+from app.s3 import tagging
 from app.s3.context import empty_response, stored_metadata, xml_response
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload import verify_checksum
+from app.s3.payload_checks import verify_checksum
 from app.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
+from app.s3.xml.responses import post_response_xml
 from app.services import Services
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 
@@ -118,7 +119,7 @@ async def post_object(
     status = parse_decimal(fields.get("success_action_status", "").strip()) or 204
     headers = {"ETag": info.etag, "Location": location}
     if status == 201:
-        return xml_response(xml.post_response_xml(location, bucket, key, info.etag), 201, headers)
+        return xml_response(post_response_xml(location, bucket, key, info.etag), 201, headers)
     return empty_response(status if status in SUCCESS_STATUSES else 204, headers)
 
 

@@ -25,10 +25,10 @@ from app.s3 import bucket_handlers as bucket
 from app.s3 import multipart_handlers as multipart
 from app.s3 import object_handlers as obj
 from app.s3 import tagging_handlers as tagging
-from app.s3 import xml
 from app.s3.context import S3Request
 from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
+from app.s3.xml.writer import NULL_VERSION_ID
 
 Handler = Callable[[S3Request], Awaitable[Response]]
 
@@ -155,7 +155,7 @@ def _level(req: S3Request) -> Level:
     if not req.has_key:
         return BUCKET
     validate_object_key(req.key)
-    if req.query.get("versionId", xml.NULL_VERSION_ID) != xml.NULL_VERSION_ID:
+    if req.query.get("versionId", NULL_VERSION_ID) != NULL_VERSION_ID:
         # Buckets are never versioned: "null" names an object's one version.
         raise S3Error("InvalidArgument", "Invalid version id specified")
     return OBJECT

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import unquote
 
-from app.s3 import xml
 from app.s3.errors import S3Error
+from app.s3.xml.parsing import parse_xml
+from app.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, escape
 
 MAX_TAGS: Final = 10
 MAX_TAG_KEY_LENGTH: Final = 128
@@ -81,7 +82,7 @@ def _local(tag: str) -> str:
 def parse_document(body: bytes) -> dict[str, str]:
     """The tags of a PutObjectTagging body:
     `<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag>...</TagSet></Tagging>`."""
-    root = xml.parse_xml(body, "Tagging")
+    root = parse_xml(body, "Tagging")
     tag_sets = [child for child in root if _local(child.tag) == "TagSet"]
     if len(tag_sets) != 1:
         raise S3Error("MalformedXML", "Tagging must hold one TagSet.")
@@ -102,11 +103,11 @@ def parse_document(body: bytes) -> dict[str, str]:
 def tagging_xml(tags: Mapping[str, str]) -> bytes:
     """`<Tagging>` with the tags in key order (AWS keeps no order of its own)."""
     items = "".join(
-        f"<Tag><Key>{xml.escape(key)}</Key><Value>{xml.escape(tags[key])}</Value></Tag>"
+        f"<Tag><Key>{escape(key)}</Key><Value>{escape(tags[key])}</Value></Tag>"
         for key in sorted(tags)
     )
-    document = f'<Tagging xmlns="{xml.S3_NAMESPACE}"><TagSet>{items}</TagSet></Tagging>'
-    return xml.XML_DECLARATION + document.encode("utf-8")
+    document = f'<Tagging xmlns="{S3_NAMESPACE}"><TagSet>{items}</TagSet></Tagging>'
+    return XML_DECLARATION + document.encode("utf-8")
 
 
 def count_header(tags: Mapping[str, str]) -> dict[str, str]:

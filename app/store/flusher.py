@@ -33,7 +33,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import SpooledPart
-from app.db.objects import PieceSpec
+from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.gc import GarbageCollector

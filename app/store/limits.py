@@ -2,7 +2,7 @@
 read a body (the database would refuse it only at commit, after the upload).
 
 Both APIs refuse anything beyond these with their own 4xx; the columns in
-app/db/models.py are sized from the same numbers.
+app/db/models/ are sized from the same numbers.
 """
 
 from __future__ import annotations

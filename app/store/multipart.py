@@ -38,7 +38,8 @@ from app.db.multipart import (
     multipart_etag,
     unquote_etag,
 )
-from app.db.objects import ObjectRepository, PieceSpec, WriteCheck
+from app.db.object_rows import PieceSpec
+from app.db.objects import ObjectRepository, WriteCheck
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository

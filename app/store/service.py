@@ -25,17 +25,17 @@ from typing import Any
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+# COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
+# the HTTP layers, which never import app.db.
+from app.checksums import COMPOSITE as COMPOSITE
+from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.models import StoredObject
-
-# COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
-# the HTTP layers, which never import app.db.
-from app.db.objects import COMPOSITE as COMPOSITE
-from app.db.objects import FULL_OBJECT as FULL_OBJECT
-from app.db.objects import ObjectRepository, ObjectSpec, PieceSpec, new_public_id
-from app.db.objects import PartSummary as PartSummary
-from app.db.objects import StoredChecksum as StoredChecksum
+from app.db.object_rows import ObjectSpec, PieceSpec, new_public_id, row_values
+from app.db.object_rows import PartSummary as PartSummary
+from app.db.object_rows import StoredChecksum as StoredChecksum
+from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
@@ -187,7 +187,7 @@ class ObjectStore:
             # condition is on the version it replaces, read under the lock).
             spec.check()
             now = utcnow()
-            values = db_objects.row_values(spec, new_public_id(), now, now)
+            values = row_values(spec, new_public_id(), now, now)
             new_id = await self._statements.insert_object_unless_exists(values)
             if new_id is not None:
                 return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)

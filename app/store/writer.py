@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunkRepository
 from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
-from app.db.objects import PieceSpec
+from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.errors import UploadTooLarge

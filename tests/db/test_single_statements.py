@@ -13,13 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine, create_sessionmaker
-from app.db.objects import (
-    ObjectRepository,
-    ObjectSpec,
-    StoredChecksum,
-    new_public_id,
-    row_values,
-)
+from app.db.object_rows import ObjectSpec, StoredChecksum, new_public_id, row_values
+from app.db.objects import ObjectRepository
 from app.db.session import session_scope
 from app.db.single_statements import (
     _BY_KEY,

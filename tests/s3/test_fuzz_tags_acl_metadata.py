@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.s3 import acl, metadata_text, tagging, xml
+from app.s3 import acl, metadata_text, tagging
 from app.s3.errors import S3Error
+from app.s3.xml.writer import DEFAULT_OWNER, escape
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: A header value as Starlette hands it over: its bytes as Latin-1 text.
@@ -20,7 +21,7 @@ HEADER_TEXT = st.one_of(
         max_size=8,
     ).map("".join),
 )
-XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=140).map(xml.escape)
+XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=140).map(escape)
 
 
 def four_xx(exc: S3Error) -> None:
@@ -80,7 +81,7 @@ def test_tagging_document(body: bytes) -> None:
 )
 def test_acl_requests(body: bytes, headers: dict[str, str]) -> None:
     for check in (
-        lambda: acl.check_policy(body, xml.DEFAULT_OWNER),
+        lambda: acl.check_policy(body, DEFAULT_OWNER),
         lambda: acl.check_request_headers(headers),
     ):
         try:

@@ -12,13 +12,12 @@ import google_crc32c
 import pytest
 
 from app.checksums import new_checksum
+from app.s3.aws_chunked import decode_aws_chunked, strip_aws_chunked
 from app.s3.errors import S3Error
-from app.s3.payload import (
+from app.s3.payload import request_body
+from app.s3.payload_checks import (
     BodyResult,
-    decode_aws_chunked,
     parse_content_md5,
-    request_body,
-    strip_aws_chunked,
     verify_checksum,
     verify_md5,
     verify_sha256,

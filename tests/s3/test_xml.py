@@ -15,34 +15,40 @@ from botocore.exceptions import ClientError
 
 from app.http.conditions import http_date, parse_http_date
 from app.s3.errors import S3Error
-from app.s3.xml import (
-    MAX_DELETE_KEYS,
-    S3_NAMESPACE,
+from app.s3.xml.listings import (
     BucketEntry,
-    DeleteError,
     ObjectEntry,
-    Owner,
     PartEntry,
     UploadEntry,
-    complete_multipart_upload_xml,
-    copy_object_xml,
-    copy_part_xml,
-    delete_result_xml,
-    error_xml,
-    escape,
-    initiate_multipart_upload_xml,
-    iso8601,
     list_buckets_xml,
     list_multipart_uploads_xml,
     list_objects_v1_xml,
     list_objects_v2_xml,
     list_parts_xml,
-    location_constraint_xml,
+)
+from app.s3.xml.parsing import (
+    MAX_DELETE_KEYS,
     parse_complete_multipart,
     parse_create_bucket_configuration,
     parse_delete_objects,
+)
+from app.s3.xml.responses import (
+    DeleteError,
+    complete_multipart_upload_xml,
+    copy_object_xml,
+    copy_part_xml,
+    delete_result_xml,
+    error_xml,
+    initiate_multipart_upload_xml,
+    location_constraint_xml,
     s3_error_xml,
     versioning_configuration_xml,
+)
+from app.s3.xml.writer import (
+    S3_NAMESPACE,
+    Owner,
+    escape,
+    iso8601,
 )
 from tests.s3.helpers import ACCESS_KEY, ENDPOINT, SECRET_KEY, CapturingClient
 

@@ -25,7 +25,7 @@ class PayloadMode(enum.Enum):
     """How the body is protected, from ``x-amz-content-sha256``."""
 
     #: A hex SHA-256 of the body: verify it as the body streams
-    #: (``payload.verify_sha256``).
+    #: (``payload_checks.verify_sha256``).
     SIGNED_HEX = "signed-hex"
     #: ``UNSIGNED-PAYLOAD`` (and every presigned URL): the body is taken as is.
     UNSIGNED = "unsigned"

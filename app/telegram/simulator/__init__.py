@@ -41,7 +41,8 @@ network failure would (bodies Telegram had whole are still carried out); and
 holds, to count them against what the service references.
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
-`TelegramSimulator` (state and Telegram's rules, in `state`, with its records in
+`TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
+on top of Telegram's rules, `TelegramRules` in `rules`; its records in
 `model`; synchronous so that every check-and-update is atomic on the event
 loop) and the Starlette app built by `create_simulator_app` (in `http`: HTTP
 parsing, pacing, faults, in-flight accounting; request bodies in `bodies`).

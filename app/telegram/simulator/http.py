@@ -20,7 +20,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.telegram.simulator.bodies import _pace, _read_body
 from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
 from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
-from app.telegram.simulator.state import _METHODS, TelegramSimulator, _canonical_method
+from app.telegram.simulator.rules import _METHODS, _canonical_method
+from app.telegram.simulator.state import TelegramSimulator
 
 log = structlog.get_logger()
 

@@ -1,6 +1,10 @@
-"""The simulated Telegram: its state and rules, plus hooks for tests.
+"""The simulated Telegram as tests and the HTTP layer drive it.
 
-Synchronous, so that every check-and-update is atomic on the event loop.
+`TelegramSimulator` is Telegram's rules (`TelegramRules`, in `rules`) plus
+hooks for tests and benchmarks (faults, holds, kicks, clock, stats) and the
+bookkeeping the HTTP layer does around each call (in-flight accounting,
+waiters, fault draws). Synchronous, so that every check-and-update is atomic
+on the event loop.
 """
 
 from __future__ import annotations
@@ -10,43 +14,23 @@ import contextlib
 import copy
 import dataclasses
 import itertools
-import math
-import posixpath
-import random
 import secrets
-import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from app.config import BotToken
-from app.telegram.simulator.bodies import (
-    _chat_id_param,
-    _int_param,
-    _message_id_param,
-    _received_file,
-)
-from app.telegram.simulator.config import (
-    CAPTION_LIMIT,
-    FAULTABLE_METHODS,
-    MUTABLE_KNOBS,
-    SimulatorConfig,
-)
+from app.telegram.simulator.config import MUTABLE_KNOBS, SimulatorConfig
 from app.telegram.simulator.model import (
     ApiError,
     BotStats,
     Post,
     _Bot,
     _Call,
-    _Chat,
-    _FileRef,
     _Message,
-    _Params,
     _StoredFile,
 )
+from app.telegram.simulator.rules import TelegramRules, _canonical_method
 
 log = structlog.get_logger()
 
@@ -54,34 +38,11 @@ log = structlog.get_logger()
 # --- the simulator ------------------------------------------------------------------
 
 
-class TelegramSimulator:
-    """State and rules of the simulated Telegram, plus hooks for tests."""
+class TelegramSimulator(TelegramRules):
+    """The simulated Telegram: its rules, plus hooks for tests."""
 
     def __init__(self, config: SimulatorConfig) -> None:
-        self.config = config
-        self._rng = random.Random(config.seed)
-        self._bots: dict[int, _Bot] = {}
-        self._bot_by_token: dict[str, int] = {}
-        for text in config.tokens:
-            token = BotToken.parse(text)
-            if token.bot_id in self._bots:
-                raise ValueError(f"two tokens are given for bot {token.bot_id}")
-            self._bots[token.bot_id] = _Bot(token.bot_id, token.value)
-            self._bot_by_token[token.value] = token.bot_id
-        self._chats = {
-            chat_id: _Chat(chat_id, f"TeleUploader storage {chat_id}")
-            for chat_id in config.chat_ids
-        }
-        self._kicked: set[tuple[int, int]] = set()  # (bot_id, chat_id)
-        # Members without an admin's rights: no posting, no deleting.
-        self._demoted: set[tuple[int, int]] = set()  # (bot_id, chat_id)
-        self._file_ids: dict[str, _FileRef] = {}
-        self._file_paths: dict[str, _FileRef] = {}
-        self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
-        self._path_counter = 0
-        self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
-        self._posts: list[Post] = []
-        self._clock_offset = 0.0
+        super().__init__(config)
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._call_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._holds: dict[str, asyncio.Event] = {}  # method -> released when set
@@ -445,266 +406,3 @@ class TelegramSimulator:
 
     def _coin(self) -> bool:
         return self._rng.random() < 0.5
-
-    # --- Telegram's rules -----------------------------------------------------------
-
-    def _get_me(self, bot_id: int, params: _Params) -> dict[str, Any]:
-        return self._bots[bot_id].info()
-
-    def _send_document(self, bot_id: int, params: _Params) -> dict[str, Any]:
-        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        self._check_may_post(bot_id, chat.chat_id)
-        caption = params.fields.get("caption") or None
-        if caption is not None and len(caption) > CAPTION_LIMIT:
-            raise ApiError(400, "Bad Request: message caption is too long")
-        upload = params.files.get("document")
-        resent_id = params.fields.get("document", "")
-        if upload is not None:
-            file = _received_file(upload, params)
-        else:
-            file = self._file_to_resend(bot_id, resent_id)
-        self._check_send_budget(bot_id, chat.chat_id)
-        file_id = self._issue_file_id(bot_id, file) if upload is not None else resent_id
-        return self._message_json(self._post(bot_id, chat, file, file_id, caption))
-
-    def _file_to_resend(self, bot_id: int, document: str) -> _StoredFile:
-        """sendDocument with a file_id instead of a file: no upload, no size limit."""
-        if not document:
-            raise ApiError(400, "Bad Request: there is no document in the request")
-        ref = self._file_ids.get(document)
-        if ref is None or ref.bot_id != bot_id:
-            # URLs are not fetched by the simulator, so they end up here too.
-            raise ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
-        return ref.file
-
-    def _get_file(self, bot_id: int, params: _Params) -> dict[str, Any]:
-        file_id = params.fields.get("file_id")
-        if not file_id:
-            raise ApiError(400, "Bad Request: file_id is empty")
-        ref = self._file_ids.get(file_id)
-        if ref is None or ref.bot_id != bot_id:
-            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
-        if len(ref.file.data) > self.config.max_getfile_bytes:
-            raise ApiError(400, "Bad Request: file is too big")
-        return {
-            "file_id": file_id,
-            "file_unique_id": ref.file.unique_id,
-            "file_size": len(ref.file.data),
-            "file_path": self._file_path_for(bot_id, ref.file),
-        }
-
-    def _delete_message(self, bot_id: int, params: _Params) -> bool:
-        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        message_id = _message_id_param(params, "message_id")
-        message = chat.messages.get(message_id)
-        if message is None or message.deleted:
-            raise ApiError(400, "Bad Request: message to delete not found")
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(400, "Bad Request: message can't be deleted")
-        if self._now() - message.posted_at > self.config.delete_window:
-            raise ApiError(400, "Bad Request: message can't be deleted")
-        # The file stays: file_ids issued for it keep working, as in Telegram.
-        message.deleted = True
-        return True
-
-    def _forward_message(self, bot_id: int, params: _Params) -> dict[str, Any]:
-        target = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        self._check_may_post(bot_id, target.chat_id)
-        source_chat = self._member_chat(bot_id, _chat_id_param(params, "from_chat_id"))
-        source = source_chat.messages.get(_message_id_param(params, "message_id"))
-        if source is None or source.deleted:
-            raise ApiError(400, "Bad Request: message to forward not found")
-        self._check_send_budget(bot_id, target.chat_id)
-        file_id = self._issue_file_id(bot_id, source.file)
-        message = self._post(bot_id, target, source.file, file_id, source.caption)
-        message.forwarded_from = source.forwarded_from or source
-        return self._message_json(message)
-
-    def _get_chat_member(self, bot_id: int, params: _Params) -> dict[str, Any]:
-        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        user_id = _int_param(params, "user_id", "Bad Request: invalid user_id specified")
-        bot = self._bots.get(user_id)
-        if bot is None:
-            user = {"id": user_id, "is_bot": False, "first_name": f"User {user_id}"}
-            return {"status": "left", "user": user}
-        if (user_id, chat.chat_id) in self._kicked:
-            return {"status": "kicked", "user": bot.info(), "until_date": 0}
-        if (user_id, chat.chat_id) in self._demoted:
-            return {"status": "member", "user": bot.info()}
-        return {"status": "administrator", "user": bot.info(), **_ADMIN_RIGHTS}
-
-    def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
-        ref = self._file_paths.get(file_path)
-        if ref is None or ref.bot_id != bot_id or self._expired(ref):
-            raise ApiError(404, "Not Found")
-        return ref.file.data
-
-    # --- helpers of the rules -----------------------------------------------------
-
-    def _now(self) -> float:
-        return time.monotonic() + self._clock_offset
-
-    def _bot(self, bot_id: int) -> _Bot:
-        bot = self._bots.get(bot_id)
-        if bot is None:
-            raise KeyError(f"unknown bot {bot_id}")
-        return bot
-
-    def _chat(self, chat_id: int) -> _Chat:
-        chat = self._chats.get(chat_id)
-        if chat is None:
-            raise KeyError(f"unknown chat {chat_id}")
-        return chat
-
-    def _member_chat(self, bot_id: int, chat_id: int) -> _Chat:
-        chat = self._chats.get(chat_id)
-        if chat is None:
-            raise ApiError(400, "Bad Request: chat not found")
-        if (bot_id, chat_id) in self._kicked:
-            raise ApiError(403, "Forbidden: bot was kicked from the channel chat")
-        return chat
-
-    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
-        if (bot_id, chat_id) in self._demoted:
-            raise ApiError(400, "Bad Request: not enough rights to send documents to the chat")
-
-    def _check_send_budget(self, bot_id: int, chat_id: int) -> None:
-        budget = self.config.sends_per_minute
-        if budget is None:
-            return
-        now = self._now()
-        sends = self._sends.setdefault((bot_id, chat_id), deque())
-        window = self.config.send_window
-        while sends and sends[0] <= now - window:
-            sends.popleft()
-        if len(sends) >= budget:
-            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
-        sends.append(now)
-
-    def _issue_file_id(self, bot_id: int, file: _StoredFile) -> str:
-        # Opaque, like Telegram's: nothing in it says which bot or file it is.
-        file_id = "BQACAgIAAx" + secrets.token_urlsafe(48)
-        self._file_ids[file_id] = _FileRef(bot_id, file)
-        return file_id
-
-    def _file_path_for(self, bot_id: int, file: _StoredFile) -> str:
-        """The bot's download path for a file: reused until it expires."""
-        key = (bot_id, file.unique_id)
-        path = self._current_path.get(key)
-        if path is not None and not self._expired(self._file_paths[path]):
-            return path
-        self._path_counter += 1
-        suffix = posixpath.splitext(file.file_name)[1].lower()
-        path = f"documents/file_{self._path_counter}{suffix or '.bin'}"
-        self._file_paths[path] = _FileRef(bot_id, file, issued_at=self._now())
-        self._current_path[key] = path
-        return path
-
-    def _expired(self, ref: _FileRef) -> bool:
-        ttl = self.config.file_path_ttl
-        return ttl is not None and self._now() - ref.issued_at > ttl
-
-    def _post(
-        self,
-        bot_id: int,
-        chat: _Chat,
-        file: _StoredFile,
-        file_id: str,
-        caption: str | None,
-    ) -> _Message:
-        chat.last_message_id += 1
-        message = _Message(
-            chat_id=chat.chat_id,
-            message_id=chat.last_message_id,
-            date=int(time.time() + self._clock_offset),
-            posted_at=self._now(),
-            file=file,
-            file_id=file_id,
-            caption=caption,
-        )
-        chat.messages[message.message_id] = message
-        self._posts.append(Post(bot_id, chat.chat_id, message.message_id, message.posted_at))
-        return message
-
-    def _message_json(self, message: _Message) -> dict[str, Any]:
-        chat = self._chats[message.chat_id].as_json()
-        result: dict[str, Any] = {
-            "message_id": message.message_id,
-            "sender_chat": chat,
-            "chat": chat,
-            "date": message.date,
-            "document": {
-                "file_name": message.file.file_name,
-                "mime_type": message.file.mime_type,
-                "file_id": message.file_id,
-                "file_unique_id": message.file.unique_id,
-                "file_size": len(message.file.data),
-            },
-        }
-        origin = message.forwarded_from
-        if origin is not None:
-            origin_chat = self._chats[origin.chat_id].as_json()
-            result["forward_origin"] = {
-                "type": "channel",
-                "chat": origin_chat,
-                "message_id": origin.message_id,
-                "date": origin.date,
-            }
-            result["forward_from_chat"] = origin_chat
-            result["forward_from_message_id"] = origin.message_id
-            result["forward_date"] = origin.date
-        if message.caption is not None:
-            result["caption"] = message.caption
-        return result
-
-
-_ADMIN_RIGHTS: dict[str, Any] = {
-    "can_be_edited": False,
-    "is_anonymous": False,
-    "can_manage_chat": True,
-    "can_change_info": False,
-    "can_post_messages": True,
-    "can_edit_messages": True,
-    "can_delete_messages": True,
-    "can_invite_users": True,
-    "can_restrict_members": True,
-    "can_promote_members": False,
-    "can_manage_video_chats": False,
-    "can_post_stories": False,
-    "can_edit_stories": False,
-    "can_delete_stories": False,
-}
-
-
-# --- the Bot API method table ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Method:
-    name: str
-    handler: Callable[[TelegramSimulator, int, _Params], Any]
-    upload: bool = False
-
-    @property
-    def faultable(self) -> bool:
-        """Whether random faults strike this method."""
-        return self.name in FAULTABLE_METHODS
-
-
-_METHODS = {
-    method.name.lower(): method
-    for method in (
-        _Method("getMe", TelegramSimulator._get_me),
-        _Method("sendDocument", TelegramSimulator._send_document, upload=True),
-        _Method("getFile", TelegramSimulator._get_file),
-        _Method("deleteMessage", TelegramSimulator._delete_message),
-        _Method("forwardMessage", TelegramSimulator._forward_message),
-        _Method("getChatMember", TelegramSimulator._get_chat_member),
-    )
-}
-
-
-def _canonical_method(name: str) -> str:
-    # Bot API method names are case-insensitive.
-    method = _METHODS.get(name.lower())
-    return method.name if method else name

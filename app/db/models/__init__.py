@@ -1,0 +1,84 @@
+"""The database schema, as SQLAlchemy models, one module per domain:
+
+* :mod:`~app.db.models.objects` -- stored objects, their pieces, buckets;
+* :mod:`~app.db.models.chunks` -- chunks, the GC ledger, send intents and chat
+  watermarks (what keeps every Telegram message accounted for);
+* :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
+  spooled parts;
+* :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
+* :mod:`~app.db.models.keys` -- API keys and web sessions;
+* :mod:`~app.db.models.tus` -- resumable uploads.
+
+Everything is re-exported here: import models from ``app.db.models``. Importing
+this package puts every table on ``Base.metadata``, which Alembic's env.py
+relies on. The migration in migrations/versions must match these models; a
+test compares them.
+"""
+
+from app.db.models.base import NEVER_REUSE_IDS, Base
+from app.db.models.chunks import (
+    CHUNK_STATES,
+    GC_REASONS,
+    ChatWatermark,
+    Chunk,
+    ChunkState,
+    GcEntry,
+    GcReason,
+    SendIntent,
+)
+from app.db.models.instances import BotLease, Instance, SharedFilePath
+from app.db.models.keys import KEY_SCOPES, ApiKey, KeyScope, WebSession
+from app.db.models.multipart import (
+    MAX_PART_NUMBER,
+    UPLOAD_ID_LENGTH,
+    MultipartUpload,
+    PartPiece,
+    SpooledPart,
+    UploadPart,
+)
+from app.db.models.objects import (
+    MAX_BUCKET_NAME_LENGTH,
+    MAX_CONTENT_TYPE_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    Bucket,
+    Piece,
+    StoredObject,
+)
+from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
+
+__all__ = [
+    "CHUNK_STATES",
+    "GC_REASONS",
+    "KEY_SCOPES",
+    "MAX_BUCKET_NAME_LENGTH",
+    "MAX_CONTENT_TYPE_LENGTH",
+    "MAX_KEY_LENGTH",
+    "MAX_NAME_LENGTH",
+    "MAX_PART_NUMBER",
+    "NEVER_REUSE_IDS",
+    "TUS_KINDS",
+    "UPLOAD_ID_LENGTH",
+    "ApiKey",
+    "Base",
+    "BotLease",
+    "Bucket",
+    "ChatWatermark",
+    "Chunk",
+    "ChunkState",
+    "GcEntry",
+    "GcReason",
+    "Instance",
+    "KeyScope",
+    "MultipartUpload",
+    "PartPiece",
+    "Piece",
+    "SendIntent",
+    "SharedFilePath",
+    "SpooledPart",
+    "StoredObject",
+    "TusKind",
+    "TusUpload",
+    "UploadPart",
+    "WebSession",
+]

@@ -1,0 +1,127 @@
+"""Chunks (Telegram documents) and what keeps their messages accounted for.
+
+Every Telegram message that must be deleted is written to `gc_ledger` in the
+same transaction that stops needing it, so a crash never forgets one. Send
+intents and chat watermarks let reconciliation find the messages no row ever
+learnt of (a crash between a post and its commit).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, get_args
+
+from sqlalchemy import BigInteger, CheckConstraint, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.models.base import NEVER_REUSE_IDS, Base, in_list
+from app.db.types import BigIntPK, UtcDateTime, utcnow
+
+ChunkState = Literal["pending", "live"]
+GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphaned"]
+
+CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
+GC_REASONS: tuple[str, ...] = get_args(GcReason)
+
+
+class Chunk(Base):
+    """One Telegram document holding up to 19 MiB of some object(s)."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        CheckConstraint(in_list("state", CHUNK_STATES), name="state"),
+        CheckConstraint("size >= 0", name="size"),
+        # collect_pending_orphans scans pending chunks by age.
+        Index(None, "state", "created_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    # file_id only works with the bot that uploaded the document.
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    file_id: Mapped[str] = mapped_column(Text)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    # 'pending' from the end of its upload until an object references it;
+    # pending chunks left by a crash are collected once their owner is gone.
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # The instance whose upload made it (None: before instances existed).
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+
+    def __repr__(self) -> str:
+        return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"
+
+
+class GcEntry(Base):
+    """A Telegram message that must be deleted; the row goes once it is."""
+
+    __tablename__ = "gc_ledger"
+    __table_args__ = (
+        CheckConstraint(in_list("reason", GC_REASONS), name="reason"),
+        Index(None, "next_attempt_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32))
+    enqueued_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    def __repr__(self) -> str:
+        return (
+            f"GcEntry(id={self.id}, chat_id={self.chat_id}, message_id={self.message_id}, "
+            f"reason={self.reason!r}, attempts={self.attempts})"
+        )
+
+
+class SendIntent(Base):
+    """A sendDocument that may be in flight: written before the call, deleted
+    once its message id is in a chunk row or the send has failed.
+
+    Reconciliation deletes unheld message ids only once every intent that
+    existed when it probed the chat is gone or belongs to a dead instance, so
+    a live upload's message is never taken for an orphan.
+    """
+
+    __tablename__ = "send_intents"
+    __table_args__ = (Index(None, "owner"), NEVER_REUSE_IDS)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+    def __repr__(self) -> str:
+        return f"SendIntent(id={self.id}, owner={self.owner!r}, chat_id={self.chat_id})"
+
+
+class ChatWatermark(Base):
+    """The highest message id of a chat known reconciled: every id up to it is
+    held by a row, deleted, or in the GC ledger. `unclean_since`: an instance
+    died with sends possibly in flight; ids above the mark need a probe.
+    `deleted_above`: how many of the service's messages above the mark it
+    has deleted since; with the rows, they tell its ids from foreign posts."""
+
+    __tablename__ = "chat_watermarks"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    unclean_since: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    deleted_above: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatWatermark(chat_id={self.chat_id}, message_id={self.message_id}, "
+            f"unclean_since={self.unclean_since})"
+        )
