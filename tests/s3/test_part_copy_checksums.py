@@ -14,10 +14,17 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.running_service import Service, ServiceFactory
+from tests.running_service import Service
 from tests.running_service import payload as data
 from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET
-from tests.s3.test_parts_and_checksums import PART, Client, MiB, checksum, composite
+from tests.s3.test_parts_and_checksums import (
+    PART,
+    Client,
+    checksum,
+    composite,
+    s3,
+    service,
+)
 
 #: Over INLINE_THRESHOLD: kept in chunks (of 1 MiB in this service).
 SOURCE = data(PART + 3000, seed=41)
@@ -25,18 +32,8 @@ SOURCE = data(PART + 3000, seed=41)
 SMALL = data(1000, seed=42)
 
 
-@pytest.fixture
-async def service(start_service: ServiceFactory) -> Service:
-    return await start_service(
-        s3_credentials={ACCESS_KEY: SECRET}, chunk_size=MiB, max_upload_size=16 * MiB
-    )
-
-
-@pytest.fixture
-async def s3(service: Service) -> Client:
-    client = Client(service)
-    await client("create_bucket", Bucket="box")
-    return client
+# The service (1 MiB chunks) and a client with bucket "box", as there.
+__all__ = ["s3", "service"]
 
 
 async def copy_part(
