@@ -76,14 +76,11 @@ class ChunkLocator:
         cached = self._cached_path(bot_id, file_id)
         if cached is not None:
             return cached
-        # A reader waits for it: ahead of the bot's queued uploads.
-        location = await self._dispatcher.call(
-            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
-        )
-        self._keep_path(bot_id, file_id, location.file_path)
+        path = await self._dispatcher.file_path(bot_id, file_id)
+        self._keep_path(bot_id, file_id, path)
         if self._shared is not None and self._shared.in_use:
-            await self._shared.share(bot_id, file_id, location.file_path)
-        return location.file_path
+            await self._shared.share(bot_id, file_id, path)
+        return path
 
     async def _ask_holder(self, bot_id: int, file_id: str) -> tuple[BotClient, str] | None:
         """The path from the instance holding the bot, when another does."""

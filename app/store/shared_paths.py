@@ -64,7 +64,6 @@ class SharedPaths:
         self._ask_wait = ask_wait
         self._answer_interval = answer_interval
         self._task: asyncio.Task[None] | None = None
-        self.answered = 0
 
     @property
     def in_use(self) -> bool:
@@ -148,20 +147,15 @@ class SharedPaths:
                 expires = utcnow() + timedelta(seconds=FILE_PATH_TTL)
                 await repo.answer(bot_id, file_id, path, expires, now)
                 answered += 1
-        self.answered += answered
         return answered
 
     async def _get_path(self, bot_id: int, file_id: str) -> str | None:
         try:
-            # A reader waits for it: ahead of the bot's queued uploads.
-            location = await self._dispatcher.call(
-                bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
-            )
+            return await self._dispatcher.file_path(bot_id, file_id)
         except TelegramError as exc:
             # The reader, unanswered, forwards instead.
             log.info("shared_path_failed", bot_id=bot_id, error=str(exc))
             return None
-        return location.file_path
 
     async def _prune(self) -> None:
         async with session_scope(self._sessionmaker) as session:

@@ -324,6 +324,14 @@ class Dispatcher:
             "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
         )
 
+    async def file_path(self, bot_id: int, file_id: str) -> str:
+        """getFile through the bot that holds `file_id` (file_ids are bot-
+        scoped). A reader waits for it: it goes ahead of queued uploads."""
+        location = await self.call(
+            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
+        )
+        return location.file_path
+
     async def call(
         self,
         bot_id: int,
