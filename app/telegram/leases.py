@@ -128,11 +128,11 @@ class BotLeases:
         self._writing = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
-        # The backlog last published, when (monotonic), and how it compared
-        # with the bots held then (-1 fewer jobs, 0 as many, 1 more).
+        # The backlog last published, and when (monotonic).
         self._published: int | None = None
         self._published_at = -math.inf
-        self._need = 0
+        # This instance's need for bots at its last round (`_need_for`).
+        self._last_need = 0
         # Whether this instance held fewer bots than its share after its round.
         self._short = False
 
@@ -175,15 +175,17 @@ class BotLeases:
                     )
         log.info("bot_leases_released", bots=len(held))
 
-    def _need_now(self) -> int:
-        backlog, bots = self._dispatcher.backlog(), len(self.staying())
+    def _need_for(self, backlog: int) -> int:
+        """-1: fewer jobs here than bots, 0: as many, 1: more."""
+        bots = len(self.staying())
         return (backlog > bots) - (backlog < bots)
 
     async def _loop(self) -> None:
         next_round = self._clock() + self.round_interval
         while True:
             await asyncio.sleep(min(WATCH_SECONDS, self.round_interval))
-            if self._clock() < next_round and self._need_now() == self._need:
+            need = self._need_for(self._dispatcher.backlog())
+            if self._clock() < next_round and need == self._last_need:
                 continue
             # Short of its share, an instance looks again soon: bots another
             # one releases for it are free from that moment.
@@ -203,7 +205,7 @@ class BotLeases:
         started = self._clock()
         now = utcnow()
         backlog = self._dispatcher.backlog()
-        self._need = self._need_now()
+        self._last_need = self._need_for(backlog)
         # Published at least every renewal interval (it is this instance's
         # heartbeat too), and at once when it changed while other instances
         # may want to know (a lone one would write for nobody).
