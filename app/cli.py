@@ -190,17 +190,19 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.logging import configure_logging
-    from app.main import create_app
+    from app.main import create_app, shutdown_delay
     from app.serving import run_server
 
     settings = load_settings()
     asyncio.run(_precheck(settings))
     configure_logging(settings.log_level, settings.log_format)
+    app = create_app(settings)
     run_server(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         grace_seconds=settings.shutdown_grace_seconds,
+        delay_seconds=lambda: shutdown_delay(app),
     )
     return 0
 

@@ -142,6 +142,15 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias=AliasChoices("SHUTDOWN_GRACE_SECONDS", "shutdown_grace_seconds"),
     )
+    shutdown_delay_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=60,
+        validation_alias=AliasChoices("SHUTDOWN_DELAY_SECONDS", "shutdown_delay_seconds"),
+        description="With other instances serving: how long a stopping instance goes on "
+        "serving, with /ready at 503, before it closes its listener, so the proxy's health "
+        "check sends new requests elsewhere first. A lone instance stops at once.",
+    )
 
     # --- Storage --------------------------------------------------------------
     database_url: str = Field(

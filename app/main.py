@@ -7,7 +7,7 @@ shutdown, handing them to every request as `request.state.services`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import TypedDict
 
@@ -33,12 +33,15 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         services = await start_services(settings)
+        # Also on the app, for the server's shutdown (`shutdown_delay`).
+        app.state.services = services
         async with systemd_notify(services) as lifecycle:
             try:
                 yield {"services": services}
             finally:
                 lifecycle.stopping()
                 await services.close()
+                del app.state.services
 
     app = FastAPI(
         title="TeleUploader",
@@ -64,6 +67,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(browse.router)
     app.include_router(web.router)
     return app
+
+
+def shutdown_delay(app: FastAPI) -> Awaitable[float] | None:
+    """How long the server goes on serving, unready, once told to stop
+    (`Services.shutdown_delay`); None when it stops at once without asking:
+    the services are not running, or no other instance can share them."""
+    services: Services | None = getattr(app.state, "services", None)
+    if services is None or not services.may_delay_shutdown():
+        return None
+    return services.shutdown_delay()
 
 
 def _services_of(scope: Scope) -> Services | None:

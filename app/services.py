@@ -102,6 +102,24 @@ class Services:
             return False
         return True
 
+    def may_delay_shutdown(self) -> bool:
+        """Whether a stop may wait for a proxy (`shutdown_delay`): only where
+        other instances can share the database."""
+        return self.settings.shutdown_delay_seconds > 0 and self.engine.dialect.name != "sqlite"
+
+    async def shutdown_delay(self) -> float:
+        """Seconds to go on serving, unready, once told to stop: while another
+        instance is alive to take what a proxy sends elsewhere, else none.
+        Asked of the database, not of the last lease round: an instance
+        restarted a moment ago is not in that round yet."""
+        delay = self.settings.shutdown_delay_seconds
+        try:
+            async with asyncio.timeout(2):
+                alive = await self.instance.live_ids()
+        except Exception:
+            return delay  # cannot tell: wait rather than drop requests
+        return delay if alive - {self.instance.instance_id} else 0.0
+
     async def close(self) -> None:
         # Sends of spooled parts first: they need the dispatcher. What they
         # leave stays in the spool for the next start.

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Generator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any, Literal
@@ -140,25 +142,77 @@ class AbortableConnections:
 
 
 class _DrainingServer(uvicorn.Server):
-    """uvicorn, telling the app when shutdown starts so it can refuse new writes."""
+    """uvicorn, stopping in two steps so that a proxy loses no request.
 
-    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]) -> None:
+    Told to stop, the server first goes on serving for `delay_seconds()`
+    (none for a lone instance) while `/ready` answers 503: the proxy's health
+    check takes it out of rotation while it still accepts connections. Then
+    uvicorn's own shutdown: the listener closes, new writes on kept-alive
+    connections are refused (`draining`), requests in flight get the grace
+    period. A second signal skips what is left of the first step.
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        *,
+        on_stopping: Callable[[], None],
+        on_draining: Callable[[], None],
+        delay_seconds: Callable[[], Awaitable[float] | None],
+    ) -> None:
         super().__init__(config)
-        self._on_shutdown = on_shutdown
+        self._on_stopping = on_stopping
+        self._on_draining = on_draining
+        self._delay_seconds = delay_seconds
+        # While serving on, unready: the signal that started it, the delay
+        # still to be awaited (it needs the database), and then (monotonic)
+        # when the step ends.
+        self._stop_signal: int | None = None
+        self._delay: Awaitable[float] | None = None
+        self._stop_at = math.inf
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._on_shutdown()
+        if self._stop_signal is None and not self.should_exit:
+            self._on_stopping()
+            self._delay = self._delay_seconds()
+            if self._delay is not None:
+                self._stop_signal = sig  # `on_tick` awaits the delay
+                return
+        self._stop_signal = None
+        self._on_draining()
         super().handle_exit(sig, frame)
 
+    async def on_tick(self, counter: int) -> bool:
+        if self._delay is not None:
+            delay, self._delay = await self._delay, None
+            if delay > 0:
+                log.info("shutdown_delayed", seconds=delay)
+            self._stop_at = time.monotonic() + delay
+        if self._stop_signal is not None and time.monotonic() >= self._stop_at:
+            self.handle_exit(self._stop_signal, None)
+        return await super().on_tick(counter)
 
-def run_server(app: FastAPI, *, host: str, port: int, grace_seconds: float) -> None:
-    """Serve until SIGTERM/SIGINT; in-flight requests get `grace_seconds` to finish.
 
-    New writes during the drain are refused with 503 (see RequestContextMiddleware).
+def run_server(
+    app: FastAPI,
+    *,
+    host: str,
+    port: int,
+    grace_seconds: float,
+    delay_seconds: Callable[[], Awaitable[float] | None] = lambda: None,
+) -> None:
+    """Serve until SIGTERM/SIGINT, then stop as `_DrainingServer` says:
+    unready for what `delay_seconds()` gives (None: no delay, without asking),
+    then in-flight requests get `grace_seconds` to finish. New writes during
+    the drain are refused with 503 (see RequestContextMiddleware).
     """
+    app.state.stopping = False
     app.state.draining = False
 
-    def start_draining() -> None:
+    def stopping() -> None:
+        app.state.stopping = True
+
+    def draining() -> None:
         app.state.draining = True
 
     config = uvicorn.Config(
@@ -175,4 +229,7 @@ def run_server(app: FastAPI, *, host: str, port: int, grace_seconds: float) -> N
     # default disposition that kills the process (status 143) after a clean
     # shutdown. A no-op handler makes a clean shutdown exit 0.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)
-    _DrainingServer(config, start_draining).run()
+    server = _DrainingServer(
+        config, on_stopping=stopping, on_draining=draining, delay_seconds=delay_seconds
+    )
+    server.run()

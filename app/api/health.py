@@ -36,17 +36,17 @@ async def health() -> dict[str, str]:
 async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     """200 when the database answers, at least one bot passed its getMe
     check and is still usable (here, or held by another instance), and the
-    instance is not draining, else 503.
+    instance was not told to stop, else 503.
     The body is `{"status": ...}`; the details (database, bots) come with the
     access `/metrics` needs."""
     database = await services.database_ok()
     usable = len(services.dispatcher.usable_bots())
-    # A draining instance refuses new writes: a proxy in front of several
-    # instances should send them elsewhere (deploy/Caddyfile.instances).
-    draining = bool(getattr(request.app.state, "draining", False))
+    # From the moment it is told to stop, a proxy in front of several
+    # instances should send new requests elsewhere (deploy/Caddyfile.instances).
+    stopping = bool(getattr(request.app.state, "stopping", False))
     # With several instances, bots another instance holds count too: this
     # one gets bots when it gets work (an instance holding none is ready).
-    is_ready = database and services.dispatcher.pool_size() > 0 and not draining
+    is_ready = database and services.dispatcher.pool_size() > 0 and not stopping
     body = Readiness(status="ready" if is_ready else "not_ready")
     if await _may_see_details(request, services):
         body.database = database

@@ -276,12 +276,11 @@ CADDYFILE = REPO / "deploy" / "Caddyfile.instances"
 KILL_WINDOW = 1.0
 
 
-def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and_restarted(
-    start: Starter, sim: Simulator, processes: Processes, tmp_path: Path
-) -> None:
+def start_caddy(processes: Processes, tmp_path: Path, *upstreams: Service) -> str:
+    """deploy/Caddyfile.instances in front of two instances; its site URL."""
     if CADDY is None:
         pytest.fail("caddy is not installed: scripts/test installs Debian's caddy package")
-    first, second = start(), start()
+    first, second = upstreams
     port = free_port()
     caddy = processes.start(
         "caddy",
@@ -296,16 +295,41 @@ def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and
     )
     site = f"http://127.0.0.1:{port}"
     wait_for(lambda: _healthy(site), within=START_TIMEOUT, what="Caddy", proc=caddy)
+    return site
 
-    # (started, ended, ok, what) of every request through Caddy.
-    ops: list[tuple[float, float, bool, str]] = []
-    stored: dict[str, tuple[str, bytes]] = {}
-    done = threading.Event()
 
-    def traffic(worker: int) -> None:
-        with httpx.Client(base_url=site, headers=first.auth, timeout=60) as client:
+# (started, ended, ok, what) of a request through Caddy.
+Op = tuple[float, float, bool, str]
+
+
+class Traffic:
+    """Three clients uploading files through Caddy and reading each back."""
+
+    def __init__(self, site: str, auth: dict[str, str]) -> None:
+        self.site = site
+        self.auth = auth
+        self.ops: list[Op] = []
+        self.stored: dict[str, tuple[str, bytes]] = {}
+        self._done = threading.Event()
+        self.workers = [threading.Thread(target=self._run, args=(w,)) for w in range(3)]
+
+    def __enter__(self) -> Traffic:
+        for thread in self.workers:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        for thread in self.workers:
+            thread.join(120)
+
+    def failed(self) -> list[Op]:
+        return [op for op in self.ops if not op[2]]
+
+    def _run(self, worker: int) -> None:
+        with httpx.Client(base_url=self.site, headers=self.auth, timeout=60) as client:
             for n in range(10_000):
-                if done.is_set():
+                if self._done.is_set():
                     return
                 name = f"w{worker}-{n}.bin"
                 data = payload(2 * CHUNK + n, seed=worker * 10_000 + n)
@@ -315,13 +339,13 @@ def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and
                     ok = response.status_code == 201
                     what = f"PUT {name}: {response.status_code} {response.text[:200]}"
                     if ok:
-                        stored[name] = (response.json()["public_id"], data)
+                        self.stored[name] = (response.json()["public_id"], data)
                 except httpx.HTTPError as exc:
                     ok, what = False, f"PUT {name}: {exc!r}"
-                ops.append((began, time.monotonic(), ok, what))
+                self.ops.append((began, time.monotonic(), ok, what))
                 if not ok:
                     continue
-                public_id, _ = stored[name]
+                public_id, _ = self.stored[name]
                 began = time.monotonic()
                 try:
                     response = client.get(f"/f/{public_id}")
@@ -329,12 +353,16 @@ def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and
                     what = f"GET {name}: {response.status_code}"
                 except httpx.HTTPError as exc:
                     ok, what = False, f"GET {name}: {exc!r}"
-                ops.append((began, time.monotonic(), ok, what))
+                self.ops.append((began, time.monotonic(), ok, what))
 
-    workers = [threading.Thread(target=traffic, args=(w,)) for w in range(3)]
-    for thread in workers:
-        thread.start()
-    try:
+
+def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and_restarted(
+    start: Starter, sim: Simulator, processes: Processes, tmp_path: Path
+) -> None:
+    first, second = start(), start()
+    site = start_caddy(processes, tmp_path, first, second)
+
+    with Traffic(site, first.auth) as traffic:
         time.sleep(3)
         os.kill(first.proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -343,22 +371,47 @@ def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and
         restarted = start(first.port)  # where Caddy expects it
         restarted_at = time.monotonic()
         time.sleep(3)
-    finally:
-        done.set()
-        for thread in workers:
-            thread.join(120)
 
+    ops = traffic.ops
     assert len(ops) > 20, ops
     # Only requests the killed instance was serving may fail: those in flight
-    # at the kill, or sent on a kept-alive connection to it in the moment
-    # before Caddy saw it close (Caddy retries only a failed connect).
-    failed = [op for op in ops if not op[2]]
+    # at the kill, or sent to it in the moment before Caddy saw it was gone
+    # (Caddy retries only a failed connect, and only for requests without a
+    # body: see the Caddyfile).
+    failed = traffic.failed()
     assert all(began < killed_at + KILL_WINDOW for began, _, _, _ in failed), failed
-    assert len(failed) <= len(workers), failed
+    assert len(failed) <= len(traffic.workers), failed
     after_kill = [op for op in ops if op[0] > killed_at + KILL_WINDOW]
     assert after_kill and all(op[2] for op in after_kill)
     assert any(op[0] > restarted_at for op in ops)
     # Everything stored, whichever instance took it, reads back through the
     # restarted one.
-    for public_id, data in list(stored.values())[:10]:
+    for public_id, data in list(traffic.stored.values())[:10]:
         assert httpx.get(f"{restarted.url}/f/{public_id}", timeout=60).content == data
+
+
+def test_a_rolling_restart_behind_caddy_loses_no_request(
+    start: Starter, sim: Simulator, processes: Processes, tmp_path: Path
+) -> None:
+    """deploy/README.md's rolling deploy: restart the instances one at a time,
+    each as soon as the one before answers /ready. A stopping instance stays
+    up, unready, until Caddy's health check has taken it out of rotation
+    (SHUTDOWN_DELAY_SECONDS), so no client sees an error."""
+    instances = [start(), start()]
+    site = start_caddy(processes, tmp_path, *instances)
+
+    with Traffic(site, instances[0].auth) as traffic:
+        time.sleep(2)
+        for n, old in enumerate(instances):
+            old.proc.signal(signal.SIGTERM)
+            assert old.proc.wait(60) == 0
+            instances[n] = start(old.port)  # returns once it answers /ready
+        restarted_at = time.monotonic()
+        time.sleep(2)
+
+    assert traffic.failed() == []
+    assert sum(1 for op in traffic.ops if op[0] > restarted_at) > 2, traffic.ops
+    # The files stored before the first stop read back from both new processes.
+    for n, (public_id, data) in enumerate(list(traffic.stored.values())[:6]):
+        url = instances[n % 2].url
+        assert httpx.get(f"{url}/f/{public_id}", timeout=60).content == data

@@ -126,13 +126,15 @@ def test_unit_settings() -> None:
 
 
 def test_unit_stop_timeout_covers_the_drain() -> None:
-    """uvicorn drains HTTP for SHUTDOWN_GRACE_SECONDS + 5, then the dispatcher
-    waits up to SHUTDOWN_GRACE_SECONDS for in-flight Telegram calls: systemd
-    must not SIGKILL the service before both are over."""
+    """With other instances alive the service serves on, unready, for
+    SHUTDOWN_DELAY_SECONDS; uvicorn drains HTTP for SHUTDOWN_GRACE_SECONDS + 5,
+    then the dispatcher waits up to SHUTDOWN_GRACE_SECONDS for in-flight
+    Telegram calls: systemd must not SIGKILL the service before all are over."""
     service = parse_unit(UNIT.read_text())["Service"]
     grace = Settings.model_fields["shutdown_grace_seconds"].default
-    assert grace == 30
-    assert seconds(one(service, "TimeoutStopSec")) > 2 * grace + 5
+    delay = Settings.model_fields["shutdown_delay_seconds"].default
+    assert (grace, delay) == (30, 5)
+    assert seconds(one(service, "TimeoutStopSec")) > delay + 2 * grace + 5
 
 
 def test_env_example_lists_every_setting() -> None:
