@@ -143,7 +143,7 @@ async def _upload_part_copy_once(req: S3Request) -> Response:
                 details={"ActualObjectSize": str(source.size)},
             )
         end = last + 1
-    etag = await req.s3.upload_part_copy(
+    copied = await req.s3.upload_part_copy(
         req.bucket,
         req.key,
         req.query["uploadId"],
@@ -152,7 +152,10 @@ async def _upload_part_copy_once(req: S3Request) -> Response:
         start,
         end,
     )
-    return xml_response(copy_part_xml(etag, datetime.now(UTC)))
+    checksum = None
+    if copied.checksum_algorithm is not None and copied.checksum is not None:
+        checksum = Checksum(copied.checksum_algorithm, copied.checksum)
+    return xml_response(copy_part_xml(copied.etag, datetime.now(UTC), checksum))
 
 
 async def complete_upload(req: S3Request) -> Response:

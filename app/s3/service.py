@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.s3.errors import S3Error
 from app.s3.write_conditions import WriteConditions
@@ -41,6 +41,15 @@ from app.store.service import (
 
 # Uploads aborted per listing while a bucket is deleted.
 MAX_UPLOADS_PER_ROUND = 1000
+
+
+class CopiedPart(NamedTuple):
+    """What UploadPartCopy answers: the part's ETag, and its checksum in the
+    upload's algorithm (both None without one)."""
+
+    etag: str
+    checksum_algorithm: str | None
+    checksum: str | None
 
 
 class SourceChanged(S3Error):
@@ -281,7 +290,7 @@ class S3Service:
         source: ObjectInfo,
         start: int,
         end: int,
-    ) -> str:
+    ) -> CopiedPart:
         """A part made of bytes [start, end) of an existing object, by reference."""
         _check_part_number(part_number)
         upload = await self.require_upload(bucket, key, upload_id)
@@ -290,14 +299,15 @@ class S3Service:
         # echo part ETags back in CompleteMultipartUpload.
         etag = '"' + hashlib.md5(f"{source.etag}:{start}-{end}".encode()).hexdigest() + '"'
         try:
-            await self._multipart.upload_part_copy(
+            checksum = await self._multipart.upload_part_copy(
                 upload, part_number, source, start, end, etag=etag
             )
         except ObjectNotFound:
             raise SourceChanged() from None
         except UploadMissing:
             raise _no_such_upload(bucket, key) from None
-        return etag
+        algorithm = upload.checksum_algorithm if checksum is not None else None
+        return CopiedPart(etag, algorithm, checksum)
 
     async def list_parts(
         self, bucket: str, key: str, upload_id: str, *, after: int, limit: int

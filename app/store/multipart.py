@@ -251,11 +251,12 @@ class MultipartStore:
         end: int,
         *,
         etag: str,
-    ) -> None:
+    ) -> str | None:
         """A part made of bytes [start, end) of an existing object, by
         reference to its chunks, with a checksum in its upload's algorithm as
-        an uploaded part has. Raises ObjectNotFound if the source changed,
-        ContentUnavailable if the bytes to checksum cannot be read now."""
+        an uploaded part has; that checksum (None without an algorithm).
+        Raises ObjectNotFound if the source changed, ContentUnavailable if
+        the bytes to checksum cannot be read now."""
         checksum = None
         if upload.checksum_algorithm is not None:
             # Before the part is recorded: a copy whose checksum cannot be
@@ -268,7 +269,7 @@ class MultipartStore:
             await self.upload_part_from_bytes(
                 upload, part_number, source.inline_data[start:end], etag, checksum=checksum
             )
-            return
+            return checksum
         changed = ObjectNotFound(f"{source.bucket}/{source.key} changed while being copied")
 
         async def put_part(session: AsyncSession) -> None:
@@ -291,6 +292,7 @@ class MultipartStore:
         except ChunksMissing:
             # Released between reading the source's pieces and locking them.
             raise changed from None
+        return checksum
 
     async def upload_part_from_bytes(
         self,

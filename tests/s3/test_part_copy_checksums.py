@@ -75,26 +75,27 @@ async def test_copied_parts_have_checksums_like_uploaded_ones(
     upload_id = created["UploadId"]
     uploaded = data(PART, seed=43)
     bodies = [SOURCE[1000 : 1000 + PART], uploaded, SOURCE, SMALL]
-    etags = [
-        (await copy_part(s3, upload_id, 1, "source", f"bytes=1000-{1000 + PART - 1}"))[
+    copied = {
+        1: (await copy_part(s3, upload_id, 1, "source", f"bytes=1000-{1000 + PART - 1}"))[
             "CopyPartResult"
-        ]["ETag"],
-        (
-            await s3(
-                "upload_part",
-                Bucket="box",
-                Key="m",
-                UploadId=upload_id,
-                PartNumber=2,
-                Body=uploaded,
-                ChecksumAlgorithm=algorithm,
-            )
-        )["ETag"],
-        (await copy_part(s3, upload_id, 3, "source"))["CopyPartResult"]["ETag"],
-        (await copy_part(s3, upload_id, 4, "small"))["CopyPartResult"]["ETag"],
-    ]
+        ],
+        3: (await copy_part(s3, upload_id, 3, "source"))["CopyPartResult"],
+        4: (await copy_part(s3, upload_id, 4, "small"))["CopyPartResult"],
+    }
+    sent = await s3(
+        "upload_part",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        PartNumber=2,
+        Body=uploaded,
+        ChecksumAlgorithm=algorithm,
+    )
+    etags = [copied[1]["ETag"], sent["ETag"], copied[3]["ETag"], copied[4]["ETag"]]
     element = f"Checksum{algorithm}"
     expected_parts = [checksum(algorithm, body) for body in bodies]
+    # Each copy answers with its part's checksum, as UploadPart does in its header.
+    assert [copied[n].get(element) for n in (1, 3, 4)] == [expected_parts[n - 1] for n in (1, 3, 4)]
 
     listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
     assert [part.get(element) for part in listed["Parts"]] == expected_parts
@@ -138,9 +139,10 @@ async def test_a_copy_into_an_upload_without_a_checksum_reads_nothing_back(
     upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
     service.sim.set_faults(fault_download_drop_rate=1.0)
     try:
-        await copy_part(s3, upload_id, 1, "source", f"bytes=0-{PART - 1}")
+        copied = await copy_part(s3, upload_id, 1, "source", f"bytes=0-{PART - 1}")
     finally:
         service.sim.set_faults(fault_download_drop_rate=0.0)
+    assert not any(key.startswith("Checksum") for key in copied["CopyPartResult"])
     listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
     assert [part["Size"] for part in listed["Parts"]] == [PART]
     assert not any(key.startswith("Checksum") for key in listed["Parts"][0])

@@ -90,11 +90,13 @@ def copy_object_xml(etag: str, last_modified: datetime) -> bytes:
     return doc.bytes()
 
 
-def copy_part_xml(etag: str, last_modified: datetime) -> bytes:
-    """``CopyPartResult`` (UploadPartCopy)."""
+def copy_part_xml(etag: str, last_modified: datetime, checksum: Checksum | None = None) -> bytes:
+    """``CopyPartResult`` (UploadPartCopy), with the part's checksum when its
+    upload has an algorithm (a part has no checksum type)."""
     doc = Doc("CopyPartResult")
     doc.leaf("LastModified", iso8601(last_modified))
     doc.leaf("ETag", quoted_etag(etag))
+    write_checksum(doc, checksum)
     return doc.bytes()
 
 
