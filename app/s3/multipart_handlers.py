@@ -7,6 +7,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from starlette.responses import Response, StreamingResponse
 
@@ -24,6 +25,7 @@ from app.s3.context import (
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.object_handlers import retrying_copy, source_object
 from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.s3.service import CopiedPart
 from app.s3.write_conditions import WriteConditions
 from app.s3.xml.listings import PartEntry, UploadEntry, list_multipart_uploads_xml, list_parts_xml
 from app.s3.xml.parsing import (
@@ -41,10 +43,12 @@ from app.s3.xml.writer import Checksum
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import ObjectInfo
 
-# Complete answers normally within this many seconds; later, 200 + whitespace.
-COMPLETE_EARLY_ANSWER = 5.0
+# A Complete or a part copy answers normally within this many seconds; later,
+# 200 + whitespace.
+EARLY_ANSWER = 5.0
 KEEPALIVE_INTERVAL = 5.0
 XML_DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
+T = TypeVar("T")
 _COPY_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})")
 
 
@@ -121,10 +125,14 @@ async def upload_part(req: S3Request) -> Response:
 
 
 async def upload_part_copy(req: S3Request) -> Response:
-    return await retrying_copy(req, _upload_part_copy_once)
+    """A copy into an upload with a checksum algorithm reads its range back
+    from Telegram first, which for a large part can outlast a client's read
+    timeout: past EARLY_ANSWER seconds it is answered like a slow Complete."""
+    copying = asyncio.ensure_future(retrying_copy(req, _upload_part_copy_once))
+    return await _answer_in_time(req, copying, _copy_part_result)
 
 
-async def _upload_part_copy_once(req: S3Request) -> Response:
+async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
     source = await source_object(req)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
@@ -143,7 +151,7 @@ async def _upload_part_copy_once(req: S3Request) -> Response:
                 details={"ActualObjectSize": str(source.size)},
             )
         end = last + 1
-    copied = await req.s3.upload_part_copy(
+    return await req.s3.upload_part_copy(
         req.bucket,
         req.key,
         req.query["uploadId"],
@@ -152,18 +160,18 @@ async def _upload_part_copy_once(req: S3Request) -> Response:
         start,
         end,
     )
+
+
+def _copy_part_result(copied: CopiedPart) -> bytes:
     checksum = None
     if copied.checksum_algorithm is not None and copied.checksum is not None:
         checksum = Checksum(copied.checksum_algorithm, copied.checksum)
-    return xml_response(copy_part_xml(copied.etag, datetime.now(UTC), checksum))
+    return copy_part_xml(copied.etag, datetime.now(UTC), checksum)
 
 
 async def complete_upload(req: S3Request) -> Response:
-    """Completing may wait for spooled parts to reach Telegram. Past
-    COMPLETE_EARLY_ANSWER seconds, do what AWS does: answer 200 at once,
-    keep the connection alive with whitespace (SDKs time out reads after
-    60 s), and end with the result, or with an <Error> document if it
-    failed after all (SDKs look for one in a 200 Complete)."""
+    """Completing may wait for spooled parts to reach Telegram: past
+    EARLY_ANSWER seconds it is answered as `_answer_in_time` says."""
     # x-amz-checksum-* here name the whole object, not this XML body.
     body = await req.small_body(header_checksums=False)
     parts = parse_complete_multipart(body)
@@ -179,41 +187,53 @@ async def complete_upload(req: S3Request) -> Response:
             WriteConditions.from_headers(req.headers, location),
         )
     )
+
+    def result(info: ObjectInfo) -> bytes:
+        return complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
+
+    return await _answer_in_time(req, completing, result)
+
+
+async def _answer_in_time(
+    req: S3Request, work: asyncio.Future[T], result: Callable[[T], bytes]
+) -> Response:
+    """The XML `result` of `work`, or, if it takes longer than EARLY_ANSWER
+    seconds, what AWS does for a slow Complete or copy: 200 at once, the
+    connection kept alive with whitespace (SDKs time out reads after 60 s),
+    and then the result, or an <Error> document if the work failed after all
+    (SDKs look for one in a 200 answer to these requests)."""
     try:
-        info = await asyncio.wait_for(asyncio.shield(completing), COMPLETE_EARLY_ANSWER)
+        done = await asyncio.wait_for(asyncio.shield(work), EARLY_ANSWER)
     except TimeoutError:
         return StreamingResponse(
-            _complete_in_whitespace(req, completing, location),
+            _in_whitespace(req, work, result),
             media_type=XML,
             headers={"x-amz-request-id": request_id()},
         )
     except BaseException:
-        completing.cancel()
+        work.cancel()
         raise
-    return xml_response(
-        complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
-    )
+    return xml_response(result(done))
 
 
-# A client that hangs up does not stop the completion (its task is not
-# cancelled): the parts are the client's, and it may ask again.
-async def _complete_in_whitespace(
-    req: S3Request, completing: asyncio.Future[ObjectInfo], location: str
+# A client that hangs up does not stop the work (its task is not cancelled):
+# a completion or a copied part is the client's, and it may ask again.
+async def _in_whitespace(
+    req: S3Request, work: asyncio.Future[T], result: Callable[[T], bytes]
 ) -> AsyncIterator[bytes]:
     yield XML_DECLARATION
     while True:
         try:
-            info = await asyncio.wait_for(asyncio.shield(completing), KEEPALIVE_INTERVAL)
+            done = await asyncio.wait_for(asyncio.shield(work), KEEPALIVE_INTERVAL)
         except TimeoutError:
             yield b" "
             continue
         except Exception as exc:
             error = as_s3_error(exc, req.method)
-            document = s3_error_xml(error, resource=location, request_id=request_id())
+            resource = f"/{req.bucket}/{req.key}"
+            document = s3_error_xml(error, resource=resource, request_id=request_id())
         else:
-            document = complete_multipart_upload_xml(
-                location, req.bucket, req.key, info.etag, _xml_checksum(info)
-            )
+            document = result(done)
         yield document.removeprefix(XML_DECLARATION)
         return
 

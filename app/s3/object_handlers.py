@@ -4,7 +4,7 @@ DELETE and CopyObject, and the copy-source rules UploadPartCopy shares."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import structlog
@@ -32,6 +32,8 @@ from app.store.limits import MAX_PART_NUMBER
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
 log = structlog.get_logger("app.s3")
+
+T = TypeVar("T")
 
 RESPONSE_OVERRIDES = {
     "response-content-type": "content-type",
@@ -243,9 +245,7 @@ async def source_object(req: S3Request) -> ObjectInfo:
     return source
 
 
-async def retrying_copy(
-    req: S3Request, copy: Callable[[S3Request], Awaitable[Response]]
-) -> Response:
+async def retrying_copy(req: S3Request, copy: Callable[[S3Request], Awaitable[T]]) -> T:
     """Run `copy` again (reading the source and its conditions afresh) when
     the source was replaced while it ran: the request is valid, and the
     copy takes the version current then. A source that keeps changing

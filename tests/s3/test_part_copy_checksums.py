@@ -184,3 +184,95 @@ async def test_a_copy_whose_bytes_cannot_be_read_is_a_503_and_records_no_part(
     await copy_part(s3, upload_id, 1, "source", f"bytes=1-{PART}")
     listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
     assert listed["Parts"][0]["ChecksumSHA256"] == checksum("SHA256", SOURCE[1 : PART + 1])
+
+
+def _client(service: Service, raw: list[tuple[int, bytes]]) -> Any:
+    """boto3 as users run it, but for one attempt, keeping each
+    UploadPartCopy answer's status and raw body in `raw`."""
+    client = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    client.meta.events.register(
+        "after-call.s3.UploadPartCopy",
+        lambda http_response, **_: raw.append((http_response.status_code, http_response.content)),
+    )
+    return client
+
+
+async def test_a_slow_copy_answers_at_once_and_keeps_the_connection_alive(
+    service: Service, s3: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a multi-GiB part back can outlast a client's 60 s read
+    timeout: past EARLY_ANSWER (5 s; 0.3 s here) the copy answers 200 at
+    once, sends whitespace while it reads, and ends with the result, as a
+    slow CompleteMultipartUpload does."""
+    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.3)
+    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    upload_id = (
+        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
+    )["UploadId"]
+    raw: list[tuple[int, bytes]] = []
+    client = _client(service, raw)
+    # Telegram hands out one PART every 2 seconds: the read takes seconds.
+    service.sim.configure(download_bandwidth=PART / 2)
+    try:
+        answer = await asyncio.to_thread(
+            client.upload_part_copy,
+            Bucket="box",
+            Key="m",
+            UploadId=upload_id,
+            PartNumber=1,
+            CopySource={"Bucket": "box", "Key": "source"},
+            CopySourceRange=f"bytes=1-{PART}",
+        )
+    finally:
+        service.sim.configure(download_bandwidth=None)
+    expected = checksum("SHA256", SOURCE[1 : PART + 1])
+    assert answer["CopyPartResult"]["ChecksumSHA256"] == expected
+    ((status, body),) = raw
+    assert status == 200
+    assert body.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n  ')  # kept alive
+    listed = await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
+    assert [(p["PartNumber"], p["ChecksumSHA256"]) for p in listed["Parts"]] == [(1, expected)]
+
+
+async def test_a_slow_copy_that_fails_after_answering_200_ends_with_an_error_document(
+    service: Service, s3: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 200 is sent before the read is done: a read that fails then ends
+    the body with an <Error>, which boto3 raises (and would retry), and no
+    part is recorded."""
+    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.0)
+    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    upload_id = (
+        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
+    )["UploadId"]
+    raw: list[tuple[int, bytes]] = []
+    client = _client(service, raw)
+    service.sim.set_faults(fault_download_drop_rate=1.0)
+    try:
+        with pytest.raises(ClientError) as refused:
+            await asyncio.to_thread(
+                client.upload_part_copy,
+                Bucket="box",
+                Key="m",
+                UploadId=upload_id,
+                PartNumber=1,
+                CopySource={"Bucket": "box", "Key": "source"},
+                CopySourceRange=f"bytes=1-{PART}",
+            )
+    finally:
+        service.sim.set_faults(fault_download_drop_rate=0.0)
+    assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
+    # Answered 200 and kept alive (botocore then counts the error as a 500).
+    ((_, body),) = raw
+    assert body.startswith(b'<?xml version="1.0" encoding="UTF-8"?>\n ')
+    assert b"<Error><Code>ServiceUnavailable</Code>" in body
+    assert "Parts" not in await s3("list_parts", Bucket="box", Key="m", UploadId=upload_id)
