@@ -52,6 +52,52 @@ async def copy_part(
     return answer
 
 
+def _client(service: Service, raw: list[tuple[int, bytes]]) -> Any:
+    """boto3 as users run it, but for one attempt, keeping each
+    UploadPartCopy answer's status and raw body in `raw`."""
+    client = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    client.meta.events.register(
+        "after-call.s3.UploadPartCopy",
+        lambda http_response, **_: raw.append((http_response.status_code, http_response.content)),
+    )
+    return client
+
+
+async def source_and_sha256_upload(s3: Client) -> str:
+    """Puts "source" and starts an upload of "m" with SHA256 checksums; its id."""
+    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
+    created = await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
+    return str(created["UploadId"])
+
+
+def answer_early(monkeypatch: pytest.MonkeyPatch, after: float) -> None:
+    """Slow copies answer early after `after` seconds (5 in production) and
+    send whitespace every 0.2 s."""
+    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", after)
+    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
+
+
+async def copy_once(client: Any, upload_id: str) -> dict[str, Any]:
+    """Bytes 1 to PART of "source" as part 1 of "m", one attempt."""
+    answer: dict[str, Any] = await asyncio.to_thread(
+        client.upload_part_copy,
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        PartNumber=1,
+        CopySource={"Bucket": "box", "Key": "source"},
+        CopySourceRange=f"bytes=1-{PART}",
+    )
+    return answer
+
+
 @pytest.mark.parametrize(
     ("algorithm", "kind"),
     [("CRC32", "COMPOSITE"), ("SHA256", "COMPOSITE"), ("CRC64NVME", "FULL_OBJECT")],
@@ -151,30 +197,12 @@ async def test_a_copy_into_an_upload_without_a_checksum_reads_nothing_back(
 async def test_a_copy_whose_bytes_cannot_be_read_is_a_503_and_records_no_part(
     service: Service, s3: Client
 ) -> None:
-    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
-    upload_id = (
-        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
-    )["UploadId"]
-    once = boto3.client(
-        "s3",
-        endpoint_url=service.url,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-        config=Config(retries={"total_max_attempts": 1}),
-    )
+    upload_id = await source_and_sha256_upload(s3)
+    once = _client(service, [])
     service.sim.set_faults(fault_download_drop_rate=1.0)
     try:
         with pytest.raises(ClientError) as refused:
-            await asyncio.to_thread(
-                once.upload_part_copy,
-                Bucket="box",
-                Key="m",
-                UploadId=upload_id,
-                PartNumber=1,
-                CopySource={"Bucket": "box", "Key": "source"},
-                CopySourceRange=f"bytes=1-{PART}",
-            )
+            await copy_once(once, upload_id)
     finally:
         service.sim.set_faults(fault_download_drop_rate=0.0)
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
@@ -186,24 +214,6 @@ async def test_a_copy_whose_bytes_cannot_be_read_is_a_503_and_records_no_part(
     assert listed["Parts"][0]["ChecksumSHA256"] == checksum("SHA256", SOURCE[1 : PART + 1])
 
 
-def _client(service: Service, raw: list[tuple[int, bytes]]) -> Any:
-    """boto3 as users run it, but for one attempt, keeping each
-    UploadPartCopy answer's status and raw body in `raw`."""
-    client = boto3.client(
-        "s3",
-        endpoint_url=service.url,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-        config=Config(retries={"total_max_attempts": 1}),
-    )
-    client.meta.events.register(
-        "after-call.s3.UploadPartCopy",
-        lambda http_response, **_: raw.append((http_response.status_code, http_response.content)),
-    )
-    return client
-
-
 async def test_a_slow_copy_answers_at_once_and_keeps_the_connection_alive(
     service: Service, s3: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,26 +221,14 @@ async def test_a_slow_copy_answers_at_once_and_keeps_the_connection_alive(
     timeout: past EARLY_ANSWER (5 s; 0.3 s here) the copy answers 200 at
     once, sends whitespace while it reads, and ends with the result, as a
     slow CompleteMultipartUpload does."""
-    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.3)
-    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
-    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
-    upload_id = (
-        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
-    )["UploadId"]
+    answer_early(monkeypatch, after=0.3)
+    upload_id = await source_and_sha256_upload(s3)
     raw: list[tuple[int, bytes]] = []
     client = _client(service, raw)
     # Telegram hands out one PART every 2 seconds: the read takes seconds.
     service.sim.configure(download_bandwidth=PART / 2)
     try:
-        answer = await asyncio.to_thread(
-            client.upload_part_copy,
-            Bucket="box",
-            Key="m",
-            UploadId=upload_id,
-            PartNumber=1,
-            CopySource={"Bucket": "box", "Key": "source"},
-            CopySourceRange=f"bytes=1-{PART}",
-        )
+        answer = await copy_once(client, upload_id)
     finally:
         service.sim.configure(download_bandwidth=None)
     expected = checksum("SHA256", SOURCE[1 : PART + 1])
@@ -248,26 +246,14 @@ async def test_a_slow_copy_that_fails_after_answering_200_ends_with_an_error_doc
     """The 200 is sent before the read is done: a read that fails then ends
     the body with an <Error>, which boto3 raises (and would retry), and no
     part is recorded."""
-    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.0)
-    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
-    await s3("put_object", Bucket="box", Key="source", Body=SOURCE)
-    upload_id = (
-        await s3("create_multipart_upload", Bucket="box", Key="m", ChecksumAlgorithm="SHA256")
-    )["UploadId"]
+    answer_early(monkeypatch, after=0.0)
+    upload_id = await source_and_sha256_upload(s3)
     raw: list[tuple[int, bytes]] = []
     client = _client(service, raw)
     service.sim.set_faults(fault_download_drop_rate=1.0)
     try:
         with pytest.raises(ClientError) as refused:
-            await asyncio.to_thread(
-                client.upload_part_copy,
-                Bucket="box",
-                Key="m",
-                UploadId=upload_id,
-                PartNumber=1,
-                CopySource={"Bucket": "box", "Key": "source"},
-                CopySourceRange=f"bytes=1-{PART}",
-            )
+            await copy_once(client, upload_id)
     finally:
         service.sim.set_faults(fault_download_drop_rate=0.0)
     assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
