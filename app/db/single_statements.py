@@ -16,12 +16,14 @@ atomic, reads one consistent snapshot, and commits.
   their own, with the same journal and sync settings as the app's (WAL,
   synchronous=FULL: an acknowledged insert is on disk), queueing behind
   other writers on busy_timeout like the app's connections do.
-* Postgres: reads are asyncpg's own unnamed statements outside a
-  transaction on pooled connections of an engine of their own without
-  pre-ping (two round trips; see `_read_on_driver`), retried once on a new
-  connection if the pooled one turns out dead; inserts are Core statements
-  on the app's engine, which pings first, because an insert cannot be
-  retried blindly.
+* Postgres: reads and inserts are asyncpg's own unnamed statements outside
+  a transaction on pooled connections of an engine of their own without
+  pre-ping (two round trips each; see `_read_on_driver`). A read whose
+  connection turns out dead is retried once on a new one. An insert cannot
+  be retried blindly: when the driver raises, the row is looked up by its
+  new public id (found: it was written), and if it is not there the insert
+  is run again through SQLAlchemy on the app's engine, which pings first
+  and raises what it always raised.
 * An in-memory SQLite database (which another connection could not see):
   Core statements on the app's engine.
 """
@@ -128,6 +130,11 @@ class AsyncStatements:
             if on_asyncpg
             else None
         )
+        self._insert: CompiledStatement | None = (
+            CompiledStatement(INSERTS_UNLESS_EXISTS["postgresql"], reads.dialect, keys=_INSERT_KEYS)
+            if on_asyncpg
+            else None
+        )
 
     async def _first(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         try:
@@ -153,10 +160,41 @@ class AsyncStatements:
         return await self._first(_BY_PUBLIC_ID, {"public_id": public_id})
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
+        if self._insert is not None:
+            # Shielded: once sent, the insert runs to its end, and its
+            # connection goes back to the pool in a known state.
+            done, new_id = await asyncio.shield(self._insert_on_driver(self._insert, values))
+            if done:
+                return new_id
+            # The driver raised: if the row is there, the insert was written
+            # before the connection failed (the public id is new).
+            written = await self.object_by_public_id(values["public_id"])
+            if written is not None:
+                return written.id
         statement = INSERTS_UNLESS_EXISTS[self._writes.dialect.name]
         async with self._writes.begin() as connection:
-            new_id: int | None = await connection.scalar(statement, values)
-            return new_id
+            inserted: int | None = await connection.scalar(statement, values)
+            return inserted
+
+    async def _insert_on_driver(
+        self, insert: CompiledStatement, values: dict[str, Any]
+    ) -> tuple[bool, int | None]:
+        """(True, the new id or None) of the insert run by asyncpg itself in
+        autocommit, in two round trips where SQLAlchemy's took seven (the
+        pre-ping's BEGIN, ping and ROLLBACK; BEGIN, prepare, execute,
+        COMMIT); (False, None) if the driver raised, written or not."""
+        async with self._reads.connect() as connection:
+            raw = await connection.get_raw_connection()
+            driver = raw.driver_connection
+            if driver is None:
+                return False, None
+            try:
+                record = await driver.fetchrow(insert.sql, *insert.parameters(values))
+            except Exception:
+                # Whatever state the connection is in, it is not pooled again.
+                await connection.invalidate()
+                return False, None
+        return True, (None if record is None else int(insert.row(record)[0]))
 
     async def close(self) -> None:
         for engine in self._owned:

@@ -8,7 +8,7 @@ import asyncio
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import bindparam, column, select, table, text
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.compiled import CompiledStatement
@@ -319,6 +319,101 @@ async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
         statements._compiled[bad] = CompiledStatement(bad, engine.dialect)
         with pytest.raises(ProgrammingError, match="no_such_table"):
             await statements._first(bad, {"bucket": "b"})
+    finally:
+        await statements.close()
+        await engine.dispose()
+
+
+async def terminate_other_backends(database: Database) -> None:
+    """What a Postgres restart does to every pooled connection."""
+    dsn = database.migration_url.replace("postgresql+asyncpg", "postgresql")
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+
+
+def new_values(key: str, data: bytes) -> dict[str, object]:
+    now = utcnow()
+    return row_values(spec(key, data), new_public_id(), now, now)
+
+
+@pytest.mark.postgres
+async def test_postgres_inserts_run_on_the_driver_and_fail_as_sqlalchemy_does(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small PUT's insert is asyncpg's own statement in autocommit; one the
+    server refuses raises what SQLAlchemy raises for it, and writes nothing."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    try:
+
+        async def no_sqlalchemy(*args: object, **kwargs: object) -> None:
+            raise AssertionError("inserted through SQLAlchemy's execution")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(AsyncConnection, "scalar", no_sqlalchemy)
+            new_id = await statements.insert_object_unless_exists(new_values("on-driver", b"d"))
+        row = await statements.object("b", "on-driver")
+        assert row is not None and (row.id, row.inline_data) == (new_id, b"d")
+
+        too_long = new_values("refused", b"r") | {"content_type": "x" * 10_000}
+        with pytest.raises(DBAPIError, match="value too long"):
+            await statements.insert_object_unless_exists(too_long)
+        assert await statements.object("b", "refused") is None
+    finally:
+        await statements.close()
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_insert_on_a_dead_pooled_connection_is_stored_once(
+    postgres_database: Database,
+) -> None:
+    """The inserts' pool has no pre-ping: a connection the server closed is
+    found out by the insert, which then stores the row on a new one."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    try:
+        assert await statements.object("b", "none") is None  # pools a connection
+        await terminate_other_backends(postgres_database)
+        values = new_values("after-restart", b"x")
+        new_id = await statements.insert_object_unless_exists(values)
+        row = await statements.object_by_public_id(str(values["public_id"]))
+        assert new_id is not None and row is not None and row.id == new_id
+    finally:
+        await statements.close()
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_insert_written_before_its_connection_failed_is_not_taken_for_a_conflict(
+    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection fails after the server wrote the row: run again, the
+    insert would find its own key taken and report a conflict (and the PUT
+    would replace its own object). The row is found by its new public id
+    instead."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    fetchrow = asyncpg.Connection.fetchrow
+
+    async def written_then_lost(self: asyncpg.Connection, query: str, *args: object) -> object:
+        await fetchrow(self, query, *args)
+        raise ConnectionResetError("the connection was lost before the answer came")
+
+    try:
+        values = new_values("lost-answer", b"l")
+        with monkeypatch.context() as patched:
+            patched.setattr(asyncpg.Connection, "fetchrow", written_then_lost)
+            new_id = await statements.insert_object_unless_exists(values)
+        row = await statements.object("b", "lost-answer")
+        assert new_id is not None and row is not None
+        assert (row.id, row.public_id) == (new_id, values["public_id"])
     finally:
         await statements.close()
         await engine.dispose()
