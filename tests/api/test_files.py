@@ -478,16 +478,17 @@ async def test_health_and_ready(service: Service) -> None:
     assert not any(bot["checking"] for bot in body["bots"])
 
 
-async def test_a_draining_instance_is_not_ready(service: Service) -> None:
-    """After SIGTERM new writes are refused: a proxy in front of several
-    instances must stop sending it traffic, and /ready tells it so."""
-    service.app.state.draining = True
+async def test_an_instance_told_to_stop_is_not_ready(service: Service) -> None:
+    """From SIGTERM on (while it still serves, for SHUTDOWN_DELAY_SECONDS,
+    and while it drains) a proxy in front of several instances must stop
+    sending it traffic, and /ready tells it so."""
+    service.app.state.stopping = True
     try:
         async with service.client() as http:
             ready = await http.get("/ready")
             health = await http.get("/health")
     finally:
-        service.app.state.draining = False
+        service.app.state.stopping = False
     assert (ready.status_code, ready.json()) == (503, {"status": "not_ready"})
     assert health.status_code == 200
 
