@@ -61,6 +61,12 @@ NOT_UNAVAILABLE = [
         id="data",
     ),
     pytest.param(
+        # What SQLAlchemy's asyncpg adapter raises for the same refusal.
+        db_error(DBAPIError, PgError("value too long for type character varying(255)", "22001")),
+        400,
+        id="data-asyncpg",
+    ),
+    pytest.param(
         db_error(OperationalError, sqlite3.OperationalError("no such table: objects")),
         500,
         id="sqlite-schema",

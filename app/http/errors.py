@@ -14,8 +14,9 @@ The rules:
   SDKs re-upload whole bodies on 503, which cannot help.
 * 502 is a permanent refusal by Telegram, with Telegram's description
   (tokens scrubbed).
-* 400 is a value the database refused as malformed (DataError): the input was
-  wrong, although validation should have caught it earlier.
+* 400 is a value the database refused as malformed (DataError, or SQLSTATE
+  class 22): the input was wrong, although validation should have caught it
+  earlier.
 * Everything else is a 500 whose cause is logged, never shown.
 """
 
@@ -190,8 +191,10 @@ def _database_failure(exc: BaseException, path: str) -> Failure:
             "the database cannot be reached right now; try again shortly",
             DATABASE_RETRY_AFTER,
         )
-    if isinstance(exc, DataError):
-        # A value the database refused (too long, out of range): the input.
+    if isinstance(exc, DataError) or (_sqlstate(exc) or "").startswith("22"):
+        # A value the database refused (too long, out of range; SQLSTATE
+        # class 22, which SQLAlchemy's asyncpg adapter raises as a plain
+        # DBAPIError): the input.
         # Validation should have refused it before; the log says where not.
         log.warning("database_refused_value", path=path, cause=_cause_of(exc))
         return Failure(
@@ -217,13 +220,20 @@ def is_connection_failure(exc: BaseException) -> bool:
     orig = exc.orig
     if isinstance(orig, OSError):
         return True
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    if isinstance(sqlstate, str):
+    sqlstate = _sqlstate(exc)
+    if sqlstate is not None:
         return sqlstate.startswith("08") or sqlstate in _CONNECTION_SQLSTATES
     if isinstance(exc, OperationalError):
         message = str(orig).lower()
         return any(sign in message for sign in _SQLITE_UNAVAILABLE)
     return False
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """Postgres' SQLSTATE of a database error (None on SQLite)."""
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return sqlstate if isinstance(sqlstate, str) else None
 
 
 def _cause_of(exc: BaseException) -> str:
