@@ -184,13 +184,8 @@ class AsyncStatements:
         pre-ping's BEGIN, ping and ROLLBACK; BEGIN, prepare, execute,
         COMMIT); (False, None) if the driver raised, written or not."""
         async with self._reads.connect() as connection:
-            raw = await connection.get_raw_connection()
-            driver = raw.driver_connection
-            if driver is None:
-                return False, None
-            try:
-                record = await driver.fetchrow(insert.sql, *insert.parameters(values))
-            except Exception:
+            done, record = await _fetchrow_on_driver(connection, insert, values)
+            if not done:
                 # Whatever state the connection is in, it is not pooled again.
                 await connection.invalidate()
                 return False, None
@@ -217,15 +212,24 @@ async def _read_on_driver(
     as it always has (and marks a dead connection invalid): a read can run
     twice.
     """
+    found, record = await _fetchrow_on_driver(connection, statement, values)
+    return found, (None if record is None else ObjectRow(*statement.row(record)))
+
+
+async def _fetchrow_on_driver(
+    connection: AsyncConnection, statement: CompiledStatement, values: dict[str, Any]
+) -> tuple[bool, Any]:
+    """(True, asyncpg's record or None) of `statement` run by asyncpg itself
+    on the pooled connection, outside a transaction; (False, None) if the
+    driver raised."""
     raw = await connection.get_raw_connection()
     driver = raw.driver_connection
     if driver is None:
         return False, None
     try:
-        record = await driver.fetchrow(statement.sql, *statement.parameters(values))
+        return True, await driver.fetchrow(statement.sql, *statement.parameters(values))
     except Exception:
         return False, None
-    return True, (None if record is None else ObjectRow(*statement.row(record)))
 
 
 class SqliteThreadStatements:

@@ -94,6 +94,19 @@ async def test_sqlite_reads_refuse_to_write(tmp_path_factory: pytest.TempPathFac
         await engine.dispose()
 
 
+async def terminate_other_backends(database: Database) -> None:
+    """What a Postgres restart does to every pooled connection."""
+    dsn = database.migration_url.replace("postgresql+asyncpg", "postgresql")
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+
+
 @pytest.mark.postgres
 async def test_postgres_read_survives_a_dead_pooled_connection(
     postgres_database: Database,
@@ -106,15 +119,7 @@ async def test_postgres_read_survives_a_dead_pooled_connection(
         sessionmaker = create_sessionmaker(direct)
         await put(sessionmaker, "dead-conn", b"x")
         assert await reads.object("b", "dead-conn") is not None  # pools a connection
-        dsn = postgres_database.migration_url.replace("postgresql+asyncpg", "postgresql")
-        admin = await asyncpg.connect(dsn)
-        try:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        finally:
-            await admin.close()
+        await terminate_other_backends(postgres_database)
         row = await reads.object("b", "dead-conn")
         assert row is not None and row.inline_data == b"x"
     finally:
@@ -322,19 +327,6 @@ async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
     finally:
         await statements.close()
         await engine.dispose()
-
-
-async def terminate_other_backends(database: Database) -> None:
-    """What a Postgres restart does to every pooled connection."""
-    dsn = database.migration_url.replace("postgresql+asyncpg", "postgresql")
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    finally:
-        await admin.close()
 
 
 def new_values(key: str, data: bytes) -> dict[str, object]:
