@@ -17,9 +17,11 @@ atomic, reads one consistent snapshot, and commits.
   synchronous=FULL: an acknowledged insert is on disk), queueing behind
   other writers on busy_timeout like the app's connections do.
 * Postgres: reads and inserts are asyncpg's own unnamed statements outside
-  a transaction on pooled connections of an engine of their own without
-  pre-ping (two round trips each; see `_read_on_driver`). A read whose
-  connection turns out dead is retried once on a new one. An insert cannot
+  a transaction (two round trips each; see `AsyncStatements._on_driver`), on
+  a few connections of an engine of their own, without pre-ping, kept out of
+  its pool between statements: checking one out and back in cost as much CPU
+  as the statement. A read whose driver call fails is run again through
+  SQLAlchemy, on a new connection if that one was dead. An insert cannot
   be retried blindly: when the driver raises, the row is looked up by its
   new public id (found: it was written), and if it is not there the insert
   is run again through SQLAlchemy on the app's engine, which pings first
@@ -40,14 +42,18 @@ import sqlalchemy
 from sqlalchemy import Select, bindparam, event, select
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
 
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine
 from app.db.models import StoredObject
 from app.db.object_rows import INSERTS_UNLESS_EXISTS
 
+#: Postgres connections kept out of the pool between single statements; more
+#: are checked out while more statements run at once, and given back after.
+KEPT_CONNECTIONS = 4
 #: Threads (and read connections) for SQLite reads. Each lookup holds one for
 #: tens of microseconds; a few cover the event loop's one thread.
 SQLITE_READ_THREADS = 4
@@ -112,7 +118,8 @@ class SingleStatements(Protocol):
 class AsyncStatements:
     """Core statements on pooled connections of async engines: `reads` for
     reads (retried once on a dead connection), `writes` for inserts. Engines
-    named in `owned` are closed with this object."""
+    named in `owned` are closed with this object. On asyncpg both run on the
+    driver itself first (`_on_driver`)."""
 
     def __init__(
         self, reads: AsyncEngine, writes: AsyncEngine, *, owned: tuple[AsyncEngine, ...] = ()
@@ -120,7 +127,6 @@ class AsyncStatements:
         self._reads = reads
         self._writes = writes
         self._owned = owned
-        # On asyncpg, reads go to the driver itself (see _read_on_driver).
         on_asyncpg = reads.dialect.name == "postgresql" and reads.dialect.driver == "asyncpg"
         self._compiled: dict[Select[Any], CompiledStatement] | None = (
             {
@@ -135,8 +141,17 @@ class AsyncStatements:
             if on_asyncpg
             else None
         )
+        # Connections of `reads` checked out and idle, for `_on_driver`.
+        self._kept: list[PoolProxiedConnection] = []
 
     async def _first(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
+        if self._compiled is not None:
+            compiled = self._compiled[statement]
+            done, record = await self._on_driver(compiled, values)
+            if done:
+                return None if record is None else ObjectRow(*compiled.row(record))
+            # The driver raised: SQLAlchemy runs it again and raises what it
+            # always has (a read can run twice).
         try:
             return await self._first_once(statement, values)
         except DBAPIError as exc:
@@ -146,10 +161,6 @@ class AsyncStatements:
 
     async def _first_once(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         async with self._reads.connect() as connection:
-            if self._compiled is not None:
-                found, row = await _read_on_driver(connection, self._compiled[statement], values)
-                if found:
-                    return row
             result = (await connection.execute(statement, values)).first()
             return None if result is None else ObjectRow(*result)
 
@@ -161,11 +172,12 @@ class AsyncStatements:
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
         if self._insert is not None:
+            insert = self._insert
             # Shielded: once sent, the insert runs to its end, and its
-            # connection goes back to the pool in a known state.
-            done, new_id = await asyncio.shield(self._insert_on_driver(self._insert, values))
+            # connection is kept or dropped knowing how it ended.
+            done, record = await asyncio.shield(self._on_driver(insert, values))
             if done:
-                return new_id
+                return None if record is None else int(insert.row(record)[0])
             # The driver raised: if the row is there, the insert was written
             # before the connection failed (the public id is new).
             written = await self.object_by_public_id(values["public_id"])
@@ -176,60 +188,47 @@ class AsyncStatements:
             inserted: int | None = await connection.scalar(statement, values)
             return inserted
 
-    async def _insert_on_driver(
-        self, insert: CompiledStatement, values: dict[str, Any]
-    ) -> tuple[bool, int | None]:
-        """(True, the new id or None) of the insert run by asyncpg itself in
-        autocommit, in two round trips where SQLAlchemy's took seven (the
-        pre-ping's BEGIN, ping and ROLLBACK; BEGIN, prepare, execute,
-        COMMIT); (False, None) if the driver raised, written or not."""
-        async with self._reads.connect() as connection:
-            done, record = await _fetchrow_on_driver(connection, insert, values)
-            if not done:
-                # Whatever state the connection is in, it is not pooled again.
-                await connection.invalidate()
-                return False, None
-        return True, (None if record is None else int(insert.row(record)[0]))
+    async def _on_driver(
+        self, statement: CompiledStatement, values: dict[str, Any]
+    ) -> tuple[bool, Any]:
+        """(True, asyncpg's record or None) of `statement` run by asyncpg
+        itself; (False, None) if the driver raised.
+
+        Outside a transaction and with asyncpg's statement cache off, this is
+        one unnamed statement in two round trips (Parse, Describe and Flush;
+        then Bind, Execute and Sync), where SQLAlchemy's execution took four
+        for a read (BEGIN, prepare, execute, ROLLBACK) and seven for an insert
+        (its pre-ping's BEGIN, ping and ROLLBACK; BEGIN, prepare, execute,
+        COMMIT). pgbouncer in transaction mode hands the server connection
+        back only at ReadyForQuery, which only the Sync brings, so both halves
+        reach the same server connection; between statements a kept client
+        connection holds no server connection.
+        """
+        connection = self._kept.pop() if self._kept else await self._reads.raw_connection()
+        driver = connection.driver_connection
+        try:
+            if driver is None:
+                raise RuntimeError("the pooled connection has no driver connection")
+            record = await driver.fetchrow(statement.sql, *statement.parameters(values))
+        except BaseException as exc:
+            # In whatever state the driver left it, it is not used again.
+            connection.invalidate()
+            connection.close()
+            if not isinstance(exc, Exception):
+                raise
+            return False, None
+        if len(self._kept) < KEPT_CONNECTIONS:
+            self._kept.append(connection)
+        else:
+            await greenlet_spawn(connection.close)
+        return True, record
 
     async def close(self) -> None:
+        kept, self._kept = self._kept, []
+        for connection in kept:
+            await greenlet_spawn(connection.close)
         for engine in self._owned:
             await engine.dispose()
-
-
-async def _read_on_driver(
-    connection: AsyncConnection, statement: CompiledStatement, values: dict[str, str]
-) -> tuple[bool, ObjectRow | None]:
-    """(True, the row or None) of `statement` run by asyncpg itself on the
-    pooled connection; (False, None) if the driver raised.
-
-    Outside a transaction and with asyncpg's statement cache off, this is one
-    unnamed statement in two round trips (Parse, Describe and Flush; then Bind,
-    Execute and Sync), where SQLAlchemy's execution took four (BEGIN, prepare,
-    execute, ROLLBACK) and ~0.3 ms more CPU. pgbouncer in transaction mode
-    hands the server connection back only at ReadyForQuery, which only the
-    Sync brings, so both halves reach the same server connection. On an error
-    the caller runs the statement again through SQLAlchemy, which raises it
-    as it always has (and marks a dead connection invalid): a read can run
-    twice.
-    """
-    found, record = await _fetchrow_on_driver(connection, statement, values)
-    return found, (None if record is None else ObjectRow(*statement.row(record)))
-
-
-async def _fetchrow_on_driver(
-    connection: AsyncConnection, statement: CompiledStatement, values: dict[str, Any]
-) -> tuple[bool, Any]:
-    """(True, asyncpg's record or None) of `statement` run by asyncpg itself
-    on the pooled connection, outside a transaction; (False, None) if the
-    driver raised."""
-    raw = await connection.get_raw_connection()
-    driver = raw.driver_connection
-    if driver is None:
-        return False, None
-    try:
-        return True, await driver.fetchrow(statement.sql, *statement.parameters(values))
-    except Exception:
-        return False, None
 
 
 class SqliteThreadStatements:

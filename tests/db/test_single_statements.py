@@ -20,6 +20,7 @@ from app.db.single_statements import (
     _BY_KEY,
     _COLUMNS,
     _INSERT_KEYS,
+    KEPT_CONNECTIONS,
     AsyncStatements,
     ObjectRow,
     SqliteThreadStatements,
@@ -246,6 +247,7 @@ async def test_compiled_statements_read_and_write_what_sqlalchemy_does(
             assert inserted_row(mine, values) == read
     finally:
         await statements.close()
+        await core.close()
 
 
 async def test_sqlite_driver_errors_are_sqlalchemy_errors(
@@ -409,3 +411,46 @@ async def test_postgres_insert_written_before_its_connection_failed_is_not_taken
     finally:
         await statements.close()
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_statements_give_back_every_connection_even_when_cancelled(
+    postgres_database: Database,
+) -> None:
+    """A few connections stay checked out between statements (KEPT_CONNECTIONS);
+    more are taken while more statements run at once. Reads cancelled midway
+    (a client that hung up) leave none behind, and `close` gives back the
+    kept ones: the pool has nothing checked out after it."""
+    engine = create_engine(postgres_database.url)
+    statements = single_statements_for(engine)
+    assert isinstance(statements, AsyncStatements)
+    try:
+        await put(create_sessionmaker(engine), "kept", b"k")
+        # The reads wait on the server, their statements sent, while another
+        # connection holds the table.
+        dsn = postgres_database.migration_url.replace("postgresql+asyncpg", "postgresql")
+        holder = await asyncpg.connect(dsn)
+        try:
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE objects IN ACCESS EXCLUSIVE MODE")
+            reads = [asyncio.ensure_future(statements.object("b", "kept")) for _ in range(10)]
+            await asyncio.sleep(0.5)
+            for read in reads[::2]:
+                read.cancel()
+            await asyncio.sleep(0.1)
+            await locked.rollback()
+        finally:
+            await holder.close()
+        done = await asyncio.gather(*reads, return_exceptions=True)
+        rows = [row for row in done if isinstance(row, ObjectRow)]
+        assert rows and all(row.inline_data == b"k" for row in rows)
+        assert all(isinstance(r, ObjectRow | asyncio.CancelledError) for r in done)
+        assert statements._reads.pool.checkedout() <= KEPT_CONNECTIONS  # type: ignore[attr-defined]
+        row = await statements.object("b", "kept")
+        assert row is not None and row.inline_data == b"k"
+    finally:
+        await statements.close()
+        pool = statements._reads.pool
+        await engine.dispose()
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]

@@ -4,8 +4,10 @@ chunks: a GC round (two transactions) per small PUT cost more than the PUT."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.store.gc import GarbageCollector
@@ -39,14 +41,26 @@ def content(data: bytes | None = None, pieces: Any = ()) -> WrittenContent:
     )
 
 
-async def test_only_writes_that_release_chunks_wake_the_collector(sessionmaker: Sessions) -> None:
-    gc = CountingGc()
+@pytest.fixture
+def gc() -> CountingGc:
+    return CountingGc()
+
+
+@pytest.fixture
+async def store(sessionmaker: Sessions, gc: CountingGc) -> AsyncIterator[ObjectStore]:
     store = ObjectStore(
         sessionmaker,
         cast(ChunkWriter, None),
         cast(RangeReader, None),
         cast(GarbageCollector, gc),
     )
+    yield store
+    await store.close()  # it may hold database connections
+
+
+async def test_only_writes_that_release_chunks_wake_the_collector(
+    sessionmaker: Sessions, store: ObjectStore, gc: CountingGc
+) -> None:
 
     async def put(key: str, written: WrittenContent) -> None:
         await store.commit(written, bucket="b", key=key, name=key, content_type=None)
