@@ -4,6 +4,8 @@ inserting a small object under a new key (PUT)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -301,34 +303,48 @@ async def test_concurrent_reads_each_get_their_own_row(
         await statements.close()
 
 
-@pytest.mark.postgres
-async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
-    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A Postgres read is asyncpg's own statement, not SQLAlchemy's execution;
-    when the driver raises, the read raises what SQLAlchemy raises for it."""
+class OnPostgres(NamedTuple):
+    engine: AsyncEngine
+    statements: AsyncStatements
+
+
+@pytest.fixture
+async def on_postgres(postgres_database: Database) -> AsyncIterator[OnPostgres]:
+    """The app's engine on Postgres (through pgbouncer) and its single
+    statements, as the service makes them; both closed after the test."""
     engine = create_engine(postgres_database.url)
     statements = single_statements_for(engine)
+    assert isinstance(statements, AsyncStatements)
     try:
-        await put(create_sessionmaker(engine), "driver", b"d")
-
-        async def no_execute(*args: object, **kwargs: object) -> None:
-            raise AssertionError("read through SQLAlchemy's execution")
-
-        with monkeypatch.context() as patched:
-            patched.setattr(AsyncConnection, "execute", no_execute)
-            row = await statements.object("b", "driver")
-        assert row is not None and row.inline_data == b"d"
-
-        assert isinstance(statements, AsyncStatements) and statements._compiled is not None
-        missing = table("no_such_table", column("x"))
-        bad = select(missing.c.x).where(missing.c.x == bindparam("bucket"))
-        statements._compiled[bad] = CompiledStatement(bad, engine.dialect)
-        with pytest.raises(ProgrammingError, match="no_such_table"):
-            await statements._first(bad, {"bucket": "b"})
+        yield OnPostgres(engine, statements)
     finally:
         await statements.close()
         await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
+    on_postgres: OnPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Postgres read is asyncpg's own statement, not SQLAlchemy's execution;
+    when the driver raises, the read raises what SQLAlchemy raises for it."""
+    engine, statements = on_postgres
+    await put(create_sessionmaker(engine), "driver", b"d")
+
+    async def no_execute(*args: object, **kwargs: object) -> None:
+        raise AssertionError("read through SQLAlchemy's execution")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(AsyncConnection, "execute", no_execute)
+        row = await statements.object("b", "driver")
+    assert row is not None and row.inline_data == b"d"
+
+    assert statements._compiled is not None
+    missing = table("no_such_table", column("x"))
+    bad = select(missing.c.x).where(missing.c.x == bindparam("bucket"))
+    statements._compiled[bad] = CompiledStatement(bad, engine.dialect)
+    with pytest.raises(ProgrammingError, match="no_such_table"):
+        await statements._first(bad, {"bucket": "b"})
 
 
 def new_values(key: str, data: bytes) -> dict[str, object]:
@@ -338,119 +354,102 @@ def new_values(key: str, data: bytes) -> dict[str, object]:
 
 @pytest.mark.postgres
 async def test_postgres_inserts_run_on_the_driver_and_fail_as_sqlalchemy_does(
-    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+    on_postgres: OnPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A small PUT's insert is asyncpg's own statement in autocommit; one the
     server refuses raises what SQLAlchemy raises for it, and writes nothing."""
-    engine = create_engine(postgres_database.url)
-    statements = single_statements_for(engine)
-    try:
+    statements = on_postgres.statements
 
-        async def no_sqlalchemy(*args: object, **kwargs: object) -> None:
-            raise AssertionError("inserted through SQLAlchemy's execution")
+    async def no_sqlalchemy(*args: object, **kwargs: object) -> None:
+        raise AssertionError("inserted through SQLAlchemy's execution")
 
-        with monkeypatch.context() as patched:
-            patched.setattr(AsyncConnection, "scalar", no_sqlalchemy)
-            new_id = await statements.insert_object_unless_exists(new_values("on-driver", b"d"))
-        row = await statements.object("b", "on-driver")
-        assert row is not None and (row.id, row.inline_data) == (new_id, b"d")
+    with monkeypatch.context() as patched:
+        patched.setattr(AsyncConnection, "scalar", no_sqlalchemy)
+        new_id = await statements.insert_object_unless_exists(new_values("on-driver", b"d"))
+    row = await statements.object("b", "on-driver")
+    assert row is not None and (row.id, row.inline_data) == (new_id, b"d")
 
-        too_long = new_values("refused", b"r") | {"content_type": "x" * 10_000}
-        with pytest.raises(DBAPIError, match="value too long"):
-            await statements.insert_object_unless_exists(too_long)
-        assert await statements.object("b", "refused") is None
-    finally:
-        await statements.close()
-        await engine.dispose()
+    too_long = new_values("refused", b"r") | {"content_type": "x" * 10_000}
+    with pytest.raises(DBAPIError, match="value too long"):
+        await statements.insert_object_unless_exists(too_long)
+    assert await statements.object("b", "refused") is None
 
 
 @pytest.mark.postgres
 async def test_postgres_insert_on_a_dead_pooled_connection_is_stored_once(
-    postgres_database: Database,
+    on_postgres: OnPostgres, postgres_database: Database
 ) -> None:
     """The inserts' pool has no pre-ping: a connection the server closed is
     found out by the insert, which then stores the row on a new one."""
-    engine = create_engine(postgres_database.url)
-    statements = single_statements_for(engine)
-    try:
-        assert await statements.object("b", "none") is None  # pools a connection
-        await terminate_other_backends(postgres_database)
-        values = new_values("after-restart", b"x")
-        new_id = await statements.insert_object_unless_exists(values)
-        row = await statements.object_by_public_id(str(values["public_id"]))
-        assert new_id is not None and row is not None and row.id == new_id
-    finally:
-        await statements.close()
-        await engine.dispose()
+    statements = on_postgres.statements
+    assert await statements.object("b", "none") is None  # keeps a connection
+    await terminate_other_backends(postgres_database)
+    values = new_values("after-restart", b"x")
+    new_id = await statements.insert_object_unless_exists(values)
+    row = await statements.object_by_public_id(str(values["public_id"]))
+    assert new_id is not None and row is not None and row.id == new_id
 
 
 @pytest.mark.postgres
 async def test_postgres_insert_written_before_its_connection_failed_is_not_taken_for_a_conflict(
-    postgres_database: Database, monkeypatch: pytest.MonkeyPatch
+    on_postgres: OnPostgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The connection fails after the server wrote the row: run again, the
     insert would find its own key taken and report a conflict (and the PUT
     would replace its own object). The row is found by its new public id
     instead."""
-    engine = create_engine(postgres_database.url)
-    statements = single_statements_for(engine)
+    statements = on_postgres.statements
     fetchrow = asyncpg.Connection.fetchrow
 
     async def written_then_lost(self: asyncpg.Connection, query: str, *args: object) -> object:
         await fetchrow(self, query, *args)
         raise ConnectionResetError("the connection was lost before the answer came")
 
-    try:
-        values = new_values("lost-answer", b"l")
-        with monkeypatch.context() as patched:
-            patched.setattr(asyncpg.Connection, "fetchrow", written_then_lost)
-            new_id = await statements.insert_object_unless_exists(values)
-        row = await statements.object("b", "lost-answer")
-        assert new_id is not None and row is not None
-        assert (row.id, row.public_id) == (new_id, values["public_id"])
-    finally:
-        await statements.close()
-        await engine.dispose()
+    values = new_values("lost-answer", b"l")
+    with monkeypatch.context() as patched:
+        patched.setattr(asyncpg.Connection, "fetchrow", written_then_lost)
+        new_id = await statements.insert_object_unless_exists(values)
+    row = await statements.object("b", "lost-answer")
+    assert new_id is not None and row is not None
+    assert (row.id, row.public_id) == (new_id, values["public_id"])
 
 
 @pytest.mark.postgres
 async def test_postgres_statements_give_back_every_connection_even_when_cancelled(
-    postgres_database: Database,
+    on_postgres: OnPostgres, postgres_database: Database
 ) -> None:
     """A few connections stay checked out between statements (KEPT_CONNECTIONS);
     more are taken while more statements run at once. Reads cancelled midway
     (a client that hung up) leave none behind, and `close` gives back the
-    kept ones: the pool has nothing checked out after it."""
-    engine = create_engine(postgres_database.url)
-    statements = single_statements_for(engine)
-    assert isinstance(statements, AsyncStatements)
+    kept ones."""
+    engine, statements = on_postgres
+    pool = statements._reads.pool
+    await put(create_sessionmaker(engine), "kept", b"k")
+    # The reads wait on the server, their statements sent, while another
+    # connection holds the table.
+    dsn = postgres_database.migration_url.replace("postgresql+asyncpg", "postgresql")
+    holder = await asyncpg.connect(dsn)
     try:
-        await put(create_sessionmaker(engine), "kept", b"k")
-        # The reads wait on the server, their statements sent, while another
-        # connection holds the table.
-        dsn = postgres_database.migration_url.replace("postgresql+asyncpg", "postgresql")
-        holder = await asyncpg.connect(dsn)
-        try:
-            locked = holder.transaction()
-            await locked.start()
-            await holder.execute("LOCK TABLE objects IN ACCESS EXCLUSIVE MODE")
-            reads = [asyncio.ensure_future(statements.object("b", "kept")) for _ in range(10)]
-            await asyncio.sleep(0.5)
-            for read in reads[::2]:
-                read.cancel()
-            await asyncio.sleep(0.1)
-            await locked.rollback()
-        finally:
-            await holder.close()
-        done = await asyncio.gather(*reads, return_exceptions=True)
-        rows = [row for row in done if isinstance(row, ObjectRow)]
-        assert rows and all(row.inline_data == b"k" for row in rows)
-        assert all(isinstance(r, ObjectRow | asyncio.CancelledError) for r in done)
-        assert statements._reads.pool.checkedout() <= KEPT_CONNECTIONS  # type: ignore[attr-defined]
-        row = await statements.object("b", "kept")
-        assert row is not None and row.inline_data == b"k"
+        locked = holder.transaction()
+        await locked.start()
+        await holder.execute("LOCK TABLE objects IN ACCESS EXCLUSIVE MODE")
+        reads = [asyncio.ensure_future(statements.object("b", "kept")) for _ in range(10)]
+        await asyncio.sleep(0.5)
+        for read in reads[::2]:
+            read.cancel()
+        await asyncio.sleep(0.1)
+        await locked.rollback()
     finally:
-        await statements.close()
-        pool = statements._reads.pool
-        await engine.dispose()
-    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+        await holder.close()
+    done = await asyncio.gather(*reads, return_exceptions=True)
+    rows = [row for row in done if isinstance(row, ObjectRow)]
+    assert rows and all(row.inline_data == b"k" for row in rows)
+    assert all(isinstance(r, ObjectRow | asyncio.CancelledError) for r in done)
+    assert pool.checkedout() <= KEPT_CONNECTIONS  # type: ignore[attr-defined]
+    row = await statements.object("b", "kept")
+    assert row is not None and row.inline_data == b"k"
+
+    kept = list(statements._kept)
+    await statements.close()
+    # Given back: a connection back in the pool has no driver connection.
+    assert kept and all(connection.dbapi_connection is None for connection in kept)
