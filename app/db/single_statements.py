@@ -17,15 +17,15 @@ atomic, reads one consistent snapshot, and commits.
   synchronous=FULL: an acknowledged insert is on disk), queueing behind
   other writers on busy_timeout like the app's connections do.
 * Postgres: reads and inserts are asyncpg's own unnamed statements outside
-  a transaction (two round trips each; see `AsyncStatements._on_driver`), on
-  a few connections of an engine of their own, without pre-ping, kept out of
-  its pool between statements: checking one out and back in cost as much CPU
-  as the statement. A read whose driver call fails is run again through
-  SQLAlchemy, on a new connection if that one was dead. An insert cannot
-  be retried blindly: when the driver raises, the row is looked up by its
-  new public id (found: it was written), and if it is not there the insert
-  is run again through SQLAlchemy on the app's engine, which pings first
-  and raises what it always raised.
+  a transaction (one round trip each once described; see
+  `AsyncStatements._on_driver`), on a few connections of an engine of their
+  own, without pre-ping, kept out of its pool between statements: checking
+  one out and back in cost as much CPU as the statement. A read whose driver
+  call fails is run again through SQLAlchemy, on a new connection if that one
+  was dead. An insert cannot be retried blindly: when the driver raises, the
+  row is looked up by its new public id (found: it was written), and if it is
+  not there the insert is run again through SQLAlchemy on the app's engine,
+  which pings first and raises what it always raised.
 * An in-memory SQLite database (which another connection could not see):
   Core statements on the app's engine.
 """
@@ -142,7 +142,7 @@ class AsyncStatements:
             else None
         )
         # Connections of `reads` checked out and idle, for `_on_driver`.
-        self._kept: list[PoolProxiedConnection] = []
+        self._kept: list[_DriverConnection] = []
 
     async def _first(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         if self._compiled is not None:
@@ -195,40 +195,64 @@ class AsyncStatements:
         itself; (False, None) if the driver raised.
 
         Outside a transaction and with asyncpg's statement cache off, this is
-        one unnamed statement in two round trips (Parse, Describe and Flush;
-        then Bind, Execute and Sync), where SQLAlchemy's execution took four
-        for a read (BEGIN, prepare, execute, ROLLBACK) and seven for an insert
-        (its pre-ping's BEGIN, ping and ROLLBACK; BEGIN, prepare, execute,
-        COMMIT). pgbouncer in transaction mode hands the server connection
-        back only at ReadyForQuery, which only the Sync brings, so both halves
-        reach the same server connection; between statements a kept client
-        connection holds no server connection.
+        asyncpg's unnamed statement: Parse, Bind, Execute and Sync in one
+        round trip, where SQLAlchemy's execution took four for a read (BEGIN,
+        prepare, execute, ROLLBACK) and seven for an insert (its pre-ping's
+        BEGIN, ping and ROLLBACK; BEGIN, prepare, execute, COMMIT). The
+        statement's description (parameter and column types, asyncpg's codecs
+        for them) is asked once per connection (Parse, Describe and Flush) and
+        kept with it: describing it again for every statement cost as much CPU
+        as running it. pgbouncer in transaction mode hands the server
+        connection back only at ReadyForQuery, which only the Sync brings, so
+        each statement, parsed again with its Bind, runs whole on one server
+        connection; between statements a kept client connection holds none.
         """
-        connection = self._kept.pop() if self._kept else await self._reads.raw_connection()
-        driver = connection.driver_connection
+        kept = self._kept.pop() if self._kept else None
+        connection = kept or _DriverConnection(await self._reads.raw_connection())
         try:
-            if driver is None:
-                raise RuntimeError("the pooled connection has no driver connection")
-            record = await driver.fetchrow(statement.sql, *statement.parameters(values))
+            prepared = await connection.prepared(statement.sql)
+            record = await prepared.fetchrow(*statement.parameters(values))
         except BaseException as exc:
             # In whatever state the driver left it, it is not used again.
-            connection.invalidate()
-            connection.close()
+            connection.pooled.invalidate()
+            connection.pooled.close()
             if not isinstance(exc, Exception):
                 raise
             return False, None
         if len(self._kept) < KEPT_CONNECTIONS:
             self._kept.append(connection)
         else:
-            await greenlet_spawn(connection.close)
+            await greenlet_spawn(connection.pooled.close)
         return True, record
 
     async def close(self) -> None:
         kept, self._kept = self._kept, []
         for connection in kept:
-            await greenlet_spawn(connection.close)
+            await greenlet_spawn(connection.pooled.close)
         for engine in self._owned:
             await engine.dispose()
+
+
+class _DriverConnection:
+    """A pooled asyncpg connection checked out for single statements, with
+    the statements described on it so far."""
+
+    def __init__(self, pooled: PoolProxiedConnection) -> None:
+        self.pooled = pooled
+        self._prepared: dict[str, Any] = {}
+
+    async def prepared(self, sql: str) -> Any:
+        """asyncpg's prepared statement for `sql`, described once. Named ""
+        it is the unnamed statement, which asyncpg (its statement cache off,
+        as behind pgbouncer) parses again with every Bind: nothing of it
+        needs to outlive the statement on the server."""
+        prepared = self._prepared.get(sql)
+        if prepared is None:
+            driver = self.pooled.driver_connection
+            if driver is None:
+                raise RuntimeError("the pooled connection has no driver connection")
+            prepared = self._prepared[sql] = await driver.prepare(sql, name="")
+        return prepared
 
 
 class SqliteThreadStatements:

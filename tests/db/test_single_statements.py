@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
+from asyncpg.prepared_stmt import PreparedStatement  # type: ignore[import-untyped]
 from sqlalchemy import bindparam, column, select, table, text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
@@ -347,6 +348,50 @@ async def test_postgres_reads_run_on_the_driver_and_fail_as_sqlalchemy_does(
         await statements._first(bad, {"bucket": "b"})
 
 
+@pytest.mark.postgres
+async def test_postgres_statements_are_described_once_per_connection(
+    on_postgres: OnPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement's description is asked once per connection and kept;
+    after that each run is one round trip that parses it again. Two
+    statements alternating on one connection each read their own row (an
+    unnamed statement not parsed again would run the other one), and so do
+    reads through pgbouncer while other clients use its server connections."""
+    engine, statements = on_postgres
+    public_ids = {key: await put(create_sessionmaker(engine), key, key.encode()) for key in "xy"}
+    described: list[str] = []
+    prepare = asyncpg.Connection.prepare
+
+    async def counted(self: asyncpg.Connection, query: str, **kwargs: object) -> object:
+        if "FROM objects" in query:  # not SQLAlchemy's own on a new connection
+            described.append(query)
+        return await prepare(self, query, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(asyncpg.Connection, "prepare", counted)
+        for _ in range(5):
+            for key in "xy":
+                by_key = await statements.object("b", key)
+                by_id = await statements.object_by_public_id(public_ids[key])
+                assert by_key is not None and by_id is not None
+                assert (by_key.inline_data, by_id.inline_data) == (key.encode(), key.encode())
+        # Elsewhere, other clients' statements on the server connections.
+        other = await asyncpg.connect(on_postgres_dsn(engine), statement_cache_size=0)
+        try:
+            for key in "yx":
+                assert await other.fetchval("SELECT key FROM objects WHERE key = $1", key) == key
+                row = await statements.object("b", key)
+                assert row is not None and row.inline_data == key.encode()
+        finally:
+            await other.close()
+    assert len(described) == 2 and len(set(described)) == 2
+
+
+def on_postgres_dsn(engine: AsyncEngine) -> str:
+    """asyncpg's DSN for the engine's database (through pgbouncer)."""
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def new_values(key: str, data: bytes) -> dict[str, object]:
     now = utcnow()
     return row_values(spec(key, data), new_public_id(), now, now)
@@ -399,16 +444,19 @@ async def test_postgres_insert_written_before_its_connection_failed_is_not_taken
     would replace its own object). The row is found by its new public id
     instead."""
     statements = on_postgres.statements
-    fetchrow = asyncpg.Connection.fetchrow
+    fetchrow = PreparedStatement.fetchrow
+    lost = []
 
-    async def written_then_lost(self: asyncpg.Connection, query: str, *args: object) -> object:
-        await fetchrow(self, query, *args)
+    async def written_then_lost(self: PreparedStatement, *args: object) -> object:
+        await fetchrow(self, *args)
+        lost.append(self.get_query())
         raise ConnectionResetError("the connection was lost before the answer came")
 
     values = new_values("lost-answer", b"l")
     with monkeypatch.context() as patched:
-        patched.setattr(asyncpg.Connection, "fetchrow", written_then_lost)
+        patched.setattr(PreparedStatement, "fetchrow", written_then_lost)
         new_id = await statements.insert_object_unless_exists(values)
+    assert lost and lost[0].startswith("INSERT")
     row = await statements.object("b", "lost-answer")
     assert new_id is not None and row is not None
     assert (row.id, row.public_id) == (new_id, values["public_id"])
@@ -452,4 +500,4 @@ async def test_postgres_statements_give_back_every_connection_even_when_cancelle
     kept = list(statements._kept)
     await statements.close()
     # Given back: a connection back in the pool has no driver connection.
-    assert kept and all(connection.dbapi_connection is None for connection in kept)
+    assert kept and all(connection.pooled.dbapi_connection is None for connection in kept)
