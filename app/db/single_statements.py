@@ -142,7 +142,7 @@ class AsyncStatements:
             else None
         )
         # Connections of `reads` checked out and idle, for `_on_driver`.
-        self._kept: list[_DriverConnection] = []
+        self._kept: list[PoolProxiedConnection] = []
 
     async def _first(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         if self._compiled is not None:
@@ -200,59 +200,58 @@ class AsyncStatements:
         prepare, execute, ROLLBACK) and seven for an insert (its pre-ping's
         BEGIN, ping and ROLLBACK; BEGIN, prepare, execute, COMMIT). The
         statement's description (parameter and column types, asyncpg's codecs
-        for them) is asked once per connection (Parse, Describe and Flush) and
-        kept with it: describing it again for every statement cost as much CPU
-        as running it. pgbouncer in transaction mode hands the server
-        connection back only at ReadyForQuery, which only the Sync brings, so
-        each statement, parsed again with its Bind, runs whole on one server
-        connection; between statements a kept client connection holds none.
+        for them) is asked once per pooled connection (Parse, Describe and
+        Flush) and kept with it (`_prepared`): describing it again for every
+        statement cost as much CPU as running it. pgbouncer in transaction
+        mode hands the server connection back only at ReadyForQuery, which
+        only the Sync brings, so each statement, parsed again with its Bind,
+        runs whole on one server connection; between statements a client
+        connection holds none.
         """
-        kept = self._kept.pop() if self._kept else None
-        connection = kept or _DriverConnection(await self._reads.raw_connection())
+        connection = self._kept.pop() if self._kept else await self._reads.raw_connection()
         try:
-            prepared = await connection.prepared(statement.sql)
+            prepared = await _prepared(connection, statement.sql)
             record = await prepared.fetchrow(*statement.parameters(values))
         except BaseException as exc:
             # In whatever state the driver left it, it is not used again.
-            connection.pooled.invalidate()
-            connection.pooled.close()
+            connection.invalidate()
+            connection.close()
             if not isinstance(exc, Exception):
                 raise
             return False, None
         if len(self._kept) < KEPT_CONNECTIONS:
             self._kept.append(connection)
         else:
-            await greenlet_spawn(connection.pooled.close)
+            await greenlet_spawn(connection.close)
         return True, record
 
     async def close(self) -> None:
         kept, self._kept = self._kept, []
         for connection in kept:
-            await greenlet_spawn(connection.pooled.close)
+            await greenlet_spawn(connection.close)
         for engine in self._owned:
             await engine.dispose()
 
 
-class _DriverConnection:
-    """A pooled asyncpg connection checked out for single statements, with
-    the statements described on it so far."""
+# Where a pooled connection keeps asyncpg's statements described on it
+# (SQLAlchemy's `info`: kept across checkouts, cleared when the connection is
+# invalidated or replaced).
+_PREPARED: Final = "single_statements.prepared"
 
-    def __init__(self, pooled: PoolProxiedConnection) -> None:
-        self.pooled = pooled
-        self._prepared: dict[str, Any] = {}
 
-    async def prepared(self, sql: str) -> Any:
-        """asyncpg's prepared statement for `sql`, described once. Named ""
-        it is the unnamed statement, which asyncpg (its statement cache off,
-        as behind pgbouncer) parses again with every Bind: nothing of it
-        needs to outlive the statement on the server."""
-        prepared = self._prepared.get(sql)
-        if prepared is None:
-            driver = self.pooled.driver_connection
-            if driver is None:
-                raise RuntimeError("the pooled connection has no driver connection")
-            prepared = self._prepared[sql] = await driver.prepare(sql, name="")
-        return prepared
+async def _prepared(connection: PoolProxiedConnection, sql: str) -> Any:
+    """asyncpg's prepared statement for `sql` on `connection`, described once
+    per connection. Named "" it is the unnamed statement, which asyncpg (its
+    statement cache off, as behind pgbouncer) parses again with every Bind:
+    nothing of it needs to outlive the statement on the server."""
+    prepared_on: dict[str, Any] = connection.info.setdefault(_PREPARED, {})
+    prepared = prepared_on.get(sql)
+    if prepared is None:
+        driver = connection.driver_connection
+        if driver is None:
+            raise RuntimeError("the pooled connection has no driver connection")
+        prepared = prepared_on[sql] = await driver.prepare(sql, name="")
+    return prepared
 
 
 class SqliteThreadStatements:
