@@ -183,6 +183,26 @@ async def test_three_instances_under_concurrent_uploads_never_collide_and_bots_f
     assert len(documents) == 126
 
 
+async def test_a_lone_instance_with_every_bot_looks_only_at_its_renewals_and_sees_a_newcomer(
+    fleet: Fleet,
+) -> None:
+    """Alone and holding every bot, an instance has nothing to balance or
+    take over: it reads the fleet's rows at each renewal only, not every
+    BALANCE_SECONDS (an idle service's CPU went mostly to those rounds). An
+    instance that joins is seen at the next renewal and gets its share."""
+    lone = await fleet("a", lease=10.0)  # renewed every 2 s
+    await eventually(lambda: len(lone.leases.held) == BOTS, 5)
+    rounds = lone.leases.rounds
+    await asyncio.sleep(3.0)
+    assert lone.leases.rounds - rounds <= 2  # every 0.25 s: 12
+
+    newcomer = await fleet("b", lease=10.0)
+    await eventually(
+        lambda: len(newcomer.dispatcher.leased_bots()) == BOTS // 2, lone.leases.interval * 2 + 1
+    )
+    assert disjoint([lone, newcomer])
+
+
 async def test_a_dead_instances_bots_are_taken_over_within_the_lease_time(
     fleet: Fleet,
 ) -> None:
