@@ -14,6 +14,9 @@ BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 
 # JSONB on Postgres (compact, comparable); JSON text elsewhere.
 JsonDict = JSON().with_variant(JSONB(), "postgresql")
+# The same for a value that may be absent: None is SQL NULL, not JSON null
+# (SQLAlchemy's default, which an IS NULL query would not find).
+NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
 def key_string(length: int) -> String:

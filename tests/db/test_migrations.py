@@ -23,6 +23,7 @@ from app.db.migrations import (
     upgrade,
 )
 from app.db.models import Base, Chunk, GcEntry, UploadPart
+from app.db.object_rows import new_public_id, row_values
 from app.db.repositories import (
     ApiKeyRepository,
     MultipartRepository,
@@ -30,6 +31,7 @@ from app.db.repositories import (
     PieceSpec,
 )
 from app.db.session import session_scope
+from app.db.single_statements import single_statements_for
 from app.db.spool import SpoolRepository
 from app.db.types import UtcDateTime
 from tests.db.helpers import Database, add_chunks, spec, whole_chunks
@@ -37,7 +39,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0012"
+    assert head_revision() == "0013"
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
@@ -49,7 +51,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0012: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0013: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -223,6 +225,72 @@ async def test_keys_from_before_scopes_stay_usable_as_admin_keys(
         await engine.dispose()
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_absent_tags_and_parts_are_sql_null_also_for_rows_written_before_0013(
+    empty_database: Database,
+) -> None:
+    """Up to 0012 an object without tags or parts stored JSON null, which an
+    IS NULL query does not find; 0013 turns those into SQL NULL, and what is
+    written from then on (a small PUT's single insert, the ORM's path, a
+    multipart upload) is SQL NULL too. Tags that exist are left alone."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url, "0012")
+    engine = create_engine(empty_database.url)
+    try:
+        # As 0012's code wrote them (JSON literals: typed JSONB on Postgres).
+        async with engine.begin() as connection:
+            for key, tags in (("old-plain", "'null'"), ("old-tagged", '\'{"a": "1"}\'')):
+                await connection.execute(
+                    _at_now(
+                        "INSERT INTO objects (bucket, key, public_id, name, content_type, "
+                        "size, etag, user_metadata, tags, parts, created_at, updated_at) "
+                        "VALUES ('b', :key, :key, :key, 'text/plain', 0, '\"e\"', '{}', "
+                        f"{tags}, 'null', :now, :now)"
+                    ).bindparams(key=key)
+                )
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+
+        sessionmaker = create_sessionmaker(engine)
+        statements = single_statements_for(engine)
+        try:
+            now = datetime.now(UTC)
+            inserted = await statements.insert_object_unless_exists(
+                row_values(spec("new-fast", bucket="b"), new_public_id(), now, now)
+            )
+            assert inserted is not None
+        finally:
+            await statements.close()
+        async with session_scope(sessionmaker) as session:
+            await ObjectRepository(session).put(spec("new-orm", bucket="b"))
+            await MultipartRepository(session).create(
+                bucket="b", key="upload", content_type="text/plain", user_metadata={}
+            )
+
+        async with engine.connect() as connection:
+            untagged = set(
+                (await connection.execute(text("SELECT key FROM objects WHERE tags IS NULL")))
+                .scalars()
+                .all()
+            )
+            without_parts = set(
+                (await connection.execute(text("SELECT key FROM objects WHERE parts IS NULL")))
+                .scalars()
+                .all()
+            )
+            uploads = (
+                await connection.execute(
+                    text("SELECT count(*) FROM multipart_uploads WHERE tags IS NULL")
+                )
+            ).scalar_one()
+        assert untagged == {"old-plain", "new-fast", "new-orm"}
+        assert without_parts == {"old-plain", "old-tagged", "new-fast", "new-orm"}
+        assert uploads == 1
+        async with session_scope(sessionmaker) as session:
+            tagged = await ObjectRepository(session).get("b", "old-tagged")
+        assert tagged is not None and tagged.tags == {"a": "1"}
     finally:
         await engine.dispose()
 

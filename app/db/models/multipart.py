@@ -25,7 +25,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.models.base import NEVER_REUSE_IDS, Base
 from app.db.models.objects import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
-from app.db.types import BigIntPK, JsonDict, UtcDateTime, key_string, utcnow
+from app.db.types import BigIntPK, JsonDict, NullableJson, UtcDateTime, key_string, utcnow
 
 MAX_PART_NUMBER = 10_000
 UPLOAD_ID_LENGTH = 64
@@ -51,7 +51,7 @@ class MultipartUpload(Base):
     checksum_algorithm: Mapped[str | None] = mapped_column(String(16), default=None)
     checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
     # The tags CreateMultipartUpload was given, for the object Complete writes.
-    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
+    tags: Mapped[dict[str, str] | None] = mapped_column(NullableJson, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"

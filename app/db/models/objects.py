@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.models.base import NEVER_REUSE_IDS, Base
-from app.db.types import BigIntPK, JsonDict, UtcDateTime, key_string, utcnow
+from app.db.types import BigIntPK, JsonDict, NullableJson, UtcDateTime, key_string, utcnow
 
 MAX_KEY_LENGTH = 1024  # S3's limit, in bytes of UTF-8; we check characters.
 MAX_BUCKET_NAME_LENGTH = 63
@@ -76,9 +76,9 @@ class StoredObject(Base):
     # An object made by CompleteMultipartUpload: [[size, checksum or null], ...]
     # per part, in order. Deferred: up to 10,000 entries, read only by
     # partNumber requests and GetObjectAttributes (ObjectRepository.parts_of).
-    parts: Mapped[list[Any] | None] = mapped_column(JsonDict, default=None, deferred=True)
+    parts: Mapped[list[Any] | None] = mapped_column(NullableJson, default=None, deferred=True)
     # S3 object tags ({key: value}) of this version; None: no tags.
-    tags: Mapped[dict[str, str] | None] = mapped_column(JsonDict, nullable=True, default=None)
+    tags: Mapped[dict[str, str] | None] = mapped_column(NullableJson, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"StoredObject(id={self.id}, bucket={self.bucket!r}, key={self.key!r})"
