@@ -38,6 +38,13 @@ than the delimiter support of ListMultipartUploads lists uploads flat (up to
     .venv/bin/python bench/metadata_bench.py --baseline e67152b   # the full curve, ~25 min
     .venv/bin/python bench/metadata_bench.py --small              # < 1 min
 
+The run starts with the machine's floor: a do-nothing ASGI app
+(``bench/floor_app.py``) under uvicorn as ``serve`` runs it, measured with the
+same GET and HEAD load. It needs no database and checks no signature, so it
+shows what one small request costs on this machine before any of our code
+runs: per-request CPU moved by 2x between the machines these numbers were
+taken on, and the floor moved with it.
+
 Exit status 1 only when something is broken (a process did not start, a
 request failed or answered wrongly); the numbers are for reading.
 """
@@ -75,8 +82,10 @@ from common import (
     KiB,
     extract,
     free_port,
+    running,
     served,
     simulator_process,
+    wait_until,
 )
 
 ACCESS_KEY = "metadata-bench"
@@ -390,6 +399,32 @@ def load_phase(
 # --- measuring --------------------------------------------------------------------------------
 
 
+def measure_floor(workdir: Path, ops: int) -> dict[str, float]:
+    """CPU per GET and HEAD of `bench/floor_app.py` under uvicorn (httptools
+    and uvloop, as `serve` picks them), with the load of `measure_size`."""
+    port = free_port()
+    command = [
+        sys.executable,
+        *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "floor_app:app"),
+        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
+    ]
+    with running(command, workdir / "floor.log") as process:
+        floor = Service(url=f"http://127.0.0.1:{port}", port=port, pid=process.pid)
+        wait_until(process, f"{floor.url}/", workdir / "floor.log", "the floor app")
+        clients = [s3_client(floor.url) for _ in range(CLIENT_THREADS)]
+
+        def get(client: Any, n: int) -> None:
+            if len(client.get_object(Bucket=BUCKET, Key=f"k{n}")["Body"].read()) != OBJECT_SIZE:
+                raise Broken("the floor app answered a short body")
+
+        def head(client: Any, n: int) -> None:
+            client.head_object(Bucket=BUCKET, Key=f"k{n}")
+
+        _, get_cpu = load_phase(floor, clients, get, ops)
+        _, head_cpu = load_phase(floor, clients, head, ops)
+    return {"cpu_get_ms": get_cpu / ops * 1000, "cpu_head_ms": head_cpu / ops * 1000}
+
+
 @dataclass
 class Point:
     backend: str
@@ -531,6 +566,12 @@ def main(argv: list[str] | None = None) -> int:
         points: dict[tuple[str, int, int], Point] = {}
         started = time.monotonic()
         try:
+            floor = measure_floor(workdir, config.ops)
+            print(
+                "  floor (a do-nothing ASGI app under uvicorn): "
+                + ", ".join(f"{k} {v:.2f}" for k, v in floor.items()),
+                flush=True,
+            )
             if config.baseline is not None:
                 code = extract(config.baseline, workdir / "baseline-code")
                 versions.append(f"before ({config.baseline})")
@@ -546,19 +587,26 @@ def main(argv: list[str] | None = None) -> int:
             + " (Nx: how many times better after; ✗: misses the issue's target)"
         )
         print(report(points, versions))
+        print(
+            f"\nfloor on this machine (uvicorn and a do-nothing app): "
+            f"{floor['cpu_get_ms']:.2f} ms CPU per GET, {floor['cpu_head_ms']:.2f} per HEAD"
+        )
         print(f"\n{time.monotonic() - started:.0f} s")
         if config.json_path is not None:
             config.json_path.write_text(
                 json.dumps(
-                    [
-                        {
-                            "backend": p.backend,
-                            "folders": p.folders,
-                            "objects": p.objects,
-                            "values": p.values,
-                        }
-                        for p in points.values()
-                    ],
+                    {
+                        "floor": floor,
+                        "points": [
+                            {
+                                "backend": p.backend,
+                                "folders": p.folders,
+                                "objects": p.objects,
+                                "values": p.values,
+                            }
+                            for p in points.values()
+                        ],
+                    },
                     indent=2,
                 )
             )
