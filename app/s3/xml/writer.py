@@ -26,12 +26,15 @@ def _utc(when: datetime) -> datetime:
 
 
 def iso8601(when: datetime) -> str:
-    """``2026-11-30T08:00:00.000Z`` (UTC, milliseconds; naive means UTC)."""
-    when = _utc(when)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    """``2026-11-30T08:00:00.000Z`` (UTC, milliseconds cut, not rounded; naive
+    means UTC). A listing writes one per key: isoformat does it in one call."""
+    return _utc(when).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
-_INVALID_XML_CHARS: Final = re.compile("[\x00-\x08\x0b\x0c\x0d\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_INVALID_IN_XML: Final = "\x00-\x08\x0b\x0c\x0d\x0e-\x1f\ud800-\udfff\ufffe\uffff"
+_INVALID_XML_CHARS: Final = re.compile(f"[{_INVALID_IN_XML}]")
+# Anything `escape` changes; most text (keys, ETags, sizes) has none of it.
+_TO_ESCAPE: Final = re.compile(f"[&<>{_INVALID_IN_XML}]")
 
 
 def _char_ref(match: re.Match[str]) -> str:
@@ -40,6 +43,8 @@ def _char_ref(match: re.Match[str]) -> str:
 
 def escape(text: str) -> str:
     """Escape text content: ``& < >`` and characters XML cannot hold literally."""
+    if _TO_ESCAPE.search(text) is None:
+        return text
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _INVALID_XML_CHARS.sub(_char_ref, text)
 
