@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
 import signal
 import socket
@@ -179,6 +180,10 @@ class _DrainingServer(uvicorn.Server):
                 self._stop_signal = sig  # `on_tick` awaits the delay
                 return
         self._stop_signal = None
+        if inspect.iscoroutine(self._delay):
+            # Still unanswered (it asks the database): not waited for.
+            self._delay.close()
+        self._delay = None
         self._on_draining()
         super().handle_exit(sig, frame)
 

@@ -52,8 +52,9 @@ class Running:
 
 
 @asynccontextmanager
-async def running(delay: float | None) -> AsyncIterator[Running]:
-    """A server whose stop waits `delay` seconds (None: stops without asking)."""
+async def running(delay: float | None, asking: float = 0.0) -> AsyncIterator[Running]:
+    """A server whose stop waits `delay` seconds (None: stops without asking),
+    known `asking` seconds after the signal (the service asks its database)."""
     app = _app()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -67,6 +68,7 @@ async def running(delay: float | None) -> AsyncIterator[Running]:
         app.state.draining = True
 
     async def asked(delay: float) -> float:
+        await asyncio.sleep(asking)
         return delay
 
     def delay_seconds() -> Awaitable[float] | None:
@@ -115,6 +117,19 @@ async def test_a_second_signal_cuts_the_delay_short() -> None:
         assert not await refused(run.url)
         run.server.handle_exit(signal.SIGINT, None)
         await asyncio.wait_for(run.task, 10)
+        assert await refused(run.url)
+
+
+async def test_a_second_signal_does_not_wait_for_the_delay_to_be_known() -> None:
+    """Right after the first signal the delay may still be unknown (is another
+    instance alive? asks the database); a second signal then stops at once
+    instead of waiting for the answer."""
+    async with running(60, asking=5) as run:
+        run.server.handle_exit(signal.SIGTERM, None)
+        run.server.handle_exit(signal.SIGINT, None)
+        told = time.monotonic()
+        await asyncio.wait_for(run.task, 10)
+        assert time.monotonic() - told < 2
         assert await refused(run.url)
 
 
