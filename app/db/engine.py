@@ -71,7 +71,9 @@ def _postgres_engine(url: URL, *, for_migrations: bool, pre_ping: bool) -> Async
     # no statement caches, and every prepared statement gets a unique name
     # (asyncpg's counter-based names collide across clients sharing a server
     # connection: "prepared statement __asyncpg_stmt_1__ already exists").
-    # These settings are harmless on a direct connection.
+    # These settings are harmless on a direct connection. The request path's
+    # single statements (app.db.single_statements) count on the cache being
+    # off: asyncpg then parses its unnamed statement again with every Bind.
     connect_args: dict[str, Any] = {
         "statement_cache_size": 0,
         "prepared_statement_cache_size": 0,
