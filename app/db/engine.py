@@ -14,6 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
+from app.db.sqlite_driver import CancelSafeAiosqlite
+
 
 def normalize_url(url: str) -> URL:
     """Pick our async drivers for plain `postgres(ql)://` and `sqlite://` URLs."""
@@ -91,7 +93,9 @@ def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
     # No pre-ping: a SQLite connection is a file opened by this process and
     # cannot drop the way a server connection can, and the ping would be one
     # more statement (a round trip to aiosqlite's thread) per transaction.
-    engine = _create_async_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+    engine = _create_async_engine(
+        url, module=CancelSafeAiosqlite(), pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
+    )
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
