@@ -13,6 +13,7 @@ from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
 from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from app.db.api_keys import ApiKeyRepository
+from app.db.locking import lock_database_for_write
 from app.db.session import session_scope
 from app.db.web_sessions import WebSessionRepository
 from app.services import Services
@@ -57,6 +58,10 @@ async def sign_in(
     """Sign the page in with an API key; the answer sets the session cookie."""
     lifetime = timedelta(hours=services.settings.web_session_hours)
     async with session_scope(services.sessionmaker) as session:
+        # It reads the key, then writes the session row: on SQLite a
+        # transaction that read may not write once another connection has
+        # (a lease heartbeat, an upload), so it takes the write lock first.
+        await lock_database_for_write(session)
         key = await ApiKeyRepository(session).verify(body.key.strip())
         if key is None:
             raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
