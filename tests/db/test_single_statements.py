@@ -4,8 +4,10 @@ inserting a small object under a new key (PUT)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 from collections.abc import AsyncIterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -96,6 +98,45 @@ async def test_sqlite_reads_refuse_to_write(tmp_path_factory: pytest.TempPathFac
     finally:
         await reads.close()
         await engine.dispose()
+
+
+async def test_sqlite_reads_run_in_the_loop_and_wait_in_a_thread_only_when_refused(
+    engine: AsyncEngine, sessionmaker: Sessions, database: Database
+) -> None:
+    """A read runs right in the event loop, with no hop to a thread, and
+    never waits for SQLite's lock there. When SQLite refuses it (SQLITE_BUSY:
+    in WAL mode only while the log is reset or recovered, which is simulated
+    here), the read runs again in a thread, which may wait, and gets its row."""
+    if database.backend != "sqlite":
+        pytest.skip("SQLite's locks")
+    await put(sessionmaker, "k", b"one")
+    reads = single_statements_for(engine)
+    assert isinstance(reads, SqliteThreadStatements)
+    run_on = reads._run_on
+    where: list[str] = []
+    refuse = False
+
+    def recording(connection: Any, statement: Any, values: Any) -> Any:
+        in_loop = threading.current_thread() is threading.main_thread()
+        where.append("loop" if in_loop else "thread")
+        if in_loop and refuse:
+            busy = sqlite3.OperationalError("database is locked")
+            busy.sqlite_errorcode = 5  # type: ignore[attr-defined]
+            raise statement.error(busy, None)
+        return run_on(connection, statement, values)
+
+    reads._run_on = recording  # type: ignore[method-assign]
+    try:
+        row = await reads.object("b", "k")
+        assert row is not None and where == ["loop"]
+
+        refuse = True
+        where.clear()
+        row = await reads.object("b", "k")
+        assert row is not None and row.inline_data == b"one"
+        assert where == ["loop", "thread"]
+    finally:
+        await reads.close()
 
 
 async def terminate_other_backends(database: Database) -> None:
