@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
+from email.utils import parsedate_to_datetime
 
 PRECONDITION_FAILED = 412
 NOT_MODIFIED = 304
@@ -15,9 +15,20 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
 def http_date(moment: datetime) -> str:
-    """``Mon, 30 Nov 2026 08:00:00 GMT`` for ``Last-Modified`` (naive means UTC)."""
-    return format_datetime(_utc(moment).replace(microsecond=0), usegmt=True)
+    """``Mon, 30 Nov 2026 08:00:00 GMT`` for ``Last-Modified`` (naive means UTC).
+
+    What ``email.utils.format_datetime(..., usegmt=True)`` writes, by hand:
+    that took a twentieth of a small HEAD's CPU."""
+    t = _utc(moment)
+    return (
+        f"{_DAYS[t.weekday()]}, {t.day:02d} {_MONTHS[t.month - 1]} {t.year:04d} "
+        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} GMT"
+    )
 
 
 def parse_http_date(value: str | None) -> datetime | None:
