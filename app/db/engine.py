@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from app.db.sqlite_driver import CancelSafeAiosqlite
+from app.db.sqlite_driver import OneHopAiosqlite
 
 
 def normalize_url(url: str) -> URL:
@@ -94,7 +94,7 @@ def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
     # cannot drop the way a server connection can, and the ping would be one
     # more statement (a round trip to aiosqlite's thread) per transaction.
     engine = _create_async_engine(
-        url, module=CancelSafeAiosqlite(), pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
+        url, module=OneHopAiosqlite(), pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
     )
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -1,6 +1,6 @@
 """The SQLite engine's driver adapter (app/db/sqlite_driver.py): a task
 cancelled in the middle of a transaction that wrote never leaves the
-database's write lock behind."""
+database's write lock behind, and a statement is one hop to SQLite's thread."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiosqlite
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -83,3 +85,28 @@ async def test_a_cancelled_read_still_raises_its_cancellation(engine: AsyncEngin
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_statement_and_its_rows_are_one_hop_to_sqlites_thread(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLAlchemy's adapter sent the fetch as a second hop to aiosqlite's
+    thread; here it goes with the statement, and the rows are the same."""
+    hops = 0
+    execute = aiosqlite.Connection._execute
+
+    async def counting(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await execute(self, fn, *args, **kwargs)
+
+    async with engine.connect() as connection:
+        await connection.execute(text("INSERT INTO counter VALUES (2, 5), (3, 7)"))
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counting)
+        rows = (await connection.execute(text("SELECT id, n FROM counter ORDER BY id"))).all()
+        monkeypatch.undo()
+        await connection.rollback()
+    assert [tuple(row) for row in rows] == [(1, 0), (2, 5), (3, 7)]
+    # Opening the cursor, the statement with its rows, closing the cursor
+    # (SQLAlchemy's own adapter: 4, the rows in a hop of their own).
+    assert hops == 3
