@@ -89,6 +89,8 @@ def is_sigv2_request(headers: Mapping[str, str], query: bytes) -> bool:
     """Whether the request carries SigV2 authentication (header or presigned)."""
     if headers.get("authorization", "").startswith(PREFIX):
         return True
+    if not query:
+        return False
     names = {piece.partition(b"=")[0] for piece in query.split(b"&")}
     return {name.encode() for name in _PRESIGN_PARAMS} <= names
 

@@ -129,9 +129,16 @@ AuthKind = Literal["header", "query"]
 
 def auth_kind(headers: Mapping[str, str], query: bytes | str) -> AuthKind | None:
     """``"header"`` or ``"query"`` for a SigV4 request, else ``None``."""
-    for name, value in headers.items():
-        if name.lower() == "authorization" and value.startswith(ALGORITHM):
+    if hasattr(headers, "raw"):
+        # Starlette's Headers look a name up case-insensitively themselves.
+        if headers.get("authorization", "").startswith(ALGORITHM):
             return "header"
+    else:
+        for name, value in headers.items():
+            if name.lower() == "authorization" and value.startswith(ALGORITHM):
+                return "header"
+    if not query:
+        return None
     for raw_name, _ in query_pairs(query):
         if raw_name in _PRESIGN_MARKERS:
             return "query"

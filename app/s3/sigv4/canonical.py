@@ -90,6 +90,13 @@ def collect_headers(headers: Mapping[str, str]) -> dict[str, list[str]]:
     # Starlette's Headers.items() yields repeated headers separately; a plain
     # dict simply has one value per name.
     collected: dict[str, list[str]] = {}
+    raw: list[tuple[bytes, bytes]] | None = getattr(headers, "raw", None)
+    if raw is not None:
+        # Starlette's own pairs: items() would build a decoded list first.
+        for raw_name, raw_value in raw:
+            name = raw_name.decode("latin-1").lower()
+            collected.setdefault(name, []).append(raw_value.decode("latin-1"))
+        return collected
     for name, value in headers.items():
         collected.setdefault(name.lower(), []).append(value)
     return collected
@@ -101,7 +108,15 @@ def first_header(collected: Mapping[str, list[str]], name: str) -> str | None:
 
 
 def _canonical_header_value(values: list[str]) -> bytes:
-    return b",".join(_BLANKS_RE.sub(b" ", as_bytes(v)).strip(b" \t") for v in values)
+    return b",".join(_trimmed(as_bytes(v)) for v in values)
+
+
+def _trimmed(value: bytes) -> bytes:
+    """A header value with its runs of blanks folded to one space and its ends
+    trimmed; most values have no run to fold (the regex is skipped)."""
+    if b"  " in value or b"\t" in value:
+        value = _BLANKS_RE.sub(b" ", value)
+    return value.strip(b" \t")
 
 
 def query_candidates(query: bytes | str, *, exclude: tuple[str, ...] = ()) -> list[bytes]:
@@ -112,6 +127,8 @@ def query_candidates(query: bytes | str, *, exclude: tuple[str, ...] = ()) -> li
     spelt differently (``%7E`` for ``~``) is signed that way. As for paths, the
     as-sent candidate covers the same bytes the routes will read.
     """
+    if not query:
+        return [b""]  # most GETs, HEADs and PUTs of objects
     canonical = canonical_query_string(query, exclude=exclude)
     excluded = {name.encode() for name in exclude}
     raw = as_bytes(query)

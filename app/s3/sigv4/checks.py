@@ -5,6 +5,7 @@ that must be signed, and the signature over the canonical request.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ class Credential:
         return f"{self.date}/{self.region}/{self.service}/{TERMINATOR}"
 
 
+# The credential and the signed header list of a client repeat from request
+# to request (a day's scope, the SDK's header set): parsed once each. Only
+# what parses is kept; a bad value raises every time.
+@functools.lru_cache(maxsize=256)
 def parse_credential(value: str, error_code: str) -> Credential:
     parts = value.rsplit("/", 4)
     if len(parts) != 5 or not parts[0] or parts[4] != TERMINATOR:
@@ -60,6 +65,7 @@ def parse_credential(value: str, error_code: str) -> Credential:
     return Credential(access_key, date, region, service)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_signed_headers(value: str, error_code: str) -> tuple[str, ...]:
     names = tuple(value.split(";"))
     if not value or any(not _SIGNED_HEADER_RE.fullmatch(n) for n in names):
