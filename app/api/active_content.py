@@ -22,6 +22,7 @@ Content-Disposition, which S3 clients set and expect back.
 
 from __future__ import annotations
 
+import functools
 import re
 
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
@@ -35,6 +36,9 @@ _ACTIVE_TYPES = frozenset({"text/html", "multipart/x-mixed-replace"})
 _ACTIVE_MARKERS = ("html", "xml", "script", "xsl")
 
 
+# Downloads repeat a handful of types; a bounded cache keeps the parse off
+# the request path (a client's odd types cannot grow it).
+@functools.lru_cache(maxsize=512)
 def is_active(content_type: str) -> bool:
     """Whether a browser might run script in a document of this Content-Type.
 

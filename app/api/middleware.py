@@ -89,8 +89,7 @@ class RequestContextMiddleware:
                 method = scope["method"]
                 metrics = self._metrics(scope)
                 if metrics is not None:
-                    metrics.http_requests.labels(route, method, str(status)).inc()
-                    metrics.http_duration.labels(route, method).observe(seconds)
+                    metrics.observe_request(route, method, status, seconds)
                 log.info(
                     "http_request",
                     method=method,
