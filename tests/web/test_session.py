@@ -3,15 +3,18 @@ session may do (real HTTP, both database backends)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import update
 
 from app.api.web_session import CSRF_HEADER, SESSION_COOKIE
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
-from app.db.models import WebSession
+from app.db.models import ApiKey, WebSession
 from app.db.session import session_scope
 from app.db.types import utcnow
 from tests.running_service import Service, payload
@@ -155,3 +158,48 @@ async def test_the_sign_in_body_is_checked(service: Service) -> None:
     for response in (empty, huge, not_json):
         assert 400 <= response.status_code < 500, response.text
         assert "set-cookie" not in response.headers
+
+
+async def test_sign_in_holds_when_another_write_lands_between_its_key_read_and_its_session_row(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sign-in reads the key, then writes the session row. On SQLite a
+    transaction that has read may not write once another connection has
+    written (SQLITE_BUSY at once, whatever busy_timeout says): the page said
+    "the database cannot be reached" (seen in CI, a lease heartbeat landing in
+    between). Here another connection writes right after the key is read;
+    the sign-in succeeds, and so does the other write."""
+    engine = create_engine(service.settings.database_url)
+    other_writes = create_sessionmaker(engine)
+    verify = ApiKeyRepository.verify
+    landed: list[asyncio.Task[None]] = []
+
+    async def write_elsewhere() -> None:
+        async with session_scope(other_writes) as session:
+            await session.execute(update(ApiKey).values(last_used_at=utcnow()))
+
+    async def verify_then_another_write(self: ApiKeyRepository, *args: Any, **kwargs: Any) -> Any:
+        key = await verify(self, *args, **kwargs)
+        other = asyncio.create_task(write_elsewhere())
+        landed.append(other)
+        # Committed at once where the sign-in holds no lock yet; otherwise it
+        # waits for the sign-in's commit.
+        await asyncio.wait([other], timeout=0.5)
+        return key
+
+    try:
+        async with service.client() as http:
+            # The first sign-in records the key's use (a write, which takes
+            # the lock); the second finds it recorded and only reads the key.
+            first, _ = await sign_in(http, service.key)
+            assert first.status_code == 200, first.text
+            monkeypatch.setattr(ApiKeyRepository, "verify", verify_then_another_write)
+            response, csrf = await sign_in(http, service.key)
+            monkeypatch.undo()
+            assert response.status_code == 200, response.text
+            who = await http.get("/api/session")
+            assert who.status_code == 200 and who.json()["csrf_token"] == csrf
+        assert len(landed) == 1
+        await landed[0]  # the other write was not lost either
+    finally:
+        await engine.dispose()
