@@ -42,6 +42,11 @@ class RequestContextMiddleware:
         self.app = app
         self._metrics = metrics
         self._draining_refusal = draining_refusal
+        # Bound once, with the logging configuration in force when the app
+        # is built (`serve` configures logging first): a module logger is a
+        # lazy proxy that builds a bound logger on every call, ~3 % of a
+        # small request's CPU even when INFO is filtered out.
+        self._log = log.bind()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,23 +85,26 @@ class RequestContextMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        bound = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
+            await self.app(scope, receive_tracking, send_with_id)
+        finally:
             try:
-                await self.app(scope, receive_tracking, send_with_id)
-            finally:
                 seconds = time.perf_counter() - started
                 route = getattr(scope.get("route"), "path", None) or "unmatched"
                 method = scope["method"]
                 metrics = self._metrics(scope)
                 if metrics is not None:
                     metrics.observe_request(route, method, status, seconds)
-                log.info(
+                self._log.info(
                     "http_request",
                     method=method,
                     route=route,
                     status=status,
                     seconds=round(seconds, 4),
                 )
+            finally:
+                structlog.contextvars.reset_contextvars(**bound)
 
 
 _WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
