@@ -12,6 +12,8 @@ import pytest
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.http.conditions import http_date, parse_http_date
 from app.s3.errors import S3Error
@@ -174,6 +176,55 @@ def test_list_objects_v2_round_trip() -> None:
     assert response["StartAfter"] == "a b/0"
     empty = answer("list_objects_v2", list_objects_v2_xml(bucket="bucket"), Bucket="bucket")
     assert empty["KeyCount"] == 0 and "Contents" not in empty
+
+
+# Keys an XML 1.0 parser can read back: no surrogates (not UTF-8), and no
+# control characters or U+FFFE/U+FFFF (written as character references, as
+# AWS does, which expat refuses; test_list_objects_v1_plain_keys_escaped).
+_KEY_TEXT = st.text(
+    st.characters(blacklist_categories=["Cs", "Cc"], blacklist_characters="\ufffe\uffff"),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            _KEY_TEXT,
+            st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 12, 30)),
+            st.integers(0, 2**62),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from([None, "url"]),
+)
+def test_every_listed_key_size_date_and_owner_reads_back_through_botocore(
+    entries: list[tuple[str, datetime, int, bool]], encoding_type: str | None
+) -> None:
+    """Each <Contents> is written as one string (element by element cost most
+    of a 1,000-key listing): whatever the key, botocore reads back the key,
+    the size, the date (to the millisecond) and the owner."""
+    owner = Owner("id&<1>", "name > 'x'")
+    contents = [
+        ObjectEntry(key, when.replace(tzinfo=UTC), f"e{n}", size, owner=owner if owned else None)
+        for n, (key, when, size, owned) in enumerate(entries)
+    ]
+    document = list_objects_v2_xml(bucket="bucket", contents=contents, encoding_type=encoding_type)
+    listed = answer("list_objects_v2", document, Bucket="bucket")["Contents"]
+    assert [item["Key"] for item in listed] == [key for key, *_ in entries]
+    assert [item["Size"] for item in listed] == [size for _, _, size, _ in entries]
+    assert [item["ETag"] for item in listed] == [f'"e{n}"' for n in range(len(entries))]
+    for item, (_, when, _, owned) in zip(listed, entries, strict=True):
+        assert item["LastModified"] == when.replace(
+            microsecond=when.microsecond // 1000 * 1000, tzinfo=UTC
+        )
+        assert ("Owner" in item) == owned
+        if owned:
+            assert item["Owner"] == {"ID": "id&<1>", "DisplayName": "name > 'x'"}
 
 
 def test_list_buckets() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import quote
 
 from app.s3.xml.writer import (
     DEFAULT_OWNER,
@@ -13,7 +14,9 @@ from app.s3.xml.writer import (
     Owner,
     checksum_element,
     encoded,
+    escape,
     iso8601,
+    owner_markup,
     quoted_etag,
     write_owner,
 )
@@ -60,15 +63,18 @@ class ObjectEntry:
 
 
 def _contents(doc: Doc, entries: Sequence[ObjectEntry], encoding_type: str | None) -> None:
+    # One string per entry: up to 1,000 of them, where element by element
+    # took more CPU than reading the page from the database.
+    url = encoding_type == "url"
     for entry in entries:
-        doc.open("Contents")
-        doc.leaf("Key", encoded(entry.key, encoding_type))
-        doc.leaf("LastModified", iso8601(entry.last_modified))
-        doc.leaf("ETag", quoted_etag(entry.etag))
-        doc.leaf("Size", entry.size)
-        write_owner(doc, entry.owner)
-        doc.leaf("StorageClass", entry.storage_class)
-        doc.close("Contents")
+        key = quote(entry.key, safe="/") if url else entry.key
+        owner = "" if entry.owner is None else owner_markup(entry.owner)
+        doc.raw(
+            f"<Contents><Key>{escape(key)}</Key>"
+            f"<LastModified>{iso8601(entry.last_modified)}</LastModified>"
+            f"<ETag>{escape(quoted_etag(entry.etag))}</ETag><Size>{entry.size}</Size>{owner}"
+            f"<StorageClass>{escape(entry.storage_class)}</StorageClass></Contents>"
+        )
 
 
 def _common_prefixes(doc: Doc, prefixes: Sequence[str], encoding_type: str | None) -> None:
