@@ -37,6 +37,7 @@ atomic, reads one consistent snapshot, and commits.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -393,15 +394,11 @@ class _WouldWait(Exception):
     """A read that the event loop's connection cannot run without waiting."""
 
 
-# SQLite's result codes for a lock held by another connection (extended
-# codes keep these in their low byte).
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-
-
 def _is_busy(exc: BaseException | None) -> bool:
+    """Whether SQLite refused for a lock another connection holds (extended
+    result codes keep the primary code in their low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _autocommit(dbapi_connection: DBAPIConnection, *pragmas: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import quote
 
 from app.s3.xml.writer import (
     DEFAULT_OWNER,
@@ -65,9 +64,8 @@ class ObjectEntry:
 def _contents(doc: Doc, entries: Sequence[ObjectEntry], encoding_type: str | None) -> None:
     # One string per entry: up to 1,000 of them, where element by element
     # took more CPU than reading the page from the database.
-    url = encoding_type == "url"
     for entry in entries:
-        key = quote(entry.key, safe="/") if url else entry.key
+        key = encoded(entry.key, encoding_type)
         owner = "" if entry.owner is None else owner_markup(entry.owner)
         doc.raw(
             f"<Contents><Key>{escape(key)}</Key>"

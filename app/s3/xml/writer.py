@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, overload
 from urllib.parse import quote
 
 S3_NAMESPACE: Final = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -86,6 +86,10 @@ class Doc:
         return XML_DECLARATION + ("".join(self._parts) + f"</{self._root}>").encode("utf-8")
 
 
+@overload
+def encoded(value: str, encoding_type: str | None) -> str: ...
+@overload
+def encoded(value: None, encoding_type: str | None) -> None: ...
 def encoded(value: str | None, encoding_type: str | None) -> str | None:
     if value is None or encoding_type != "url":
         return value
