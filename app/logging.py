@@ -6,17 +6,44 @@ the standard library (uvicorn, SQLAlchemy, Alembic) go through the same
 renderer, so every line parses. A bot is always named by `bot_id`; tokens never
 reach a log line (BotToken's str() is masked, the client scrubs Telegram's
 text, and httpx's request logging, which would print Bot API URLs, is off).
+
+Our own events are rendered by structlog and written straight to the stream,
+not handed to the standard library: its LogRecord, caller lookup, handler and
+formatter cost three times the rendering, and at the default level every
+request logs a line (a quarter of a small S3 request's CPU went there).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any, TextIO
 
 import structlog
 
 
-def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
+class _NamedWriter(structlog.WriteLogger):
+    """structlog's line writer (a lock per stream, a flush per line), named
+    like the standard library's loggers so that lines say where they come from."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        super().__init__(stream)
+        self.name = name
+
+
+class _WriterFactory:
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def __call__(self, *args: Any) -> _NamedWriter:
+        # Every module names its logger: structlog.get_logger("app.store.gc").
+        return _NamedWriter(self._stream, str(args[0]) if args else "app")
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Log at `level` and above to `stream` (stdout), as JSON lines or, with
+    `fmt` "console", for humans."""
+    out = stream if stream is not None else sys.stdout
     numeric = logging.getLevelName(level.upper())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -26,16 +53,16 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     ]
     renderer: structlog.types.Processor
     if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty())
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
     else:
         renderer = structlog.processors.JSONRenderer()
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        logger_factory=_WriterFactory(out),
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.store.reader import CONSUMER_ABORT
 
-log = structlog.get_logger()
+log = structlog.get_logger("app.serving")
 
 
 class ServerStartFailed(RuntimeError):

@@ -101,6 +101,7 @@ TARGETS = {
     "delimiter_ms": 50.0,
     "prefix_ms": 30.0,
     "uploads_ms": 50.0,
+    "versions_ms": 30.0,
     "cpu_put_ms": 1.0,
     "cpu_get_ms": 0.5,
     "cpu_head_ms": 0.5,
@@ -117,6 +118,7 @@ class Config:
     baseline: str | None
     workdir: Path | None
     json_path: Path | None
+    log_level: str
 
 
 def parse_args(argv: list[str] | None) -> Config:
@@ -130,6 +132,11 @@ def parse_args(argv: list[str] | None) -> Config:
     parser.add_argument("--small", action="store_true", help="SQLite, 100 folders, 1k and 5k")
     parser.add_argument("--workdir", type=Path, help="keep databases and logs here")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        help="the service's LOG_LEVEL (INFO, its default: a line per request, as deployed)",
+    )
     args = parser.parse_args(argv)
 
     def numbers(text: str | None, default: list[int]) -> list[int]:
@@ -147,6 +154,7 @@ def parse_args(argv: list[str] | None) -> Config:
         baseline=args.baseline,
         workdir=args.workdir,
         json_path=args.json,
+        log_level=args.log_level,
     )
 
 
@@ -286,10 +294,15 @@ def _settings_names() -> set[str]:
 
 @contextlib.contextmanager
 def service(
-    db: Database, tokens: list[str], sim_url: str, workdir: Path, code: Path | None
+    db: Database,
+    tokens: list[str],
+    sim_url: str,
+    workdir: Path,
+    code: Path | None,
+    log_level: str,
 ) -> Iterator[Service]:
     """`teleuploader serve` on `db` (migrated first); `code` first on the path
-    when measuring another revision."""
+    when measuring another revision. Its log goes to a file in `workdir`."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in _settings_names()}
     env.update(
@@ -303,7 +316,7 @@ def service(
             "PORT": str(port),
             "S3_CREDENTIALS": f"{ACCESS_KEY}:{SECRET}",
             "SPOOL_DIR": str(workdir / "spool"),
-            "LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": log_level,
             "LOG_FORMAT": "json",
         }
     )
@@ -452,6 +465,11 @@ def measure_size(
         uploads = lister.median_ms(
             {"uploads": "", "delimiter": "/"}, config.repeats, _expect(b"Bucket", 1)
         )
+        versions = lister.median_ms(
+            {"versions": "", "prefix": "d", "max-keys": "1000"},
+            config.repeats,
+            _expect(b"Version", entries),
+        )
     finally:
         lister.close()
     body = b"p" * OBJECT_SIZE
@@ -475,6 +493,7 @@ def measure_size(
         "delimiter_ms": delimiter,
         "prefix_ms": prefix,
         "uploads_ms": uploads,
+        "versions_ms": versions,
         "puts_per_s": config.ops / put_wall,
         "cpu_put_ms": put_cpu / config.ops * 1000,
         "cpu_get_ms": get_cpu / config.ops * 1000,
@@ -496,7 +515,9 @@ def measure_version(
             run_dir.mkdir(parents=True, exist_ok=True)
             with (
                 database(backend, run_dir) as db,
-                service(db, sim.tokens, sim.url, run_dir, code) as running_service,
+                service(
+                    db, sim.tokens, sim.url, run_dir, code, config.log_level
+                ) as running_service,
             ):
                 clients = [s3_client(running_service.url) for _ in range(CLIENT_THREADS)]
                 clients[0].create_bucket(Bucket=BUCKET)
@@ -521,6 +542,7 @@ COLUMNS = [
     ("delimiter_ms", "delimiter page ms"),
     ("prefix_ms", "prefix 1,000 ms"),
     ("uploads_ms", "uploads page ms"),
+    ("versions_ms", "versions 1,000 ms"),
     ("puts_per_s", "PUT/s"),
     ("cpu_put_ms", "CPU/PUT ms"),
     ("cpu_get_ms", "CPU/GET ms"),

@@ -109,7 +109,7 @@ async def _call(
     return statuses[0]
 
 
-async def _measure(database_url: str, ops: int) -> dict[str, float]:
+async def _measure(database_url: str, ops: int, log_level: str) -> dict[str, float]:
     from app.config import BotToken, Settings
     from app.db.migrations import upgrade
     from app.logging import configure_logging
@@ -121,8 +121,8 @@ async def _measure(database_url: str, ops: int) -> dict[str, float]:
         run_simulator,
     )
 
-    configure_logging("WARNING", "json")
     work = tempfile.mkdtemp(prefix="request-cpu-")
+    configure_logging(log_level, "json")
     sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(2), chat_ids=[-1001]))
     async with run_simulator(sim) as telegram_url:
         settings = Settings(  # type: ignore[call-arg]
@@ -133,7 +133,7 @@ async def _measure(database_url: str, ops: int) -> dict[str, float]:
             database_url=database_url,
             spool_dir=f"{work}/spool",
             s3_credentials=f"{ACCESS_KEY}:{SECRET}",
-            log_level="WARNING",
+            log_level=log_level,
         )
         await asyncio.to_thread(upgrade, database_url.replace(":6432/", ":5432/"))
         app = create_app(settings)
@@ -169,10 +169,20 @@ async def _measure(database_url: str, ops: int) -> dict[str, float]:
             return result
 
 
-def child_main(database_url: str, ops: int) -> None:
+def child_main(database_url: str, ops: int, log_level: str) -> None:
     import uvloop
 
-    print(json.dumps(uvloop.run(_measure(database_url, ops))))
+    result = sys.stdout
+    # A line per request at INFO, written to a file as `serve` writes to its
+    # journal: part of what a request costs where the service runs. (Through
+    # stdout, which any revision's `configure_logging` writes to.)
+    with tempfile.NamedTemporaryFile("w", prefix="request-cpu-", suffix=".log") as log:
+        sys.stdout = log
+        try:
+            figures = uvloop.run(_measure(database_url, ops, log_level))
+        finally:
+            sys.stdout = result
+    print(json.dumps(figures))
 
 
 # --- the rounds (this process) -----------------------------------------------------------------
@@ -197,12 +207,12 @@ def _drop(url: str) -> None:
         _postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _one(code: Path, backend: str, ops: int, work: Path) -> dict[str, float]:
+def _one(code: Path, backend: str, ops: int, work: Path, log_level: str) -> dict[str, float]:
     url = _database_url(backend, work)
     try:
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent}"}
         done = subprocess.run(
-            [sys.executable, __file__, "--child", url, str(ops)],
+            [sys.executable, __file__, "--child", url, str(ops), log_level],
             env=env,
             capture_output=True,
             text=True,
@@ -223,10 +233,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="runs of each side")
     parser.add_argument("--baseline", metavar="REF", help="also measure the code at this git ref")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the runs here")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        help="the app's log level (INFO, the service's default: a line per request)",
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child_main(args.child[0], int(args.child[1]))
+        child_main(args.child[0], int(args.child[1]), args.child[2])
         return 0
     with tempfile.TemporaryDirectory(prefix="request-cpu-") as tmp:
         work = Path(tmp)
@@ -241,7 +256,7 @@ def main() -> int:
             for round_number in range(1, args.rounds + 1):
                 for backend in args.backends.split(","):
                     for side, code in sides.items():
-                        figures = _one(code, backend, args.ops, work)
+                        figures = _one(code, backend, args.ops, work, args.log_level)
                         runs.setdefault((backend, side), []).append(figures)
                         shown = ", ".join(f"{k} {v:.3f}" for k, v in figures.items())
                         print(f"  round {round_number} {backend:8} {side:16} {shown}", flush=True)

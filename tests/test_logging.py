@@ -24,11 +24,8 @@ def restore_logging() -> Iterator[None]:
 
 
 def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
-    configure_logging("INFO", "json")
-    (handler,) = logging.getLogger().handlers
-    assert isinstance(handler, logging.StreamHandler)
     output = io.StringIO()
-    handler.setStream(output)
+    configure_logging("INFO", "json", stream=output)
     with structlog.contextvars.bound_contextvars(request_id="r-1"):
         structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
     logging.getLogger("some.library").info("Started server process [%d]", 7)
@@ -44,3 +41,25 @@ def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     assert lines[1]["event"] == "Started server process [7]"
     assert lines[1]["logger"] == "some.library"
     assert len(lines) == 2
+
+
+def test_levels_below_the_setting_are_dropped_and_exceptions_keep_their_traceback(
+    restore_logging: None,
+) -> None:
+    output = io.StringIO()
+    configure_logging("WARNING", "json", stream=output)
+    log = structlog.get_logger("app.store.gc")
+    log.info("gc_round", deleted=3)
+    try:
+        raise RuntimeError("telegram went away")
+    except RuntimeError:
+        log.exception("gc_delete_failed", chunk_id=9)
+    logging.getLogger("sqlalchemy.pool").info("dropped too")
+
+    (line,) = [json.loads(line) for line in output.getvalue().splitlines()]
+
+    assert line["event"] == "gc_delete_failed"
+    assert line["level"] == "error"
+    assert line["logger"] == "app.store.gc"
+    assert line["chunk_id"] == 9
+    assert "RuntimeError: telegram went away" in line["exception"]

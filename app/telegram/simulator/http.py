@@ -23,7 +23,7 @@ from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
 from app.telegram.simulator.rules import _METHODS, _canonical_method
 from app.telegram.simulator.state import TelegramSimulator
 
-log = structlog.get_logger()
+log = structlog.get_logger("app.telegram.simulator.http")
 
 _BAD_GATEWAY_HTML = (
     b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"

@@ -16,7 +16,7 @@ from app.telegram.simulator.config import SimulatorConfig, make_tokens
 from app.telegram.simulator.http import create_simulator_app
 from app.telegram.simulator.state import TelegramSimulator
 
-log = structlog.get_logger()
+log = structlog.get_logger("app.telegram.simulator.server")
 
 # --- running it -----------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from app.telegram.simulator.model import (
 )
 from app.telegram.simulator.rules import TelegramRules, _canonical_method
 
-log = structlog.get_logger()
+log = structlog.get_logger("app.telegram.simulator.state")
 
 
 # --- the simulator ------------------------------------------------------------------
