@@ -176,7 +176,10 @@ def child_main(database_url: str, ops: int, log_level: str) -> None:
     # A line per request at INFO, written to a file as `serve` writes to its
     # journal: part of what a request costs where the service runs. (Through
     # stdout, which any revision's `configure_logging` writes to.)
-    with tempfile.NamedTemporaryFile("w", prefix="request-cpu-", suffix=".log") as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="request-cpu-") as logs,
+        open(f"{logs}/service.log", "w") as log,
+    ):
         sys.stdout = log
         try:
             figures = uvloop.run(_measure(database_url, ops, log_level))
