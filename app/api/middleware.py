@@ -20,6 +20,7 @@ from collections.abc import Callable
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.http.route_label import route_label
 from app.metrics import Metrics
 
 log = structlog.get_logger("app.http")
@@ -91,7 +92,7 @@ class RequestContextMiddleware:
         finally:
             try:
                 seconds = time.perf_counter() - started
-                route = getattr(scope.get("route"), "path", None) or "unmatched"
+                route = route_label(scope)
                 method = scope["method"]
                 metrics = self._metrics(scope)
                 if metrics is not None:

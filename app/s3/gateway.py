@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.http.route_label import set_route_label
 from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
@@ -112,6 +113,8 @@ async def _handle(
     request: Request, services: Services | None, virtual_bucket: str | None
 ) -> Response:
     path = request.scope.get("raw_path") or request.scope["path"].encode()
+    # Until a handler is chosen (refused before: a bad signature, no credentials).
+    set_route_label(request.scope, "s3")
     try:
         if services is None:
             raise S3Error("ServiceUnavailable", "The service is starting.")
@@ -136,6 +139,7 @@ async def _handle(
             and is_form_post(request.method, request.headers, query)
         ):
             # Signed by its policy, in the form: post_object is its authorization.
+            set_route_label(request.scope, "s3:post_object")
             return await post_object(request, services, bucket, now=datetime.now(UTC))
         if is_sigv2_request(request.headers, request.scope["query_string"]):
             verified = verify_sigv2(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
+from app.http.route_label import set_route_label
 from app.s3 import acl_handlers as acl
 from app.s3 import attributes_handler as attributes
 from app.s3 import bucket_handlers as bucket
@@ -162,4 +163,6 @@ def _level(req: S3Request) -> Level:
 
 
 async def dispatch(req: S3Request) -> Response:
-    return await route(req)(req)
+    handler = route(req)
+    set_route_label(req.request.scope, f"s3:{handler.__name__}")
+    return await handler(req)
