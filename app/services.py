@@ -20,13 +20,13 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.api.key_checks import KeyChecks
 from app.config import Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.metrics import Metrics, UploadBudgetUse
 from app.s3.service import S3Service
+from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
 from app.store.flusher import Flusher
@@ -79,10 +79,12 @@ class Services:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    key_checks: KeyChecks = field(init=False)
+    access: AccessStore = field(init=False)
 
     def __post_init__(self) -> None:
-        self.key_checks = KeyChecks(self.sessionmaker, ttl=self.settings.refused_key_cache_seconds)
+        self.access = AccessStore(
+            self.sessionmaker, refused_key_ttl=self.settings.refused_key_cache_seconds
+        )
 
     @property
     def bots(self) -> dict[int, BotInfo]:
@@ -143,7 +145,7 @@ class Services:
         await self.gc.stop()
         await self.leases.stop()
         await self.instance.stop()
-        await self.key_checks.close()
+        await self.access.close()
         await self.writer.settle()
         await self.store.close()
         await self.engine.dispose()

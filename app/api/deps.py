@@ -17,8 +17,6 @@ from app.api.errors import ApiError
 from app.api.web_session import check_csrf, session_token
 from app.config import Settings
 from app.db.models import ApiKey, KeyScope
-from app.db.session import session_scope
-from app.db.web_sessions import WebSessionRepository
 from app.services import Services
 from app.store.service import ObjectStore
 
@@ -64,7 +62,7 @@ async def resolve_key(request: Request, services: Services) -> ApiKey | None:
     """
     key = _bearer(request)
     if key is not None:
-        found = await services.key_checks.verify(key)
+        found = await services.access.verify_key(key)
         if found is None:
             raise ApiError(
                 401,
@@ -77,10 +75,7 @@ async def resolve_key(request: Request, services: Services) -> ApiKey | None:
     if cookie is None:
         return None
     check_csrf(request, cookie)
-    # A short session of its own: an upload must not hold a database
-    # connection for as long as its body takes to arrive.
-    async with session_scope(services.sessionmaker) as session:
-        signed_in = await WebSessionRepository(session).key_of(cookie)
+    signed_in = await services.access.signed_in_key(cookie)
     if signed_in is None:
         raise ApiError(
             401,

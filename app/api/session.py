@@ -12,10 +12,6 @@ from pydantic import BaseModel, Field
 from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
 from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
-from app.db.api_keys import ApiKeyRepository
-from app.db.locking import lock_database_for_write
-from app.db.session import session_scope
-from app.db.web_sessions import WebSessionRepository
 from app.services import Services
 
 router = APIRouter(tags=["web page"])
@@ -57,26 +53,19 @@ async def sign_in(
 ) -> SessionOut:
     """Sign the page in with an API key; the answer sets the session cookie."""
     lifetime = timedelta(hours=services.settings.web_session_hours)
-    async with session_scope(services.sessionmaker) as session:
-        # It reads the key, then writes the session row: on SQLite a
-        # transaction that read may not write once another connection has
-        # (a lease heartbeat, an upload), so it takes the write lock first.
-        await lock_database_for_write(session)
-        key = await ApiKeyRepository(session).verify(body.key.strip())
-        if key is None:
-            raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
-        token = await WebSessionRepository(session).open(key, lifetime)
-        key_name = key.name
+    signed_in = await services.access.sign_in(body.key.strip(), lifetime)
+    if signed_in is None:
+        raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
     response.set_cookie(
         SESSION_COOKIE,
-        token,
+        signed_in.token,
         max_age=int(lifetime.total_seconds()),
         path="/",
         secure=_secure(request, services),
         httponly=True,
         samesite="strict",
     )
-    return _session_out(services, key_name, token)
+    return _session_out(services, signed_in.key.name, signed_in.token)
 
 
 @router.get("/api/session", response_model=SessionOut)
@@ -93,8 +82,7 @@ async def sign_out(request: Request, services: ServicesDep) -> Response:
     response = Response(status_code=204)
     if token is not None:
         check_csrf(request, token)
-        async with session_scope(services.sessionmaker) as session:
-            await WebSessionRepository(session).close(token)
+        await services.access.sign_out(token)
         response.delete_cookie(
             SESSION_COOKIE,
             path="/",

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.api.key_checks import KeyChecks
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.session import session_scope
+from app.store.key_checks import KeyChecks
 from tests.db.helpers import key_queries
 
 Sessions = async_sessionmaker[AsyncSession]

@@ -1,0 +1,70 @@
+"""Who may call: API keys, and the web page's sign-ins, which trade a key for
+a session token (app/db/web_sessions.py keeps only its hash).
+
+A key sent with a request is checked through the memory of refused keys
+(app/store/key_checks.py). Signing in asks the database every time: it reads
+the key in the transaction that writes the session row.
+
+Every call is a short session of its own: an upload must not hold a database
+connection for as long as its body takes to arrive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.api_keys import ApiKeyRepository
+from app.db.locking import lock_database_for_write
+from app.db.models import ApiKey
+from app.db.session import session_scope
+from app.db.web_sessions import WebSessionRepository
+from app.store.key_checks import KeyChecks
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    key: ApiKey
+    # The cookie's value; only its hash is stored.
+    token: str
+
+
+class AccessStore:
+    def __init__(
+        self, sessionmaker: async_sessionmaker[AsyncSession], *, refused_key_ttl: float
+    ) -> None:
+        self._sessionmaker = sessionmaker
+        self._key_checks = KeyChecks(sessionmaker, ttl=refused_key_ttl)
+
+    async def verify_key(self, plaintext: str) -> ApiKey | None:
+        """The active key `plaintext` is, or None (a recent refusal from memory)."""
+        return await self._key_checks.verify(plaintext)
+
+    async def sign_in(self, plaintext: str, lifetime: timedelta) -> SignedIn | None:
+        """A new web session for the active key `plaintext`, or None if there is no such key."""
+        async with session_scope(self._sessionmaker) as session:
+            # It reads the key, then writes the session row: on SQLite a
+            # transaction that read may not write once another connection has
+            # (a lease heartbeat, an upload), so it takes the write lock first.
+            await lock_database_for_write(session)
+            key = await ApiKeyRepository(session).verify(plaintext)
+            if key is None:
+                return None
+            token = await WebSessionRepository(session).open(key, lifetime)
+        return SignedIn(key, token)
+
+    async def signed_in_key(self, token: str) -> ApiKey | None:
+        """The active key a live web session was opened with, or None."""
+        async with session_scope(self._sessionmaker) as session:
+            return await WebSessionRepository(session).key_of(token)
+
+    async def sign_out(self, token: str) -> None:
+        """End the web session `token` names, if there is one."""
+        async with session_scope(self._sessionmaker) as session:
+            await WebSessionRepository(session).close(token)
+
+    async def close(self) -> None:
+        """Wait for the key lookups in flight (they hold database connections)."""
+        await self._key_checks.close()
