@@ -65,6 +65,9 @@ class Services:
     gc: GarbageCollector
     writer: ChunkWriter
     store: ObjectStore
+    # Shared by the S3 API and the web page's bucket browser, so both see
+    # one memory of which buckets exist.
+    buckets: BucketStore
     s3: S3Service
     buffers: UploadBuffers
     spool: Spool
@@ -294,9 +297,10 @@ async def start_services(settings: Settings) -> Services:
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     prober.start()
+    buckets = BucketStore(sessionmaker)
     s3 = S3Service(
         store,
-        BucketStore(sessionmaker),
+        buckets,
         MultipartStore(
             sessionmaker,
             store,
@@ -343,6 +347,7 @@ async def start_services(settings: Settings) -> Services:
         gc=gc,
         writer=writer,
         store=store,
+        buckets=buckets,
         s3=s3,
         buffers=buffers,
         spool=spool,

@@ -46,7 +46,7 @@ async def _buckets(request: Request, services: Services) -> BucketStore:
     await verify_key(request, services)
     if not services.settings.s3_credentials:
         raise ApiError(404, "not_found", "the S3 API is off (S3_CREDENTIALS is not set)")
-    return BucketStore(services.sessionmaker)
+    return services.buckets
 
 
 @router.get("/api/buckets", response_model=list[BucketOut])
