@@ -213,7 +213,8 @@ class _LiveCollector(Collector):
         errors = CounterMetricFamily(
             "teleuploader_bot_errors",
             "Failed Telegram calls by kind (rate_limited, abandoned: timed out while Telegram "
-            "may still be working, transient, permanent, bot_unusable).",
+            "may still be working, transient, permanent, chat_refused: out of one storage "
+            "chat, bot_unusable: out of the pool).",
             labels=["bot_id", "kind"],
         )
         for status in statuses:

@@ -154,6 +154,10 @@ class Attempts:
             return "abandoned"
         if isinstance(exc, TransientError):
             return "transient"
+        if isinstance(exc, ChatForbidden):
+            # Out of one chat only: an operator reading `bot_unusable` would
+            # look for a revoked token.
+            return "chat_refused"
         if isinstance(exc, BotUnusable):
             return "bot_unusable"
         return "permanent"

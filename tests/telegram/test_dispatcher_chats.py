@@ -214,6 +214,9 @@ async def test_a_400_saying_the_bot_may_not_post_takes_it_out_of_that_chat_only(
     assert telegram.refused == [(1, CHATS[0])]  # asked once, then left alone
     assert pool.usable_bots() == [1]
     assert (pool.usable_bots(CHATS[0]), pool.usable_bots(CHATS[1])) == ([], [1])
+    # Counted as what it is: the bot still works, in the other chat.
+    (status,) = pool.status()
+    assert status.errors == {"chat_refused": 1}
 
 
 async def test_a_send_into_a_chat_that_refuses_every_bot_fails_without_touching_other_chats(
