@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -67,8 +68,15 @@ class _Raw:
         yield self._body
 
 
-def answer(operation: str, body: bytes, status: int = 200, **params: Any) -> Any:
-    """Call ``operation`` on a boto3 client that receives ``body`` as the response."""
+# What the client below receives as the answer to its next call.
+_ANSWER: dict[str, Any] = {}
+
+
+@functools.cache
+def _answering_client() -> Any:
+    """One boto3 client for every test here (building one takes tens of
+    milliseconds: a hypothesis test asking for one per example shrank a
+    failure for minutes)."""
     client = _SESSION.client(
         "s3",
         endpoint_url=ENDPOINT,
@@ -80,10 +88,16 @@ def answer(operation: str, body: bytes, status: int = 200, **params: Any) -> Any
 
     def respond(request: AWSPreparedRequest, **_: Any) -> AWSResponse:
         headers = {"Content-Type": "application/xml", "x-amz-request-id": "req-1"}
-        return AWSResponse(request.url, status, headers, _Raw(body))
+        return AWSResponse(request.url, _ANSWER["status"], headers, _Raw(_ANSWER["body"]))
 
     client.meta.events.register("before-send.s3", respond)
-    return getattr(client, operation)(**params)
+    return client
+
+
+def answer(operation: str, body: bytes, status: int = 200, **params: Any) -> Any:
+    """Call ``operation`` on a boto3 client that receives ``body`` as the response."""
+    _ANSWER.update(body=body, status=status)
+    return getattr(_answering_client(), operation)(**params)
 
 
 def parse(document: bytes) -> ET.Element:
