@@ -25,6 +25,9 @@ from app.db.locking import dialect_name
 from app.db.models import MultipartUpload, StoredObject
 from app.db.types import UtcDateTime
 
+_OBJECTS = StoredObject.__table__
+_UPLOADS = MultipartUpload.__table__
+
 
 @dataclass(frozen=True, slots=True)
 class ListedObject:
@@ -198,16 +201,19 @@ class ListingRepository:
     async def _plain_objects(
         self, bucket: str, bounds: _Range, limit: int
     ) -> builtins.list[ListedObject]:
-        key = StoredObject.key
+        # The table's columns, not the mapped class's: the ORM's row handling
+        # cost a third of a 1,000-key page, for rows that are plain tuples.
+        objects = _OBJECTS.c
+        key = objects.key
         query = select(
             key,
-            StoredObject.size,
-            StoredObject.etag,
-            StoredObject.updated_at,
-            StoredObject.content_type,
-            StoredObject.public_id,
+            objects.size,
+            objects.etag,
+            objects.updated_at,
+            objects.content_type,
+            objects.public_id,
         ).where(
-            StoredObject.bucket == bucket,
+            objects.bucket == bucket,
             key >= bounds.start if bounds.inclusive else key > bounds.start,
         )
         if bounds.stop is not None:
@@ -282,9 +288,10 @@ class ListingRepository:
         upload_id_marker: str | None,
         limit: int,
     ) -> builtins.list[ListedUpload]:
-        key, upload_id = MultipartUpload.key, MultipartUpload.id
-        query = select(key, upload_id, MultipartUpload.created_at).where(
-            MultipartUpload.bucket == bucket,
+        uploads = _UPLOADS.c
+        key, upload_id = uploads.key, uploads.id
+        query = select(key, upload_id, uploads.created_at).where(
+            uploads.bucket == bucket,
             key >= bounds.start if bounds.inclusive else key > bounds.start,
         )
         if bounds.stop is not None:
