@@ -8,7 +8,8 @@ HTTP server and the sockets out: one process drives ``create_app`` directly
 through ASGI (a hand-built scope, uvloop as ``serve`` uses), one request at a
 time, with SigV4 headers signed once beforehand, and measures its own CPU
 time (``time.process_time``) over ``--ops`` HEADs, GETs and PUTs of 2 KiB
-objects, on SQLite and on Postgres through pgbouncer.
+objects, on SQLite and on Postgres through pgbouncer. The app logs at
+``--log-level`` (INFO, the service's default: a line per request, to a file).
 
 With ``--baseline REF`` each round runs the baseline's code (``git archive``
 into a temporary directory, first on ``PYTHONPATH``) and the checkout's in
