@@ -32,7 +32,7 @@ from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
 from app.s3.post_object import is_form_post, post_object
-from app.s3.router import dispatch
+from app.s3.router import dispatch, label_route
 from app.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.s3.sigv4 import is_sigv4_request, verify_request
 from app.s3.xml.responses import s3_error_xml
@@ -139,7 +139,7 @@ async def _handle(
             and is_form_post(request.method, request.headers, query)
         ):
             # Signed by its policy, in the form: post_object is its authorization.
-            set_route_label(request.scope, "s3:post_object")
+            label_route(request.scope, post_object)
             return await post_object(request, services, bucket, now=datetime.now(UTC))
         if is_sigv2_request(request.headers, request.scope["query_string"]):
             verified = verify_sigv2(

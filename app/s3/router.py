@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.responses import Response
+from starlette.types import Scope
 
 from app.http.route_label import set_route_label
 from app.s3 import acl_handlers as acl
@@ -162,7 +163,13 @@ def _level(req: S3Request) -> Level:
     return OBJECT
 
 
+def label_route(scope: Scope, handler: Callable[..., Awaitable[Response]]) -> None:
+    """Name the request by the handler that answers it (`s3:get_object`), for
+    /metrics and its log line."""
+    set_route_label(scope, f"s3:{handler.__name__}")
+
+
 async def dispatch(req: S3Request) -> Response:
     handler = route(req)
-    set_route_label(req.request.scope, f"s3:{handler.__name__}")
+    label_route(req.request.scope, handler)
     return await handler(req)
