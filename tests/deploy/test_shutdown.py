@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import signal
 import sqlite3
 import threading
@@ -220,3 +221,32 @@ def test_sigterm_refuses_new_writes_and_lets_running_downloads_finish(
     assert service.proc.wait(30) == 0, service.proc.output()
     with contextlib.closing(sqlite3.connect(migrated_db)) as db:
         assert db.execute("SELECT name FROM objects").fetchall() == [("movie.bin",)]
+
+
+def test_every_request_is_in_the_log_with_its_request_id_after_sigterm(
+    start_service: ServiceStarter, migrated_db: Path
+) -> None:
+    # Each request is logged once, with the id its client got back; the
+    # last ones too, when the service stops right after answering.
+    service = start_service(migrated_db)
+    with httpx.Client(base_url=service.url, timeout=10) as http:
+        answered = [
+            http.get("/health", headers={"X-Request-ID": f"shutdown-{n}"}) for n in range(5)
+        ]
+    assert [r.status_code for r in answered] == [200] * 5
+    service.proc.popen.send_signal(signal.SIGTERM)
+    assert service.proc.popen.wait(30) == 0, service.proc.output()
+
+    lines = [json.loads(line) for line in service.proc.stdout().splitlines() if line]
+    logged = [
+        line
+        for line in lines
+        if line.get("event") == "http_request"
+        and str(line.get("request_id", "")).startswith("shutdown-")
+    ]
+    assert [line["request_id"] for line in logged] == [f"shutdown-{n}" for n in range(5)]
+    assert all(line["route"] == "/health" and line["status"] == 200 for line in logged)
+    # The lines after them (shutdown's own) came after them.
+    assert lines.index(logged[-1]) < max(
+        i for i, line in enumerate(lines) if line.get("event") == "services_stopped"
+    )
