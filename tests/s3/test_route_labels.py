@@ -7,6 +7,7 @@ import re
 
 from tests.running_service import Service
 from tests.s3.test_api_boto3 import S3, read
+from tests.s3.test_post_object import presigned_post, submit
 
 
 def requests_by_label(text: str) -> dict[tuple[str, str, str], float]:
@@ -49,3 +50,17 @@ async def test_each_s3_operation_is_counted_under_its_own_route(
     # Refused before any operation was chosen.
     assert counts[("s3", "HEAD", "403")] == 1
     assert not any(route == "unmatched" for route, _, _ in counts)
+
+
+async def test_a_browser_form_post_is_counted_as_post_object(s3_service: Service) -> None:
+    s3 = S3(s3_service)
+    await s3("create_bucket", Bucket="uploads")
+    post = presigned_post(s3_service, "avatars/me.jpg")
+    answered = await submit(post, b"a small picture")
+    async with s3_service.client() as http:
+        scraped = await http.get("/metrics", headers=s3_service.auth)
+
+    assert answered.status_code == 204, answered.text
+    counts = requests_by_label(scraped.text)
+    assert counts[("s3:post_object", "POST", "204")] == 1
+    assert not any(route in ("s3", "unmatched") for route, _, _ in counts)
