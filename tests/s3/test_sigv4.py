@@ -10,6 +10,8 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 import urllib3
+from hypothesis import given
+from hypothesis import strategies as st
 from minio import Minio
 
 from app.s3 import sigv4
@@ -27,6 +29,7 @@ from app.s3.sigv4 import (
     parse_query,
     verify_request,
 )
+from app.s3.sigv4.canonical import uri_candidates
 from tests.s3.helpers import (
     ACCESS_KEY,
     CREDENTIALS,
@@ -251,6 +254,16 @@ def test_canonical_uri_encodes_once() -> None:
     assert canonical_uri(b"/b//x/") == "/b//x/"
     assert canonical_uri(b"/b/%25") == "/b/%25"
     assert canonical_uri(b"") == "/"
+
+
+@given(st.binary(max_size=40) | st.text("aZ09-._~/%!+ ", max_size=40).map(str.encode))
+def test_the_path_candidates_are_the_canonical_path_and_the_path_as_sent(raw: bytes) -> None:
+    # Most paths hold only bytes encoding keeps (one candidate, found at once).
+    path = b"/b/" + raw
+    expected = [canonical_uri(path)]
+    if path.isascii() and path.decode() != expected[0]:
+        expected.append(path.decode())
+    assert uri_candidates(path) == expected
 
 
 # ------------------------------------------------------------------------- non-canonical spellings
@@ -517,6 +530,24 @@ def test_malformed_authorization_headers(frozen: None) -> None:
     # Separators without blanks (minio-go's streaming signer) are fine.
     wire.with_header("Authorization", auth.replace(", ", ",")).verify()
     expect_error("AccessDenied", wire.without_header("Authorization").verify)
+
+
+def test_authorization_fields_in_any_layout_verify_alike(frozen: None) -> None:
+    # SDKs write "Credential=..., SignedHeaders=..., Signature=..." (read at
+    # once); any other order or spacing of the same fields goes the long way.
+    wire = sign_with_botocore("GET", f"{ENDPOINT}/bucket/k")
+    algorithm, fields = (wire.header("authorization") or "").split(" ", 1)
+    parts = [part.strip() for part in fields.split(",")]
+    expected = wire.verify()
+    for layout in (
+        ", ".join(reversed(parts)),
+        " ,  ".join(parts),
+        f" {parts[1]},{parts[0]} , {parts[2]} ",
+    ):
+        assert wire.with_header("Authorization", f"{algorithm} {layout}").verify() == expected
+    # Also the long way: a field twice is malformed, wherever it is.
+    twice = f"{algorithm} {parts[0]}, {parts[0]}, {parts[1]}, {parts[2]}"
+    expect_error("AuthorizationHeaderMalformed", wire.with_header("Authorization", twice).verify)
 
 
 def test_payload_hash_values(frozen: None) -> None:

@@ -4,6 +4,7 @@ package's docstring for the rules): path, query, headers and payload hash.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -13,6 +14,8 @@ from urllib.parse import quote_from_bytes, unquote_to_bytes
 from app.s3.sigv4.signing import ALGORITHM
 
 _BLANKS_RE: Final = re.compile(rb"[ \t]+")
+# A path of bytes that URI encoding leaves as they are.
+_UNRESERVED_PATH: Final = re.compile(rb"[A-Za-z0-9\-._~/]*")
 
 
 def as_bytes(value: bytes | str) -> bytes:
@@ -64,6 +67,10 @@ def canonical_uri(raw_path: bytes | str) -> str:
 
 def uri_candidates(raw_path: bytes | str) -> list[str]:
     raw = as_bytes(raw_path) or b"/"
+    if _UNRESERVED_PATH.fullmatch(raw):
+        # Nothing to decode or encode (most keys): the path is its own
+        # canonical form, and the only candidate.
+        return [raw.decode("ascii")]
     canonical = canonical_uri(raw)
     candidates = [canonical]
     try:
@@ -108,6 +115,8 @@ def first_header(collected: Mapping[str, list[str]], name: str) -> str | None:
 
 
 def _canonical_header_value(values: list[str]) -> bytes:
+    if len(values) == 1:  # a header sent once, as nearly all are
+        return _trimmed(as_bytes(values[0]))
     return b",".join(_trimmed(as_bytes(v)) for v in values)
 
 
@@ -152,24 +161,26 @@ def canonical_requests(
     signed_headers: tuple[str, ...],
     payload_hash: str,
 ) -> list[bytes]:
-    header_block = b"".join(
-        name.encode("ascii") + b":" + _canonical_header_value(collected.get(name, [])) + b"\n"
-        for name in signed_headers
-    )
-    tail = (
-        b"\n"
-        + header_block
-        + b"\n"
-        + ";".join(signed_headers).encode("ascii")
-        + b"\n"
-        + as_bytes(payload_hash)
-    )
+    prefixes, signed_list = _signed_header_parts(signed_headers)
+    lines = [b"\n"]
+    for name, prefix in zip(signed_headers, prefixes, strict=True):
+        lines += (prefix, _canonical_header_value(collected.get(name, [])), b"\n")
+    lines += (b"\n", signed_list, b"\n", as_bytes(payload_hash))
+    tail = b"".join(lines)
     head = method.upper().encode("ascii") + b"\n"
     return [
         head + uri.encode("ascii") + b"\n" + query + tail
         for uri in uri_candidates(raw_path)
         for query in query_candidates
     ]
+
+
+@functools.lru_cache(maxsize=256)
+def _signed_header_parts(signed_headers: tuple[str, ...]) -> tuple[tuple[bytes, ...], bytes]:
+    """Each signed header's line start (``name:``) and the list line, encoded
+    once per distinct list: a client signs the same set request after request."""
+    prefixes = tuple(name.encode("ascii") + b":" for name in signed_headers)
+    return prefixes, ";".join(signed_headers).encode("ascii")
 
 
 def string_to_sign(amz_date: str, scope: str, canonical_request: bytes) -> str:

@@ -98,8 +98,9 @@ def lookup_secret(credentials: Mapping[str, str], access_key: str) -> str:
 def _check_unsigned_amz_headers(
     collected: Mapping[str, list[str]], signed: tuple[str, ...]
 ) -> None:
-    unsigned = sorted(n for n in collected if n.startswith("x-amz-") and n not in signed)
+    unsigned = [n for n in collected if n.startswith("x-amz-") and n not in signed]
     if unsigned:
+        unsigned.sort()
         raise S3Error(
             "AccessDenied",
             "There were headers present in the request which were not signed: "

@@ -5,9 +5,11 @@ SignedHeaders=..., Signature=...`` with ``x-amz-date`` (or ``Date``) within
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
+from typing import Final
 
 from app.s3.errors import S3Error
 from app.s3.sigv4.canonical import first_header, query_candidates
@@ -30,9 +32,24 @@ from app.s3.sigv4.signing import (
     parse_amz_date,
 )
 
+# The header as every SDK writes it: the three fields in this order, a comma
+# and a blank between them. Matched at once; any other layout (a field
+# elsewhere, more blanks, a bad signature) goes through the field parser.
+_USUAL_LAYOUT: Final = re.compile(
+    ALGORITHM + r" Credential=([^,\s]+), ?SignedHeaders=([^,\s]+), ?Signature=([0-9a-fA-F]{64})"
+)
+
 
 def _parse_authorization(value: str) -> tuple[Credential, tuple[str, ...], str]:
     code = "AuthorizationHeaderMalformed"
+    usual = _USUAL_LAYOUT.fullmatch(value)
+    if usual is not None:
+        credential, signed_headers, signature = usual.groups()
+        return (
+            parse_credential(credential, code),
+            parse_signed_headers(signed_headers, code),
+            signature,
+        )
     rest = value[len(ALGORITHM) :]
     if not rest[:1].isspace():
         raise S3Error(code, "The authorization header is malformed; unsupported algorithm.")

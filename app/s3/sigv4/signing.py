@@ -39,7 +39,18 @@ def derive_signing_key(secret: str, date: str, region: str, service: str = SERVI
 def sign_hex(signing_key: bytes, string_to_sign: str | bytes) -> str:
     """Hex HMAC-SHA256 of a string to sign."""
     msg = string_to_sign.encode("utf-8") if isinstance(string_to_sign, str) else string_to_sign
-    return hmac.new(signing_key, msg, hashlib.sha256).hexdigest()
+    mac = _keyed(signing_key).copy()
+    mac.update(msg)
+    return mac.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _keyed(signing_key: bytes) -> hmac.HMAC:
+    """An HMAC with `signing_key` and no message yet, to copy: setting up
+    OpenSSL's HMAC for a key costs more than the copy and the hash together,
+    and one key signs a client's requests all day (and every chunk of a
+    streaming body)."""
+    return hmac.new(signing_key, digestmod=hashlib.sha256)
 
 
 def chunk_string_to_sign(
