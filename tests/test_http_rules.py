@@ -8,6 +8,7 @@ from email.utils import format_datetime
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.datastructures import Headers
 
 from app.http.conditions import (
     NOT_MODIFIED,
@@ -20,6 +21,7 @@ from app.http.conditions import (
     range_applies,
 )
 from app.http.disposition import content_disposition
+from app.http.headers import IndexedHeaders
 from app.http.ranges import (
     ByteRange,
     RangeNotSatisfiable,
@@ -186,3 +188,31 @@ def test_copy_source_conditions() -> None:
     assert not copy_source_refused(
         {"x-amz-copy-source-if-unmodified-since": later}, etag='"e"', last_modified=MODIFIED
     )
+
+
+_HEADER_NAMES = st.sampled_from(["host", "range", "if-match", "x-amz-date", "x-amz-meta-a"])
+
+
+@given(
+    raw=st.lists(
+        st.tuples(_HEADER_NAMES, st.text(st.characters(min_codepoint=32, max_codepoint=255))),
+        max_size=8,
+    ),
+    asked=st.lists(_HEADER_NAMES.map(str.title) | _HEADER_NAMES | st.just("absent"), min_size=1),
+)
+def test_indexed_headers_answer_as_starlettes_do(
+    raw: list[tuple[str, str]], asked: list[str]
+) -> None:
+    pairs = [(name.encode(), value.encode("latin-1")) for name, value in raw]
+    starlette, indexed = Headers(raw=pairs), IndexedHeaders(raw=pairs)
+    for name in asked:
+        # First value wins, names in any case, repeated values kept for getlist.
+        assert indexed.get(name) == starlette.get(name)
+        assert indexed.get(name, "default") == starlette.get(name, "default")
+        assert (name in indexed) == (name in starlette)
+        assert indexed.getlist(name) == starlette.getlist(name)
+        if name in starlette:
+            assert indexed[name] == starlette[name]
+        else:
+            with pytest.raises(KeyError):
+                indexed[name]

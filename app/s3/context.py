@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 import structlog
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -45,6 +46,7 @@ class S3Request:
     def __init__(
         self,
         request: Request,
+        headers: Headers,
         services: Services,
         verified: VerifiedRequest,
         bucket: str | None,
@@ -52,7 +54,7 @@ class S3Request:
     ) -> None:
         self.request = request
         self.method = request.method
-        self.headers = request.headers
+        self.headers = headers
         self.s3: S3Service = services.s3
         self.store = services.store
         self.settings = services.settings

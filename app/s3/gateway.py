@@ -27,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.http.headers import IndexedHeaders
 from app.http.route_label import set_route_label
 from app.s3.context import XML, S3Request, request_id
 from app.s3.errors import S3Error, as_s3_error
@@ -53,13 +54,13 @@ class S3Gateway:
             await self.app(scope, receive, send)
             return
         services = self._services(scope)
-        headers = Headers(scope=scope)
+        headers = IndexedHeaders(scope=scope)
         virtual_bucket = _virtual_host_bucket(headers, services)
         if not _belongs_to_s3(scope, headers, services, virtual_bucket):
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        response = await _handle(request, services, virtual_bucket)
+        response = await _handle(request, headers, services, virtual_bucket)
         await response(scope, receive, send)
 
 
@@ -110,7 +111,7 @@ def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | N
 
 
 async def _handle(
-    request: Request, services: Services | None, virtual_bucket: str | None
+    request: Request, headers: Headers, services: Services | None, virtual_bucket: str | None
 ) -> Response:
     path = request.scope.get("raw_path") or request.scope["path"].encode()
     # Until a handler is chosen (refused before: a bad signature, no credentials).
@@ -136,17 +137,17 @@ async def _handle(
         if (
             bucket is not None
             and key is None
-            and is_form_post(request.method, request.headers, query)
+            and is_form_post(request.method, headers, query)
         ):
             # Signed by its policy, in the form: post_object is its authorization.
             label_route(request.scope, post_object)
             return await post_object(request, services, bucket, now=datetime.now(UTC))
-        if is_sigv2_request(request.headers, request.scope["query_string"]):
+        if is_sigv2_request(headers, query):
             verified = verify_sigv2(
                 request.method,
                 path,
                 request.scope["query_string"],
-                request.headers,
+                headers,
                 credentials,
                 now=datetime.now(UTC),
                 region=services.settings.s3_region,
@@ -157,12 +158,12 @@ async def _handle(
                 request.method,
                 path,
                 request.scope["query_string"],
-                request.headers,
+                headers,
                 credentials,
                 now=datetime.now(UTC),
                 region=services.settings.s3_region,
             )
-        return await dispatch(S3Request(request, services, verified, bucket, key))
+        return await dispatch(S3Request(request, headers, services, verified, bucket, key))
     except ClientDisconnect:
         return Response(status_code=400)
     except Exception as exc:
