@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from app.logging import configure_logging
+from app.logging import REQUEST_ID, configure_logging
 
 
 @pytest.fixture
@@ -26,8 +26,12 @@ def restore_logging() -> Iterator[None]:
 def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     output = io.StringIO()
     configure_logging("INFO", "json", stream=output)
-    with structlog.contextvars.bound_contextvars(request_id="r-1"):
+    bound = REQUEST_ID.set("r-1")
+    try:
         structlog.get_logger("app.test").info("chunk_stored", bot_id=42, size=10)
+    finally:
+        REQUEST_ID.reset(bound)
+    structlog.get_logger("app.test").info("gc_round")
     logging.getLogger("some.library").info("Started server process [%d]", 7)
     logging.getLogger("uvicorn.access").info("this is dropped: requests are logged once")
     logging.getLogger("httpx").info("HTTP Request: POST https://api.telegram.org/bot1:SECRET/x")
@@ -38,9 +42,10 @@ def test_every_line_is_json_with_event_and_level(restore_logging: None) -> None:
     assert lines[0]["bot_id"] == 42
     assert lines[0]["request_id"] == "r-1"
     assert lines[0]["level"] == "info"
-    assert lines[1]["event"] == "Started server process [7]"
-    assert lines[1]["logger"] == "some.library"
-    assert len(lines) == 2
+    assert "request_id" not in lines[1]
+    assert lines[2]["event"] == "Started server process [7]"
+    assert lines[2]["logger"] == "some.library"
+    assert len(lines) == 3
 
 
 def test_levels_below_the_setting_are_dropped_and_exceptions_keep_their_traceback(

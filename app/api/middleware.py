@@ -21,6 +21,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.http.route_label import route_label
+from app.logging import REQUEST_ID
 from app.metrics import Metrics
 
 log = structlog.get_logger("app.http")
@@ -86,7 +87,7 @@ class RequestContextMiddleware:
                 message = {**message, "headers": headers}
             await send(message)
 
-        bound = structlog.contextvars.bind_contextvars(request_id=request_id)
+        bound = REQUEST_ID.set(request_id)
         try:
             await self.app(scope, receive_tracking, send_with_id)
         finally:
@@ -105,7 +106,7 @@ class RequestContextMiddleware:
                     seconds=round(seconds, 4),
                 )
             finally:
-                structlog.contextvars.reset_contextvars(**bound)
+                REQUEST_ID.reset(bound)
 
 
 _WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})

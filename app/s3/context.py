@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping
 
-import structlog
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.logging import REQUEST_ID
 from app.parsing import parse_decimal
 from app.s3 import metadata_text
 from app.s3.aws_chunked import strip_aws_chunked
@@ -199,7 +199,7 @@ def stored_metadata(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def request_id() -> str:
-    return str(structlog.contextvars.get_contextvars().get("request_id", ""))
+    return REQUEST_ID.get() or ""
 
 
 def xml_response(

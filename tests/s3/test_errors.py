@@ -123,6 +123,34 @@ async def test_a_failure_inside_the_service_leaks_nothing_to_the_client(
         assert seen["Error"]["Message"] == ERROR_TABLE["InternalError"][1]
 
 
+async def test_an_s3_answer_names_the_request_id_the_client_sent(
+    start_service: ServiceFactory,
+) -> None:
+    # The id a proxy or client put in X-Request-ID is the one its logs,
+    # x-amz-request-id and an error's <RequestId> name.
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    client = client_for(service)
+
+    def traced(request: Any, **_kwargs: Any) -> None:
+        request.headers["X-Request-ID"] = "trace-7"
+
+    client.meta.events.register("before-sign.s3", traced)
+    try:
+        await asyncio.to_thread(client.create_bucket, Bucket="traced")
+        stored = await asyncio.to_thread(client.put_object, Bucket="traced", Key="k", Body=b"x")
+        read = await asyncio.to_thread(client.get_object, Bucket="traced", Key="k")
+        read["Body"].close()
+        with pytest.raises(ClientError) as caught:
+            await asyncio.to_thread(client.get_object, Bucket="traced", Key="missing")
+    finally:
+        client.close()
+    missing = caught.value.response["ResponseMetadata"]
+    assert stored["ResponseMetadata"]["HTTPHeaders"]["x-request-id"] == "trace-7"
+    assert read["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"] == "trace-7"
+    assert missing["HTTPHeaders"]["x-amz-request-id"] == "trace-7"
+    assert missing["RequestId"] == "trace-7"  # botocore reads it from <RequestId>
+
+
 def test_an_unknown_code_without_a_status_is_a_programming_error() -> None:
     with pytest.raises(KeyError):
         S3Error("NoSuchThing")
