@@ -134,11 +134,7 @@ async def _handle(
         else:
             bucket, key = split_path(path)
         query = request.scope["query_string"]
-        if (
-            bucket is not None
-            and key is None
-            and is_form_post(request.method, headers, query)
-        ):
+        if bucket is not None and key is None and is_form_post(request.method, headers, query):
             # Signed by its policy, in the form: post_object is its authorization.
             label_route(request.scope, post_object)
             return await post_object(request, services, bucket, now=datetime.now(UTC))
