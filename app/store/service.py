@@ -78,13 +78,11 @@ class ObjectInfo(NamedTuple):
     tags: dict[str, str]
 
     def __repr__(self) -> str:
-        # Without the content itself (up to the inline limit of bytes).
-        shown = ", ".join(
-            f"{name}={value!r}"
-            for name, value in zip(self._fields, self, strict=True)
-            if name != "inline_data"
+        # Which object, not its content (up to the inline limit of bytes).
+        return (
+            f"ObjectInfo(id={self.id}, bucket={self.bucket!r}, key={self.key!r}, "
+            f"size={self.size}, etag={self.etag!r})"
         )
-        return f"ObjectInfo({shown})"
 
     @classmethod
     def from_row(
