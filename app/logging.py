@@ -13,9 +13,10 @@ formatter cost three times the rendering, and at the default level every
 request logs a line (a quarter of a small S3 request's CPU went there).
 
 Every line logged while a request is served carries its `request_id`. It is
-one context variable (`REQUEST_ID`), set by the request middleware: structlog's
-own context variables cost three times as much to bind, reset and merge into
-every line, for the one value we bind.
+one context variable (`REQUEST_ID`), set by the request middleware:
+structlog's own context variables cost 3-4 µs a request to bind, reset and
+merge into every line (the merge walks every context variable), for the one
+value we bind.
 """
 
 from __future__ import annotations
