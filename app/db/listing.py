@@ -16,6 +16,7 @@ import builtins
 import sys
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlalchemy import or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,8 +30,12 @@ _OBJECTS = StoredObject.__table__
 _UPLOADS = MultipartUpload.__table__
 
 
-@dataclass(frozen=True, slots=True)
-class ListedObject:
+# Named tuples, not frozen dataclasses: a page builds up to 1,000 of them,
+# and a frozen dataclass, which sets each field through object.__setattr__,
+# takes twice as long to build.
+
+
+class ListedObject(NamedTuple):
     """What a listing shows of an object (never its content): ListObjects's
     columns, and the type and public id the web page's bucket browser shows."""
 
@@ -42,8 +47,7 @@ class ListedObject:
     public_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class ListedUpload:
+class ListedUpload(NamedTuple):
     """What ListMultipartUploads shows of an upload."""
 
     key: str
@@ -51,8 +55,7 @@ class ListedUpload:
     initiated: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class CommonPrefix:
+class CommonPrefix(NamedTuple):
     """Keys under `prefix` rolled up into one entry at the delimiter."""
 
     prefix: str

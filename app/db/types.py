@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,3 +65,28 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+    def result_processor(
+        self, dialect: Dialect, coltype: Any
+    ) -> Callable[[Any], datetime | None] | None:
+        # A listing reads up to 1,000 of these: SQLAlchemy's parse of
+        # SQLite's text, then `replace` to mark it UTC, took a sixth of a
+        # 1,000-key page's CPU.
+        if dialect.name == "sqlite":
+            return utc_from_sqlite_text
+        return super().result_processor(dialect, coltype)
+
+
+def utc_from_sqlite_text(value: Any) -> datetime | None:
+    """A UTC timestamp as SQLite keeps it (SQLAlchemy's text form, without an
+    offset), timezone-aware. Parsed with "+00:00" added: one call gives the
+    aware value. Text with an offset of its own is read in its own zone."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"expected a timestamp text from SQLite, got {type(value).__name__}")
+    try:
+        return datetime.fromisoformat(value + "+00:00")
+    except ValueError:
+        parsed = datetime.fromisoformat(value)  # no form we know: raises as SQLAlchemy would
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from app.s3.xml.writer import (
     DEFAULT_OWNER,
@@ -49,9 +50,10 @@ def list_buckets_xml(
     return doc.bytes()
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectEntry:
-    """One ``<Contents>`` of a listing. ``etag`` bare or quoted."""
+class ObjectEntry(NamedTuple):
+    """One ``<Contents>`` of a listing. ``etag`` bare or quoted. (A named
+    tuple: a page makes up to 1,000, and a frozen dataclass takes twice as
+    long to build.)"""
 
     key: str
     last_modified: datetime
