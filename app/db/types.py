@@ -70,8 +70,8 @@ class UtcDateTime(TypeDecorator[datetime]):
         self, dialect: Dialect, coltype: Any
     ) -> Callable[[Any], datetime | None] | None:
         # A listing reads up to 1,000 of these: SQLAlchemy's parse of
-        # SQLite's text, then `replace` to mark it UTC, took a sixth of a
-        # 1,000-key page's CPU.
+        # SQLite's text, then `replace` to mark it UTC, cost 1.6 µs a value
+        # (0.55 µs this way), 8 % of a 1,000-key page's CPU.
         if dialect.name == "sqlite":
             return utc_from_sqlite_text
         return super().result_processor(dialect, coltype)
