@@ -5,12 +5,16 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.logging import REQUEST_ID, configure_logging
+from app.logging import REQUEST_ID, configure_logging, utc_timestamp
 
 
 @pytest.fixture
@@ -68,3 +72,27 @@ def test_levels_below_the_setting_are_dropped_and_exceptions_keep_their_tracebac
     assert line["logger"] == "app.store.gc"
     assert line["chunk_id"] == 9
     assert "RuntimeError: telegram went away" in line["exception"]
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999_999_999), st.booleans())
+def test_a_timestamp_is_the_utc_instant_to_the_microsecond(ns: int, again: bool) -> None:
+    if again:  # the second's text cached by a stamp just before
+        utc_timestamp(ns - ns % 1_000_000_000)
+    expected = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
+    assert utc_timestamp(ns) == expected.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_each_line_carries_the_time_it_was_logged(restore_logging: None) -> None:
+    output = io.StringIO()
+    configure_logging("INFO", "json", stream=output)
+    before = datetime.now(UTC)
+    structlog.get_logger("app.test").info("first")
+    time.sleep(0.01)
+    structlog.get_logger("app.test").info("second")
+    after = datetime.now(UTC)
+    stamps = [
+        datetime.fromisoformat(json.loads(line)["timestamp"])
+        for line in output.getvalue().splitlines()
+    ]
+    assert before <= stamps[0] < stamps[1] <= after
+    assert stamps[1] - stamps[0] >= timedelta(seconds=0.01)
