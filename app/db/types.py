@@ -62,9 +62,7 @@ class UtcDateTime(TypeDecorator[datetime]):
             return None
         if not isinstance(value, datetime):
             raise TypeError(f"expected a datetime from the database, got {type(value).__name__}")
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        return _as_utc(value)
 
     def result_processor(
         self, dialect: Dialect, coltype: Any
@@ -88,5 +86,13 @@ def utc_from_sqlite_text(value: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(value + "+00:00")
     except ValueError:
-        parsed = datetime.fromisoformat(value)  # no form we know: raises as SQLAlchemy would
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        # Another form (an offset of its own): the general parse, which
+        # refuses garbage as SQLAlchemy did.
+        return _as_utc(datetime.fromisoformat(value))
+
+
+def _as_utc(value: datetime) -> datetime:
+    """`value` in UTC; naive means UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
