@@ -93,6 +93,9 @@ def utc_from_sqlite_text(value: Any) -> datetime | None:
 
 def _as_utc(value: datetime) -> datetime:
     """`value` in UTC; naive means UTC already."""
+    if value.tzinfo is UTC:
+        # What asyncpg gives for every timestamptz: up to 1,000 a listing.
+        return value
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)

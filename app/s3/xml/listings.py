@@ -79,9 +79,10 @@ def _contents(doc: Doc, entries: Sequence[ObjectEntry], encoding_type: str | Non
 
 def _common_prefixes(doc: Doc, prefixes: Sequence[str], encoding_type: str | None) -> None:
     for prefix in prefixes:
-        doc.open("CommonPrefixes")
-        doc.leaf("Prefix", encoded(prefix, encoding_type))
-        doc.close("CommonPrefixes")
+        doc.raw(
+            f"<CommonPrefixes><Prefix>{escape(encoded(prefix, encoding_type))}</Prefix>"
+            "</CommonPrefixes>"
+        )
 
 
 def list_objects_v1_xml(
@@ -185,16 +186,14 @@ def list_object_versions_xml(
     doc.leaf("IsTruncated", is_truncated)
     doc.leaf("EncodingType", encoding_type)
     for entry in versions:
-        doc.open("Version")
-        doc.leaf("Key", encoded(entry.key, encoding_type))
-        doc.leaf("VersionId", NULL_VERSION_ID)
-        doc.leaf("IsLatest", True)
-        doc.leaf("LastModified", iso8601(entry.last_modified))
-        doc.leaf("ETag", quoted_etag(entry.etag))
-        doc.leaf("Size", entry.size)
-        write_owner(doc, entry.owner)
-        doc.leaf("StorageClass", entry.storage_class)
-        doc.close("Version")
+        key = encoded(entry.key, encoding_type)
+        owner = "" if entry.owner is None else owner_markup(entry.owner)
+        doc.raw(
+            f"<Version><Key>{escape(key)}</Key><VersionId>{NULL_VERSION_ID}</VersionId>"
+            f"<IsLatest>true</IsLatest><LastModified>{iso8601(entry.last_modified)}</LastModified>"
+            f"<ETag>{escape(quoted_etag(entry.etag))}</ETag><Size>{entry.size}</Size>{owner}"
+            f"<StorageClass>{escape(entry.storage_class)}</StorageClass></Version>"
+        )
     _common_prefixes(doc, common_prefixes, encoding_type)
     return doc.bytes()
 
@@ -241,14 +240,16 @@ def list_parts_xml(
     doc.leaf("MaxParts", max_parts)
     doc.leaf("IsTruncated", is_truncated)
     for part in parts:
-        doc.open("Part")
-        doc.leaf("PartNumber", part.part_number)
-        doc.leaf("LastModified", iso8601(part.last_modified))
-        doc.leaf("ETag", quoted_etag(part.etag))
-        doc.leaf("Size", part.size)
+        checksum = ""
         if part.checksum is not None:
-            doc.leaf(checksum_element(part.checksum[0]), part.checksum[1])
-        doc.close("Part")
+            tag = checksum_element(part.checksum[0])
+            checksum = f"<{tag}>{escape(part.checksum[1])}</{tag}>"
+        doc.raw(
+            f"<Part><PartNumber>{part.part_number}</PartNumber>"
+            f"<LastModified>{iso8601(part.last_modified)}</LastModified>"
+            f"<ETag>{escape(quoted_etag(part.etag))}</ETag><Size>{part.size}</Size>{checksum}"
+            "</Part>"
+        )
     return doc.bytes()
 
 
@@ -296,14 +297,13 @@ def list_multipart_uploads_xml(
     doc.leaf("MaxUploads", max_uploads)
     doc.leaf("IsTruncated", is_truncated)
     doc.leaf("EncodingType", encoding_type)
+    owners = owner_markup(owner, "Initiator") + owner_markup(owner)
     for upload in uploads:
-        doc.open("Upload")
-        doc.leaf("Key", encoded(upload.key, encoding_type))
-        doc.leaf("UploadId", upload.upload_id)
-        write_owner(doc, owner, "Initiator")
-        write_owner(doc, owner)
-        doc.leaf("StorageClass", upload.storage_class)
-        doc.leaf("Initiated", iso8601(upload.initiated))
-        doc.close("Upload")
+        key = encoded(upload.key, encoding_type)
+        doc.raw(
+            f"<Upload><Key>{escape(key)}</Key><UploadId>{escape(upload.upload_id)}</UploadId>"
+            f"{owners}<StorageClass>{escape(upload.storage_class)}</StorageClass>"
+            f"<Initiated>{iso8601(upload.initiated)}</Initiated></Upload>"
+        )
     _common_prefixes(doc, common_prefixes, encoding_type)
     return doc.bytes()

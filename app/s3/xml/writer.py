@@ -11,6 +11,7 @@ for that on every ListObjects call and decodes the answer.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -121,6 +122,8 @@ def write_owner(doc: Doc, owner: Owner | None, tag: str = "Owner") -> None:
         doc.raw(owner_markup(owner, tag))
 
 
+# A page writes the same owner (DEFAULT_OWNER) into each of up to 1,000 entries.
+@functools.lru_cache(maxsize=64)
 def owner_markup(owner: Owner, tag: str = "Owner") -> str:
     return (
         f"<{tag}><ID>{escape(owner.id)}</ID>"
