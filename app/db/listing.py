@@ -222,7 +222,7 @@ class ListingRepository:
         if bounds.stop is not None:
             query = query.where(key < bounds.stop)
         rows = await self._session.execute(query.order_by(key).limit(limit))
-        return [ListedObject(*row) for row in rows]
+        return builtins.list(map(ListedObject._make, rows))
 
     async def uploads(
         self,

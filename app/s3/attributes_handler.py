@@ -12,10 +12,9 @@ from app.http.conditions import http_date
 from app.s3.context import MAX_KEYS, S3Request, xml_response
 from app.s3.errors import S3Error
 from app.s3.xml.responses import AttributeParts, get_object_attributes_xml
-from app.s3.xml.writer import Checksum
+from app.s3.xml.writer import STANDARD_STORAGE_CLASS, Checksum
 
 ATTRIBUTES: Final = frozenset({"ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"})
-STORAGE_CLASS: Final = "STANDARD"
 
 
 def _attributes(req: S3Request) -> set[str]:
@@ -60,7 +59,7 @@ async def get_object_attributes(req: S3Request) -> Response:
         etag=info.etag if "ETag" in names else None,
         checksum=checksum,
         parts=page,
-        storage_class=STORAGE_CLASS if "StorageClass" in names else None,
+        storage_class=STANDARD_STORAGE_CLASS if "StorageClass" in names else None,
         size=info.size if "ObjectSize" in names else None,
     )
     return xml_response(document, headers={"Last-Modified": http_date(info.updated_at)})

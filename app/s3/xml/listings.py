@@ -10,6 +10,7 @@ from typing import NamedTuple
 from app.s3.xml.writer import (
     DEFAULT_OWNER,
     NULL_VERSION_ID,
+    STANDARD_STORAGE_CLASS,
     Doc,
     Owner,
     checksum_element,
@@ -59,7 +60,7 @@ class ObjectEntry(NamedTuple):
     last_modified: datetime
     etag: str
     size: int
-    storage_class: str = "STANDARD"
+    storage_class: str = STANDARD_STORAGE_CLASS
     owner: Owner | None = None
 
 
@@ -218,7 +219,7 @@ def list_parts_xml(
     next_part_number_marker: int | None = None,
     max_parts: int = 1000,
     is_truncated: bool = False,
-    storage_class: str = "STANDARD",
+    storage_class: str = STANDARD_STORAGE_CLASS,
     owner: Owner = DEFAULT_OWNER,
     checksum_algorithm: str | None = None,
     checksum_type: str | None = None,
@@ -258,7 +259,7 @@ class UploadEntry:
     key: str
     upload_id: str
     initiated: datetime
-    storage_class: str = "STANDARD"
+    storage_class: str = STANDARD_STORAGE_CLASS
 
 
 def list_multipart_uploads_xml(

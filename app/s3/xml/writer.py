@@ -109,6 +109,9 @@ class Owner:
     display_name: str
 
 
+#: The storage class of every object: each is stored alike, in Telegram.
+STANDARD_STORAGE_CLASS: Final = "STANDARD"
+
 #: The version id of every object: buckets here are never versioned, and
 #: that is how S3 names the one version of an object in such a bucket.
 NULL_VERSION_ID: Final = "null"
