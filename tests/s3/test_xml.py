@@ -118,6 +118,22 @@ def test_dates() -> None:
     assert parse_http_date("not a date") is None
 
 
+@settings(max_examples=500)
+@given(
+    when=st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [None, UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-9, minutes=-30))]
+        ),
+    )
+)
+def test_dates_are_utc_to_the_millisecond_cut_not_rounded(when: datetime) -> None:
+    utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    expected = utc.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    assert iso8601(when) == expected
+
+
 # -------------------------------------------------------------------- botocore reads our documents
 
 
