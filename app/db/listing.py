@@ -205,8 +205,6 @@ class ListingRepository:
     async def _plain_objects(
         self, bucket: str, bounds: _Range, limit: int
     ) -> builtins.list[ListedObject]:
-        # The table's columns, not the mapped class's: the ORM's row handling
-        # cost a third of a 1,000-key page, for rows that are plain tuples.
         rows = await self._session.execute(
             _plain_objects_query(bounds.inclusive, bounds.stop is not None),
             _bound_values(bucket, bounds, limit),
