@@ -187,9 +187,14 @@ class InstanceHeartbeat:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         # A clean stop: its rows may be adopted at once (none are left unless
-        # a flush was cut short by the grace period).
+        # a flush was cut short by the grace period). A send cut off by the
+        # stop, or lost since the last sweep, may have posted a message no row
+        # knows of: the chats stay marked for the next start to reconcile.
         with contextlib.suppress(Exception):
             async with session_scope(self._sessionmaker) as session:
+                if self._reconcile_requests and self.reconciler is not None:
+                    await WatermarkRepository(session).mark_unclean(self.reconciler.chat_ids)
+                    log.warning("unclean_sends_at_stop", sends=self._reconcile_requests)
                 await InstanceRepository(session).remove(self.instance_id)
 
     async def _beat(self) -> None:

@@ -11,7 +11,7 @@
   Retrying on the same token would put two calls on it: the very collision
   the dispatcher exists to prevent. A send given up this way may still post
   its message; it is counted (`on_abandoned_send`) for the reconciliation of
-  orphans.
+  orphans. So is a send that `Dispatcher.stop` cuts off in flight.
 * Transient error (5xx, connection): retry on the same bot with exponential
   backoff, up to `TRANSIENT_TRIES_PER_BOT` tries, then another bot.
 * Permanent error: the job fails at once with Telegram's description.
@@ -120,6 +120,13 @@ class Attempts:
         except asyncio.CancelledError:
             # Only stop() cancels a worker; the caller must not wait forever.
             job.fail(DispatcherClosed("the dispatcher stopped during the call"))
+            # Cut off at Telegram's end too: a send may still be posted there,
+            # so it is reported like any other abandoned call (reconciliation).
+            worker.abandoned += 1
+            worker.errors["abandoned"] = worker.errors.get("abandoned", 0) + 1
+            if job.is_send and self.on_abandoned_send is not None:
+                self.on_abandoned_send(worker.bot_id)
+            self._observe(worker, job, "abandoned", started)
             raise
         finally:
             if sent_at is not None:
@@ -133,6 +140,9 @@ class Attempts:
             worker.running = None
             worker.changed.set()
             router.wake_all()
+        self._observe(worker, job, outcome, started)
+
+    def _observe(self, worker: BotWorker, job: Job[Any], outcome: str, started: float) -> None:
         seconds = self._clock() - started
         log.debug(
             "job_attempt",

@@ -8,7 +8,8 @@ app/store/instance.py):
 - a live upload's message, posted before the probe but recorded after it, is
   never taken for an orphan: the reconciliation waits for its send intent;
 - a send whose answer was lost while the service ran (the dispatcher retried,
-  the first attempt's message is an orphan) is reconciled too;
+  the first attempt's message is an orphan) is reconciled too, and so is one
+  that a clean stop cut off in flight (at the next start);
 - the periodic sweep retires a live instance's pending chunks that no running
   upload holds (a request task that died), never those of a running upload.
 
@@ -31,7 +32,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.config import BotToken
+from app.config import BotToken, Settings
 from app.db.chunks import ChunkRepository
 from app.db.intents import IntentRepository
 from app.db.models import ChatWatermark, Chunk, Instance, SendIntent
@@ -70,12 +71,7 @@ async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]
     async with run_simulator(sim) as url:
         # Few attempts: a send that keeps failing fails fast.
         settings = make_settings(database, url, sim.tokens, spool_dir=spool, max_attempts=3)
-        services = await start_services(settings)
-        # The bots are checked in the background: every test here sends.
-        async with asyncio.timeout(20):
-            while len(services.dispatcher.usable_bots()) < len(sim.tokens):
-                await services.prober.one_admitted.wait()
-                await asyncio.sleep(0.01)
+        services = await start_with_every_bot(settings, len(sim.tokens))
         assert services.instance.reconciler is not None
         # As if every death were older than Telegram's last posts for it (one
         # round covers it); the test of the allowance sets it back.
@@ -87,6 +83,16 @@ async def stack(database: Database, engine: AsyncEngine) -> AsyncIterator[Stack]
             await bot.aclose()
             await services.close()
             shutil.rmtree(spool, ignore_errors=True)
+
+
+async def start_with_every_bot(settings: Settings, bots: int) -> Services:
+    services = await start_services(settings)
+    # The bots are checked in the background: every test here sends.
+    async with asyncio.timeout(20):
+        while len(services.dispatcher.usable_bots()) < bots:
+            await services.prober.one_admitted.wait()
+            await asyncio.sleep(0.01)
+    return services
 
 
 async def store_object(services: Services, key: str, size: int = 2 * CHUNK + 100) -> None:
@@ -246,6 +252,39 @@ async def test_messages_of_sends_whose_answer_was_lost_are_reconciled_without_a_
 
     await eventually(lambda: _stored_equals(stack, expected), within=20)
     assert await reconciled(services)
+
+
+async def test_a_send_cut_off_by_a_clean_stop_is_reconciled_at_the_next_start(
+    database: Database, engine: AsyncEngine
+) -> None:
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(2), chat_ids=[CHAT_ID]))
+    spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
+    async with run_simulator(sim) as url:
+        # No grace: the stop cuts off the send in flight at once.
+        settings = make_settings(
+            database, url, sim.tokens, spool_dir=spool, shutdown_grace_seconds=0
+        )
+        first = await start_with_every_bot(settings, len(sim.tokens))
+        await store_object(first, "kept.bin")
+        expected = await chunk_messages(first)
+        sim.hold("sendDocument")
+        cut = asyncio.create_task(store_object(first, "cut.bin", size=CHUNK // 2))
+        async with asyncio.timeout(10):
+            await sim.wait_held("sendDocument")
+        cut.cancel()  # as the server cuts off a request the grace period outlived
+        with pytest.raises(asyncio.CancelledError):
+            await cut
+        await first.close()
+        # Telegram finishes the post after its client left: no row knows of it.
+        sim.release("sendDocument")
+        await eventually(lambda: len(sim.live_messages(CHAT_ID)) == len(expected) + 1)
+
+        second = await start_with_every_bot(settings, len(sim.tokens))
+        try:
+            await eventually(lambda: sim.live_messages(CHAT_ID) == expected, within=20)
+        finally:
+            await second.close()
+            shutil.rmtree(spool, ignore_errors=True)
 
 
 async def test_the_periodic_sweep_retires_a_dead_tasks_chunks_and_never_a_running_uploads(

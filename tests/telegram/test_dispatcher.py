@@ -545,7 +545,13 @@ async def test_stop_cancels_what_outlives_the_grace_period(
 ) -> None:
     fake = FakeTelegram(mock_api, [1])
     fake.bots[1].gate = asyncio.Event()  # never opens
-    dispatcher, _ = await make_dispatcher([1])
+    abandoned_sends: list[int] = []
+    attempts: list[tuple[int, str, str]] = []
+    dispatcher, _ = await make_dispatcher(
+        [1],
+        on_abandoned_send=abandoned_sends.append,
+        on_attempt=lambda bot, method, outcome, _s: attempts.append((bot, method, outcome)),
+    )
 
     running = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a"))
     queued = asyncio.create_task(dispatcher.send_document(b"x" * 8, "b"))
@@ -555,6 +561,10 @@ async def test_stop_cancels_what_outlives_the_grace_period(
     for task in (running, queued):
         with pytest.raises(DispatcherClosed):
             await task
+    # Telegram may still post the send that was cut off: it is reported for
+    # the reconciliation of orphans. The queued one never reached Telegram.
+    assert abandoned_sends == [1]
+    assert attempts == [(1, "sendDocument", "abandoned")]
 
 
 # --- pacing -------------------------------------------------------------------------
