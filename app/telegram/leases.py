@@ -188,7 +188,7 @@ class BotLeases:
             await asyncio.sleep(min(WATCH_SECONDS, self.round_interval))
             need = self._need_for(self._dispatcher.backlog())
             turned = need != self._last_need and not self._settled
-            if self._clock() < next_round and not turned:
+            if self._clock() < next_round and not turned and not self._cooldown_unwritten():
                 continue
             # Short of its share, an instance looks again soon: bots another
             # one releases for it are free from that moment. Settled, it
@@ -269,6 +269,17 @@ class BotLeases:
             for w in self._dispatcher.workers.values()
             if w.usable or w.probing or w.bot_id in self.held or w.bot_id in rechecked
         ]
+
+    def _cooldown_unwritten(self) -> bool:
+        """Whether a held bot began a cooldown (a 429) since its lease was
+        last written: written at once, even by a settled instance, so that
+        the next holder honours it should this one die now."""
+        workers = self._dispatcher.workers
+        return any(
+            workers[bot_id].cooldown_until > written
+            for bot_id, (_renewed_at, written) in self._renewed.items()
+            if bot_id in workers
+        )
 
     def _renewal_due(self, bot_id: int, started: float) -> bool:
         last = self._renewed.get(bot_id)
