@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import ColumnElement, exists, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.db.models import MAX_KEY_LENGTH, StoredObject
+from app.db.models import MAX_KEY_LENGTH, Piece, StoredObject
 
 
 def new_public_id() -> str:
@@ -141,3 +142,36 @@ def row_values(
         "parts": [list(part) for part in spec.parts] if spec.parts is not None else None,
         "tags": dict(spec.tags) if spec.tags else None,
     }
+
+
+def _chunkless_puts() -> dict[str, Any]:
+    """Per dialect: the row insert that, when the key is taken by an object
+    referencing no chunk, replaces that object's row in place instead."""
+    table = StoredObject.__table__
+    # The row in conflict, named as SQL: SQLAlchemy does not correlate a
+    # subquery in an upsert's WHERE (it would scan every object instead).
+    conflicting_id: ColumnElement[int] = literal_column(f"{StoredObject.__tablename__}.id")
+    references_a_chunk = exists().where(Piece.__table__.c.object_id == conflicting_id)
+    statements: dict[str, Any] = {}
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
+        statement = dialect.insert(table)
+        # Every column of the new version but the row id and the creation
+        # time, which the key keeps (as a replacement through the session).
+        new_version = {
+            column.name: statement.excluded[column.name]
+            for column in table.c
+            if column.name not in ("id", "bucket", "key", "created_at")
+        }
+        statement = statement.on_conflict_do_update(
+            index_elements=["bucket", "key"], set_=new_version, where=~references_a_chunk
+        )
+        statements[name] = statement.returning(table.c.id, table.c.created_at)
+    return statements
+
+
+#: Per dialect: store an object that references no chunk under its key,
+#: returning the row's id and creation time; none when the key's current
+#: object references chunks (their release needs `ObjectRepository.put`).
+#: Replacing in place, on the row's lock, is one statement: safe against every
+#: concurrent writer, and readers see the old version or the new one whole.
+CHUNKLESS_PUTS = _chunkless_puts()

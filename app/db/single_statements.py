@@ -1,6 +1,7 @@
 """The request path's single-statement work, the cheapest way each backend
-allows: reading one object row (GET, HEAD) and storing a small object under
-a new key (PUT).
+allows: reading one object row (GET, HEAD) and storing a small object (PUT)
+under a new key, or over a small object (a key rewritten again and again, as
+a registry's link files are).
 
 Through an ORM session on SQLAlchemy's async adapters each of these cost
 about 1 ms of CPU: the session, its commit, and on SQLite a round trip to
@@ -39,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Protocol
@@ -54,7 +56,7 @@ from sqlalchemy.util import greenlet_spawn
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine
 from app.db.models import StoredObject
-from app.db.object_rows import INSERTS_UNLESS_EXISTS
+from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS
 
 #: Postgres connections kept out of the pool between single statements; more
 #: are checked out while more statements run at once, and given back after.
@@ -74,6 +76,10 @@ _BY_KEY: Final = select(*_COLUMNS).where(
 _BY_PUBLIC_ID: Final = select(*_COLUMNS).where(_OBJECTS.c.public_id == bindparam("public_id"))
 # What `object_rows.row_values` gives: every column but the id.
 _INSERT_KEYS: Final = [column.name for column in _OBJECTS.c if column.name != "id"]
+# The writes, by kind; each returns the row's id first.
+_INSERT: Final = "insert"
+_CHUNKLESS_PUT: Final = "chunkless_put"
+_WRITES: Final = {_INSERT: INSERTS_UNLESS_EXISTS, _CHUNKLESS_PUT: CHUNKLESS_PUTS}
 
 
 class ObjectRow(NamedTuple):
@@ -117,6 +123,12 @@ class SingleStatements(Protocol):
         """Insert an objects row (`object_rows.row_values`) that references no
         chunk, committed; its id, or None if its key already has an object."""
 
+    async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
+        """Store an objects row that references no chunk under its key,
+        committed: inserted, or replacing in place an object that references
+        no chunk either (`object_rows.CHUNKLESS_PUTS`). The row's id and
+        creation time, or None if the key's object references chunks."""
+
     async def close(self) -> None: ...
 
 
@@ -141,11 +153,15 @@ class AsyncStatements:
             if on_asyncpg
             else None
         )
-        self._insert: CompiledStatement | None = (
-            CompiledStatement(INSERTS_UNLESS_EXISTS["postgresql"], reads.dialect, keys=_INSERT_KEYS)
-            if on_asyncpg
-            else None
-        )
+        # Per kind of write, its statement for the driver (None: not asyncpg).
+        self._writes_on_driver: dict[str, CompiledStatement | None] = {
+            kind: (
+                CompiledStatement(by_dialect["postgresql"], reads.dialect, keys=_INSERT_KEYS)
+                if on_asyncpg
+                else None
+            )
+            for kind, by_dialect in _WRITES.items()
+        }
         # Connections of `reads` checked out and idle, for `_on_driver`.
         self._kept: list[PoolProxiedConnection] = []
 
@@ -176,22 +192,30 @@ class AsyncStatements:
         return await self._first(_BY_PUBLIC_ID, {"public_id": public_id})
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        if self._insert is not None:
-            insert = self._insert
-            # Shielded: once sent, the insert runs to its end, and its
+        row = await self._write(_INSERT, values)
+        return None if row is None else int(row[0])
+
+    async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
+        row = await self._write(_CHUNKLESS_PUT, values)
+        return None if row is None else (int(row[0]), row[1])
+
+    async def _write(self, kind: str, values: dict[str, Any]) -> Sequence[Any] | None:
+        """The row `_WRITES[kind]` returns for `values` (None: it wrote nothing)."""
+        on_driver = self._writes_on_driver[kind]
+        if on_driver is not None:
+            # Shielded: once sent, the write runs to its end, and its
             # connection is kept or dropped knowing how it ended.
-            done, record = await asyncio.shield(self._on_driver(insert, values))
+            done, record = await asyncio.shield(self._on_driver(on_driver, values))
             if done:
-                return None if record is None else int(insert.row(record)[0])
-            # The driver raised: if the row is there, the insert was written
+                return None if record is None else on_driver.row(record)
+            # The driver raised: if the row is there, the write was made
             # before the connection failed (the public id is new).
             written = await self.object_by_public_id(values["public_id"])
             if written is not None:
-                return written.id
-        statement = INSERTS_UNLESS_EXISTS[self._writes.dialect.name]
+                return (written.id, written.created_at)
+        statement = _WRITES[kind][self._writes.dialect.name]
         async with self._writes.begin() as connection:
-            inserted: int | None = await connection.scalar(statement, values)
-            return inserted
+            return (await connection.execute(statement, values)).first()
 
     async def _on_driver(
         self, statement: CompiledStatement, values: dict[str, Any]
@@ -284,9 +308,10 @@ class SqliteThreadStatements:
         dialect = self._reads.dialect
         self._by_key = CompiledStatement(_BY_KEY, dialect)
         self._by_public_id = CompiledStatement(_BY_PUBLIC_ID, dialect)
-        self._insert = CompiledStatement(
-            INSERTS_UNLESS_EXISTS["sqlite"], dialect, keys=_INSERT_KEYS
-        )
+        self._compiled_writes = {
+            kind: CompiledStatement(by_dialect["sqlite"], dialect, keys=_INSERT_KEYS)
+            for kind, by_dialect in _WRITES.items()
+        }
         self._held: list[PoolProxiedConnection] = []
         # The event loop's read connection (used by one read at a time: a
         # read on it never awaits).
@@ -371,13 +396,21 @@ class SqliteThreadStatements:
         return await self._first(self._by_public_id, {"public_id": public_id})
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        loop = asyncio.get_running_loop()
-        # Shielded: once sent, the insert runs to its end in its thread, and
-        # whoever awaits it must not learn otherwise.
-        row = await asyncio.shield(
-            loop.run_in_executor(self._write_thread, self._run, self._writes, self._insert, values)
-        )
+        row = await self._write(_INSERT, values)
         return None if row is None else int(row[0])
+
+    async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
+        row = await self._write(_CHUNKLESS_PUT, values)
+        return None if row is None else (int(row[0]), row[1])
+
+    async def _write(self, kind: str, values: dict[str, Any]) -> list[Any] | None:
+        loop = asyncio.get_running_loop()
+        statement = self._compiled_writes[kind]
+        # Shielded: once sent, the write runs to its end in its thread, and
+        # whoever awaits it must not learn otherwise.
+        return await asyncio.shield(
+            loop.run_in_executor(self._write_thread, self._run, self._writes, statement, values)
+        )
 
     async def close(self) -> None:
         # Statements in flight finish first; then no connection outlives us.

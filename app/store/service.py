@@ -191,16 +191,23 @@ class ObjectStore:
         )
 
         if not content.pieces and check is None:
-            # Small and new (the common case): one statement, no session.
-            # A taken key needs the full path (the old version's pieces, its
-            # owner, its public id), and so does a conditional write (its
-            # condition is on the version it replaces, read under the lock).
+            # Small (the common case): one statement, no session. The full
+            # path is for a conditional write (its condition is on the version
+            # it replaces, read under the lock), and for a key whose object
+            # references chunks (to release), must be the caller's, or keeps
+            # its public id: those need the version being replaced.
             spec.check()
             now = utcnow()
             values = row_values(spec, new_public_id(), now, now)
-            new_id = await self._statements.insert_object_unless_exists(values)
-            if new_id is not None:
-                return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
+            if keep_public_id or only_if_owned_by is not None:
+                new_id = await self._statements.insert_object_unless_exists(values)
+                if new_id is not None:
+                    return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
+            else:
+                stored = await self._statements.put_chunkless_object(values)
+                if stored is not None:
+                    row_id, values["created_at"] = stored
+                    return ObjectInfo.from_row(inserted_row(row_id, values), with_content=False)
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)

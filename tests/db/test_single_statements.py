@@ -1,5 +1,6 @@
-"""Single statements outside the ORM: reading one object row (GET, HEAD) and
-inserting a small object under a new key (PUT)."""
+"""Single statements outside the ORM: reading one object row (GET, HEAD),
+inserting a small object under a new key and putting one over a small object
+(PUT)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from app.db.single_statements import (
 )
 from app.db.types import utcnow
 from tests.conftest import Database
+from tests.db.helpers import add_chunks, whole_chunks
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -190,6 +192,97 @@ async def test_insert_unless_exists_commits_a_new_key_and_leaves_a_taken_one(
         assert await statements.insert_object_unless_exists(again) is None
         row = await statements.object("b", "new")
         assert row is not None and row.inline_data == b"abc"
+    finally:
+        await statements.close()
+
+
+async def test_a_chunkless_put_inserts_or_replaces_a_chunkless_object_in_place(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    statements = single_statements_for(engine)
+    try:
+        created = utcnow()
+        first = row_values(spec("k", b"one"), new_public_id(), created, created)
+        stored = await statements.put_chunkless_object(first)
+        assert stored is not None
+        row_id, created_at = stored
+        assert created_at == created
+
+        later = utcnow()
+        second = row_values(full_spec("k"), new_public_id(), later, later)
+        assert await statements.put_chunkless_object(second) == (row_id, created)
+        # Committed: a session of the app's own engine sees the new version
+        # whole, under the key's row, with the first version's creation time.
+        async with session_scope(sessionmaker) as session:
+            row = await ObjectRepository(session).get("b", "k")
+            assert row is not None
+            assert (row.id, row.created_at, row.updated_at) == (row_id, created, later)
+            assert (row.public_id, row.inline_data) == (second["public_id"], b"\x00\xff\x01")
+            assert (row.name, row.etag, row.owner_key_id) == ("n\u00e9", '"0123"', 12)
+            assert (row.user_metadata, row.tags) == (second["user_metadata"], {"t": "1"})
+            assert (row.checksum, row.checksum_type) == ("AAAAAA==", "FULL_OBJECT")
+        assert await statements.object_by_public_id(first["public_id"]) is None
+    finally:
+        await statements.close()
+
+
+async def test_a_chunkless_put_leaves_an_object_made_of_chunks(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """Its chunks must be released with it: that is the session's work."""
+    statements = single_statements_for(engine)
+    try:
+        chunks = await add_chunks(sessionmaker, [5])
+        async with session_scope(sessionmaker) as session:
+            kept = await ObjectRepository(session).put(
+                ObjectSpec(
+                    bucket="b",
+                    key="chunked",
+                    name="chunked",
+                    content_type="text/plain",
+                    size=5,
+                    etag='"c"',
+                    pieces=whole_chunks(chunks),
+                )
+            )
+        now = utcnow()
+        values = row_values(spec("chunked", b"small"), new_public_id(), now, now)
+        assert await statements.put_chunkless_object(values) is None
+        row = await statements.object("b", "chunked")
+        assert row is not None
+        assert (row.id, row.public_id, row.inline_data) == (kept.id, kept.public_id, None)
+        # Another key's object, with no chunk, is replaced as usual.
+        await put(sessionmaker, "other", b"1")
+        values = row_values(spec("other", b"2"), new_public_id(), now, now)
+        assert await statements.put_chunkless_object(values) is not None
+    finally:
+        await statements.close()
+
+
+async def test_concurrent_chunkless_puts_of_one_key_leave_one_whole_version(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    statements = single_statements_for(engine)
+    try:
+        now = utcnow()
+        versions = [
+            row_values(spec("hot", b"v%d" % n), new_public_id(), now, now) for n in range(12)
+        ]
+        # With a replacement through the session (it reads the version it
+        # replaces under the key's lock) in the middle of them.
+        results = await asyncio.gather(
+            *(statements.put_chunkless_object(values) for values in versions[:6]),
+            put(sessionmaker, "hot", b"session"),
+            *(statements.put_chunkless_object(values) for values in versions[6:]),
+        )
+        assert all(result is not None for result in results)
+        row = await statements.object("b", "hot")
+        assert row is not None
+        written = {values["public_id"]: values["inline_data"] for values in versions}
+        written[str(results[6])] = b"session"
+        assert written[row.public_id] == row.inline_data
+        async with session_scope(sessionmaker) as session:
+            assert len(await ObjectRepository(session).list("b", prefix="hot")) == 1
     finally:
         await statements.close()
 

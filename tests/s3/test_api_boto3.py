@@ -199,6 +199,46 @@ async def test_overwrite_is_last_writer_wins_and_frees_old_chunks(s3: S3) -> Non
     await eventually(old_gone)
 
 
+async def test_a_small_object_rewritten_again_and_again_reads_as_its_last_version(
+    s3: S3,
+) -> None:
+    """A registry rewrites its small link files on every push: each version is
+    whole, with its own metadata; a big version in between leaves no message."""
+    for n in range(3):
+        body = b"sha256:%064d" % n
+        await s3(
+            "put_object",
+            Bucket="box",
+            Key="tags/latest/link",
+            Body=body,
+            Metadata={"version": str(n)},
+            ContentType=f"text/x-{n}",
+            Tagging=f"n={n}",
+        )
+        head = await s3("head_object", Bucket="box", Key="tags/latest/link")
+        assert head["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+        assert (head["ContentLength"], head["ContentType"]) == (len(body), f"text/x-{n}")
+        assert head["Metadata"] == {"version": str(n)}
+        tags = await s3("get_object_tagging", Bucket="box", Key="tags/latest/link")
+        assert tags["TagSet"] == [{"Key": "n", "Value": str(n)}]
+        assert await read(s3, "box", "tags/latest/link") == body
+    listed = await s3("list_objects_v2", Bucket="box")
+    assert [(o["Key"], o["Size"]) for o in listed["Contents"]] == [("tags/latest/link", 71)]
+
+    big = data(2 * CHUNK, seed=4)
+    await s3("put_object", Bucket="box", Key="tags/latest/link", Body=big)
+    assert await read(s3, "box", "tags/latest/link") == big
+    big_messages = set(s3.service.live_messages())
+    assert big_messages
+    await s3("put_object", Bucket="box", Key="tags/latest/link", Body=b"small again")
+    assert await read(s3, "box", "tags/latest/link") == b"small again"
+
+    async def big_gone() -> bool:
+        return not big_messages & set(s3.service.live_messages())
+
+    await eventually(big_gone)
+
+
 # --- copies (metadata only) -----------------------------------------------------------------
 
 
