@@ -19,6 +19,8 @@ folders. At each size:
 - ``uploads page``: ``ListMultipartUploads(Delimiter="/")``, one page;
 - ``PUT/s``: ``--ops`` PutObjects of 2 KiB through the real S3 API from 8
   client threads (boto3), and the service's CPU per PUT;
+- ``re-PUT``: the service's CPU per PutObject of 2 KiB over each of those
+  objects (a registry rewrites its small link files on every push);
 - ``GET`` and ``HEAD``: the service's CPU per GetObject and per HeadObject of
   those objects (8 threads).
 
@@ -103,6 +105,7 @@ TARGETS = {
     "uploads_ms": 50.0,
     "versions_ms": 30.0,
     "cpu_put_ms": 1.0,
+    "cpu_reput_ms": 1.0,
     "cpu_get_ms": 0.5,
     "cpu_head_ms": 0.5,
 }
@@ -473,20 +476,25 @@ def measure_size(
     finally:
         lister.close()
     body = b"p" * OBJECT_SIZE
+    rewritten = b"r" * OBJECT_SIZE
     tag = f"put/{size:07}"
 
     def put(client: Any, n: int) -> None:
         client.put_object(Bucket=BUCKET, Key=f"{tag}/{n:05}", Body=body)
 
+    def reput(client: Any, n: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"{tag}/{n:05}", Body=rewritten)
+
     def get(client: Any, n: int) -> None:
         got = client.get_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")["Body"].read()
-        if got != body:
-            raise Broken("a GET returned other bytes than were PUT")
+        if got != rewritten:
+            raise Broken("a GET returned other bytes than were last PUT")
 
     def head(client: Any, n: int) -> None:
         client.head_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")
 
     put_wall, put_cpu = load_phase(service, clients, put, config.ops)
+    _, reput_cpu = load_phase(service, clients, reput, config.ops)
     _, get_cpu = load_phase(service, clients, get, config.ops)
     _, head_cpu = load_phase(service, clients, head, config.ops)
     return {
@@ -496,6 +504,7 @@ def measure_size(
         "versions_ms": versions,
         "puts_per_s": config.ops / put_wall,
         "cpu_put_ms": put_cpu / config.ops * 1000,
+        "cpu_reput_ms": reput_cpu / config.ops * 1000,
         "cpu_get_ms": get_cpu / config.ops * 1000,
         "cpu_head_ms": head_cpu / config.ops * 1000,
     }
@@ -545,6 +554,7 @@ COLUMNS = [
     ("versions_ms", "versions 1,000 ms"),
     ("puts_per_s", "PUT/s"),
     ("cpu_put_ms", "CPU/PUT ms"),
+    ("cpu_reput_ms", "CPU/re-PUT ms"),
     ("cpu_get_ms", "CPU/GET ms"),
     ("cpu_head_ms", "CPU/HEAD ms"),
 ]

@@ -191,15 +191,16 @@ class ObjectStore:
         )
 
         if not content.pieces and check is None:
-            # Small (the common case): one statement, no session. The full
-            # path is for a conditional write (its condition is on the version
-            # it replaces, read under the lock), and for a key whose object
-            # references chunks (to release), must be the caller's, or keeps
-            # its public id: those need the version being replaced.
+            # Small (the common case): one statement, no session, under a
+            # new key or over an object that references no chunk. The
+            # session's path is for the rest: chunks to release, and writes
+            # that need the version they replace, read under the key's lock
+            # (a condition on it, its owner checked, its public id kept).
             spec.check()
             now = utcnow()
             values = row_values(spec, new_public_id(), now, now)
             if keep_public_id or only_if_owned_by is not None:
+                # A new key has no version to keep anything of.
                 new_id = await self._statements.insert_object_unless_exists(values)
                 if new_id is not None:
                     return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
