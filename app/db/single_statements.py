@@ -38,78 +38,32 @@ atomic, reads one consistent snapshot, and commits.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, Protocol
 
-import sqlalchemy
-from sqlalchemy import Select, bindparam, event, select
-from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy import Select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine
-from app.db.models import StoredObject
-from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS
+from app.db.single_statement_sql import (
+    BY_KEY,
+    BY_PUBLIC_ID,
+    CHUNKLESS_PUT,
+    INSERT,
+    INSERT_KEYS,
+    WRITES,
+    ObjectRow,
+)
+from app.db.sqlite_statements import SqliteThreadStatements
 
 #: Postgres connections kept out of the pool between single statements; more
 #: are checked out while more statements run at once, and given back after.
 KEPT_CONNECTIONS = 4
-#: Threads (and read connections) for SQLite reads. Each lookup holds one for
-#: tens of microseconds; a few cover the event loop's one thread.
-SQLITE_READ_THREADS = 4
-
-_OBJECTS = StoredObject.__table__
-# Every column but a multipart object's part list (up to 10,000 entries, read
-# only by partNumber requests and GetObjectAttributes).
-_COLUMNS: Final = [column for column in _OBJECTS.c if column.name != "parts"]
-# Built once: building a statement per request cost more than running it.
-_BY_KEY: Final = select(*_COLUMNS).where(
-    _OBJECTS.c.bucket == bindparam("bucket"), _OBJECTS.c.key == bindparam("key")
-)
-_BY_PUBLIC_ID: Final = select(*_COLUMNS).where(_OBJECTS.c.public_id == bindparam("public_id"))
-# What `object_rows.row_values` gives: every column but the id.
-_INSERT_KEYS: Final = [column.name for column in _OBJECTS.c if column.name != "id"]
-# The writes, by kind; each returns the row's id first.
-_INSERT: Final = "insert"
-_CHUNKLESS_PUT: Final = "chunkless_put"
-_WRITES: Final = {_INSERT: INSERTS_UNLESS_EXISTS, _CHUNKLESS_PUT: CHUNKLESS_PUTS}
-
-
-class ObjectRow(NamedTuple):
-    """An objects row, every column but `parts`, in the table's order."""
-
-    id: int
-    bucket: str
-    key: str
-    public_id: str
-    name: str
-    content_type: str
-    size: int
-    etag: str
-    md5: str | None
-    sha256: str | None
-    user_metadata: dict[str, Any]
-    inline_data: bytes | None
-    created_at: datetime
-    updated_at: datetime
-    owner_key_id: int | None
-    checksum_algorithm: str | None
-    checksum: str | None
-    checksum_type: str | None
-    tags: dict[str, str] | None
-
-
-def inserted_row(new_id: int, values: dict[str, Any]) -> ObjectRow:
-    """The row `insert_object_unless_exists(values)` inserted as `new_id`
-    (building the ORM object for it cost a tenth of a small PUT)."""
-    return ObjectRow(new_id, *(values[name] for name in ObjectRow._fields[1:]))
 
 
 class SingleStatements(Protocol):
@@ -148,7 +102,7 @@ class AsyncStatements:
         self._compiled: dict[Select[Any], CompiledStatement] | None = (
             {
                 statement: CompiledStatement(statement, reads.dialect)
-                for statement in (_BY_KEY, _BY_PUBLIC_ID)
+                for statement in (BY_KEY, BY_PUBLIC_ID)
             }
             if on_asyncpg
             else None
@@ -156,11 +110,11 @@ class AsyncStatements:
         # Per kind of write, its statement for the driver (None: not asyncpg).
         self._writes_on_driver: dict[str, CompiledStatement | None] = {
             kind: (
-                CompiledStatement(by_dialect["postgresql"], reads.dialect, keys=_INSERT_KEYS)
+                CompiledStatement(by_dialect["postgresql"], reads.dialect, keys=INSERT_KEYS)
                 if on_asyncpg
                 else None
             )
-            for kind, by_dialect in _WRITES.items()
+            for kind, by_dialect in WRITES.items()
         }
         # Connections of `reads` checked out and idle, for `_on_driver`.
         self._kept: list[PoolProxiedConnection] = []
@@ -186,21 +140,21 @@ class AsyncStatements:
             return None if result is None else ObjectRow(*result)
 
     async def object(self, bucket: str, key: str) -> ObjectRow | None:
-        return await self._first(_BY_KEY, {"bucket": bucket, "key": key})
+        return await self._first(BY_KEY, {"bucket": bucket, "key": key})
 
     async def object_by_public_id(self, public_id: str) -> ObjectRow | None:
-        return await self._first(_BY_PUBLIC_ID, {"public_id": public_id})
+        return await self._first(BY_PUBLIC_ID, {"public_id": public_id})
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        row = await self._write(_INSERT, values)
+        row = await self._write(INSERT, values)
         return None if row is None else int(row[0])
 
     async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
-        row = await self._write(_CHUNKLESS_PUT, values)
+        row = await self._write(CHUNKLESS_PUT, values)
         return None if row is None else (int(row[0]), row[1])
 
     async def _write(self, kind: str, values: dict[str, Any]) -> Sequence[Any] | None:
-        """The row `_WRITES[kind]` returns for `values` (None: it wrote nothing)."""
+        """The row `WRITES[kind]` returns for `values` (None: it wrote nothing)."""
         on_driver = self._writes_on_driver[kind]
         if on_driver is not None:
             # Shielded: once sent, the write runs to its end, and its
@@ -213,7 +167,7 @@ class AsyncStatements:
             written = await self.object_by_public_id(values["public_id"])
             if written is not None:
                 return (written.id, written.created_at)
-        statement = _WRITES[kind][self._writes.dialect.name]
+        statement = WRITES[kind][self._writes.dialect.name]
         async with self._writes.begin() as connection:
             return (await connection.execute(statement, values)).first()
 
@@ -281,177 +235,6 @@ async def _prepared(connection: PoolProxiedConnection, sql: str) -> Any:
             raise RuntimeError("the pooled connection has no driver connection")
         prepared = prepared_on[sql] = await driver.prepare(sql, name="")
     return prepared
-
-
-class SqliteThreadStatements:
-    """Synchronous connections to the SQLite file, one hop a statement.
-
-    Each thread keeps one connection of its engine's pool for its whole life
-    and runs the statements compiled once (app.db.compiled) on it directly.
-    """
-
-    def __init__(self, path: str) -> None:
-        url = f"sqlite:///{path}"
-        self._reads = sqlalchemy.create_engine(
-            url,
-            # One more for the event loop's own reads (`_inline`).
-            pool_size=SQLITE_READ_THREADS + 1,
-            max_overflow=0,
-            connect_args={"check_same_thread": False},
-        )
-        event.listen(self._reads, "connect", _read_only)
-        # One writer: SQLite takes one at a time anyway.
-        self._writes = sqlalchemy.create_engine(
-            url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}
-        )
-        event.listen(self._writes, "connect", _writer)
-        dialect = self._reads.dialect
-        self._by_key = CompiledStatement(_BY_KEY, dialect)
-        self._by_public_id = CompiledStatement(_BY_PUBLIC_ID, dialect)
-        self._compiled_writes = {
-            kind: CompiledStatement(by_dialect["sqlite"], dialect, keys=_INSERT_KEYS)
-            for kind, by_dialect in _WRITES.items()
-        }
-        self._held: list[PoolProxiedConnection] = []
-        # The event loop's read connection (used by one read at a time: a
-        # read on it never awaits).
-        self._inline: PoolProxiedConnection | None = None
-        self._thread_connections = threading.local()
-        self._read_threads = ThreadPoolExecutor(
-            SQLITE_READ_THREADS, thread_name_prefix="sqlite-read"
-        )
-        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-write")
-
-    def _connection(self, engine: sqlalchemy.Engine) -> PoolProxiedConnection:
-        """This thread's connection of `engine`, kept for the thread's life
-        (each pool has a connection for each of its threads)."""
-        mine: dict[sqlalchemy.Engine, PoolProxiedConnection] | None = getattr(
-            self._thread_connections, "by_engine", None
-        )
-        if mine is None:
-            mine = self._thread_connections.by_engine = {}
-        connection = mine.get(engine)
-        if connection is None:
-            connection = mine[engine] = engine.raw_connection()
-            self._held.append(connection)
-        return connection
-
-    def _run(
-        self, engine: sqlalchemy.Engine, statement: CompiledStatement, values: dict[str, Any]
-    ) -> list[Any] | None:
-        return self._run_on(self._connection(engine), statement, values)
-
-    @staticmethod
-    def _run_on(
-        connection: PoolProxiedConnection, statement: CompiledStatement, values: dict[str, Any]
-    ) -> list[Any] | None:
-        parameters = None
-        cursor = connection.cursor()
-        try:
-            parameters = statement.parameters(values)
-            # fetchall, not fetchone: stepping the statement to its end ends
-            # its implicit read transaction, which would otherwise hold back
-            # WAL checkpoints until the next statement on this connection.
-            rows = cursor.execute(statement.sql, parameters).fetchall()
-        except Exception as exc:
-            raise statement.error(exc, parameters) from exc
-        finally:
-            cursor.close()
-        return statement.row(rows[0]) if rows else None
-
-    async def _first(
-        self, statement: CompiledStatement, values: dict[str, str]
-    ) -> ObjectRow | None:
-        try:
-            row = self._read_inline(statement, values)
-        except _WouldWait:
-            loop = asyncio.get_running_loop()
-            row = await loop.run_in_executor(
-                self._read_threads, self._run, self._reads, statement, values
-            )
-        return None if row is None else ObjectRow(*row)
-
-    def _read_inline(
-        self, statement: CompiledStatement, values: dict[str, str]
-    ) -> list[Any] | None:
-        """`statement` on the event loop's connection; `_WouldWait` where
-        it would have to wait for SQLite's lock."""
-        try:
-            if self._inline is None:
-                self._inline = self._reads.raw_connection()
-                self._held.append(self._inline)
-                cursor = self._inline.cursor()
-                cursor.execute("PRAGMA busy_timeout=0")
-                cursor.close()
-            return self._run_on(self._inline, statement, values)
-        except DBAPIError as exc:
-            if _is_busy(exc.orig):
-                raise _WouldWait from exc
-            raise
-
-    async def object(self, bucket: str, key: str) -> ObjectRow | None:
-        return await self._first(self._by_key, {"bucket": bucket, "key": key})
-
-    async def object_by_public_id(self, public_id: str) -> ObjectRow | None:
-        return await self._first(self._by_public_id, {"public_id": public_id})
-
-    async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        row = await self._write(_INSERT, values)
-        return None if row is None else int(row[0])
-
-    async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
-        row = await self._write(_CHUNKLESS_PUT, values)
-        return None if row is None else (int(row[0]), row[1])
-
-    async def _write(self, kind: str, values: dict[str, Any]) -> list[Any] | None:
-        loop = asyncio.get_running_loop()
-        statement = self._compiled_writes[kind]
-        # Shielded: once sent, the write runs to its end in its thread, and
-        # whoever awaits it must not learn otherwise.
-        return await asyncio.shield(
-            loop.run_in_executor(self._write_thread, self._run, self._writes, statement, values)
-        )
-
-    async def close(self) -> None:
-        # Statements in flight finish first; then no connection outlives us.
-        for threads in (self._read_threads, self._write_thread):
-            await asyncio.to_thread(threads.shutdown, wait=True)
-        for connection in self._held:
-            connection.close()
-        self._held.clear()
-        self._reads.dispose()
-        self._writes.dispose()
-
-
-class _WouldWait(Exception):
-    """A read that the event loop's connection cannot run without waiting."""
-
-
-def _is_busy(exc: BaseException | None) -> bool:
-    """Whether SQLite refused for a lock another connection holds (extended
-    result codes keep the primary code in their low byte)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _autocommit(dbapi_connection: DBAPIConnection, *pragmas: str) -> None:
-    cursor = dbapi_connection.cursor()
-    # A writer holds the lock only for its commit: wait for it, as the app's
-    # own connections do, rather than fail.
-    cursor.execute("PRAGMA busy_timeout=5000")
-    for pragma in pragmas:
-        cursor.execute(pragma)
-    cursor.close()
-    # No BEGIN from the driver: each statement is its own transaction.
-    dbapi_connection.isolation_level = None
-
-
-def _read_only(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
-    _autocommit(dbapi_connection, "PRAGMA query_only=ON")
-
-
-def _writer(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
-    _autocommit(dbapi_connection, "PRAGMA journal_mode=WAL", "PRAGMA foreign_keys=ON")
 
 
 def single_statements_for(engine: AsyncEngine) -> SingleStatements:

@@ -38,7 +38,8 @@ from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
-from app.db.single_statements import AsyncStatements, ObjectRow, SingleStatements, inserted_row
+from app.db.single_statement_sql import ObjectRow, inserted_row
+from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector

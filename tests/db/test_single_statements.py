@@ -22,17 +22,9 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.object_rows import ObjectSpec, StoredChecksum, new_public_id, row_values
 from app.db.objects import ObjectRepository
 from app.db.session import session_scope
-from app.db.single_statements import (
-    _BY_KEY,
-    _COLUMNS,
-    _INSERT_KEYS,
-    KEPT_CONNECTIONS,
-    AsyncStatements,
-    ObjectRow,
-    SqliteThreadStatements,
-    inserted_row,
-    single_statements_for,
-)
+from app.db.single_statement_sql import BY_KEY, COLUMNS, INSERT_KEYS, ObjectRow, inserted_row
+from app.db.single_statements import KEPT_CONNECTIONS, AsyncStatements, single_statements_for
+from app.db.sqlite_statements import SqliteThreadStatements
 from app.db.types import utcnow
 from tests.conftest import Database
 from tests.db.helpers import add_chunks, whole_chunks
@@ -313,10 +305,10 @@ async def test_sqlite_insert_waits_for_a_writer_holding_the_lock(
 def test_rows_have_the_table_columns() -> None:
     """ObjectRow is the read statements' columns, and an insert takes every
     value row_values gives (a column added to the table must be added here)."""
-    assert list(ObjectRow._fields) == [column.name for column in _COLUMNS]
+    assert list(ObjectRow._fields) == [column.name for column in COLUMNS]
     now = utcnow()
     values = row_values(spec("k", b"x"), new_public_id(), now, now)
-    assert set(_INSERT_KEYS) == set(values)
+    assert set(INSERT_KEYS) == set(values)
     row = inserted_row(7, values)
     assert (row.id, row.key, row.inline_data, row.created_at) == (7, "k", b"x", now)
 
@@ -374,7 +366,7 @@ async def test_compiled_statements_read_and_write_what_sqlalchemy_does(
             assert stored[key] == stored[key + "-core"]
             read = await statements.object("b", key)
             async with engine.connect() as connection:
-                result = await connection.execute(_BY_KEY, {"bucket": "b", "key": key})
+                result = await connection.execute(BY_KEY, {"bucket": "b", "key": key})
                 core_row = result.first()
             assert core_row is not None
             assert read is not None and read == ObjectRow(*core_row)

@@ -1,0 +1,203 @@
+"""The single statements on SQLite: synchronous connections to the database
+file (see app/db/single_statements.py for why and how)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+
+from app.db.compiled import CompiledStatement
+from app.db.single_statement_sql import (
+    BY_KEY,
+    BY_PUBLIC_ID,
+    CHUNKLESS_PUT,
+    INSERT,
+    INSERT_KEYS,
+    WRITES,
+    ObjectRow,
+)
+
+#: Threads (and read connections) for SQLite reads. Each lookup holds one for
+#: tens of microseconds; a few cover the event loop's one thread.
+SQLITE_READ_THREADS = 4
+
+
+class SqliteThreadStatements:
+    """Synchronous connections to the SQLite file, one hop a statement.
+
+    Each thread keeps one connection of its engine's pool for its whole life
+    and runs the statements compiled once (app.db.compiled) on it directly.
+    """
+
+    def __init__(self, path: str) -> None:
+        url = f"sqlite:///{path}"
+        self._reads = sqlalchemy.create_engine(
+            url,
+            # One more for the event loop's own reads (`_inline`).
+            pool_size=SQLITE_READ_THREADS + 1,
+            max_overflow=0,
+            connect_args={"check_same_thread": False},
+        )
+        event.listen(self._reads, "connect", _read_only)
+        # One writer: SQLite takes one at a time anyway.
+        self._writes = sqlalchemy.create_engine(
+            url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}
+        )
+        event.listen(self._writes, "connect", _writer)
+        dialect = self._reads.dialect
+        self._by_key = CompiledStatement(BY_KEY, dialect)
+        self._by_public_id = CompiledStatement(BY_PUBLIC_ID, dialect)
+        self._compiled_writes = {
+            kind: CompiledStatement(by_dialect["sqlite"], dialect, keys=INSERT_KEYS)
+            for kind, by_dialect in WRITES.items()
+        }
+        self._held: list[PoolProxiedConnection] = []
+        # The event loop's read connection (used by one read at a time: a
+        # read on it never awaits).
+        self._inline: PoolProxiedConnection | None = None
+        self._thread_connections = threading.local()
+        self._read_threads = ThreadPoolExecutor(
+            SQLITE_READ_THREADS, thread_name_prefix="sqlite-read"
+        )
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-write")
+
+    def _connection(self, engine: sqlalchemy.Engine) -> PoolProxiedConnection:
+        """This thread's connection of `engine`, kept for the thread's life
+        (each pool has a connection for each of its threads)."""
+        mine: dict[sqlalchemy.Engine, PoolProxiedConnection] | None = getattr(
+            self._thread_connections, "by_engine", None
+        )
+        if mine is None:
+            mine = self._thread_connections.by_engine = {}
+        connection = mine.get(engine)
+        if connection is None:
+            connection = mine[engine] = engine.raw_connection()
+            self._held.append(connection)
+        return connection
+
+    def _run(
+        self, engine: sqlalchemy.Engine, statement: CompiledStatement, values: dict[str, Any]
+    ) -> list[Any] | None:
+        return self._run_on(self._connection(engine), statement, values)
+
+    @staticmethod
+    def _run_on(
+        connection: PoolProxiedConnection, statement: CompiledStatement, values: dict[str, Any]
+    ) -> list[Any] | None:
+        parameters = None
+        cursor = connection.cursor()
+        try:
+            parameters = statement.parameters(values)
+            # fetchall, not fetchone: stepping the statement to its end ends
+            # its implicit read transaction, which would otherwise hold back
+            # WAL checkpoints until the next statement on this connection.
+            rows = cursor.execute(statement.sql, parameters).fetchall()
+        except Exception as exc:
+            raise statement.error(exc, parameters) from exc
+        finally:
+            cursor.close()
+        return statement.row(rows[0]) if rows else None
+
+    async def _first(
+        self, statement: CompiledStatement, values: dict[str, str]
+    ) -> ObjectRow | None:
+        try:
+            row = self._read_inline(statement, values)
+        except _WouldWait:
+            loop = asyncio.get_running_loop()
+            row = await loop.run_in_executor(
+                self._read_threads, self._run, self._reads, statement, values
+            )
+        return None if row is None else ObjectRow(*row)
+
+    def _read_inline(
+        self, statement: CompiledStatement, values: dict[str, str]
+    ) -> list[Any] | None:
+        """`statement` on the event loop's connection; `_WouldWait` where
+        it would have to wait for SQLite's lock."""
+        try:
+            if self._inline is None:
+                self._inline = self._reads.raw_connection()
+                self._held.append(self._inline)
+                cursor = self._inline.cursor()
+                cursor.execute("PRAGMA busy_timeout=0")
+                cursor.close()
+            return self._run_on(self._inline, statement, values)
+        except DBAPIError as exc:
+            if _is_busy(exc.orig):
+                raise _WouldWait from exc
+            raise
+
+    async def object(self, bucket: str, key: str) -> ObjectRow | None:
+        return await self._first(self._by_key, {"bucket": bucket, "key": key})
+
+    async def object_by_public_id(self, public_id: str) -> ObjectRow | None:
+        return await self._first(self._by_public_id, {"public_id": public_id})
+
+    async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
+        row = await self._write(INSERT, values)
+        return None if row is None else int(row[0])
+
+    async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
+        row = await self._write(CHUNKLESS_PUT, values)
+        return None if row is None else (int(row[0]), row[1])
+
+    async def _write(self, kind: str, values: dict[str, Any]) -> list[Any] | None:
+        loop = asyncio.get_running_loop()
+        statement = self._compiled_writes[kind]
+        # Shielded: once sent, the write runs to its end in its thread, and
+        # whoever awaits it must not learn otherwise.
+        return await asyncio.shield(
+            loop.run_in_executor(self._write_thread, self._run, self._writes, statement, values)
+        )
+
+    async def close(self) -> None:
+        # Statements in flight finish first; then no connection outlives us.
+        for threads in (self._read_threads, self._write_thread):
+            await asyncio.to_thread(threads.shutdown, wait=True)
+        for connection in self._held:
+            connection.close()
+        self._held.clear()
+        self._reads.dispose()
+        self._writes.dispose()
+
+
+class _WouldWait(Exception):
+    """A read that the event loop's connection cannot run without waiting."""
+
+
+def _is_busy(exc: BaseException | None) -> bool:
+    """Whether SQLite refused for a lock another connection holds (extended
+    result codes keep the primary code in their low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _autocommit(dbapi_connection: DBAPIConnection, *pragmas: str) -> None:
+    cursor = dbapi_connection.cursor()
+    # A writer holds the lock only for its commit: wait for it, as the app's
+    # own connections do, rather than fail.
+    cursor.execute("PRAGMA busy_timeout=5000")
+    for pragma in pragmas:
+        cursor.execute(pragma)
+    cursor.close()
+    # No BEGIN from the driver: each statement is its own transaction.
+    dbapi_connection.isolation_level = None
+
+
+def _read_only(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    _autocommit(dbapi_connection, "PRAGMA query_only=ON")
+
+
+def _writer(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+    _autocommit(dbapi_connection, "PRAGMA journal_mode=WAL", "PRAGMA foreign_keys=ON")
