@@ -6,14 +6,14 @@ Where and how they run: app/db/single_statements.py.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, cast
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Table, bindparam, delete, exists, select
 
-from app.db.models import StoredObject
+from app.db.models import Piece, StoredObject
 from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS
 
-_OBJECTS = StoredObject.__table__
+_OBJECTS = cast(Table, StoredObject.__table__)
 # Every column but a multipart object's part list (up to 10,000 entries, read
 # only by partNumber requests and GetObjectAttributes).
 COLUMNS: Final = [column for column in _OBJECTS.c if column.name != "parts"]
@@ -23,6 +23,17 @@ BY_KEY: Final = select(*COLUMNS).where(
 BY_PUBLIC_ID: Final = select(*COLUMNS).where(_OBJECTS.c.public_id == bindparam("public_id"))
 # What `object_rows.row_values` gives: every column but the id.
 INSERT_KEYS: Final = [column.name for column in _OBJECTS.c if column.name != "id"]
+# The object under (bucket, key) deleted if it references no chunk (none to
+# release), returning its id; nothing if there is none or it has chunks.
+CHUNKLESS_DELETE: Final = (
+    delete(_OBJECTS)
+    .where(
+        _OBJECTS.c.bucket == bindparam("bucket"),
+        _OBJECTS.c.key == bindparam("key"),
+        ~exists().where(Piece.__table__.c.object_id == _OBJECTS.c.id),
+    )
+    .returning(_OBJECTS.c.id)
+)
 # The writes, by kind; each returns the row's id first.
 INSERT: Final = "insert"
 CHUNKLESS_PUT: Final = "chunkless_put"

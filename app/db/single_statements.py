@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from sqlalchemy import Select
+from sqlalchemy import Executable, Select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -53,6 +53,7 @@ from app.db.engine import create_engine
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
+    CHUNKLESS_DELETE,
     CHUNKLESS_PUT,
     INSERT,
     INSERT_KEYS,
@@ -83,6 +84,11 @@ class SingleStatements(Protocol):
         no chunk either (`object_rows.CHUNKLESS_PUTS`). The row's id and
         creation time, or None if the key's object references chunks."""
 
+    async def delete_chunkless_object(self, bucket: str, key: str) -> bool:
+        """Delete the object under (bucket, key) if it references no chunk
+        (none to release), committed; False if there is none, or it has
+        chunks, or (on Postgres) the connection failed after the delete."""
+
     async def close(self) -> None: ...
 
 
@@ -99,10 +105,10 @@ class AsyncStatements:
         self._writes = writes
         self._owned = owned
         on_asyncpg = reads.dialect.name == "postgresql" and reads.dialect.driver == "asyncpg"
-        self._compiled: dict[Select[Any], CompiledStatement] | None = (
+        self._compiled: dict[Executable, CompiledStatement] | None = (
             {
                 statement: CompiledStatement(statement, reads.dialect)
-                for statement in (BY_KEY, BY_PUBLIC_ID)
+                for statement in (BY_KEY, BY_PUBLIC_ID, CHUNKLESS_DELETE)
             }
             if on_asyncpg
             else None
@@ -152,6 +158,18 @@ class AsyncStatements:
     async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
         row = await self._write(CHUNKLESS_PUT, values)
         return None if row is None else (int(row[0]), row[1])
+
+    async def delete_chunkless_object(self, bucket: str, key: str) -> bool:
+        values = {"bucket": bucket, "key": key}
+        if self._compiled is not None:
+            on_driver = self._compiled[CHUNKLESS_DELETE]
+            done, record = await asyncio.shield(self._on_driver(on_driver, values))
+            if done:
+                return record is not None
+            # The driver raised: run it again through SQLAlchemy (a delete
+            # that was made finds nothing the second time).
+        async with self._writes.begin() as connection:
+            return (await connection.execute(CHUNKLESS_DELETE, values)).first() is not None
 
     async def _write(self, kind: str, values: dict[str, Any]) -> Sequence[Any] | None:
         """The row `WRITES[kind]` returns for `values` (None: it wrote nothing)."""

@@ -20,6 +20,7 @@ from app.db.compiled import CompiledStatement
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
+    CHUNKLESS_DELETE,
     CHUNKLESS_PUT,
     INSERT,
     INSERT_KEYS,
@@ -61,6 +62,7 @@ class SqliteThreadStatements:
             kind: CompiledStatement(by_dialect["sqlite"], dialect, keys=INSERT_KEYS)
             for kind, by_dialect in WRITES.items()
         }
+        self._chunkless_delete = CompiledStatement(CHUNKLESS_DELETE, dialect)
         self._held: list[PoolProxiedConnection] = []
         # The event loop's read connection (used by one read at a time: a
         # read on it never awaits).
@@ -145,16 +147,21 @@ class SqliteThreadStatements:
         return await self._first(self._by_public_id, {"public_id": public_id})
 
     async def insert_object_unless_exists(self, values: dict[str, Any]) -> int | None:
-        row = await self._write(INSERT, values)
+        row = await self._write(self._compiled_writes[INSERT], values)
         return None if row is None else int(row[0])
 
     async def put_chunkless_object(self, values: dict[str, Any]) -> tuple[int, datetime] | None:
-        row = await self._write(CHUNKLESS_PUT, values)
+        row = await self._write(self._compiled_writes[CHUNKLESS_PUT], values)
         return None if row is None else (int(row[0]), row[1])
 
-    async def _write(self, kind: str, values: dict[str, Any]) -> list[Any] | None:
+    async def delete_chunkless_object(self, bucket: str, key: str) -> bool:
+        row = await self._write(self._chunkless_delete, {"bucket": bucket, "key": key})
+        return row is not None
+
+    async def _write(
+        self, statement: CompiledStatement, values: dict[str, Any]
+    ) -> list[Any] | None:
         loop = asyncio.get_running_loop()
-        statement = self._compiled_writes[kind]
         # Shielded: once sent, the write runs to its end in its thread, and
         # whoever awaits it must not learn otherwise.
         return await asyncio.shield(

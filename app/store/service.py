@@ -427,6 +427,11 @@ class ObjectStore:
     # --- deleting -----------------------------------------------------------------
 
     async def delete(self, bucket: str, key: str) -> bool:
+        # One statement when there are no chunks to release (small objects,
+        # as a registry's upload state files); the session finds and
+        # releases them otherwise.
+        if await self._statements.delete_chunkless_object(bucket, key):
+            return True
         async with session_scope(self._sessionmaker) as session:
             repo = ObjectRepository(session)
             deleted = await repo.delete(bucket, key)

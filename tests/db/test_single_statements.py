@@ -251,6 +251,39 @@ async def test_a_chunkless_put_leaves_an_object_made_of_chunks(
         await statements.close()
 
 
+async def test_a_chunkless_delete_deletes_only_an_object_without_chunks(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    statements = single_statements_for(engine)
+    try:
+        await put(sessionmaker, "small", b"1")
+        await put(sessionmaker, "kept", b"2")
+        chunks = await add_chunks(sessionmaker, [5])
+        async with session_scope(sessionmaker) as session:
+            await ObjectRepository(session).put(
+                ObjectSpec(
+                    bucket="b",
+                    key="chunked",
+                    name="chunked",
+                    content_type="text/plain",
+                    size=5,
+                    etag='"c"',
+                    pieces=whole_chunks(chunks),
+                )
+            )
+
+        assert await statements.delete_chunkless_object("b", "small") is True
+        assert await statements.delete_chunkless_object("b", "small") is False
+        assert await statements.delete_chunkless_object("b", "absent") is False
+        # Its chunks must be released with it: that is the session's work.
+        assert await statements.delete_chunkless_object("b", "chunked") is False
+        async with session_scope(sessionmaker) as session:
+            left = await ObjectRepository(session).list("b")
+        assert sorted(row.key for row in left) == ["chunked", "kept"]
+    finally:
+        await statements.close()
+
+
 async def test_concurrent_chunkless_puts_of_one_key_leave_one_whole_version(
     engine: AsyncEngine, sessionmaker: Sessions
 ) -> None:
