@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -197,19 +198,18 @@ class ObjectStore:
             # session's path is for the rest: chunks to release, and writes
             # that need the version they replace, read under the key's lock
             # (a condition on it, its owner checked, its public id kept).
-            spec.check()
-            now = utcnow()
-            values = row_values(spec, new_public_id(), now, now)
             if keep_public_id or only_if_owned_by is not None:
                 # A new key has no version to keep anything of.
+                spec.check()
+                now = utcnow()
+                values = row_values(spec, new_public_id(), now, now)
                 new_id = await self._statements.insert_object_unless_exists(values)
                 if new_id is not None:
                     return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
             else:
-                stored = await self._statements.put_chunkless_object(values)
+                stored = await self._put_chunkless(spec)
                 if stored is not None:
-                    row_id, values["created_at"] = stored
-                    return ObjectInfo.from_row(inserted_row(row_id, values), with_content=False)
+                    return stored
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
@@ -234,6 +234,19 @@ class ObjectStore:
         if released:
             self._gc.wake()
         return info
+
+    async def _put_chunkless(self, spec: ObjectSpec) -> ObjectInfo | None:
+        """`spec`, which references no chunk, stored in one statement under a
+        new key or over an object without chunks; None if the key's object
+        has chunks (to release: the session's path)."""
+        spec.check()
+        now = utcnow()
+        values = row_values(spec, new_public_id(), now, now)
+        stored = await self._statements.put_chunkless_object(values)
+        if stored is None:
+            return None
+        row_id, values["created_at"] = stored
+        return ObjectInfo.from_row(inserted_row(row_id, values), with_content=False)
 
     async def discard(self, content: WrittenContent) -> None:
         """Release the chunks of content that will not be committed."""
@@ -325,6 +338,30 @@ class ObjectStore:
         """A new object with the source's content, by reference to the same
         chunks (metadata only). None if the source changed meanwhile."""
 
+        spec = ObjectSpec(
+            bucket=bucket,
+            key=key,
+            name=name,
+            content_type=content_type,
+            size=source.size,
+            etag=source.etag,
+            md5=source.md5,
+            sha256=source.sha256,
+            user_metadata=dict(metadata),
+            inline_data=source.inline_data,
+            # A full-object checksum still holds; a composite one names parts
+            # the copy does not have (AWS drops it too).
+            checksum=source.checksum
+            if source.checksum is not None and source.checksum.type == FULL_OBJECT
+            else None,
+            tags=tags,
+        )
+        if source.inline_data is not None:
+            # The content is in hand: stored like a small PUT's.
+            stored = await self._put_chunkless(spec)
+            if stored is not None:
+                return stored
+
         async def copy(session: AsyncSession) -> tuple[ObjectInfo, int] | None:
             repo = ObjectRepository(session)
             if source.inline_data is not None:
@@ -333,27 +370,7 @@ class ObjectStore:
                 pieces = await repo.piece_specs(source.id, 0, source.size)
             if pieces is None:
                 return None
-            row = await repo.put(
-                ObjectSpec(
-                    bucket=bucket,
-                    key=key,
-                    name=name,
-                    content_type=content_type,
-                    size=source.size,
-                    etag=source.etag,
-                    md5=source.md5,
-                    sha256=source.sha256,
-                    user_metadata=dict(metadata),
-                    inline_data=source.inline_data,
-                    pieces=pieces,
-                    # A full-object checksum still holds; a composite one
-                    # names parts the copy does not have (AWS drops it too).
-                    checksum=source.checksum
-                    if source.checksum is not None and source.checksum.type == FULL_OBJECT
-                    else None,
-                    tags=tags,
-                )
-            )
+            row = await repo.put(replace(spec, pieces=pieces))
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
         try:

@@ -242,6 +242,34 @@ async def test_a_small_object_rewritten_again_and_again_reads_as_its_last_versio
 # --- copies (metadata only) -----------------------------------------------------------------
 
 
+async def test_copies_of_a_small_object_over_new_small_and_big_keys(s3: S3) -> None:
+    body = b"sha256:" + b"c" * 64
+    await s3("put_object", Bucket="box", Key="src", Body=body, Metadata={"a": "1"})
+    await s3("put_object", Bucket="box", Key="small", Body=b"old small")
+    await s3("put_object", Bucket="box", Key="big", Body=data(2 * CHUNK, seed=5))
+    big_messages = set(s3.service.live_messages())
+
+    for key in ("new", "small", "big"):
+        copied = await s3(
+            "copy_object",
+            Bucket="box",
+            Key=key,
+            CopySource="box/src",
+            MetadataDirective="REPLACE",
+            Metadata={"copy": key},
+        )
+        assert copied["CopyObjectResult"]["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+        assert await read(s3, "box", key) == body
+        head = await s3("head_object", Bucket="box", Key=key)
+        assert (head["Metadata"], head["ContentLength"]) == ({"copy": key}, len(body))
+    assert (await s3("head_object", Bucket="box", Key="src"))["Metadata"] == {"a": "1"}
+
+    async def big_gone() -> bool:
+        return not big_messages & set(s3.service.live_messages())
+
+    await eventually(big_gone)
+
+
 async def test_copy_object_points_at_the_same_chunks(s3: S3) -> None:
     body = data(4 * CHUNK + 9, seed=3)
     await s3("put_object", Bucket="box", Key="src", Body=body, Metadata={"a": "1"})
