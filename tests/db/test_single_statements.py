@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine, create_sessionmaker
+from app.db.models import StoredObject
 from app.db.object_rows import ObjectSpec, StoredChecksum, new_public_id, row_values
 from app.db.objects import ObjectRepository
 from app.db.session import session_scope
@@ -49,6 +50,23 @@ async def put(sessionmaker: Sessions, key: str, data: bytes) -> str:
     async with session_scope(sessionmaker) as session:
         row = await ObjectRepository(session).put(spec(key, data))
         return row.public_id
+
+
+async def put_chunked(sessionmaker: Sessions, key: str) -> StoredObject:
+    """An object of one (pending, then live) chunk under `key`."""
+    chunks = await add_chunks(sessionmaker, [5])
+    async with session_scope(sessionmaker) as session:
+        return await ObjectRepository(session).put(
+            ObjectSpec(
+                bucket="b",
+                key=key,
+                name=key,
+                content_type="text/plain",
+                size=5,
+                etag='"c"',
+                pieces=whole_chunks(chunks),
+            )
+        )
 
 
 async def test_reads_what_was_committed_and_nothing_else(
@@ -224,19 +242,7 @@ async def test_a_chunkless_put_leaves_an_object_made_of_chunks(
     """Its chunks must be released with it: that is the session's work."""
     statements = single_statements_for(engine)
     try:
-        chunks = await add_chunks(sessionmaker, [5])
-        async with session_scope(sessionmaker) as session:
-            kept = await ObjectRepository(session).put(
-                ObjectSpec(
-                    bucket="b",
-                    key="chunked",
-                    name="chunked",
-                    content_type="text/plain",
-                    size=5,
-                    etag='"c"',
-                    pieces=whole_chunks(chunks),
-                )
-            )
+        kept = await put_chunked(sessionmaker, "chunked")
         now = utcnow()
         values = row_values(spec("chunked", b"small"), new_public_id(), now, now)
         assert await statements.put_chunkless_object(values) is None
@@ -258,19 +264,7 @@ async def test_a_chunkless_delete_deletes_only_an_object_without_chunks(
     try:
         await put(sessionmaker, "small", b"1")
         await put(sessionmaker, "kept", b"2")
-        chunks = await add_chunks(sessionmaker, [5])
-        async with session_scope(sessionmaker) as session:
-            await ObjectRepository(session).put(
-                ObjectSpec(
-                    bucket="b",
-                    key="chunked",
-                    name="chunked",
-                    content_type="text/plain",
-                    size=5,
-                    etag='"c"',
-                    pieces=whole_chunks(chunks),
-                )
-            )
+        await put_chunked(sessionmaker, "chunked")
 
         assert await statements.delete_chunkless_object("b", "small") is True
         assert await statements.delete_chunkless_object("b", "small") is False
