@@ -194,22 +194,15 @@ class ObjectStore:
 
         if not content.pieces and check is None:
             # Small (the common case): one statement, no session, under a
-            # new key or over an object that references no chunk. The
-            # session's path is for the rest: chunks to release, and writes
+            # new key or over an object that references no chunk. Writes
             # that need the version they replace, read under the key's lock
-            # (a condition on it, its owner checked, its public id kept).
-            if keep_public_id or only_if_owned_by is not None:
-                # A new key has no version to keep anything of.
-                spec.check()
-                now = utcnow()
-                values = row_values(spec, new_public_id(), now, now)
-                new_id = await self._statements.insert_object_unless_exists(values)
-                if new_id is not None:
-                    return ObjectInfo.from_row(inserted_row(new_id, values), with_content=False)
-            else:
-                stored = await self._put_chunkless(spec)
-                if stored is not None:
-                    return stored
+            # (its owner checked, its public id kept), take it under a new
+            # key only; conditional writes and chunks to release take the
+            # session's path.
+            over_chunkless = not keep_public_id and only_if_owned_by is None
+            stored = await self._store_small(spec, over_chunkless=over_chunkless)
+            if stored is not None:
+                return stored
 
         async def put(session: AsyncSession) -> tuple[ObjectInfo, int]:
             repo = ObjectRepository(session)
@@ -235,17 +228,23 @@ class ObjectStore:
             self._gc.wake()
         return info
 
-    async def _put_chunkless(self, spec: ObjectSpec) -> ObjectInfo | None:
+    async def _store_small(self, spec: ObjectSpec, *, over_chunkless: bool) -> ObjectInfo | None:
         """`spec`, which references no chunk, stored in one statement under a
-        new key or over an object without chunks; None if the key's object
-        has chunks (to release: the session's path)."""
+        new key or, if `over_chunkless`, over an object without chunks; None
+        if the key is taken otherwise (the session's path)."""
         spec.check()
         now = utcnow()
         values = row_values(spec, new_public_id(), now, now)
-        stored = await self._statements.put_chunkless_object(values)
-        if stored is None:
-            return None
-        row_id, values["created_at"] = stored
+        if over_chunkless:
+            stored = await self._statements.put_chunkless_object(values)
+            if stored is None:
+                return None
+            row_id, values["created_at"] = stored
+        else:
+            new_id = await self._statements.insert_object_unless_exists(values)
+            if new_id is None:
+                return None
+            row_id = new_id
         return ObjectInfo.from_row(inserted_row(row_id, values), with_content=False)
 
     async def discard(self, content: WrittenContent) -> None:
@@ -358,7 +357,7 @@ class ObjectStore:
         )
         if source.inline_data is not None:
             # The content is in hand: stored like a small PUT's.
-            stored = await self._put_chunkless(spec)
+            stored = await self._store_small(spec, over_chunkless=True)
             if stored is not None:
                 return stored
 

@@ -122,10 +122,8 @@ class Attempts:
             job.fail(DispatcherClosed("the dispatcher stopped during the call"))
             # Cut off at Telegram's end too: a send may still be posted there,
             # so it is reported like any other abandoned call (reconciliation).
-            worker.abandoned += 1
             worker.errors["abandoned"] = worker.errors.get("abandoned", 0) + 1
-            if job.is_send and self.on_abandoned_send is not None:
-                self.on_abandoned_send(worker.bot_id)
+            self._count_abandoned(worker, job)
             self._observe(worker, job, "abandoned", started)
             raise
         finally:
@@ -219,7 +217,7 @@ class Attempts:
         self._cool_down(worker, job, exc, exc.retry_after, avoid=False)
 
     def _on_abandoned(self, worker: BotWorker, job: Job[Any], exc: CallAbandoned) -> None:
-        worker.abandoned += 1
+        self._count_abandoned(worker, job)
         log.warning(
             "bot_call_abandoned",
             bot_id=worker.bot_id,
@@ -228,10 +226,15 @@ class Attempts:
             hold=self._abandoned_hold,
             error=str(exc),
         )
-        if job.is_send and self.on_abandoned_send is not None:
-            self.on_abandoned_send(worker.bot_id)
         # Its own call may still be running there: the retry must go elsewhere.
         self._cool_down(worker, job, exc, self._abandoned_hold, avoid=True)
+
+    def _count_abandoned(self, worker: BotWorker, job: Job[Any]) -> None:
+        """A call given up while Telegram may still carry it out: a send
+        among them may post a message no row will know of."""
+        worker.abandoned += 1
+        if job.is_send and self.on_abandoned_send is not None:
+            self.on_abandoned_send(worker.bot_id)
 
     def _cool_down(
         self, worker: BotWorker, job: Job[Any], exc: TelegramError, seconds: float, *, avoid: bool
