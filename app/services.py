@@ -297,7 +297,7 @@ async def start_services(settings: Settings) -> Services:
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     prober.start()
-    buckets = BucketStore(sessionmaker)
+    buckets = BucketStore(sessionmaker, statements=statements)
     s3 = S3Service(
         store,
         buckets,

@@ -20,6 +20,7 @@ from typing import Any, Final
 from sqlalchemy import ClauseElement
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any] | None
@@ -46,6 +47,11 @@ class CompiledStatement:
         self._params: Final = [
             (name, binds[name].type.dialect_impl(dialect).bind_processor(dialect)) for name in names
         ]
+        # Parameters the dialect adds with a value of its own (SQLite's
+        # OFFSET 0 after a bound LIMIT).
+        self._defaults: Final = {
+            name: binds[name].effective_value for name in names if not binds[name].required
+        }
         columns = getattr(statement, "selected_columns", None)
         if columns is None:
             columns = statement.returning_column_descriptions  # type: ignore[attr-defined]
@@ -55,9 +61,16 @@ class CompiledStatement:
         self._results: Final[list[Processor]] = [
             kind.dialect_impl(dialect).result_processor(dialect, None) for kind in types
         ]
+        # (position, processor) of the columns that need converting: a
+        # listing's page has 1,000 rows, with one such column in six.
+        self._converted: Final = [
+            (at, process) for at, process in enumerate(self._results) if process is not None
+        ]
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         """The positional parameters for `values`, converted for the driver."""
+        if self._defaults:
+            values = {**self._defaults, **values}
         return tuple(
             value if process is None else process(value)
             for name, process in self._params
@@ -71,8 +84,57 @@ class CompiledStatement:
             for value, process in zip(raw, self._results, strict=True)
         ]
 
+    def rows(self, raws: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+        """Rows as the driver returned them, converted to Python values."""
+        if not self._converted:
+            return list(raws)
+        converted: list[Sequence[Any]] = []
+        for raw in raws:
+            if len(raw) != len(self._results):
+                raise ValueError(f"{len(raw)} columns, expected {len(self._results)}")
+            row = list(raw)
+            for at, process in self._converted:
+                row[at] = process(row[at])
+            converted.append(row)
+        return converted
+
     def error(self, exc: Exception, parameters: Sequence[Any] | None) -> StatementError:
         """`exc` (of the driver, or of a conversion) as SQLAlchemy raises it:
         the DBAPIError subclass of a driver error, else a StatementError."""
         dbapi = self._dialect.loaded_dbapi
         return DBAPIError.instance(self.sql, parameters, exc, dbapi.Error)
+
+
+def run_statement(
+    connection: PoolProxiedConnection, statement: CompiledStatement, values: Mapping[str, Any]
+) -> list[Any] | None:
+    """`statement` on a synchronous DB-API connection (SQLite's): its first
+    row, converted, or None."""
+    rows = _fetch_all(connection, statement, values)
+    return statement.row(rows[0]) if rows else None
+
+
+def run_for_rows(
+    connection: PoolProxiedConnection, statement: CompiledStatement, values: Mapping[str, Any]
+) -> list[Sequence[Any]]:
+    """`statement` on a synchronous DB-API connection (SQLite's): every row,
+    converted."""
+    return statement.rows(_fetch_all(connection, statement, values))
+
+
+def _fetch_all(
+    connection: PoolProxiedConnection, statement: CompiledStatement, values: Mapping[str, Any]
+) -> list[Any]:
+    parameters = None
+    cursor = connection.cursor()
+    try:
+        parameters = statement.parameters(values)
+        # fetchall, not fetchone: stepping the statement to its end ends
+        # its implicit read transaction, which would otherwise hold back
+        # WAL checkpoints until the next statement on this connection.
+        rows: list[Any] = cursor.execute(statement.sql, parameters).fetchall()
+    except Exception as exc:
+        raise statement.error(exc, parameters) from exc
+    finally:
+        cursor.close()
+    return rows

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.buckets import BucketNotEmpty, BucketRepository
 from app.db.session import session_scope
+from app.db.single_statements import AsyncStatements, SingleStatements
 from app.store import listing
 from app.store.listing import Listing, UploadListing
 
@@ -41,12 +42,24 @@ class BucketStore:
         sessionmaker: async_sessionmaker[AsyncSession],
         *,
         clock: Callable[[], float] = time.monotonic,
+        statements: SingleStatements | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Listings run on these: the object store's, which it closes, or
+        # (tests, tools) Core statements on the sessions' engine, closed by `close`.
+        self._owned: AsyncStatements | None = None
+        if statements is None:
+            engine = sessionmaker.kw["bind"]
+            statements = self._owned = AsyncStatements(engine, engine)
+        self._statements: SingleStatements = statements
         self._clock = clock
         # Bucket name -> when this process last saw it exist. Bounded by the
         # number of buckets, which only clients with credentials create.
         self._seen: dict[str, float] = {}
+
+    async def close(self) -> None:
+        if self._owned is not None:
+            await self._owned.close()
 
     async def list(
         self, *, prefix: str = "", after: str | None = None, limit: int | None = None
@@ -94,7 +107,7 @@ class BucketStore:
     ) -> Listing:
         """A page of ListObjects; raises UnsupportedDelimiter."""
         return await listing.list_objects(
-            self._sessionmaker,
+            self._statements,
             bucket,
             prefix=prefix,
             delimiter=delimiter,
@@ -114,7 +127,7 @@ class BucketStore:
     ) -> UploadListing:
         """A page of ListMultipartUploads; raises UnsupportedDelimiter."""
         return await listing.list_uploads(
-            self._sessionmaker,
+            self._statements,
             bucket,
             prefix=prefix,
             delimiter=delimiter,

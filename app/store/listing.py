@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from app.db.listing import (
     CommonPrefix,
     ListedObject,
     ListedUpload,
     ListingRepository,
+    RowReader,
     UnsupportedDelimiter,
 )
-from app.db.session import session_scope
 
 __all__ = ["ListedObject", "ListedUpload", "Listing", "UnsupportedDelimiter", "UploadListing"]
 
@@ -49,7 +47,7 @@ class UploadListing:
 
 
 async def list_objects(
-    sessionmaker: async_sessionmaker[AsyncSession],
+    reader: RowReader,
     bucket: str,
     *,
     prefix: str,
@@ -64,11 +62,10 @@ async def list_objects(
     """
     if max_keys <= 0:
         return Listing()
-    async with session_scope(sessionmaker) as session:
-        # One entry more than the page tells whether it is the last.
-        entries = await ListingRepository(session).objects(
-            bucket, prefix=prefix, delimiter=delimiter, after=after, limit=max_keys + 1
-        )
+    # One entry more than the page tells whether it is the last.
+    entries = await ListingRepository(reader).objects(
+        bucket, prefix=prefix, delimiter=delimiter, after=after, limit=max_keys + 1
+    )
     listing = Listing(truncated=len(entries) > max_keys)
     for entry in entries[:max_keys]:
         if isinstance(entry, CommonPrefix):
@@ -81,7 +78,7 @@ async def list_objects(
 
 
 async def list_uploads(
-    sessionmaker: async_sessionmaker[AsyncSession],
+    reader: RowReader,
     bucket: str,
     *,
     prefix: str,
@@ -94,15 +91,14 @@ async def list_uploads(
 
     Raises UnsupportedDelimiter.
     """
-    async with session_scope(sessionmaker) as session:
-        entries = await ListingRepository(session).uploads(
-            bucket,
-            prefix=prefix,
-            delimiter=delimiter,
-            key_marker=key_marker,
-            upload_id_marker=upload_id_marker,
-            limit=max_uploads + 1,
-        )
+    entries = await ListingRepository(reader).uploads(
+        bucket,
+        prefix=prefix,
+        delimiter=delimiter,
+        key_marker=key_marker,
+        upload_id_marker=upload_id_marker,
+        limit=max_uploads + 1,
+    )
     listing = UploadListing(truncated=len(entries) > max_uploads)
     for entry in entries[:max_uploads]:
         if isinstance(entry, CommonPrefix):

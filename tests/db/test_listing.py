@@ -4,9 +4,10 @@ checked against a plain-Python model of S3's rules."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.listing import (
     CommonPrefix,
@@ -18,9 +19,21 @@ from app.db.listing import (
 from app.db.models import MultipartUpload
 from app.db.repositories import MultipartRepository, ObjectRepository
 from app.db.session import session_scope
+from app.db.single_statements import single_statements_for
 from tests.db.helpers import spec
 
 Sessions = async_sessionmaker[AsyncSession]
+
+
+@pytest.fixture
+async def repo(engine: AsyncEngine) -> AsyncIterator[ListingRepository]:
+    """Listings as the service runs them: on the backend's single statements."""
+    statements = single_statements_for(engine)
+    try:
+        yield ListingRepository(statements)
+    finally:
+        await statements.close()
+
 
 # Byte order puts "B" before "a" and "a-c" before "a/"; keys with characters
 # of two, three and four UTF-8 bytes; delimiters at odd places ("a//x",
@@ -87,53 +100,50 @@ async def put_keys(sessionmaker: Sessions, keys: list[str], bucket: str = "bucke
 
 
 async def test_objects_match_s3_rules_for_every_prefix_delimiter_and_marker(
-    sessionmaker: Sessions,
+    sessionmaker: Sessions, repo: ListingRepository
 ) -> None:
     assert sorted(KEYS, key=str.encode) == KEYS
     await put_keys(sessionmaker, list(reversed(KEYS)))
     await put_keys(sessionmaker, ["a/other-bucket", "a0/x"], bucket="other")
-    async with session_scope(sessionmaker) as session:
-        repo = ListingRepository(session)
-        for prefix, delimiter, after in itertools.product(PREFIXES, DELIMITERS, AFTERS):
-            expected = model(KEYS, prefix, delimiter, after)
-            case = (prefix, delimiter, after)
-            listed = await repo.objects(
-                "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=1000
-            )
-            assert named(listed) == expected, case
-            first_two = await repo.objects(
-                "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=2
-            )
-            assert named(first_two) == expected[:2], case
+    for prefix, delimiter, after in itertools.product(PREFIXES, DELIMITERS, AFTERS):
+        expected = model(KEYS, prefix, delimiter, after)
+        case = (prefix, delimiter, after)
+        listed = await repo.objects(
+            "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=1000
+        )
+        assert named(listed) == expected, case
+        first_two = await repo.objects(
+            "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=2
+        )
+        assert named(first_two) == expected[:2], case
 
 
 async def test_paging_with_the_last_entry_as_marker_lists_everything_once(
-    sessionmaker: Sessions,
+    sessionmaker: Sessions, repo: ListingRepository
 ) -> None:
     await put_keys(sessionmaker, KEYS)
-    async with session_scope(sessionmaker) as session:
-        repo = ListingRepository(session)
-        for prefix, delimiter, page_size in itertools.product(PREFIXES, DELIMITERS, [1, 3]):
-            seen: list[Entry] = []
-            after: str | None = None
-            while page := named(
-                await repo.objects(
-                    "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=page_size
-                )
-            ):
-                seen += page
-                # The continuation token is the last key or common prefix.
-                after = page[-1][1]
-            assert seen == model(KEYS, prefix, delimiter, None), (prefix, delimiter, page_size)
+    for prefix, delimiter, page_size in itertools.product(PREFIXES, DELIMITERS, [1, 3]):
+        seen: list[Entry] = []
+        after: str | None = None
+        while page := named(
+            await repo.objects(
+                "bucket", prefix=prefix, delimiter=delimiter, after=after, limit=page_size
+            )
+        ):
+            seen += page
+            # The continuation token is the last key or common prefix.
+            after = page[-1][1]
+        assert seen == model(KEYS, prefix, delimiter, None), (prefix, delimiter, page_size)
 
 
-async def test_objects_carry_the_listed_columns(sessionmaker: Sessions) -> None:
+async def test_objects_carry_the_listed_columns(
+    sessionmaker: Sessions, repo: ListingRepository
+) -> None:
     await put_keys(sessionmaker, ["d/x", "k"])
     async with session_scope(sessionmaker) as session:
         stored = await ObjectRepository(session).get("bucket", "k")
-        repo = ListingRepository(session)
-        plain = await repo.objects("bucket")
-        rolled = await repo.objects("bucket", delimiter="/")
+    plain = await repo.objects("bucket")
+    rolled = await repo.objects("bucket", delimiter="/")
     assert stored is not None
     listed = ListedObject(
         "k", 1, stored.etag, stored.updated_at, stored.content_type, stored.public_id
@@ -144,15 +154,13 @@ async def test_objects_carry_the_listed_columns(sessionmaker: Sessions) -> None:
 
 
 async def test_a_delimiter_ending_in_the_last_code_point_is_refused(
-    sessionmaker: Sessions,
+    repo: ListingRepository,
 ) -> None:
-    async with session_scope(sessionmaker) as session:
-        repo = ListingRepository(session)
-        with pytest.raises(UnsupportedDelimiter, match="U\\+10FFFF"):
-            await repo.objects("bucket", delimiter="/\U0010ffff")
-        with pytest.raises(UnsupportedDelimiter):
-            await repo.uploads("bucket", delimiter="\U0010ffff")
-        assert await repo.objects("bucket", delimiter="\U0010ffff/") == []
+    with pytest.raises(UnsupportedDelimiter, match="U\\+10FFFF"):
+        await repo.objects("bucket", delimiter="/\U0010ffff")
+    with pytest.raises(UnsupportedDelimiter):
+        await repo.uploads("bucket", delimiter="\U0010ffff")
+    assert await repo.objects("bucket", delimiter="\U0010ffff/") == []
 
 
 # --- uploads -----------------------------------------------------------------------
@@ -166,7 +174,7 @@ async def new_upload(sessionmaker: Sessions, key: str, bucket: str = "bucket") -
 
 
 async def test_uploads_by_prefix_and_markers_in_key_then_id_order(
-    sessionmaker: Sessions,
+    sessionmaker: Sessions, repo: ListingRepository
 ) -> None:
     keys = ["a/1", "a/1", "a/1", "a/2", "a0", "b", "B"]
     uploads = [await new_upload(sessionmaker, key) for key in keys]
@@ -175,60 +183,56 @@ async def test_uploads_by_prefix_and_markers_in_key_then_id_order(
     everything = sorted(((u.key, u.id) for u in uploads), key=lambda t: (t[0].encode(), t[1]))
     a1 = [upload_id for key, upload_id in everything if key == "a/1"]
 
-    async with session_scope(sessionmaker) as session:
-        repo = ListingRepository(session)
+    async def listed(**kwargs: object) -> list[tuple[str, str]]:
+        entries = await repo.uploads("bucket", **kwargs)  # type: ignore[arg-type]
+        return [(u.key, u.upload_id) for u in entries if isinstance(u, ListedUpload)]
 
-        async def listed(**kwargs: object) -> list[tuple[str, str]]:
-            entries = await repo.uploads("bucket", **kwargs)  # type: ignore[arg-type]
-            return [(u.key, u.upload_id) for u in entries if isinstance(u, ListedUpload)]
+    assert await listed() == everything
+    assert [k for k, _ in await listed(prefix="a/")] == ["a/1", "a/1", "a/1", "a/2"]
+    assert await listed(prefix="c") == []
+    assert await listed(limit=0) == []
+    # key_marker alone: keys after it.
+    assert [k for k, _ in await listed(key_marker="a/1")] == ["a/2", "a0", "b"]
+    # key_marker and upload_id_marker: the rest of that key, then later keys.
+    expected_rest = [("a/1", a1[1]), ("a/1", a1[2]), ("a/2", uploads[3].id)]
+    assert await listed(key_marker="a/1", upload_id_marker=a1[0], prefix="a/") == expected_rest
+    # upload_id_marker without key_marker is ignored.
+    assert await listed(upload_id_marker=a1[2]) == everything
 
-        assert await listed() == everything
-        assert [k for k, _ in await listed(prefix="a/")] == ["a/1", "a/1", "a/1", "a/2"]
-        assert await listed(prefix="c") == []
-        assert await listed(limit=0) == []
-        # key_marker alone: keys after it.
-        assert [k for k, _ in await listed(key_marker="a/1")] == ["a/2", "a0", "b"]
-        # key_marker and upload_id_marker: the rest of that key, then later keys.
-        expected_rest = [("a/1", a1[1]), ("a/1", a1[2]), ("a/2", uploads[3].id)]
-        assert await listed(key_marker="a/1", upload_id_marker=a1[0], prefix="a/") == expected_rest
-        # upload_id_marker without key_marker is ignored.
-        assert await listed(upload_id_marker=a1[2]) == everything
-
-        for delimiter in (None, "/"):
-            pages: list[list[tuple[str, str]]] = []
-            key_marker: str | None = None
-            upload_id_marker: str | None = None
-            while page := await listed(
-                key_marker=key_marker,
-                upload_id_marker=upload_id_marker,
-                limit=2,
-                delimiter=delimiter,
-                prefix="a/",
-            ):
-                pages.append(page)
-                key_marker, upload_id_marker = page[-1]
-            under_a = [item for item in everything if item[0].startswith("a/")]
-            assert [item for page in pages for item in page] == under_a
-            assert [len(page) for page in pages] == [2, 2]
+    for delimiter in (None, "/"):
+        pages: list[list[tuple[str, str]]] = []
+        key_marker: str | None = None
+        upload_id_marker: str | None = None
+        while page := await listed(
+            key_marker=key_marker,
+            upload_id_marker=upload_id_marker,
+            limit=2,
+            delimiter=delimiter,
+            prefix="a/",
+        ):
+            pages.append(page)
+            key_marker, upload_id_marker = page[-1]
+        under_a = [item for item in everything if item[0].startswith("a/")]
+        assert [item for page in pages for item in page] == under_a
+        assert [len(page) for page in pages] == [2, 2]
 
 
-async def test_uploads_roll_up_at_the_delimiter_like_objects(sessionmaker: Sessions) -> None:
+async def test_uploads_roll_up_at_the_delimiter_like_objects(
+    sessionmaker: Sessions, repo: ListingRepository
+) -> None:
     for key in KEYS:
         await new_upload(sessionmaker, key)
     await new_upload(sessionmaker, "a/b/c")  # a second upload of one key
-    async with session_scope(sessionmaker) as session:
-        repo = ListingRepository(session)
-        for prefix, delimiter, marker in itertools.product(PREFIXES, DELIMITERS, AFTERS):
-            expected = model(KEYS, prefix, delimiter, marker)
-            case = (prefix, delimiter, marker)
-            entries = await repo.uploads(
-                "bucket", prefix=prefix, delimiter=delimiter, key_marker=marker, limit=1000
-            )
-            listed = [
-                ("prefix", e.prefix) if isinstance(e, CommonPrefix) else ("key", e.key)
-                for e in entries
-            ]
-            # Each upload is an entry: the key with two uploads is listed twice.
-            assert listed == [
-                entry for entry in expected for _ in range(2 if entry == ("key", "a/b/c") else 1)
-            ], case
+    for prefix, delimiter, marker in itertools.product(PREFIXES, DELIMITERS, AFTERS):
+        expected = model(KEYS, prefix, delimiter, marker)
+        case = (prefix, delimiter, marker)
+        entries = await repo.uploads(
+            "bucket", prefix=prefix, delimiter=delimiter, key_marker=marker, limit=1000
+        )
+        listed = [
+            ("prefix", e.prefix) if isinstance(e, CommonPrefix) else ("key", e.key) for e in entries
+        ]
+        # Each upload is an entry: the key with two uploads is listed twice.
+        assert listed == [
+            entry for entry in expected for _ in range(2 if entry == ("key", "a/b/c") else 1)
+        ], case

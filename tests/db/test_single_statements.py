@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from app.db.compiled import CompiledStatement
 from app.db.engine import create_engine, create_sessionmaker
+from app.db.listing import CommonPrefix, ListedObject, ListingRepository
 from app.db.models import StoredObject
 from app.db.object_rows import ObjectSpec, StoredChecksum, new_public_id, row_values
 from app.db.objects import ObjectRepository
@@ -180,6 +181,34 @@ async def test_postgres_read_survives_a_dead_pooled_connection(
         row = await reads.object("b", "dead-conn")
         assert row is not None and row.inline_data == b"x"
     finally:
+        await reads._reads.dispose()
+        await direct.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_listing_survives_dead_connections(postgres_database: Database) -> None:
+    """A listing's page runs on the driver's kept connections and, when the
+    server has closed them, is run again through SQLAlchemy on a new one."""
+    direct = create_engine(postgres_database.migration_url)
+    reads = AsyncStatements(create_engine(postgres_database.migration_url, pre_ping=False), direct)
+    listing = ListingRepository(reads)
+    try:
+        sessionmaker = create_sessionmaker(direct)
+        for key in ("d/1", "d/2", "e"):
+            await put(sessionmaker, key, b"x")
+        before = await listing.objects("b", delimiter="/")  # keeps a connection
+        assert [type(entry) for entry in before] == [CommonPrefix, ListedObject]
+        async with reads._reads.connect() as pooled:  # and one in the pool
+            await pooled.execute(text("SELECT 1"))
+        await terminate_other_backends(postgres_database)
+        assert await listing.objects("b", delimiter="/") == before
+        await terminate_other_backends(postgres_database)
+        keys = [
+            entry.key for entry in await listing.objects("b") if isinstance(entry, ListedObject)
+        ]
+        assert keys == ["d/1", "d/2", "e"]
+    finally:
+        await reads.close()
         await reads._reads.dispose()
         await direct.dispose()
 
