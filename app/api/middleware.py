@@ -4,12 +4,15 @@ cancellation on streaming routes).
 Every request gets a request id (the client's `X-Request-ID` when it is sane,
 else a new one) that is bound to every log line of the request and returned in
 the response; the request is counted and timed for /metrics by its route
-template, and logged once when its response ends. Every response says
+template, and logged once when its response ends. A request cut off by the
+shutdown's grace period is logged as `cancelled` (a warning) and, if no
+answer had begun, with status 499 rather than 500. Every response says
 `X-Content-Type-Options: nosniff`: no browser may guess a type we did not send.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -72,10 +75,13 @@ class RequestContextMiddleware:
                 body_read = True
             return message
 
+        answered = False
+
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answered
             if message["type"] == "http.response.start":
                 status = message["status"]
+                answered = True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 if not any(name.lower() == _NOSNIFF[0] for name, _ in headers):
@@ -88,8 +94,17 @@ class RequestContextMiddleware:
             await send(message)
 
         bound = REQUEST_ID.set(request_id)
+        cancelled = False
         try:
             await self.app(scope, receive_tracking, send_with_id)
+        except asyncio.CancelledError:
+            # Cut off by the shutdown's grace period: no server error, so no
+            # 500 in the metrics and the log (every deploy that cuts an upload
+            # would set off 5xx alerts); the client saw its connection close.
+            cancelled = True
+            if not answered:
+                status = CANCELLED_STATUS
+            raise
         finally:
             try:
                 seconds = time.perf_counter() - started
@@ -98,18 +113,24 @@ class RequestContextMiddleware:
                 metrics = self._metrics(scope)
                 if metrics is not None:
                     metrics.observe_request(route, method, status, seconds)
-                self._log.info(
+                emit = self._log.warning if cancelled else self._log.info
+                emit(
                     "http_request",
                     method=method,
                     route=route,
                     status=status,
                     seconds=round(seconds, 4),
+                    **(_CANCELLED if cancelled else {}),
                 )
             finally:
                 REQUEST_ID.reset(bound)
 
 
 _WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+#: The status logged and counted for a request cut off before its answer
+#: began (nginx's "client closed request": the connection closed unanswered).
+CANCELLED_STATUS = 499
+_CANCELLED = {"cancelled": True}
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 

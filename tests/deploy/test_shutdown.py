@@ -129,6 +129,14 @@ def test_upload_cut_off_by_the_grace_period_leaves_nothing(
     assert service.proc.popen.wait(40) == 0, service.proc.output()
     thread.join(30)
     assert outcome.get("status") != 201, outcome
+    # Logged as cut off, not as a server error (which would set off 5xx alerts).
+    lines = [json.loads(line) for line in service.proc.stdout().splitlines() if line]
+    (cut,) = [
+        line
+        for line in lines
+        if line.get("event") == "http_request" and line.get("method") == "PUT"
+    ]
+    assert (cut["status"], cut.get("cancelled"), cut["level"]) == (499, True, "warning"), cut
 
     restarted = start_service(database_url, env={"CHUNK_SIZE": str(CHUNK)})
     response = httpx.get(f"{restarted.url}/api/files", headers=service.auth, timeout=10)

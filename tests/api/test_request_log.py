@@ -1,0 +1,124 @@
+"""The request's log line and metrics when the shutdown's grace period cuts it
+off: no 500 (the server did not fail; every deploy that cuts an upload would
+set off 5xx alerts), but a warning that says so. tests/deploy/test_shutdown.py
+cuts a real upload off in the real process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+from starlette.types import Message, Receive, Scope, Send
+
+from app.api.middleware import RequestContextMiddleware
+from app.logging import configure_logging
+from app.metrics import Metrics
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    output = io.StringIO()
+    configure_logging("INFO", "json", stream=output)
+    yield output
+    root.handlers[:], level = saved
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def scope() -> Scope:
+    return {"type": "http", "method": "PUT", "path": "/f", "headers": [], "query_string": b""}
+
+
+async def nothing_to_receive() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def cut_off(app: Any, started: asyncio.Event, sent: list[Message]) -> None:
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    task = asyncio.create_task(app(scope(), nothing_to_receive, send))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def requests_counted(metrics: Metrics, status: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "teleuploader_http_requests_total",
+        {"route": "unmatched", "method": "PUT", "status": status},
+    )
+    return value or 0.0
+
+
+async def test_a_request_cut_off_before_its_answer_is_a_499_warning_not_a_500(
+    log_lines: io.StringIO,
+) -> None:
+    started = asyncio.Event()
+
+    async def endless(scope: Scope, receive: Receive, send: Send) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    metrics = Metrics()
+    app = RequestContextMiddleware(endless, lambda _scope: metrics)
+    sent: list[Message] = []
+    await cut_off(app, started, sent)
+
+    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
+    assert line["event"] == "http_request"
+    assert (line["status"], line["cancelled"], line["level"]) == (499, True, "warning")
+    assert sent == []
+    assert requests_counted(metrics, "499") == 1
+    assert requests_counted(metrics, "500") == 0
+
+
+async def test_a_request_cut_off_while_answering_keeps_its_status_and_says_it_was_cut(
+    log_lines: io.StringIO,
+) -> None:
+    started = asyncio.Event()
+
+    async def stalls_after_the_head(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        started.set()
+        await asyncio.Event().wait()
+
+    metrics = Metrics()
+    app = RequestContextMiddleware(stalls_after_the_head, lambda _scope: metrics)
+    sent: list[Message] = []
+    await cut_off(app, started, sent)
+
+    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
+    assert (line["status"], line["cancelled"], line["level"]) == (200, True, "warning")
+    assert [message["type"] for message in sent] == ["http.response.start"]
+    assert requests_counted(metrics, "200") == 1
+
+
+async def test_an_answered_request_is_an_info_line_without_cancelled(
+    log_lines: io.StringIO,
+) -> None:
+    async def answers(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    metrics = Metrics()
+    app = RequestContextMiddleware(answers, lambda _scope: metrics)
+
+    async def send(message: Message) -> None:
+        pass
+
+    await app(scope(), nothing_to_receive, send)
+
+    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
+    assert (line["status"], line["level"]) == (201, "info")
+    assert "cancelled" not in line
+    assert requests_counted(metrics, "201") == 1
