@@ -41,9 +41,9 @@ atomic, reads one consistent snapshot, and commits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from sqlalchemy import Executable, Select, TextualSelect
 from sqlalchemy.exc import DBAPIError
@@ -64,6 +64,8 @@ from app.db.single_statement_sql import (
     ObjectRow,
 )
 from app.db.sqlite_statements import SqliteThreadStatements
+
+T = TypeVar("T")
 
 #: Postgres connections kept out of the pool between single statements; more
 #: are checked out while more statements run at once, and given back after.
@@ -147,12 +149,7 @@ class AsyncStatements:
                 return None if record is None else ObjectRow(*compiled.row(record))
             # The driver raised: SQLAlchemy runs it again and raises what it
             # always has (a read can run twice).
-        try:
-            return await self._first_once(statement, values)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            return await self._first_once(statement, values)
+        return await _once_more_if_dead(lambda: self._first_once(statement, values))
 
     async def _first_once(self, statement: Select[Any], values: dict[str, str]) -> ObjectRow | None:
         async with self._reads.connect() as connection:
@@ -177,12 +174,7 @@ class AsyncStatements:
             done, records = await self._on_driver(compiled, values, every_row=True)
             if done:
                 return compiled.rows(records)
-        try:
-            return await self._rows_once(statement, values)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            return await self._rows_once(statement, values)
+        return await _once_more_if_dead(lambda: self._rows_once(statement, values))
 
     async def _rows_once(
         self, statement: Select[Any] | TextualSelect, values: dict[str, Any]
@@ -276,6 +268,17 @@ class AsyncStatements:
             await greenlet_spawn(connection.close)
         for engine in self._owned:
             await engine.dispose()
+
+
+async def _once_more_if_dead(read: Callable[[], Awaitable[T]]) -> T:
+    """`read` through SQLAlchemy, and once more if its pooled connection
+    turned out dead (the reads' engine does not ping first)."""
+    try:
+        return await read()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        return await read()
 
 
 # Where a pooled connection keeps asyncpg's statements described on it

@@ -41,7 +41,16 @@ async def nothing_to_receive() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-async def cut_off(app: Any, started: asyncio.Event, sent: list[Message]) -> None:
+async def cut_off(
+    inner: Any, started: asyncio.Event, log_lines: io.StringIO
+) -> tuple[dict[str, Any], list[Message], Metrics]:
+    """Runs `inner` behind the middleware and cancels it once `started` is
+    set, as the shutdown's grace period does: the request's log line, what
+    reached the client and the metrics."""
+    metrics = Metrics()
+    app = RequestContextMiddleware(inner, lambda _scope: metrics)
+    sent: list[Message] = []
+
     async def send(message: Message) -> None:
         sent.append(message)
 
@@ -50,6 +59,8 @@ async def cut_off(app: Any, started: asyncio.Event, sent: list[Message]) -> None
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
+    return line, sent, metrics
 
 
 def requests_counted(metrics: Metrics, status: str) -> float:
@@ -69,12 +80,8 @@ async def test_a_request_cut_off_before_its_answer_is_a_499_warning_not_a_500(
         started.set()
         await asyncio.Event().wait()
 
-    metrics = Metrics()
-    app = RequestContextMiddleware(endless, lambda _scope: metrics)
-    sent: list[Message] = []
-    await cut_off(app, started, sent)
+    line, sent, metrics = await cut_off(endless, started, log_lines)
 
-    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
     assert line["event"] == "http_request"
     assert (line["status"], line["cancelled"], line["level"]) == (499, True, "warning")
     assert sent == []
@@ -92,12 +99,8 @@ async def test_a_request_cut_off_while_answering_keeps_its_status_and_says_it_wa
         started.set()
         await asyncio.Event().wait()
 
-    metrics = Metrics()
-    app = RequestContextMiddleware(stalls_after_the_head, lambda _scope: metrics)
-    sent: list[Message] = []
-    await cut_off(app, started, sent)
+    line, sent, metrics = await cut_off(stalls_after_the_head, started, log_lines)
 
-    (line,) = [json.loads(text) for text in log_lines.getvalue().splitlines()]
     assert (line["status"], line["cancelled"], line["level"]) == (200, True, "warning")
     assert [message["type"] for message in sent] == ["http.response.start"]
     assert requests_counted(metrics, "200") == 1

@@ -194,19 +194,21 @@ async def test_postgres_listing_survives_dead_connections(postgres_database: Dat
     listing = ListingRepository(reads)
     try:
         sessionmaker = create_sessionmaker(direct)
-        for key in ("d/1", "d/2", "e"):
+        for key in ("ls/d/1", "ls/d/2", "ls/e"):
             await put(sessionmaker, key, b"x")
-        before = await listing.objects("b", delimiter="/")  # keeps a connection
+        before = await listing.objects("b", prefix="ls/", delimiter="/")  # keeps a connection
         assert [type(entry) for entry in before] == [CommonPrefix, ListedObject]
         async with reads._reads.connect() as pooled:  # and one in the pool
             await pooled.execute(text("SELECT 1"))
         await terminate_other_backends(postgres_database)
-        assert await listing.objects("b", delimiter="/") == before
+        assert await listing.objects("b", prefix="ls/", delimiter="/") == before
         await terminate_other_backends(postgres_database)
         keys = [
-            entry.key for entry in await listing.objects("b") if isinstance(entry, ListedObject)
+            entry.key
+            for entry in await listing.objects("b", prefix="ls/")
+            if isinstance(entry, ListedObject)
         ]
-        assert keys == ["d/1", "d/2", "e"]
+        assert keys == ["ls/d/1", "ls/d/2", "ls/e"]
     finally:
         await reads.close()
         await reads._reads.dispose()
