@@ -262,8 +262,12 @@ class Attempts:
         if tries_here < TRANSIENT_TRIES_PER_BOT or job.pinned_bot is not None:
             # The worker itself backs off: this bot just failed, so it takes no
             # other job meanwhile; jobs queued behind it can be taken by idle bots.
+            # The backoff is the job's: once its caller has left (a download
+            # given up), the bot is free for the next job, which may well
+            # succeed, rather than held for a retry that will never be made.
             delay = self._transient_backoff * 2 ** (tries_here - 1)
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            if not job.abandoned:
+                await asyncio.wait((job.future,), timeout=delay * random.uniform(0.8, 1.2))
             if not job.abandoned:
                 self._router.enqueue(worker, job, front=True)
             return

@@ -359,6 +359,30 @@ async def test_repeated_transient_errors_move_to_another_bot(
     assert fake.bots[1].calls == 3
 
 
+async def test_a_bot_backing_off_for_a_caller_that_left_takes_the_next_job_at_once(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    """A download given up during a retry's backoff must not hold its bot for
+    the rest of the backoff: the next download would wait behind a retry
+    that is never made (and miss its own stall timeout)."""
+    fake = FakeTelegram(mock_api, [1])
+    fake.bots[1].script = [lambda: error(502, "Bad Gateway")]
+    dispatcher, _ = await make_dispatcher([1], transient_backoff=30.0)
+    stopper.append(dispatcher)
+
+    given_up = asyncio.create_task(dispatcher.send_document(b"x" * 8, "a", caption="given up"))
+    await fake.bots[1].called.wait()
+    # Until the 502 is answered and the bot backs off (no event says so).
+    while fake.bots[1].in_flight:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    given_up.cancel()
+    async with asyncio.timeout(5):  # the backoff alone would be 24-36 s
+        doc = await dispatcher.send_document(b"x" * 8, "b", caption="next")
+
+    assert doc.bot_id == 1
+    assert [caption for _, caption in fake.order] == ["given up", "next"]
+
+
 async def test_connection_error_is_transient(
     mock_api: respx.MockRouter, stopper: list[Dispatcher]
 ) -> None:
