@@ -154,7 +154,8 @@ class RowReader(Protocol):
     """Where a page's statement runs (app.db.single_statements): on the
     driver's own connection, outside a session, as GET and HEAD read their
     row. A session added a BEGIN and a COMMIT to every page, and on SQLite a
-    hop to aiosqlite's thread for each step: 12-15 % of a page's CPU."""
+    hop to aiosqlite's thread for each step: about half the CPU of a page of
+    a few entries, 10-30 % of one of 1,000 (bench/README.md, thirteenth round)."""
 
     dialect: str
 

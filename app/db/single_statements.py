@@ -20,10 +20,10 @@ atomic, reads one consistent snapshot, and commits.
   writer writes, and they see every transaction committed before the read
   began, like a new session would. A listing's page (milliseconds of
   SQLite's work for 1,000 rows) always runs in one of those threads, so
-  that it does not hold up the event loop. Inserts go through one connection of
-  their own, with the same journal and sync settings as the app's (WAL,
-  synchronous=FULL: an acknowledged insert is on disk), queueing behind
-  other writers on busy_timeout like the app's connections do.
+  that it does not hold up the event loop. Inserts go through one
+  connection of their own, with the same journal and sync settings as the
+  app's (WAL, synchronous=FULL: an acknowledged insert is on disk), queueing
+  behind other writers on busy_timeout like the app's connections do.
 * Postgres: reads and inserts are asyncpg's own unnamed statements outside
   a transaction (one round trip each once described; see
   `AsyncStatements._on_driver`), on a few connections of an engine of their
