@@ -105,6 +105,21 @@ class CompiledStatement:
         return DBAPIError.instance(self.sql, parameters, exc, dbapi.Error)
 
 
+class StatementCache:
+    """Statements compiled on first use for one dialect: a listing's
+    statements are built per page shape, and each is compiled once."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._dialect = dialect
+        self._compiled: dict[ClauseElement, CompiledStatement] = {}
+
+    def __getitem__(self, statement: ClauseElement) -> CompiledStatement:
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            compiled = self._compiled[statement] = CompiledStatement(statement, self._dialect)
+        return compiled
+
+
 def run_statement(
     connection: PoolProxiedConnection, statement: CompiledStatement, values: Mapping[str, Any]
 ) -> list[Any] | None:

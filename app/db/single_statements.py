@@ -45,13 +45,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol, TypeVar
 
-from sqlalchemy import Executable, Select, TextualSelect
+from sqlalchemy import Select, TextualSelect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from app.db.compiled import CompiledStatement
+from app.db.compiled import CompiledStatement, StatementCache
 from app.db.engine import create_engine
 from app.db.single_statement_sql import (
     BY_KEY,
@@ -121,14 +121,8 @@ class AsyncStatements:
         self._owned = owned
         self.dialect = reads.dialect.name
         on_asyncpg = reads.dialect.name == "postgresql" and reads.dialect.driver == "asyncpg"
-        self._compiled: dict[Executable, CompiledStatement] | None = (
-            {
-                statement: CompiledStatement(statement, reads.dialect)
-                for statement in (BY_KEY, BY_PUBLIC_ID, CHUNKLESS_DELETE)
-            }
-            if on_asyncpg
-            else None
-        )
+        # Statements run on the driver, compiled on first use (None: not asyncpg).
+        self._compiled = StatementCache(reads.dialect) if on_asyncpg else None
         # Per kind of write, its statement for the driver (None: not asyncpg).
         self._writes_on_driver: dict[str, CompiledStatement | None] = {
             kind: (
@@ -166,11 +160,7 @@ class AsyncStatements:
         self, statement: Select[Any] | TextualSelect, values: dict[str, Any]
     ) -> list[Sequence[Any]]:
         if self._compiled is not None:
-            compiled = self._compiled.get(statement)
-            if compiled is None:
-                compiled = self._compiled[statement] = CompiledStatement(
-                    statement, self._reads.dialect
-                )
+            compiled = self._compiled[statement]
             done, records = await self._on_driver(compiled, values, every_row=True)
             if done:
                 return compiled.rows(records)

@@ -17,7 +17,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
-from app.db.compiled import CompiledStatement, run_for_rows, run_statement
+from app.db.compiled import CompiledStatement, StatementCache, run_for_rows, run_statement
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
@@ -66,7 +66,7 @@ class SqliteThreadStatements:
             for kind, by_dialect in WRITES.items()
         }
         self._chunkless_delete = CompiledStatement(CHUNKLESS_DELETE, dialect)
-        self._compiled_reads: dict[Select[Any] | TextualSelect, CompiledStatement] = {}
+        self._compiled_reads = StatementCache(dialect)
         self._held: list[PoolProxiedConnection] = []
         # The event loop's read connection (used by one read at a time: a
         # read on it never awaits).
@@ -141,11 +141,7 @@ class SqliteThreadStatements:
     async def rows(
         self, statement: Select[Any] | TextualSelect, values: dict[str, Any]
     ) -> list[Sequence[Any]]:
-        compiled = self._compiled_reads.get(statement)
-        if compiled is None:
-            compiled = self._compiled_reads[statement] = CompiledStatement(
-                statement, self._reads.dialect
-            )
+        compiled = self._compiled_reads[statement]
         # In a thread, not in the event loop: a page of 1,000 rows takes
         # milliseconds, where the hop costs a tenth of one.
         loop = asyncio.get_running_loop()

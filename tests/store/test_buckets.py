@@ -44,3 +44,7 @@ async def test_an_existing_bucket_is_remembered_and_forgotten_on_delete(
     assert await here.exists("box")
     clock.now += 1
     assert not await here.exists("box")
+
+    # Listings on Postgres keep driver connections of their own.
+    await here.close()
+    await elsewhere.close()
