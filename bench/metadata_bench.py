@@ -30,6 +30,18 @@ the client's). CPU is the service process's own user + system time from
 /proc/<pid>/stat over the phase, divided by the requests: client CPU is in
 this process and not counted.
 
+The small requests run twice at each size (``--cpus both``, the default),
+each placement first in turn: once with the service on a CPU of its own and
+the load on the others (``own``), once with every process free to run
+anywhere (``shared``). The 8 boto3 threads spend several times the service's
+CPU per request; sharing its CPU they evict its caches and cut into its time
+slices between requests, and its CPU per request went up by 25-50 % on the
+2-CPU machines these numbers were taken on. ``own`` is what the service
+itself costs a request, as when its clients are other machines; ``shared``
+is what it costs on a machine as loaded as this bench makes it. Both tables
+are printed, with the issue's targets marked on each. Postgres, pgbouncer
+and the simulator are left where the system puts them.
+
 ``--baseline REF`` first measures the code at git ref REF (its tree extracted
 with ``git archive`` into the work dir and put first on PYTHONPATH), then the
 checkout, on identical data, so both columns come from one run on one
@@ -42,7 +54,7 @@ than the delimiter support of ListMultipartUploads lists uploads flat (up to
 
 The run starts with the machine's floor: a do-nothing ASGI app
 (``bench/floor_app.py``) under uvicorn as ``serve`` runs it, measured with the
-same GET and HEAD load. It needs no database and checks no signature, so it
+same GET and HEAD load, in each placement. It needs no database and checks no signature, so it
 shows what one small request costs on this machine before any of our code
 runs: per-request CPU moved by 2x between the machines these numbers were
 taken on, and the floor moved with it.
@@ -122,6 +134,7 @@ class Config:
     workdir: Path | None
     json_path: Path | None
     log_level: str
+    placements: list[str]
 
 
 def parse_args(argv: list[str] | None) -> Config:
@@ -139,6 +152,12 @@ def parse_args(argv: list[str] | None) -> Config:
         "--log-level",
         default="INFO",
         help="the service's LOG_LEVEL (INFO, its default: a line per request, as deployed)",
+    )
+    parser.add_argument(
+        "--cpus",
+        choices=["own", "shared", "both"],
+        help="small requests with the service on a CPU of its own, sharing the CPUs with "
+        "the load, or both in turn (both; shared on a machine with one CPU)",
     )
     args = parser.parse_args(argv)
 
@@ -158,7 +177,14 @@ def parse_args(argv: list[str] | None) -> Config:
         workdir=args.workdir,
         json_path=args.json,
         log_level=args.log_level,
+        placements=_placements(args.cpus or "both"),
     )
+
+
+def _placements(cpus: str) -> list[str]:
+    if len(ALL_CPUS) < 2:
+        return [SHARED]
+    return [OWN, SHARED] if cpus == "both" else [cpus]
 
 
 # --- databases --------------------------------------------------------------------------------
@@ -395,6 +421,43 @@ def _expect(tag: bytes, at_least: int) -> Callable[[bytes], None]:
     return check
 
 
+# --- where the service runs -------------------------------------------------------------------
+
+#: The service's threads on a CPU of their own, the load (this process's
+#: client threads) on the others; or every process on every CPU.
+OWN, SHARED = "own", "shared"
+PLACES = {OWN: "on a CPU of its own", SHARED: "sharing the CPUs with the load"}
+ALL_CPUS = frozenset(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def placed(pid: int, placement: str) -> Iterator[None]:
+    """Run the block with the service (`pid`, every thread of it) placed as
+    `placement` says. With OWN, the 8 boto3 threads, which spend several times
+    the service's CPU per request, no longer run on the service's CPU between
+    its requests, evicting its caches and taking its time slices: what the
+    service itself costs a request, as when its clients are other machines.
+    The threads the block starts inherit this thread's CPUs. Postgres,
+    pgbouncer and the simulator are left where the system puts them."""
+    if placement == SHARED:
+        yield
+        return
+    service_cpu = max(ALL_CPUS)
+    _place(pid, {service_cpu})
+    os.sched_setaffinity(0, ALL_CPUS - {service_cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, ALL_CPUS)
+        _place(pid, ALL_CPUS)
+
+
+def _place(pid: int, cpus: set[int] | frozenset[int]) -> None:
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(thread), cpus)
+
+
 def load_phase(
     service: Service, clients: list[Any], work: Callable[[Any, int], None], ops: int
 ) -> tuple[float, float]:
@@ -415,9 +478,10 @@ def load_phase(
 # --- measuring --------------------------------------------------------------------------------
 
 
-def measure_floor(workdir: Path, ops: int) -> dict[str, float]:
+def measure_floor(workdir: Path, ops: int, placements: list[str]) -> dict[str, float]:
     """CPU per GET and HEAD of `bench/floor_app.py` under uvicorn (httptools
-    and uvloop, as `serve` picks them), with the load of `measure_size`."""
+    and uvloop, as `serve` picks them), with the load of `measure_size`, in
+    each of `placements` (keys prefixed `shared_` for SHARED)."""
     port = free_port()
     command = [
         sys.executable,
@@ -436,9 +500,18 @@ def measure_floor(workdir: Path, ops: int) -> dict[str, float]:
         def head(client: Any, n: int) -> None:
             client.head_object(Bucket=BUCKET, Key=f"k{n}")
 
-        _, get_cpu = load_phase(floor, clients, get, ops)
-        _, head_cpu = load_phase(floor, clients, head, ops)
-    return {"cpu_get_ms": get_cpu / ops * 1000, "cpu_head_ms": head_cpu / ops * 1000}
+        values: dict[str, float] = {}
+        for placement in placements:
+            with placed(floor.pid, placement):
+                _, get_cpu = load_phase(floor, clients, get, ops)
+                _, head_cpu = load_phase(floor, clients, head, ops)
+            values[_named("cpu_get_ms", placement)] = get_cpu / ops * 1000
+            values[_named("cpu_head_ms", placement)] = head_cpu / ops * 1000
+    return values
+
+
+def _named(metric: str, placement: str) -> str:
+    return metric if placement == OWN else f"{SHARED}_{metric}"
 
 
 @dataclass
@@ -450,7 +523,7 @@ class Point:
 
 
 def measure_size(
-    service: Service, clients: list[Any], config: Config, size: int
+    service: Service, clients: list[Any], config: Config, size: int, placements: list[str]
 ) -> dict[str, float]:
     lister = RawLister(service)
     try:
@@ -475,38 +548,51 @@ def measure_size(
         )
     finally:
         lister.close()
-    body = b"p" * OBJECT_SIZE
-    rewritten = b"r" * OBJECT_SIZE
-    tag = f"put/{size:07}"
-
-    def put(client: Any, n: int) -> None:
-        client.put_object(Bucket=BUCKET, Key=f"{tag}/{n:05}", Body=body)
-
-    def reput(client: Any, n: int) -> None:
-        client.put_object(Bucket=BUCKET, Key=f"{tag}/{n:05}", Body=rewritten)
-
-    def get(client: Any, n: int) -> None:
-        got = client.get_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")["Body"].read()
-        if got != rewritten:
-            raise Broken("a GET returned other bytes than were last PUT")
-
-    def head(client: Any, n: int) -> None:
-        client.head_object(Bucket=BUCKET, Key=f"{tag}/{n:05}")
-
-    put_wall, put_cpu = load_phase(service, clients, put, config.ops)
-    _, reput_cpu = load_phase(service, clients, reput, config.ops)
-    _, get_cpu = load_phase(service, clients, get, config.ops)
-    _, head_cpu = load_phase(service, clients, head, config.ops)
-    return {
+    values = {
         "delimiter_ms": delimiter,
         "prefix_ms": prefix,
         "uploads_ms": uploads,
         "versions_ms": versions,
-        "puts_per_s": config.ops / put_wall,
-        "cpu_put_ms": put_cpu / config.ops * 1000,
-        "cpu_reput_ms": reput_cpu / config.ops * 1000,
-        "cpu_get_ms": get_cpu / config.ops * 1000,
-        "cpu_head_ms": head_cpu / config.ops * 1000,
+    }
+    for placement in placements:
+        with placed(service.pid, placement):
+            small = measure_small_requests(service, clients, config.ops, f"{size:07}-{placement}")
+        values.update({_named(metric, placement): value for metric, value in small.items()})
+    return values
+
+
+def measure_small_requests(
+    service: Service, clients: list[Any], ops: int, tag: str
+) -> dict[str, float]:
+    """PUTs of new 2 KiB objects under `put/<tag>/`, PUTs over them, GETs and
+    HEADs of them, `ops` of each from 8 threads: the service's CPU per request."""
+    body = b"p" * OBJECT_SIZE
+    rewritten = b"r" * OBJECT_SIZE
+
+    def put(client: Any, n: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"put/{tag}/{n:05}", Body=body)
+
+    def reput(client: Any, n: int) -> None:
+        client.put_object(Bucket=BUCKET, Key=f"put/{tag}/{n:05}", Body=rewritten)
+
+    def get(client: Any, n: int) -> None:
+        got = client.get_object(Bucket=BUCKET, Key=f"put/{tag}/{n:05}")["Body"].read()
+        if got != rewritten:
+            raise Broken("a GET returned other bytes than were last PUT")
+
+    def head(client: Any, n: int) -> None:
+        client.head_object(Bucket=BUCKET, Key=f"put/{tag}/{n:05}")
+
+    put_wall, put_cpu = load_phase(service, clients, put, ops)
+    _, reput_cpu = load_phase(service, clients, reput, ops)
+    _, get_cpu = load_phase(service, clients, get, ops)
+    _, head_cpu = load_phase(service, clients, head, ops)
+    return {
+        "puts_per_s": ops / put_wall,
+        "cpu_put_ms": put_cpu / ops * 1000,
+        "cpu_reput_ms": reput_cpu / ops * 1000,
+        "cpu_get_ms": get_cpu / ops * 1000,
+        "cpu_head_ms": head_cpu / ops * 1000,
     }
 
 
@@ -531,10 +617,13 @@ def measure_version(
                 clients = [s3_client(running_service.url) for _ in range(CLIENT_THREADS)]
                 clients[0].create_bucket(Bucket=BUCKET)
                 inserted = 0
-                for size in config.sizes:
+                for turn, size in enumerate(config.sizes):
                     asyncio.run(_bulk_insert(db, folders, inserted, size))
                     inserted = size
-                    values = measure_size(running_service, clients, config, size)
+                    # Each placement goes first in turn: the first phases
+                    # after a listing may find the caches colder.
+                    placements = config.placements[:: 1 if turn % 2 == 0 else -1]
+                    values = measure_size(running_service, clients, config, size, placements)
                     point = points.setdefault(
                         (backend, folders, size), Point(backend, folders, size)
                     )
@@ -546,28 +635,47 @@ def measure_version(
                     )
 
 
-HIGHER_IS_BETTER = {"puts_per_s"}
-COLUMNS = [
+LISTING_COLUMNS = [
     ("delimiter_ms", "delimiter page ms"),
     ("prefix_ms", "prefix 1,000 ms"),
     ("uploads_ms", "uploads page ms"),
     ("versions_ms", "versions 1,000 ms"),
+]
+SMALL_COLUMNS = [
     ("puts_per_s", "PUT/s"),
     ("cpu_put_ms", "CPU/PUT ms"),
     ("cpu_reput_ms", "CPU/re-PUT ms"),
     ("cpu_get_ms", "CPU/GET ms"),
     ("cpu_head_ms", "CPU/HEAD ms"),
 ]
+SHARED_COLUMNS = [(_named(metric, SHARED), title) for metric, title in SMALL_COLUMNS]
+HIGHER_IS_BETTER = {"puts_per_s", _named("puts_per_s", SHARED)}
+# The same targets for the small requests, wherever the service runs.
+TARGETS.update({_named(metric, SHARED): TARGETS[metric] for metric, _ in SMALL_COLUMNS[1:]})
 
 
-def report(points: dict[tuple[str, int, int], Point], versions: list[str]) -> str:
+def tables(placements: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(heading, columns) of each table the report prints."""
+    if placements == [SHARED]:
+        return [("", LISTING_COLUMNS + SHARED_COLUMNS)]
+    own = [("small requests with the service on a CPU of its own", LISTING_COLUMNS + SMALL_COLUMNS)]
+    if SHARED not in placements:
+        return own
+    return [*own, ("small requests sharing the CPUs with the load", SHARED_COLUMNS)]
+
+
+def report(
+    points: dict[tuple[str, int, int], Point],
+    versions: list[str],
+    columns: list[tuple[str, str]],
+) -> str:
     lines = [
-        "| backend | folders | objects | " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|" + "---|" * (3 + len(COLUMNS)),
+        "| backend | folders | objects | " + " | ".join(title for _, title in columns) + " |",
+        "|" + "---|" * (3 + len(columns)),
     ]
     for (backend, folders, size), point in sorted(points.items()):
         cells = []
-        for metric, _ in COLUMNS:
+        for metric, _ in columns:
             values = [point.values.get(v, {}).get(metric) for v in versions]
             text = " → ".join("—" if v is None else f"{v:.3g}" for v in values)
             if len(values) == 2 and values[0] and values[1]:
@@ -598,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         points: dict[tuple[str, int, int], Point] = {}
         started = time.monotonic()
         try:
-            floor = measure_floor(workdir, config.ops)
+            floor = measure_floor(workdir, config.ops, config.placements)
             print(
                 "  floor (a do-nothing ASGI app under uvicorn): "
                 + ", ".join(f"{k} {v:.2f}" for k, v in floor.items()),
@@ -618,11 +726,16 @@ def main(argv: list[str] | None = None) -> int:
             " → ".join(versions)
             + " (Nx: how many times better after; ✗: misses the issue's target)"
         )
-        print(report(points, versions))
-        print(
-            f"\nfloor on this machine (uvicorn and a do-nothing app): "
-            f"{floor['cpu_get_ms']:.2f} ms CPU per GET, {floor['cpu_head_ms']:.2f} per HEAD"
-        )
+        for heading, columns in tables(config.placements):
+            if heading:
+                print(f"\n{heading}:")
+            print(report(points, versions, columns))
+        for placement in config.placements:
+            get, head = (floor[_named(m, placement)] for m in ("cpu_get_ms", "cpu_head_ms"))
+            print(
+                f"\nfloor on this machine (uvicorn and a do-nothing app), {PLACES[placement]}: "
+                f"{get:.2f} ms CPU per GET, {head:.2f} per HEAD"
+            )
         print(f"\n{time.monotonic() - started:.0f} s")
         if config.json_path is not None:
             config.json_path.write_text(
