@@ -16,8 +16,8 @@ from fastapi import Depends, Request
 from app.api.errors import ApiError
 from app.api.web_session import check_csrf, session_token
 from app.config import Settings
-from app.db.models import ApiKey, KeyScope
 from app.services import Services
+from app.store.callers import Caller, KeyScope
 from app.store.service import ObjectStore
 
 
@@ -51,7 +51,7 @@ def _bearer(request: Request) -> str | None:
     return credentials.strip()
 
 
-async def resolve_key(request: Request, services: Services) -> ApiKey | None:
+async def resolve_key(request: Request, services: Services) -> Caller | None:
     """The caller's API key: from `Authorization: Bearer`, or else from the
     web page's session cookie (whose writes need the CSRF token); None when
     the request carries neither.
@@ -86,7 +86,7 @@ async def resolve_key(request: Request, services: Services) -> ApiKey | None:
     return signed_in
 
 
-async def verify_key(request: Request, services: Services) -> ApiKey:
+async def verify_key(request: Request, services: Services) -> Caller:
     """The caller's API key, of any scope; 401 without one."""
     found = await resolve_key(request, services)
     if found is None:
@@ -100,7 +100,7 @@ async def verify_key(request: Request, services: Services) -> ApiKey:
     return found
 
 
-def _check_scope(key: ApiKey, scope: KeyScope) -> ApiKey:
+def _check_scope(key: Caller, scope: KeyScope) -> Caller:
     if not key.allows(scope):
         raise ApiError(
             403,
@@ -112,15 +112,15 @@ def _check_scope(key: ApiKey, scope: KeyScope) -> ApiKey:
     return key
 
 
-async def require_read_key(request: Request, services: ServicesDep) -> ApiKey:
+async def require_read_key(request: Request, services: ServicesDep) -> Caller:
     return _check_scope(await verify_key(request, services), "read")
 
 
-async def require_write_key(request: Request, services: ServicesDep) -> ApiKey:
+async def require_write_key(request: Request, services: ServicesDep) -> Caller:
     return _check_scope(await verify_key(request, services), "write")
 
 
-async def require_read_access(request: Request, services: ServicesDep) -> ApiKey | None:
+async def require_read_access(request: Request, services: ServicesDep) -> Caller | None:
     """Downloads are public (the public id is the capability) unless the
     REQUIRE_KEY_FOR_DOWNLOADS setting says otherwise."""
     if not services.settings.require_key_for_downloads:
@@ -128,6 +128,6 @@ async def require_read_access(request: Request, services: ServicesDep) -> ApiKey
     return await require_read_key(request, services)
 
 
-ReadKey = Annotated[ApiKey, Depends(require_read_key)]
-WriteKey = Annotated[ApiKey, Depends(require_write_key)]
-ReadAccess = Annotated[ApiKey | None, Depends(require_read_access)]
+ReadKey = Annotated[Caller, Depends(require_read_key)]
+WriteKey = Annotated[Caller, Depends(require_write_key)]
+ReadAccess = Annotated[Caller | None, Depends(require_read_access)]

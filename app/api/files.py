@@ -25,12 +25,12 @@ from app.api.file_names import (
 )
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
-from app.db.models import ApiKey
 from app.http.conditions import http_date, not_modified, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import StreamingForm
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
+from app.store.callers import Caller
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from app.store.service import ObjectInfo, ObjectStore
@@ -86,7 +86,7 @@ def _check_content_type(content_type: str | None) -> None:
         )
 
 
-def _limited_to_own_files(key: ApiKey) -> int | None:
+def _limited_to_own_files(key: Caller) -> int | None:
     """The key id a caller may change files of, or None for an admin key (any file)."""
     return None if key.allows("admin") else key.id
 
@@ -101,7 +101,7 @@ def _belongs_to_another_key(what: str, headers: dict[str, str] | None = None) ->
     )
 
 
-async def _check_may_replace(store: ObjectStore, key: ApiKey, object_key: str, name: str) -> None:
+async def _check_may_replace(store: ObjectStore, key: Caller, object_key: str, name: str) -> None:
     """Refuse before the body is read. The store checks again under the
     object's lock, which is what decides a race."""
     own = _limited_to_own_files(key)

@@ -36,8 +36,8 @@ from app.api.tus_headers import (
     tus_error,
 )
 from app.config import Settings
-from app.db.models import ApiKey
 from app.http.conditions import http_date
+from app.store.callers import Caller
 from app.store.resumable_protocol import (
     MAX_SEGMENTS,
     AlreadyComplete,
@@ -93,7 +93,7 @@ TusVersion = Annotated[None, Depends(require_tus_version)]
 # --- the one place that decides who may touch an upload ---------------------------
 
 
-async def _owned(uploads: ResumableUploads, upload_id: str, key: ApiKey) -> UploadState:
+async def _owned(uploads: ResumableUploads, upload_id: str, key: Caller) -> UploadState:
     """The upload, if it exists and belongs to `key`; 404 otherwise (another
     key's upload is not revealed), 410 once it has expired."""
     state = await uploads.get(upload_id) if len(upload_id) <= MAX_ID_LENGTH else None
@@ -237,7 +237,7 @@ async def create(
 
 async def _create_final(
     request: Request,
-    key: ApiKey,
+    key: Caller,
     uploads: ResumableUploads,
     settings: Settings,
     concat: str,

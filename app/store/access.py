@@ -18,15 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.api_keys import ApiKeyRepository
 from app.db.locking import lock_database_for_write
-from app.db.models import ApiKey
 from app.db.session import session_scope
 from app.db.web_sessions import WebSessionRepository
+from app.store.callers import Caller
 from app.store.key_checks import KeyChecks
 
 
 @dataclass(frozen=True, slots=True)
 class SignedIn:
-    key: ApiKey
+    key: Caller
     # The cookie's value; only its hash is stored.
     token: str
 
@@ -38,7 +38,7 @@ class AccessStore:
         self._sessionmaker = sessionmaker
         self._key_checks = KeyChecks(sessionmaker, ttl=refused_key_ttl)
 
-    async def verify_key(self, plaintext: str) -> ApiKey | None:
+    async def verify_key(self, plaintext: str) -> Caller | None:
         """The active key `plaintext` is, or None (a recent refusal from memory)."""
         return await self._key_checks.verify(plaintext)
 
@@ -53,12 +53,13 @@ class AccessStore:
             if key is None:
                 return None
             token = await WebSessionRepository(session).open(key, lifetime)
-        return SignedIn(key, token)
+        return SignedIn(Caller.of(key), token)
 
-    async def signed_in_key(self, token: str) -> ApiKey | None:
+    async def signed_in_key(self, token: str) -> Caller | None:
         """The active key a live web session was opened with, or None."""
         async with session_scope(self._sessionmaker) as session:
-            return await WebSessionRepository(session).key_of(token)
+            key = await WebSessionRepository(session).key_of(token)
+        return None if key is None else Caller.of(key)
 
     async def sign_out(self, token: str) -> None:
         """End the web session `token` names, if there is one."""

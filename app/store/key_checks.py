@@ -30,8 +30,8 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.api_keys import ApiKeyRepository
-from app.db.models import ApiKey
 from app.db.session import session_scope
+from app.store.callers import Caller
 
 # About 200 bytes each (digest, timestamp, dict slot): 2 MB at most.
 REFUSED_KEYS_MAX = 10_000
@@ -52,13 +52,13 @@ class KeyChecks:
         self._clock = clock
         # digest -> when the database refused it, oldest first.
         self._refused: OrderedDict[bytes, float] = OrderedDict()
-        self._in_flight: dict[bytes, asyncio.Task[ApiKey | None]] = {}
+        self._in_flight: dict[bytes, asyncio.Task[Caller | None]] = {}
 
     @property
     def refused_count(self) -> int:
         return len(self._refused)
 
-    async def verify(self, plaintext: str) -> ApiKey | None:
+    async def verify(self, plaintext: str) -> Caller | None:
         """The active key `plaintext` is, or None. Database errors propagate
         (and are not remembered)."""
         digest = hashlib.sha256(plaintext.encode("utf-8")).digest()
@@ -79,7 +79,7 @@ class KeyChecks:
         if self._in_flight:
             await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
-    def _finished(self, digest: bytes, lookup: asyncio.Task[ApiKey | None]) -> None:
+    def _finished(self, digest: bytes, lookup: asyncio.Task[Caller | None]) -> None:
         del self._in_flight[digest]
         # Retrieved here so that an error nobody waited for any more (every
         # requester gone) is not reported as "never retrieved".
@@ -95,14 +95,16 @@ class KeyChecks:
         del self._refused[digest]
         return False
 
-    async def _look_up(self, plaintext: str, digest: bytes) -> ApiKey | None:
+    async def _look_up(self, plaintext: str, digest: bytes) -> Caller | None:
         # A short session of its own: an upload must not hold a database
         # connection for as long as its body takes to arrive.
         async with session_scope(self._sessionmaker) as session:
             found = await ApiKeyRepository(session).verify(plaintext)
-        if found is None and self._ttl > 0:
+        if found is not None:
+            return Caller.of(found)
+        if self._ttl > 0:
             self._refused[digest] = self._clock()
             self._refused.move_to_end(digest)
             while len(self._refused) > self._max_refused:
                 self._refused.popitem(last=False)
-        return found
+        return None
