@@ -8,7 +8,8 @@ HTTP server and the sockets out: one process drives ``create_app`` directly
 through ASGI (a hand-built scope, uvloop as ``serve`` uses), one request at a
 time, with SigV4 headers signed once beforehand, and measures its own CPU
 time (``time.process_time``) over ``--ops`` HEADs, GETs and PUTs of 2 KiB
-objects, on SQLite and on Postgres through pgbouncer. The app logs at
+objects and DELETEs of keys never written, on SQLite and on Postgres through
+pgbouncer. The app logs at
 ``--log-level`` (INFO, the service's default: a line per request, to a file).
 
 With ``--baseline REF`` each round runs the baseline's code (``git archive``
@@ -45,7 +46,7 @@ from common import REPO, extract
 ACCESS_KEY, SECRET = "bench", "bench-secret-0123456789"
 BUCKET = "bench"
 OBJECT_SIZE = 2048
-KINDS = ("HEAD", "GET", "PUT")
+KINDS = ("HEAD", "GET", "PUT", "DELETE")
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -143,7 +144,7 @@ async def _measure(database_url: str, ops: int, log_level: str) -> dict[str, flo
 
             async def call(method: str, path: str, headers: list[Any], body: bytes = b"") -> None:
                 status = await _call(app, state, method, path, headers, body)
-                if status != 200:
+                if status != (204 if method == "DELETE" else 200):
                     raise RuntimeError(f"{method} {path}: {status}")
 
             await call("PUT", f"/{BUCKET}", _signed("PUT", f"/{BUCKET}", b""))
@@ -153,10 +154,14 @@ async def _measure(database_url: str, ops: int, log_level: str) -> dict[str, flo
             head, get = _signed("HEAD", key, b""), _signed("GET", key, b"")
             puts = [f"/{BUCKET}/new-{i}" for i in range(ops + 100)]
             signed_puts = [_signed("PUT", path, body) for path in puts]
+            # Keys never written: clients delete keys long gone.
+            absent = [f"/{BUCKET}/absent-{i}" for i in range(ops + 100)]
+            signed_deletes = [_signed("DELETE", path, b"") for path in absent]
             work_of: dict[str, Callable[[int], Awaitable[None]]] = {
                 "HEAD": lambda i: call("HEAD", key, head),
                 "GET": lambda i: call("GET", key, get),
                 "PUT": lambda i: call("PUT", puts[i], signed_puts[i], body),
+                "DELETE": lambda i: call("DELETE", absent[i], signed_deletes[i]),
             }
             result: dict[str, float] = {}
             for kind in KINDS:

@@ -444,10 +444,15 @@ class ObjectStore:
 
     async def delete(self, bucket: str, key: str) -> bool:
         # One statement when there are no chunks to release (small objects,
-        # as a registry's upload state files); the session finds and
-        # releases them otherwise.
+        # as a registry's upload state files), and one read more when there
+        # is no object at all (a delete is answered alike either way, and
+        # clients send it for keys long gone); the session finds and releases
+        # the chunks otherwise. An object written between the two statements
+        # came after this delete.
         if await self._statements.delete_chunkless_object(bucket, key):
             return True
+        if await self._statements.object(bucket, key) is None:
+            return False
         async with session_scope(self._sessionmaker) as session:
             repo = ObjectRepository(session)
             deleted = await repo.delete(bucket, key)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app.store import service as store_service
 from tests.db.helpers import statements
 from tests.running_service import INLINE, Service
 from tests.s3.test_api_boto3 import S3, code
@@ -117,3 +118,31 @@ async def test_pages_of_one_with_another_delimiter_and_unicode_keys(s3: S3) -> N
     assert [o["Key"] for o in v1.get("Contents", [])] == ["b"]
     assert [p["Prefix"] for p in v1["CommonPrefixes"]] == ["é-"]
     assert v1["NextMarker"] == "é-"
+
+
+async def test_a_delete_of_a_key_that_is_not_there_opens_no_transaction(
+    s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients delete keys long gone (a registry's upload state, rclone's
+    purges); the answer is the same 204, so it must cost no more than a
+    delete of a small object: one delete and one read, no transaction."""
+    await s3("put_object", Bucket="box", Key="kept", Body=b"k")
+    transactions: list[object] = []
+    session_scope = store_service.session_scope
+
+    def counted(sessionmaker: Any) -> Any:
+        transactions.append(sessionmaker)
+        return session_scope(sessionmaker)
+
+    monkeypatch.setattr(store_service, "session_scope", counted)
+    with statements() as seen:
+        answer = await s3("delete_object", Bucket="box", Key="never-there")
+    assert answer["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert transactions == []
+    objects = [sql.split()[0] for sql in seen if " objects" in sql]
+    assert objects == ["DELETE", "SELECT"], seen
+
+    # A key that is there is still deleted, and then is not there.
+    await s3("delete_object", Bucket="box", Key="kept")
+    error = await s3.error("head_object", Bucket="box", Key="kept")
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 404
