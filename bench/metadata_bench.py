@@ -35,12 +35,12 @@ each placement first in turn: once with the service on a CPU of its own and
 the load on the others (``own``), once with every process free to run
 anywhere (``shared``). The 8 boto3 threads spend several times the service's
 CPU per request; sharing its CPU they evict its caches and cut into its time
-slices between requests, and its CPU per request went up by 25-50 % on the
-2-CPU machines these numbers were taken on. ``own`` is what the service
-itself costs a request, as when its clients are other machines; ``shared``
-is what it costs on a machine as loaded as this bench makes it. Both tables
-are printed, with the issue's targets marked on each. Postgres, pgbouncer
-and the simulator are left where the system puts them.
+slices between requests: its CPU per request was 7-25 % higher (medians of
+side-by-side pairs) on the 2-CPU machine of the fourteenth round. ``own`` is
+what the service itself costs a request, as when its clients are other
+machines; ``shared`` is what it costs on a machine as loaded as this bench
+makes it. Both tables are printed, with the issue's targets marked on each.
+Postgres, pgbouncer and the simulator are left where the system puts them.
 
 ``--baseline REF`` first measures the code at git ref REF (its tree extracted
 with ``git archive`` into the work dir and put first on PYTHONPATH), then the
