@@ -453,9 +453,13 @@ def placed(pid: int, placement: str) -> Iterator[None]:
 
 
 def _place(pid: int, cpus: set[int] | frozenset[int]) -> None:
-    for thread in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(thread), cpus)
+    # A process or thread that has ended meanwhile needs no placing (and the
+    # error that ended it is the one to report).
+    with contextlib.suppress(FileNotFoundError):
+        threads = os.listdir(f"/proc/{pid}/task")
+        for thread in threads:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(thread), cpus)
 
 
 def load_phase(
