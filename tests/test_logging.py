@@ -14,7 +14,8 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.logging import REQUEST_ID, configure_logging, utc_timestamp
+from app.config import BotToken
+from app.logging import REQUEST_ID, _json_line, configure_logging, utc_timestamp
 
 
 @pytest.fixture
@@ -96,3 +97,51 @@ def test_each_line_carries_the_time_it_was_logged(restore_logging: None) -> None
     ]
     assert before <= stamps[0] < stamps[1] <= after
     assert stamps[1] - stamps[0] >= timedelta(seconds=0.01)
+
+
+# What a log line's fields can hold: text (any code point but lone
+# surrogates, which get their own case below), numbers, nested values.
+_FIELD_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.text(), _FIELD_VALUES, max_size=6))
+def test_a_line_says_what_the_standard_encoder_says_in_ascii(fields: dict[str, object]) -> None:
+    line = _json_line(fields)
+    assert line.isascii()
+    assert json.loads(line) == json.loads(json.dumps(fields))
+
+
+def test_values_orjson_would_write_otherwise_are_written_as_the_standard_encoder_does() -> None:
+    token = BotToken.parse("123456:AAE-secret-of-the-bot-0123456789")
+    fields: dict[object, object] = {
+        "bot": token,  # a dataclass: its masking repr, never its fields
+        "when": datetime(2026, 12, 4, 20, 0, tzinfo=UTC),
+        "big": 2**70,
+        "broken": "\ud800",
+        7: "a key that is not text",
+        "error": ValueError("boom"),
+    }
+    line = _json_line(fields)
+    assert "secret-of-the-bot" not in line
+    assert line.isascii()
+    assert json.loads(line) == {
+        "bot": "BotToken(123456:***)",
+        "when": repr(fields["when"]),
+        "big": 2**70,
+        "broken": "\ud800",
+        "7": "a key that is not text",
+        "error": "ValueError('boom')",
+    }
+    # Each value alone (the fallback is per line, so a line without the
+    # others takes orjson's path).
+    for name in ("bot", "when", "error"):
+        alone = json.loads(_json_line({name: fields[name]}))
+        assert alone == {name: repr(fields[name])}
