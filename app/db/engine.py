@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from app.db.sqlite_driver import OneHopAiosqlite
+from app.db.types import json_loads
 
 
 def normalize_url(url: str) -> URL:
@@ -86,7 +87,13 @@ def _postgres_engine(url: URL, *, for_migrations: bool, pre_ping: bool) -> Async
         if for_migrations
         else {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
     )
-    return _create_async_engine(url, connect_args=connect_args, pool_pre_ping=pre_ping, **extra)
+    return _create_async_engine(
+        url,
+        connect_args=connect_args,
+        pool_pre_ping=pre_ping,
+        json_deserializer=json_loads,
+        **extra,
+    )
 
 
 def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
@@ -94,7 +101,11 @@ def _sqlite_engine(url: URL, *, foreign_keys: bool) -> AsyncEngine:
     # cannot drop the way a server connection can, and the ping would be one
     # more statement (a round trip to aiosqlite's thread) per transaction.
     engine = _create_async_engine(
-        url, module=OneHopAiosqlite(), pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
+        url,
+        module=OneHopAiosqlite(),
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_OVERFLOW,
+        json_deserializer=json_loads,
     )
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -28,6 +28,7 @@ from app.db.single_statement_sql import (
     WRITES,
     ObjectRow,
 )
+from app.db.types import json_loads
 
 #: Threads (and read connections) for SQLite reads. Each lookup holds one for
 #: tens of microseconds; a few cover the event loop's one thread.
@@ -51,11 +52,16 @@ class SqliteThreadStatements:
             pool_size=SQLITE_READ_THREADS + 1,
             max_overflow=0,
             connect_args={"check_same_thread": False},
+            json_deserializer=json_loads,
         )
         event.listen(self._reads, "connect", _read_only)
         # One writer: SQLite takes one at a time anyway.
         self._writes = sqlalchemy.create_engine(
-            url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False}
+            url,
+            pool_size=1,
+            max_overflow=0,
+            connect_args={"check_same_thread": False},
+            json_deserializer=json_loads,
         )
         event.listen(self._writes, "connect", _writer)
         dialect = self._reads.dialect

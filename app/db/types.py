@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Integer, String, TypeDecorator
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -18,6 +20,19 @@ JsonDict = JSON().with_variant(JSONB(), "postgresql")
 # The same for a value that may be absent: None is SQL NULL, not JSON null
 # (SQLAlchemy's default, which an IS NULL query would not find).
 NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+def json_loads(text: str | bytes) -> Any:
+    """How every engine reads JSON columns (its `json_deserializer`).
+
+    Every object row read holds two (metadata and tags), and the standard
+    parser took 3.2 µs for a `{}` where orjson takes 0.2. The standard
+    parser wrote what is stored; what it writes and orjson refuses
+    (NaN, Infinity) is read by it."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def key_string(length: int) -> String:

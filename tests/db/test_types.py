@@ -1,8 +1,13 @@
-"""UtcDateTime reads back what it wrote: the same instant, marked UTC."""
+"""Column types read back what they wrote: UtcDateTime the same instant,
+marked UTC; JSON columns the same values."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import math
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -10,7 +15,9 @@ from hypothesis import strategies as st
 from sqlalchemy import DateTime
 from sqlalchemy.dialects import sqlite
 
-from app.db.types import UtcDateTime
+from app.db.engine import create_engine
+from app.db.sqlite_statements import SqliteThreadStatements
+from app.db.types import UtcDateTime, json_loads
 
 _SQLITE = sqlite.dialect()
 
@@ -76,3 +83,42 @@ def test_null_is_none_and_garbage_is_refused() -> None:
         _read("not a time")
     with pytest.raises(TypeError):
         _read(12)
+
+
+# What the JSON columns hold: metadata and tags (text to text), an object's
+# parts (sizes and checksums): JSON of 64-bit integers at most.
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(_JSON_VALUES)
+def test_a_json_column_reads_back_what_the_standard_encoder_wrote(value: object) -> None:
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False)):
+        read = json_loads(text)
+        # NaN is not equal to itself: compare the texts of what was read.
+        assert json.dumps(read) == json.dumps(json.loads(text))
+
+
+def test_a_value_orjson_refuses_is_read_by_the_standard_parser() -> None:
+    assert math.isnan(json_loads('{"x": NaN}')["x"])
+    assert json_loads("[Infinity, 1]") == [math.inf, 1]
+
+
+def test_every_sqlite_engine_reads_json_columns_with_json_loads(tmp_path: Path) -> None:
+    """The app's engine and the request path's (app.db.sqlite_statements)."""
+    engine = create_engine(f"sqlite:///{tmp_path}/json.db")
+    assert engine.dialect._json_deserializer is json_loads
+    statements = SqliteThreadStatements(str(tmp_path / "json.db"))
+    try:
+        for sync_engine in (statements._reads, statements._writes):
+            assert sync_engine.dialect._json_deserializer is json_loads
+    finally:
+        asyncio.run(statements.close())
+        asyncio.run(engine.dispose())
