@@ -20,6 +20,20 @@ median and their ratio, so a slow phase of the machine hits both sides.
     .venv/bin/python bench/request_cpu_bench.py --baseline 91024a2
     .venv/bin/python bench/request_cpu_bench.py --backends sqlite --rounds 3 --ops 1000
 
+``--instructions`` counts instead the instructions the process runs per
+request, under valgrind's callgrind (Debian's ``valgrind``), with counting on
+only around each kind's requests. CPU time moves with the machine: the same
+code measured ±15-30 % between rounds minutes apart, far more than most
+changes make. An instruction count does not: three runs of the same code
+agreed within 0.3 %. It is no time (a cache miss costs what a hundred
+instructions do, and the end-to-end bench's cold caches are not in it), but
+a change that runs fewer instructions on the same requests does less work,
+and the count says how much less. Each run takes a minute or so (the
+process runs 50 times slower), so a few hundred ``--ops`` and one round do.
+
+    .venv/bin/python bench/request_cpu_bench.py --baseline 18ff207 --instructions \\
+        --rounds 1 --ops 500
+
 Postgres needs pgbouncer on 127.0.0.1:6432 in front of 127.0.0.1:5432
 (``scripts/pgbouncer-test.sh start``); the bench creates and drops its own
 database. Exit status 1 only if a request failed.
@@ -111,7 +125,9 @@ async def _call(
     return statuses[0]
 
 
-async def _measure(database_url: str, ops: int, log_level: str) -> dict[str, float]:
+async def _measure(
+    database_url: str, ops: int, log_level: str, meter: CpuTime | Instructions
+) -> dict[str, float]:
     from app.config import BotToken, Settings
     from app.db.migrations import upgrade
     from app.logging import configure_logging
@@ -168,15 +184,55 @@ async def _measure(database_url: str, ops: int, log_level: str) -> dict[str, flo
                 run = work_of[kind]
                 for i in range(100):  # warm up (PUTs on keys of their own)
                     await run(ops + i)
-                started = time.process_time()
+                meter.start()
                 for i in range(ops):
                     await run(i)
-                result[kind] = (time.process_time() - started) / ops * 1000
+                result[kind] = meter.stop() / ops
             return result
 
 
-def child_main(database_url: str, ops: int, log_level: str) -> None:
+class CpuTime:
+    """Milliseconds of this process's CPU time."""
+
+    def start(self) -> None:
+        self._started = time.process_time()
+
+    def stop(self) -> float:
+        return (time.process_time() - self._started) * 1000
+
+
+class Instructions:
+    """Thousands of instructions this process ran, counted by callgrind
+    (the process runs under it, its counting off until `start`)."""
+
+    def __init__(self, out_file: str) -> None:
+        self._out_file = out_file
+        self._dumps = 0
+
+    def start(self) -> None:
+        self._control("--instr=on")
+
+    def stop(self) -> float:
+        self._control("--instr=off")
+        # A dump writes what was counted since the last one to a file of
+        # its own (out_file.1, .2, ...) and starts again from zero.
+        self._control("--dump")
+        self._dumps += 1
+        text = Path(f"{self._out_file}.{self._dumps}").read_text()
+        totals = [line.split()[1] for line in text.splitlines() if line.startswith("totals:")]
+        return int(totals[0]) / 1000
+
+    @staticmethod
+    def _control(option: str) -> None:
+        subprocess.run(
+            ["callgrind_control", option, str(os.getpid())], check=True, capture_output=True
+        )
+
+
+def child_main(database_url: str, ops: int, log_level: str, callgrind_out: str) -> None:
     import uvloop
+
+    meter = Instructions(callgrind_out) if callgrind_out else CpuTime()
 
     result = sys.stdout
     # A line per request at INFO, written to a file as `serve` writes to its
@@ -188,7 +244,7 @@ def child_main(database_url: str, ops: int, log_level: str) -> None:
     ):
         sys.stdout = log
         try:
-            figures = uvloop.run(_measure(database_url, ops, log_level))
+            figures = uvloop.run(_measure(database_url, ops, log_level, meter))
         finally:
             sys.stdout = result
     print(json.dumps(figures))
@@ -216,12 +272,28 @@ def _drop(url: str) -> None:
         _postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _one(code: Path, backend: str, ops: int, work: Path, log_level: str) -> dict[str, float]:
+def _one(
+    code: Path, backend: str, ops: int, work: Path, log_level: str, instructions: bool
+) -> dict[str, float]:
     url = _database_url(backend, work)
+    command = [sys.executable, __file__, "--child", url, str(ops), log_level, ""]
+    if instructions:
+        out = work / f"callgrind-{secrets.token_hex(4)}.out"
+        command[-1] = str(out)
+        command[:0] = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+        ]
     try:
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent}"}
+        if instructions:
+            # The same hash seed for every run: the same dict layouts and
+            # iteration orders, so the same instructions.
+            env["PYTHONHASHSEED"] = "0"
         done = subprocess.run(
-            [sys.executable, __file__, "--child", url, str(ops), log_level],
+            command,
             env=env,
             capture_output=True,
             text=True,
@@ -247,10 +319,15 @@ def main() -> int:
         default="INFO",
         help="the app's log level (INFO, the service's default: a line per request)",
     )
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per request under valgrind instead of CPU time",
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child_main(args.child[0], int(args.child[1]), args.child[2])
+        child_main(args.child[0], int(args.child[1]), args.child[2], args.child[3])
         return 0
     with tempfile.TemporaryDirectory(prefix="request-cpu-") as tmp:
         work = Path(tmp)
@@ -265,7 +342,9 @@ def main() -> int:
             for round_number in range(1, args.rounds + 1):
                 for backend in args.backends.split(","):
                     for side, code in sides.items():
-                        figures = _one(code, backend, args.ops, work, args.log_level)
+                        figures = _one(
+                            code, backend, args.ops, work, args.log_level, args.instructions
+                        )
                         runs.setdefault((backend, side), []).append(figures)
                         shown = ", ".join(f"{k} {v:.3f}" for k, v in figures.items())
                         print(f"  round {round_number} {backend:8} {side:16} {shown}", flush=True)
@@ -273,14 +352,15 @@ def main() -> int:
             print(f"broken: {exc}", file=sys.stderr)
             return 1
     print()
-    print(f"median ms of CPU per request over {args.rounds} rounds of {args.ops}")
+    unit = "thousand instructions" if args.instructions else "ms of CPU"
+    print(f"median {unit} per request over {args.rounds} rounds of {args.ops}")
     names = list(sides)
     print("| backend | request | " + " | ".join(names) + (" | ratio |" if len(names) > 1 else " |"))
     print("|---|---|" + "---|" * (len(names) + (1 if len(names) > 1 else 0)))
     for backend in args.backends.split(","):
         for kind in KINDS:
             medians = [statistics.median(r[kind] for r in runs[(backend, n)]) for n in names]
-            cells = " | ".join(f"{m:.3f}" for m in medians)
+            cells = " | ".join(f"{m:.1f}" if args.instructions else f"{m:.3f}" for m in medians)
             ratio = f" | {medians[0] / medians[-1]:.2f}x |" if len(names) > 1 else " |"
             print(f"| {backend} | {kind} | {cells}{ratio}")
     if args.json is not None:
