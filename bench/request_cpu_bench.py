@@ -24,12 +24,15 @@ median and their ratio, so a slow phase of the machine hits both sides.
 request, under valgrind's callgrind (Debian's ``valgrind``), with counting on
 only around each kind's requests. CPU time moves with the machine: the same
 code measured ±15-30 % between rounds minutes apart, far more than most
-changes make. An instruction count does not: three runs of the same code
-agreed within 0.3 %. It is no time (a cache miss costs what a hundred
-instructions do, and the end-to-end bench's cold caches are not in it), but
-a change that runs fewer instructions on the same requests does less work,
-and the count says how much less. Each run takes a minute or so (the
-process runs 50 times slower), so a few hundred ``--ops`` and one round do.
+changes make. An instruction count barely does: six runs of the same HEAD
+or GET agreed within 0.6 % (PUT and DELETE, whose writes wait on a lock and
+a thread, within 3 %). It is no time: it counts the process's own
+instructions, not the kernel's work for its system calls, and a cache miss
+costs what a hundred instructions do (the end-to-end bench's cold caches are
+not in it). But a change that runs fewer instructions on the same requests
+does less work, and the count says how much less. Each run takes a minute
+or so (the process runs 50 times slower): a few hundred ``--ops`` and one or
+two rounds do.
 
     .venv/bin/python bench/request_cpu_bench.py --baseline 18ff207 --instructions \\
         --rounds 1 --ops 500
