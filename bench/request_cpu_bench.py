@@ -279,15 +279,23 @@ def _one(
     code: Path, backend: str, ops: int, work: Path, log_level: str, instructions: bool
 ) -> dict[str, float]:
     url = _database_url(backend, work)
-    command = [sys.executable, __file__, "--child", url, str(ops), log_level, ""]
-    if instructions:
-        out = work / f"callgrind-{secrets.token_hex(4)}.out"
-        command[-1] = str(out)
-        command[:0] = [
+    callgrind_out = work / f"callgrind-{secrets.token_hex(4)}.out" if instructions else None
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        url,
+        str(ops),
+        log_level,
+        str(callgrind_out or ""),
+    ]
+    if callgrind_out is not None:
+        command = [
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
-            f"--callgrind-out-file={out}",
+            f"--callgrind-out-file={callgrind_out}",
+            *command,
         ]
     try:
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent}"}
