@@ -135,10 +135,12 @@ class TusRepository:
         AlreadyComplete, TooManySegments, and ValueError past the length.
         """
         row = await self._lock(upload_id)
-        if row.public_id is not None:
-            raise AlreadyComplete()
+        # The offset first: a PATCH that another one overtook and completed
+        # is told where the upload is (409), as if it had come after it.
         if row.offset != at_offset:
             raise OffsetMismatch(row.offset)
+        if row.public_id is not None:
+            raise AlreadyComplete()
         added = sum(segment.size for segment in segments)
         if row.length is not None and row.offset + added > row.length:
             raise ValueError(f"{added} bytes from offset {row.offset} pass the length")

@@ -22,6 +22,7 @@ from app.db.engine import create_engine
 from app.db.models import Chunk, MultipartUpload, SpooledPart, TusUpload
 from app.demo import create_api_key
 from app.store import resumable
+from app.store.resumable_protocol import UploadState
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 TUS = {"Tus-Resumable": "1.0.0"}
@@ -291,6 +292,38 @@ async def test_two_patches_racing_at_one_offset_one_wins_whole(service: Service)
     winner = next(r for r in responses if r.status_code == 204)
     body = await download(service, winner.headers["x-file-url"])
     assert body in (first, second)
+    await eventually(lambda: _spool_is_empty(service))
+
+
+async def test_a_patch_overtaken_by_one_that_completes_the_upload_is_409(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race above, in its rarer order, made certain: the late PATCH has
+    landed its bytes when the other one completes the upload."""
+    first, second = payload(2 * CHUNK, seed=18), payload(2 * CHUNK, seed=19)
+    url = await create(service, 2 * CHUNK)
+    landed, overtaken = asyncio.Event(), asyncio.Event()
+    record = resumable.ResumableStore._record
+
+    async def record_the_first_late(
+        uploads: resumable.ResumableStore, *args: Any, **kwargs: Any
+    ) -> UploadState:
+        if not landed.is_set():
+            landed.set()
+            await overtaken.wait()
+        return await record(uploads, *args, **kwargs)
+
+    monkeypatch.setattr(resumable.ResumableStore, "_record", record_the_first_late)
+    late = asyncio.create_task(patch(service, url, 0, second))
+    await landed.wait()
+    winner = await patch(service, url, 0, first)
+    overtaken.set()
+    loser = await late
+
+    assert winner.status_code == 204
+    assert loser.status_code == 409, loser.text
+    assert f"offset {2 * CHUNK}" in loser.json()["detail"]
+    assert await download(service, winner.headers["x-file-url"]) == first
     await eventually(lambda: _spool_is_empty(service))
 
 
