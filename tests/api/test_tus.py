@@ -315,9 +315,12 @@ async def test_a_patch_overtaken_by_one_that_completes_the_upload_is_409(
 
     monkeypatch.setattr(resumable.ResumableStore, "_record", record_the_first_late)
     late = asyncio.create_task(patch(service, url, 0, second))
-    await landed.wait()
-    winner = await patch(service, url, 0, first)
-    overtaken.set()
+    try:
+        # Bounded: a late PATCH answered before it records would never set it.
+        await asyncio.wait_for(landed.wait(), timeout=10)
+        winner = await patch(service, url, 0, first)
+    finally:
+        overtaken.set()  # never leave the held handler waiting
     loser = await late
 
     assert winner.status_code == 204
