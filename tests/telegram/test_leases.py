@@ -271,16 +271,23 @@ async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
     """Calls that outlast the lease: the giver keeps renewing the bots it
     hands over until their calls end (so the taker never overlaps them), and
     its other leases stay renewed meanwhile."""
-    giver = await fleet("a")
+    # A lease of 3 s, twice the module's: renewals due every 0.6 s stay in
+    # time on a loaded machine, which the uploads below load further.
+    lease = 2 * LEASE
+    giver = await fleet("a", lease=lease)
     assert len(giver.leases.held) == BOTS
     sim.reset_stats()
-    # 6 MiB at 2 MiB/s: each call runs 3 s, twice the lease.
+    # 18 MiB at 2 MiB/s: each call runs 9 s, three times the lease. The checks
+    # below need the calls still running one lease after the hand-over, which
+    # came up to 3 s after they began on a loaded machine (3 s calls once
+    # ended before the check in CI).
+    started = time.monotonic()
     long_calls = [
-        asyncio.ensure_future(giver.dispatcher.send_document(chunk(i, 6 * 1024 * 1024), f"{i}"))
+        asyncio.ensure_future(giver.dispatcher.send_document(chunk(i, 18 * 1024 * 1024), f"{i}"))
         for i in range(BOTS)
     ]
     await eventually(lambda: all(w.running for w in giver.dispatcher.workers.values()), 5)
-    taker = await fleet("b")
+    taker = await fleet("b", lease=lease)
     overlaps = 0
 
     async def watch() -> None:
@@ -298,9 +305,11 @@ async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
     rounds = giver.leases.rounds
     await eventually(lambda: len(giver.leases.staying()) < BOTS, 2)
     # While the handed-over bots finish their calls, the giver's rounds go on.
-    await asyncio.sleep(LEASE)
+    await asyncio.sleep(lease)
     assert giver.leases.rounds >= rounds + 3
-    assert not any(long.done() for long in long_calls)
+    assert not any(long.done() for long in long_calls), (
+        f"the calls ended {time.monotonic() - started:.1f} s in, before the check"
+    )
 
     documents = await asyncio.gather(*long_calls, *small)
     watcher.cancel()
