@@ -72,6 +72,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.background_rounds = Counter(
+            "teleuploader_background_rounds",
+            "Rounds of the background loops (gc, instance_heartbeat, bot_lease, "
+            "shared_paths, tus_cleanup, bot_recheck, throughput_sample), by outcome: "
+            "ok, or failed (logged as <loop>_round_failed).",
+            ["loop", "outcome"],
+            registry=self.registry,
+        )
+        self.background_round_duration = Histogram(
+            "teleuploader_background_round_duration_seconds",
+            "Duration of one round of a background loop.",
+            ["loop"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.gc_undeletable = Counter(
             "teleuploader_gc_undeletable",
             "Telegram messages the GC gave up deleting: the 48 h delete window closed "
@@ -101,6 +116,10 @@ class Metrics:
         count, duration = children
         count.inc()
         duration.observe(seconds)
+
+    def observe_round(self, loop: str, outcome: str, seconds: float) -> None:
+        self.background_rounds.labels(loop, outcome).inc()
+        self.background_round_duration.labels(loop).observe(seconds)
 
     def observe_abandoned_send(self, bot_id: int) -> None:
         self.abandoned_sends.labels(str(bot_id)).inc()

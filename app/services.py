@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -78,16 +79,11 @@ class Services:
     resumable: ResumableStore
     throughput: ThroughputHistory
     prober: BotProber
-    # Work started on the way (the spool's resumption), stopped with the rest.
-    background: set[asyncio.Task[None]] = field(default_factory=set)
-    metrics: Metrics = field(default_factory=Metrics)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    access: AccessStore = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.access = AccessStore(
-            self.sessionmaker, refused_key_ttl=self.settings.refused_key_cache_seconds
-        )
+    access: AccessStore
+    metrics: Metrics
+    started_at: datetime
+    # What `close` stops, in order.
+    _stack: AsyncExitStack = field(repr=False)
 
     @property
     def bots(self) -> dict[int, BotInfo]:
@@ -126,36 +122,30 @@ class Services:
         return delay if alive - {self.instance.instance_id} else 0.0
 
     async def close(self) -> None:
-        # Sends of spooled parts first: they need the dispatcher. What they
-        # leave stays in the spool for the next start.
-        await self.resumable.stop()
-        await self.throughput.stop()
-        await self.prober.stop()
-        # Started by the first bot that passed its check; it uses the database.
-        for task in self.background:
-            task.cancel()
-        await asyncio.gather(*self.background, return_exceptions=True)
-        await self.flusher.stop(grace=self.settings.shutdown_grace_seconds)
-        # Its answers go through the dispatcher; readers elsewhere forward.
-        await self.shared_paths.stop()
-        # Leases are renewed while the dispatcher drains, given up after it
-        # stopped, and the instance row goes last: a lease whose owner has no
-        # row is free for the taking.
-        await self.dispatcher.stop(grace=self.settings.shutdown_grace_seconds)
-        # Right after the dispatcher: a GC round begun now could only claim
-        # ledger entries (hiding them from other instances for minutes)
-        # without deleting them.
-        await self.gc.stop()
-        await self.leases.stop()
-        await self.instance.stop()
-        await self.access.close()
-        await self.writer.settle()
-        await self.store.close()
-        await self.engine.dispose()
+        """Stop everything, in the reverse order of the start (`_start`)."""
+        await self._stack.aclose()
         log.info("services_stopped")
 
 
 async def start_services(settings: Settings) -> Services:
+    """Everything started, or, if a step fails, everything it had started
+    stopped again before the error goes on (nothing is left running)."""
+    stack = AsyncExitStack()
+    try:
+        return await _start(settings, stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
+    """Build every part, then start them one by one, each start followed by
+    its stop on `stack`. The stack stops them in reverse, so the starts run
+    in the reverse of the order a stop needs: the engine first (it closes
+    last); the instance row, the leases and the GC before the dispatcher
+    (they outlive its drain: its late orphans are ledgered, its bots stay
+    leased until its calls end); the work that uses the dispatcher after it
+    (stopped before it drains)."""
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
     if not settings.chat_ids:
@@ -165,13 +155,26 @@ async def start_services(settings: Settings) -> Services:
     started_at = datetime.now(UTC)
 
     engine = create_engine(settings.database_url)
-    try:
-        await check_schema(engine)
-    except Exception:
-        await engine.dispose()
-        raise
+    stack.push_async_callback(engine.dispose)
+    await check_schema(engine)
     sessionmaker = create_sessionmaker(engine)
     statements = single_statements_for(engine)
+
+    # --- every part, built (nothing runs yet) -----------------------------------
+    metrics = Metrics()
+    spool = Spool(
+        settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
+    )
+
+    def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
+        metrics.observe_attempt(bot_id, method, outcome, seconds)
+        # A send whose answer was lost may have left a message no row knows of.
+        if may_have_posted(method, outcome):
+            instance.request_reconcile()
+
+    def on_orphan(document: StoredDocument) -> None:
+        # A send finished after its upload was abandoned: the message must go.
+        gc.enqueue_document(document, reason="failed_upload")
 
     clients = [
         BotClient(
@@ -182,62 +185,19 @@ async def start_services(settings: Settings) -> Services:
         )
         for token in settings.bot_tokens
     ]
-    metrics = Metrics()
     dispatcher = Dispatcher(
         clients,
         checked=False,  # each bot joins the pool once its getMe passes (BotProber)
+        leased=True,  # and works only while this instance holds its lease (BotLeases)
         chat_ids=settings.chat_ids,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
-        on_attempt=metrics.observe_attempt,
+        on_orphan=on_orphan,
+        on_attempt=on_attempt,
         on_abandoned_send=metrics.observe_abandoned_send,
     )
-    gc = GarbageCollector(dispatcher, sessionmaker)
-    gc.on_undeletable = metrics.gc_undeletable.inc
-
-    def on_orphan(document: StoredDocument) -> None:
-        # A send finished after its upload was abandoned: the message must go.
-        gc.enqueue_document(document, reason="failed_upload")
-
-    dispatcher.on_orphan = on_orphan
-    # A bot works only while this instance holds its lease (BotLeases, below).
-    dispatcher.require_leases()
-    await dispatcher.start()
-
-    spool = Spool(
-        settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
-    )
-    if spool.enabled:
-        await spool.open()
-    # Registering also sweeps the pending chunks of instances that died.
-    instance = InstanceHeartbeat(sessionmaker, spool, gc)
-    # Unclean stops found on the way are reconciled in the background.
-    instance.reconciler = Reconciler(dispatcher, sessionmaker, gc, live_owners=instance.live_ids)
-
-    # From now on (getMe at startup was observed by the metrics alone): a send
-    # whose answer was lost may have left a message no row knows of.
-    def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
-        metrics.observe_attempt(bot_id, method, outcome, seconds)
-        if may_have_posted(method, outcome):
-            instance.request_reconcile()
-
-    dispatcher.on_attempt = on_attempt
-    await instance.register()
-    leases = BotLeases(
-        dispatcher,
-        sessionmaker,
-        instance.instance_id,
-        # Only a hash of each token is stored, as the lease's key.
-        {client.bot_id: client.token.value for client in clients},
-        lease_seconds=settings.bot_lease_seconds,
-        host=socket.gethostname()[:255],
-        pid=os.getpid(),
-    )
-    await leases.round()
-    leases.start()
-    shared_paths = SharedPaths(dispatcher, sessionmaker)
-    shared_paths.start()
-    gc.start()
+    stack.push_async_callback(dispatcher.close_clients)
+    gc = GarbageCollector(dispatcher, sessionmaker, on_undeletable=metrics.gc_undeletable.inc)
     buffers = UploadBuffers(settings.upload_buffers)
     writer = ChunkWriter(
         dispatcher,
@@ -249,6 +209,29 @@ async def start_services(settings: Settings) -> Services:
         owner=spool.instance_id,
         on_bytes=metrics.bytes_uploaded.inc,
     )
+    flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
+    instance = InstanceHeartbeat(
+        sessionmaker,
+        spool,
+        gc,
+        # Unclean stops found on the way are reconciled in the background.
+        reconciler=Reconciler(
+            dispatcher, sessionmaker, gc, live_owners=lambda: instance.live_ids()
+        ),
+        on_adopted=flusher.resume,
+        running_since=writer.oldest_running,
+    )
+    leases = BotLeases(
+        dispatcher,
+        sessionmaker,
+        instance.instance_id,
+        # Only a hash of each token is stored, as the lease's key.
+        {client.bot_id: client.token.value for client in clients},
+        lease_seconds=settings.bot_lease_seconds,
+        host=socket.gethostname()[:255],
+        pid=os.getpid(),
+    )
+    shared_paths = SharedPaths(dispatcher, sessionmaker)
     budget = DownloadBudget(
         buffer_bytes=settings.download_buffer_bytes,
         connections=settings.download_connections,
@@ -262,10 +245,7 @@ async def start_services(settings: Settings) -> Services:
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
     )
     store = ObjectStore(sessionmaker, writer, reader, gc, statements=statements)
-    flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
-    instance.on_adopted = flusher.resume
-    instance.running_since = writer.oldest_running
-    instance.start()
+    access = AccessStore(sessionmaker, refused_key_ttl=settings.refused_key_cache_seconds)
     resumable = ResumableStore(
         sessionmaker,
         store,
@@ -274,7 +254,6 @@ async def start_services(settings: Settings) -> Services:
         expiration=settings.tus_expiration_seconds,
         cleanup_interval=settings.tus_cleanup_interval_seconds,
     )
-    resumable.start()
     background: set[asyncio.Task[None]] = set()
 
     def on_admitted(info: BotInfo) -> None:
@@ -296,7 +275,6 @@ async def start_services(settings: Settings) -> Services:
             log.exception("spool_resume_failed")
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
-    prober.start()
     buckets = BucketStore(sessionmaker, statements=statements)
     s3 = S3Service(
         store,
@@ -310,6 +288,51 @@ async def start_services(settings: Settings) -> Services:
         ),
         max_upload_size=settings.max_upload_size,
     )
+    # The web page's status screen: the last ten minutes of throughput.
+    throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
+    loops = (
+        gc.loop,
+        instance.loop,
+        leases.loop,
+        shared_paths.loop,
+        resumable.cleanup,
+        prober.rechecks,
+        throughput.loop,
+    )
+    for loop in loops:
+        loop.on_round = metrics.observe_round
+
+    # --- started in order; the stack stops them in reverse -----------------------
+    stack.push_async_callback(store.close)
+    stack.push_async_callback(writer.settle)
+    stack.push_async_callback(access.close)
+    if spool.enabled:
+        await spool.open()
+    # Registering also sweeps the pending chunks of instances that died. A
+    # stop is safe before its start: it removes what a half-done one wrote.
+    stack.push_async_callback(instance.stop)
+    await instance.register()
+    instance.start()
+    stack.push_async_callback(leases.stop)
+    await leases.round()
+    leases.start()
+    gc.start()
+    stack.push_async_callback(gc.stop)
+    await dispatcher.start()
+    stack.push_async_callback(dispatcher.stop, grace=settings.shutdown_grace_seconds)
+    shared_paths.start()
+    stack.push_async_callback(shared_paths.stop)
+    # Sends of spooled parts need the dispatcher; what they leave stays in
+    # the spool for the next start.
+    stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
+    stack.push_async_callback(_cancel_all, background)
+    prober.start()
+    stack.push_async_callback(prober.stop)
+    throughput.start()
+    stack.push_async_callback(throughput.stop)
+    resumable.start()
+    stack.push_async_callback(resumable.stop)
+
     log.info(
         "upload_budget",
         buffers=buffers.count,
@@ -334,9 +357,6 @@ async def start_services(settings: Settings) -> Services:
         db_pool=lambda: _pool_usage(engine),
         downloads=budget.status,
     )
-    # The web page's status screen: the last ten minutes of throughput.
-    throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
-    throughput.start()
     return Services(
         settings=settings,
         throughput=throughput,
@@ -357,9 +377,16 @@ async def start_services(settings: Settings) -> Services:
         shared_paths=shared_paths,
         resumable=resumable,
         prober=prober,
-        background=background,
+        access=access,
         started_at=started_at,
+        _stack=stack,
     )
+
+
+async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _pool_usage(engine: AsyncEngine) -> tuple[int, int]:

@@ -8,14 +8,14 @@ minutes and say what each bot did lately without a Prometheus server.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from app.periodic import Periodic
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -59,27 +59,21 @@ class ThroughputHistory:
         self._read = read
         self.interval = interval
         self._samples: deque[Sample] = deque(maxlen=int(window / interval) + 1)
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Periodic("throughput_sample", self._sample_round, interval=interval)
 
     def start(self) -> None:
         self.sample()
-        self._task = asyncio.create_task(self._run(), name="throughput-history")
+        self.loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self.loop.stop()
 
     def sample(self) -> None:
         """Note the counters now (the oldest sample goes once the window is full)."""
         self._samples.append(self._read())
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self.sample()
+    async def _sample_round(self) -> None:
+        self.sample()
 
     def samples(self) -> list[Sample]:
         """The stored samples, oldest first, and one taken now."""

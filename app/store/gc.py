@@ -22,6 +22,7 @@ from app.db.chunks import ChunkRepository
 from app.db.gc import GcRepository
 from app.db.models import GcReason
 from app.db.session import session_scope
+from app.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import ChatForbidden, PermanentError, TelegramError
 from app.telegram.types import StoredDocument
@@ -53,21 +54,20 @@ class GarbageCollector:
         *,
         interval: float = 2.0,
         batch: int = 50,
+        on_undeletable: Callable[[], None] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._sessionmaker = sessionmaker
-        self._interval = interval
         self._batch = batch
         self._unrecorded: list[tuple[StoredDocument, GcReason]] = []
         # Releases the database refused (it was down): retried every round.
         self._unreleased: list[tuple[list[int], GcReason]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Periodic("gc", self._round, interval=interval, run_at_start=True)
         self._background: set[asyncio.Task[None]] = set()
         self.deleted = 0
         # Given up: the 48 h window closed first, or Telegram refused for good.
         self.undeletable = 0
-        self.on_undeletable: Callable[[], None] | None = None  # e.g. a metric
+        self.on_undeletable = on_undeletable  # e.g. a metric
         # Refreshed every round, for /metrics (a scrape cannot await the database).
         self.last_backlog = 0
 
@@ -147,37 +147,26 @@ class GarbageCollector:
     # --- the loop ---------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        self.loop.wake()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="gc")
+        self.loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.loop.stop()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self._record_unrecorded()
         with contextlib.suppress(Exception):
             await self._release_unreleased()
 
-    async def _loop(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                await self._record_unrecorded()
-                await self._release_unreleased()
-                done = await self.run_once()
-                self.last_backlog = await self.backlog()
-            except Exception:
-                log.exception("gc_round_failed")
-                done = 0
-            if done < self._batch:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._interval):
-                        await self._wake.wait()
+    async def _round(self) -> float | None:
+        await self._record_unrecorded()
+        await self._release_unreleased()
+        done = await self.run_once()
+        self.last_backlog = await self.backlog()
+        # A full batch: more are due, at once.
+        return 0.0 if done >= self._batch else None
 
     async def run_once(self) -> int:
         """Delete one batch of due messages; returns how many entries were settled."""

@@ -33,6 +33,7 @@ from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
 from app.db.types import utcnow
+from app.periodic import Periodic
 from app.store.gc import GarbageCollector
 from app.store.reconcile import Reconciler
 from app.store.spool import Spool
@@ -60,6 +61,9 @@ class InstanceHeartbeat:
         spool: Spool,
         gc: GarbageCollector,
         *,
+        reconciler: Reconciler | None = None,
+        on_adopted: Callable[[], Awaitable[None]] | None = None,
+        running_since: Callable[[], datetime | None] | None = None,
         interval: float = HEARTBEAT_SECONDS,
         stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
@@ -67,18 +71,18 @@ class InstanceHeartbeat:
         self._spool = spool
         self._gc = gc
         self.started_at = utcnow()
-        self.on_adopted: Callable[[], Awaitable[None]] | None = None
+        self.on_adopted = on_adopted
         # When this instance's oldest running upload began (None: none runs);
         # without it, the own pending chunks are left to the next start.
-        self.running_since: Callable[[], datetime | None] | None = None
-        self.reconciler: Reconciler | None = None
+        self.running_since = running_since
+        self.reconciler = reconciler
         self._reconcile_requests = 0  # since the last sweep that marked the chat
         self._reconciling: asyncio.Task[None] | None = None
         self.instance_id = spool.instance_id
         self._host = socket.gethostname()[:255]
-        self._interval = interval
         self._stale_after = stale_after
-        self._task: asyncio.Task[None] | None = None
+        self._beats = 0
+        self.loop = Periodic("instance_heartbeat", self._beat, interval=interval)
 
     async def register(self) -> int:
         """Announce this instance, adopt the spool of dead ones and retire
@@ -178,14 +182,14 @@ class InstanceHeartbeat:
             return await self._live_ids(session)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._beat(), name="instance-heartbeat")
+        self.loop.start()
 
     async def stop(self) -> None:
-        for task in (self._task, self._reconciling):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await self.loop.stop()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciling
         # A clean stop: its rows may be adopted at once (none are left unless
         # a flush was cut short by the grace period). A send cut off by the
         # stop, or lost since the last sweep, may have posted a message no row
@@ -198,18 +202,11 @@ class InstanceHeartbeat:
                 await InstanceRepository(session).remove(self.instance_id)
 
     async def _beat(self) -> None:
-        beats = 0
-        while True:
-            await asyncio.sleep(self._interval)
-            beats += 1
-            try:
-                async with session_scope(self._sessionmaker) as session:
-                    await InstanceRepository(session).heartbeat(self.instance_id)
-                if beats % SWEEP_EVERY_BEATS == 0:
-                    await self.adopt()
-            except Exception as exc:
-                # The database may be down for a while; the next beat retries.
-                log.warning("instance_heartbeat_failed", error=str(exc))
+        self._beats += 1
+        async with session_scope(self._sessionmaker) as session:
+            await InstanceRepository(session).heartbeat(self.instance_id)
+        if self._beats % SWEEP_EVERY_BEATS == 0:
+            await self.adopt()
 
     async def _live_ids(self, session: AsyncSession) -> set[str]:
         instances = InstanceRepository(session)

@@ -37,6 +37,7 @@ from app.db.multipart import PartsNotStored
 from app.db.resumable import Segment, TusRepository, TusUploadMissing
 from app.db.session import session_scope
 from app.db.types import utcnow
+from app.periodic import Periodic
 from app.store.flusher import Flusher
 from app.store.resumable_protocol import BodyTooLong, Checksum, ChecksumMismatch, UploadState
 from app.store.service import ObjectStore
@@ -121,8 +122,7 @@ class ResumableStore:
         self._spool = spool
         self._flusher = flusher
         self._expiration = timedelta(seconds=expiration)
-        self._cleanup_interval = cleanup_interval
-        self._task: asyncio.Task[None] | None = None
+        self.cleanup = Periodic("tus_cleanup", self._cleanup_round, interval=cleanup_interval)
 
     # --- creating and reading ---------------------------------------------------
 
@@ -365,22 +365,13 @@ class ResumableStore:
         return removed
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._cleanup_loop(), name="tus-cleanup")
+        self.cleanup.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.cleanup.stop()
 
-    async def _cleanup_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._cleanup_interval)
-            try:
-                await self.remove_expired()
-            except Exception as exc:
-                # The database may be down for a while; the next round retries.
-                log.warning("tus_cleanup_failed", error=str(exc))
+    async def _cleanup_round(self) -> None:
+        await self.remove_expired()
 
 
 def _new_key() -> str:

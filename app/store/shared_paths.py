@@ -21,7 +21,6 @@ Alone (no other live instance) none of this runs: every bot is held here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from datetime import timedelta
 
@@ -31,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.session import session_scope
 from app.db.shared_paths import SharedPathRepository
 from app.db.types import utcnow
+from app.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import TelegramError
 
@@ -63,7 +63,8 @@ class SharedPaths:
         self._sessionmaker = sessionmaker
         self._ask_wait = ask_wait
         self._answer_interval = answer_interval
-        self._task: asyncio.Task[None] | None = None
+        self._asked_at = self._pruned_at = time.monotonic()
+        self.loop = Periodic("shared_paths", self._round, interval=self._answer_wait)
 
     @property
     def in_use(self) -> bool:
@@ -100,30 +101,24 @@ class SharedPaths:
     # --- a holder's side ----------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="shared-paths")
+        self.loop.start()
 
     async def stop(self) -> None:
         """Before the dispatcher stops (answers go through it)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.loop.stop()
 
-    async def _loop(self) -> None:
-        pruned_at = asked_at = time.monotonic()
-        while True:
-            busy = time.monotonic() - asked_at < BUSY_FOR
-            await asyncio.sleep(self._answer_interval if busy else IDLE_ANSWER_INTERVAL)
-            if not self.in_use:
-                continue
-            try:
-                if await self.answer_round():
-                    asked_at = time.monotonic()
-                if time.monotonic() - pruned_at >= PRUNE_INTERVAL:
-                    pruned_at = time.monotonic()
-                    await self._prune()
-            except Exception as exc:
-                log.warning("shared_paths_round_failed", error=str(exc))
+    def _answer_wait(self) -> float:
+        busy = time.monotonic() - self._asked_at < BUSY_FOR
+        return self._answer_interval if busy else IDLE_ANSWER_INTERVAL
+
+    async def _round(self) -> None:
+        if not self.in_use:
+            return
+        if await self.answer_round():
+            self._asked_at = time.monotonic()
+        if time.monotonic() - self._pruned_at >= PRUNE_INTERVAL:
+            self._pruned_at = time.monotonic()
+            await self._prune()
 
     async def answer_round(self) -> int:
         """Answer the questions about the bots this instance holds now."""

@@ -84,9 +84,11 @@ class Dispatcher:
         pacing_window: float = PACING_WINDOW,
         abandoned_hold: float = ABANDONED_CALL_HOLD,
         checked: bool = True,
+        leased: bool = False,
     ) -> None:
         """`checked=False`: every bot waits outside the pool until `admit`
-        (after its getMe check passed) or `reject`."""
+        (after its getMe check passed) or `reject`. `leased=True`: a bot
+        works only while its lease is granted (`require_leases`)."""
         if not clients:
             raise ValueError("the dispatcher needs at least one bot")
         if not chat_ids:
@@ -124,6 +126,8 @@ class Dispatcher:
         self.held_elsewhere: frozenset[int] = frozenset()
         self._job_ids = itertools.count(1)
         self._accepting = False
+        if leased:
+            self.require_leases()
 
     # The service sets these after construction; the attempts call them.
 
@@ -194,8 +198,13 @@ class Dispatcher:
             for job in worker.queue:
                 job.fail(closed)
             worker.queue.clear()
-            await worker.client.aclose()
+        await self.close_clients()
         log.info("dispatcher_stopped", workers=len(tasks))
+
+    async def close_clients(self) -> None:
+        """Close the bots' HTTP clients (again: harmless)."""
+        for worker in self.workers.values():
+            await worker.client.aclose()
 
     def admit(self, bot_id: int, chats: Sequence[int] | None = None) -> None:
         """A held-back bot passed its check: it joins the pool now, for

@@ -44,6 +44,7 @@ from app.db.leases import LeaseRepository, LeaseRow
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
+from app.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 
 log = structlog.get_logger("app.telegram.leases")
@@ -126,7 +127,10 @@ class BotLeases:
         self._renewed: dict[int, tuple[float, float]] = {}
         # Held by a renewal, and by a hand-over's release with what it forgets.
         self._writing = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self.loop = Periodic(
+            "bot_lease", self._tick, interval=lambda: min(WATCH_SECONDS, self.round_interval)
+        )
+        self._next_round = 0.0
         self.rounds = 0
         # The backlog last published, and when (monotonic).
         self._published: int | None = None
@@ -154,15 +158,13 @@ class BotLeases:
     def start(self) -> None:
         """Run a round every `round_interval` (call `round` once first so the
         dispatcher starts with its bots)."""
-        self._task = asyncio.create_task(self._loop(), name="bot-leases")
+        self._next_round = self._clock() + self.round_interval
+        self.loop.start()
 
     async def stop(self) -> None:
         """After the dispatcher stopped: give every lease up, so other
         instances take the bots at once rather than after they expire."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self.loop.stop()
         # The dispatcher has stopped: no call runs, so these end at once.
         await asyncio.gather(*self._leaving.values(), return_exceptions=True)
         held, self.held = self.held, set()
@@ -182,30 +184,27 @@ class BotLeases:
         bots = len(self.staying())
         return (backlog > bots) - (backlog < bots)
 
-    async def _loop(self) -> None:
-        next_round = self._clock() + self.round_interval
-        while True:
-            await asyncio.sleep(min(WATCH_SECONDS, self.round_interval))
-            need = self._need_for(self._dispatcher.backlog())
-            turned = need != self._last_need and not self._settled
-            if self._clock() < next_round and not turned and not self._cooldown_unwritten():
-                continue
-            # Short of its share, an instance looks again soon: bots another
-            # one releases for it are free from that moment. Settled, it
-            # looks at each renewal only (see `_settled_after`).
-            if self._short:
-                gap = WATCH_SECONDS
-            elif self._settled:
-                gap = self.interval
-            else:
-                gap = self.round_interval
-            next_round = self._clock() + gap
-            try:
-                await self.round()
-            except Exception as exc:
-                # The database may be down: the held bots stop by themselves
-                # at their deadline; the next round tries again.
-                log.warning("bot_lease_round_failed", error=str(exc))
+    async def _tick(self) -> None:
+        """Every WATCH_SECONDS: a round when one is due, or at once when this
+        instance's need for bots turned or a cooldown waits to be written."""
+        need = self._need_for(self._dispatcher.backlog())
+        turned = need != self._last_need and not self._settled
+        if self._clock() < self._next_round and not turned and not self._cooldown_unwritten():
+            return
+        # Short of its share, an instance looks again soon: bots another
+        # one releases for it are free from that moment. Settled, it
+        # looks at each renewal only (see `_settled_after`).
+        if self._short:
+            gap = WATCH_SECONDS
+        elif self._settled:
+            gap = self.interval
+        else:
+            gap = self.round_interval
+        self._next_round = self._clock() + gap
+        # A failed round (the database may be down) is logged by the loop:
+        # the held bots stop by themselves at their deadline, and the next
+        # round tries again.
+        await self.round()
 
     # --- one round ------------------------------------------------------------
 

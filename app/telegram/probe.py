@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
+from app.periodic import Periodic
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
@@ -75,9 +76,8 @@ class BotProber:
         self._on_admitted = on_admitted
         self._first_pause = first_pause
         self._max_pause = max_pause
-        self._recheck_interval = recheck_interval
         self._tasks: set[asyncio.Task[None]] = set()
-        self._recheck_task: asyncio.Task[None] | None = None
+        self.rechecks = Periodic("bot_recheck", self._recheck_round, interval=recheck_interval)
         self.bots: dict[int, BotInfo] = {}
         #: Set once a bot has passed (the service can store files).
         self.one_admitted = asyncio.Event()
@@ -87,12 +87,11 @@ class BotProber:
             task = asyncio.create_task(self._probe(bot_id), name=f"bot-probe-{bot_id}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        self._recheck_task = asyncio.create_task(self._recheck_loop(), name="bot-recheck")
+        self.rechecks.start()
 
     async def stop(self) -> None:
+        await self.rechecks.stop()
         tasks = list(self._tasks)
-        if self._recheck_task is not None:
-            tasks.append(self._recheck_task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -196,13 +195,9 @@ class BotProber:
 
     # --- re-checks of chats that refused a bot ------------------------------------
 
-    async def _recheck_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._recheck_interval)
-            missing = self._dispatcher.chats_to_recheck()
-            await asyncio.gather(
-                *(self._recheck(bot_id, chats) for bot_id, chats in missing.items())
-            )
+    async def _recheck_round(self) -> None:
+        missing = self._dispatcher.chats_to_recheck()
+        await asyncio.gather(*(self._recheck(bot_id, chats) for bot_id, chats in missing.items()))
 
     async def _recheck(self, bot_id: int, chat_ids: list[int]) -> None:
         """Ask again about the chats that refused the bot; back into those

@@ -64,10 +64,7 @@ class Member:
 
     async def die(self) -> None:
         """Like kill -9 on a remote host: no release, its row stays."""
-        task = self.leases._task
-        assert task is not None
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await self.leases.loop.stop()
 
 
 Fleet = Callable[..., Awaitable[Member]]
