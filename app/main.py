@@ -21,23 +21,34 @@ from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
 from app.s3.gateway import XML, S3Gateway, draining_refusal
+from app.s3.service import S3Service
 from app.services import Services, start_services
 from app.web import routes as web
 
 
 class State(TypedDict):
+    """What every request sees in `request.state`."""
+
     services: Services
+    # The S3 API's operations on the store (its handlers read it, app.s3.context).
+    s3: S3Service
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         services = await start_services(settings)
+        s3 = S3Service(
+            services.store,
+            services.buckets,
+            services.multipart,
+            max_upload_size=settings.max_upload_size,
+        )
         # Also on the app, for the server's shutdown (`shutdown_delay`).
         app.state.services = services
         async with systemd_notify(services) as lifecycle:
             try:
-                yield {"services": services}
+                yield {"services": services, "s3": s3}
             finally:
                 lifecycle.stopping()
                 await services.close()
@@ -55,7 +66,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
-    app.add_middleware(S3Gateway, services=_services_of)
+    app.add_middleware(S3Gateway, services=_services_of, s3=_s3_of)
     app.add_middleware(
         RequestContextMiddleware, metrics=_metrics_of, draining_refusal=_draining_refusal
     )
@@ -82,6 +93,11 @@ def shutdown_delay(app: FastAPI) -> Awaitable[float] | None:
 def _services_of(scope: Scope) -> Services | None:
     services: Services | None = scope.get("state", {}).get("services")
     return services
+
+
+def _s3_of(scope: Scope) -> S3Service | None:
+    s3: S3Service | None = scope.get("state", {}).get("s3")
+    return s3
 
 
 def _metrics_of(scope: Scope) -> Metrics | None:

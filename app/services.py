@@ -26,13 +26,13 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.metrics import Metrics, UploadBudgetUse
-from app.s3.service import S3Service
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
+from app.store.leases import BotLeases
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
@@ -45,7 +45,6 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.leases import BotLeases
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 from app.throughput import ThroughputHistory, sampler
@@ -69,7 +68,7 @@ class Services:
     # Shared by the S3 API and the web page's bucket browser, so both see
     # one memory of which buckets exist.
     buckets: BucketStore
-    s3: S3Service
+    multipart: MultipartStore
     buffers: UploadBuffers
     spool: Spool
     flusher: Flusher
@@ -276,17 +275,8 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
-    s3 = S3Service(
-        store,
-        buckets,
-        MultipartStore(
-            sessionmaker,
-            store,
-            spool=spool,
-            flusher=flusher,
-            min_part_size=settings.s3_min_part_size,
-        ),
-        max_upload_size=settings.max_upload_size,
+    multipart = MultipartStore(
+        sessionmaker, store, spool=spool, flusher=flusher, min_part_size=settings.s3_min_part_size
     )
     # The web page's status screen: the last ten minutes of throughput.
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
@@ -368,7 +358,7 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
         writer=writer,
         store=store,
         buckets=buckets,
-        s3=s3,
+        multipart=multipart,
         buffers=buffers,
         spool=spool,
         flusher=flusher,

@@ -22,7 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.store.reader import CONSUMER_ABORT
+from app.consumer_abort import CONSUMER_ABORT
 
 log = structlog.get_logger("app.serving")
 

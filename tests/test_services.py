@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from app.db.models import BotLease, Instance
 from app.db.types import utcnow
 from app.services import start_services
+from app.store.leases import BotLeases
 from app.store.resumable import ResumableStore
-from app.telegram.leases import BotLeases
 from app.telegram.probe import BotProber
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from tests.db.helpers import Database

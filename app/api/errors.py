@@ -18,8 +18,7 @@ from starlette.requests import ClientDisconnect
 
 from app.http.errors import INTERNAL_ERROR, Failure, failure_for
 from app.http.forms import FormError
-from app.store.errors import StoreError
-from app.telegram.errors import TelegramError
+from app.store.errors import StoreError, TelegramError
 
 log = structlog.get_logger("app.api")
 

@@ -13,7 +13,6 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.active_content import protective_headers
 from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.api.errors import ApiError
 from app.api.file_names import (
@@ -25,6 +24,7 @@ from app.api.file_names import (
 )
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
+from app.http.active_content import protective_headers
 from app.http.conditions import http_date, not_modified, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import StreamingForm
@@ -237,7 +237,7 @@ async def download(
         "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
         # Every file is a download, never a page shown on this origin; active
-        # types are sandboxed as well (app.api.active_content).
+        # types are sandboxed as well (app.http.active_content).
         "Content-Disposition": content_disposition(info.name),
         **protective_headers(info.content_type),
         "Cache-Control": "private, max-age=0, must-revalidate",

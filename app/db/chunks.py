@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -11,7 +12,24 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.locking import batches, lock_database_for_write
 from app.db.models import Chunk, GcEntry, GcReason, Instance, PartPiece, Piece
 from app.db.types import utcnow
-from app.telegram.types import StoredDocument
+
+
+class PostedDocument(Protocol):
+    """What the database keeps of a document Telegram stored: the Telegram
+    layer's StoredDocument has this shape (the database does not import it)."""
+
+    @property
+    def bot_id(self) -> int: ...
+    @property
+    def file_id(self) -> str: ...
+    @property
+    def file_unique_id(self) -> str: ...
+    @property
+    def chat_id(self) -> int: ...
+    @property
+    def message_id(self) -> int: ...
+    @property
+    def size(self) -> int: ...
 
 
 class ChunksMissing(Exception):
@@ -27,7 +45,7 @@ class ChunkRepository:
         self._session = session
 
     async def add_pending(
-        self, doc: StoredDocument, sha256: str, owner: str | None = None
+        self, doc: PostedDocument, sha256: str, owner: str | None = None
     ) -> Chunk:
         """Record a freshly uploaded document. It stays 'pending' until `mark_live`;
         `owner` is the instance whose upload it belongs to."""

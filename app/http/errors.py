@@ -30,15 +30,18 @@ import structlog
 from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from app.store.errors import ContentUnavailable, ObjectNotFound, StoreError, UploadTooLarge
-from app.telegram.errors import (
+from app.store.errors import (
     BotUnusable,
+    ContentUnavailable,
     DispatcherClosed,
     NoUsableBot,
+    ObjectNotFound,
     PermanentError,
     RateLimited,
+    StoreError,
     TelegramError,
     TransientError,
+    UploadTooLarge,
 )
 
 log = structlog.get_logger("app.http.errors")

@@ -48,6 +48,7 @@ class S3Request:
         request: Request,
         headers: Headers,
         services: Services,
+        s3: S3Service,
         verified: VerifiedRequest,
         bucket: str | None,
         key: str | None,
@@ -55,7 +56,7 @@ class S3Request:
         self.request = request
         self.method = request.method
         self.headers = headers
-        self.s3: S3Service = services.s3
+        self.s3 = s3
         self.store = services.store
         self.settings = services.settings
         self.verified = verified

@@ -34,6 +34,7 @@ from app.s3.errors import S3Error, as_s3_error
 from app.s3.names import is_reserved_bucket, split_path
 from app.s3.post_object import is_form_post, post_object
 from app.s3.router import dispatch, label_route
+from app.s3.service import S3Service
 from app.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.s3.sigv4 import is_sigv4_request, verify_request
 from app.s3.xml.responses import s3_error_xml
@@ -42,12 +43,14 @@ from app.services import Services
 __all__ = ["XML", "S3Gateway", "draining_refusal", "error_response"]
 
 ServiceLookup = Callable[[Scope], Services | None]
+S3Lookup = Callable[[Scope], S3Service | None]
 
 
 class S3Gateway:
-    def __init__(self, app: ASGIApp, services: ServiceLookup) -> None:
+    def __init__(self, app: ASGIApp, services: ServiceLookup, s3: S3Lookup) -> None:
         self.app = app
         self._services = services
+        self._s3 = s3
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -60,7 +63,7 @@ class S3Gateway:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
-        response = await _handle(request, headers, services, virtual_bucket)
+        response = await _handle(request, headers, services, self._s3(scope), virtual_bucket)
         await response(scope, receive, send)
 
 
@@ -111,13 +114,17 @@ def _virtual_host_bucket(headers: Headers, services: Services | None) -> str | N
 
 
 async def _handle(
-    request: Request, headers: Headers, services: Services | None, virtual_bucket: str | None
+    request: Request,
+    headers: Headers,
+    services: Services | None,
+    s3: S3Service | None,
+    virtual_bucket: str | None,
 ) -> Response:
     path = request.scope.get("raw_path") or request.scope["path"].encode()
     # Until a handler is chosen (refused before: a bad signature, no credentials).
     set_route_label(request.scope, "s3")
     try:
-        if services is None:
+        if services is None or s3 is None:
             raise S3Error("ServiceUnavailable", "The service is starting.")
         credentials = {
             key: secret.get_secret_value()
@@ -137,7 +144,7 @@ async def _handle(
         if bucket is not None and key is None and is_form_post(request.method, headers, query):
             # Signed by its policy, in the form: post_object is its authorization.
             label_route(request.scope, post_object)
-            return await post_object(request, services, bucket, now=datetime.now(UTC))
+            return await post_object(request, services, s3, bucket, now=datetime.now(UTC))
         if is_sigv2_request(headers, query):
             verified = verify_sigv2(
                 request.method,
@@ -159,7 +166,7 @@ async def _handle(
                 now=datetime.now(UTC),
                 region=services.settings.s3_region,
             )
-        return await dispatch(S3Request(request, headers, services, verified, bucket, key))
+        return await dispatch(S3Request(request, headers, services, s3, verified, bucket, key))
     except ClientDisconnect:
         return Response(status_code=400)
     except Exception as exc:

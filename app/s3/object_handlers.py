@@ -10,7 +10,7 @@ from urllib.parse import unquote
 import structlog
 from starlette.responses import Response, StreamingResponse
 
-from app.api.active_content import protective_headers
+from app.http.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal

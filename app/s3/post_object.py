@@ -26,6 +26,7 @@ from app.s3.errors import S3Error
 from app.s3.names import validate_bucket_name, validate_object_key
 from app.s3.payload_checks import verify_checksum
 from app.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
+from app.s3.service import S3Service
 from app.s3.xml.responses import post_response_xml
 from app.services import Services
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
@@ -52,7 +53,7 @@ def is_form_post(method: str, headers: Mapping[str, str], query: bytes) -> bool:
 
 
 async def post_object(
-    request: Request, services: Services, bucket: str, *, now: datetime
+    request: Request, services: Services, s3: S3Service, bucket: str, *, now: datetime
 ) -> Response:
     settings = services.settings
     validate_bucket_name(bucket)
@@ -102,7 +103,7 @@ async def post_object(
         algorithm = name.removeprefix(CHECKSUM_PREFIX)
         if name.startswith(CHECKSUM_PREFIX) and algorithm not in ("algorithm", "type", "mode"):
             body = verify_checksum(body, algorithm, value)
-    info = await services.s3.put_object(
+    info = await s3.put_object(
         bucket,
         key,
         body,

@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+# What the Telegram layer raises passes through the store unchanged: the HTTP
+# layers map it (app.http.errors) by these names, so that they depend on the
+# store alone (api/s3 -> store -> telegram/db, checked by import-linter).
+from app.telegram.errors import BotUnusable as BotUnusable
+from app.telegram.errors import DispatcherClosed as DispatcherClosed
+from app.telegram.errors import NoUsableBot as NoUsableBot
+from app.telegram.errors import PermanentError as PermanentError
+from app.telegram.errors import RateLimited as RateLimited
+from app.telegram.errors import TelegramError as TelegramError
+from app.telegram.errors import TransientError as TransientError
+
 
 class StoreError(Exception):
     """Base of object-store errors; `str()` is safe to show a client."""

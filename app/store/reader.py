@@ -28,11 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import structlog
 
+from app.consumer_abort import CONSUMER_ABORT
 from app.store.download_budget import Claim, DownloadBudget
 from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
 from app.store.locator import ChunkLocator, ChunkRef
@@ -47,13 +47,6 @@ FETCH_ATTEMPTS = 4
 # The pause between attempts. Tests replace it to see what is waited for
 # rather than time it.
 _pause = asyncio.sleep
-
-# Aborts the connection of the client the current request streams to. Set by
-# the HTTP server per request (app/serving.py); without it a dropped download
-# raises when its client next asks for bytes.
-CONSUMER_ABORT: ContextVar[Callable[[], None] | None] = ContextVar(
-    "download_consumer_abort", default=None
-)
 
 DROPPED_CLIENT = "client_stalled"
 DROPPED_TELEGRAM = "telegram_stalled"

@@ -18,7 +18,7 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   for every bot before it starts. A bot is admitted for the storage chats where
   it may post; sends go only there.
 * Several instances on one database (`require_leases`): a bot works only while
-  this instance holds its lease (`grant`, from app.telegram.leases) and never
+  this instance holds its lease (`grant`, from app.store.leases) and never
   starts a call past the lease's end; `revoke` stops it, moving its queue to
   other bots and waiting for its running call, before the lease moves on.
 
@@ -122,7 +122,7 @@ class Dispatcher:
         self.on_abandoned_send = on_abandoned_send
         self._leasing = False
         # The bots another live instance holds the lease of (set by
-        # app.telegram.leases): a reader here asks it for their file paths.
+        # app.store.leases): a reader here asks it for their file paths.
         self.held_elsewhere: frozenset[int] = frozenset()
         self._job_ids = itertools.count(1)
         self._accepting = False
@@ -157,7 +157,7 @@ class Dispatcher:
 
     @property
     def in_fleet(self) -> bool:
-        """Other live instances share the bots (set by app.telegram.leases)."""
+        """Other live instances share the bots (set by app.store.leases)."""
         return self._router.in_fleet
 
     @in_fleet.setter

@@ -60,7 +60,7 @@ class Router:
         self.pacing_window = pacing_window
         self.all_failed_pause = all_failed_pause
         self._clock = clock
-        # Other live instances share the bots (set by app.telegram.leases).
+        # Other live instances share the bots (set by app.store.leases).
         self.in_fleet = False
         self._assignments = itertools.count(1)
         self._delayed: set[asyncio.TimerHandle] = set()

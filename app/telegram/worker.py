@@ -105,7 +105,7 @@ class BotWorker:
         self.check_problem: str | None = None
         self.cooldown_until = 0.0
         # Several instances: whether this one holds the bot's lease, and the
-        # monotonic time past which it must not start a call (app.telegram.leases).
+        # monotonic time past which it must not start a call (app.store.leases).
         self.leased = True
         self.lease_until = math.inf
         # A getMe check runs on the client outside the worker (app.telegram.probe).

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from app.consumer_abort import CONSUMER_ABORT
 from app.store import reader as reader_module
 from app.store.download_budget import DownloadBudget
 from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
 from app.store.locator import ChunkRef
-from app.store.reader import CONSUMER_ABORT, READ_BLOCK, PieceSpan, RangeReader
+from app.store.reader import READ_BLOCK, PieceSpan, RangeReader
 from app.telegram.errors import RateLimited, TransientError
 from tests.running_service import eventually, payload
 

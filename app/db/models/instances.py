@@ -29,7 +29,7 @@ class Instance(Base):
     started_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     # Jobs waiting in its dispatcher at its last lease round: bots go where
-    # the work is (app/telegram/leases.py).
+    # the work is (app/store/leases.py).
     backlog: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     def __repr__(self) -> str:

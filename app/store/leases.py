@@ -47,7 +47,7 @@ from app.db.types import utcnow
 from app.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 
-log = structlog.get_logger("app.telegram.leases")
+log = structlog.get_logger("app.store.leases")
 
 DEFAULT_LEASE_SECONDS = 15.0
 # Renewals per lease time: a lease is renewed this many times before it expires.

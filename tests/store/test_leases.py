@@ -1,4 +1,4 @@
-"""Bot leases across several instances (app/telegram/leases.py): three
+"""Bot leases across several instances (app/store/leases.py): three
 dispatchers, each with its own clients and lease keeper, share one database
 (SQLite and Postgres through pgbouncer) and the Telegram simulator, which
 enforces Telegram's rule that a token runs one call at a time and counts the
@@ -20,9 +20,9 @@ from app.db.leases import LeaseRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
+from app.store.leases import BotLeases, shares
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.leases import BotLeases, shares
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 
