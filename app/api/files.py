@@ -33,6 +33,7 @@ from app.parsing import parse_decimal
 from app.store.callers import Caller
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
+from app.store.object_write import ObjectWrite
 from app.store.service import ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
@@ -162,11 +163,13 @@ async def upload_form(
     name = clean_name(form.fields.get("fileName") or form.filename, "file")
     info = await store.commit(
         content,
-        bucket=NATIVE_BUCKET,
-        key=f"upload/{secrets.token_urlsafe(18)}",
-        name=name,
-        content_type=guess_type(name, form.content_type),
-        owner_key_id=key.id,
+        ObjectWrite(
+            bucket=NATIVE_BUCKET,
+            key=f"upload/{secrets.token_urlsafe(18)}",
+            name=name,
+            content_type=guess_type(name, form.content_type),
+            owner_key_id=key.id,
+        ),
     )
     return _file_out(request, settings, info)
 
@@ -197,15 +200,17 @@ async def upload_raw(
     try:
         info = await store.put_stream(
             request.stream(),
-            bucket=NATIVE_BUCKET,
-            key=object_key,
-            name=clean,
-            content_type=guess_type(clean, declared_type),
-            max_size=settings.max_upload_size,
-            keep_public_id=True,
-            expected_size=declared,
-            owner_key_id=key.id,
-            only_if_owned_by=_limited_to_own_files(key),
+            ObjectWrite(
+                bucket=NATIVE_BUCKET,
+                key=object_key,
+                name=clean,
+                content_type=guess_type(clean, declared_type),
+                max_size=settings.max_upload_size,
+                keep_public_id=True,
+                expected_size=declared,
+                owner_key_id=key.id,
+                only_if_owned_by=_limited_to_own_files(key),
+            ),
         )
     except NotOwner:
         raise _belongs_to_another_key(f"the file {clean!r}") from None

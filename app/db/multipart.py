@@ -36,10 +36,9 @@ from app.db.models import (
     MAX_PART_NUMBER,
     MultipartUpload,
     PartPiece,
-    StoredObject,
     UploadPart,
 )
-from app.db.object_rows import ObjectSpec, PieceSpec, StoredChecksum
+from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum
 from app.db.objects import ObjectRepository, WriteCheck
 from app.db.types import utcnow
 
@@ -319,7 +318,7 @@ class MultipartRepository:
         now: datetime | None = None,
         min_part_size: int = 0,
         check: WriteCheck | None = None,
-    ) -> StoredObject:
+    ) -> ObjectRow:
         """Turn the listed (part number, ETag) parts, in order, into the object.
 
         All in the caller's transaction: the object is written under the

@@ -1,8 +1,8 @@
-"""What a write of an object is made of, and the one statement that inserts its row.
-
-`ObjectSpec` (with its `PieceSpec`s and `StoredChecksum`) is everything
-`ObjectRepository.put` writes; `row_values` turns it into an objects row, and
-the inserts here are built once per dialect so a PUT only binds values.
+"""An object's row, in the shapes the store sees: `ObjectRow`, what every
+read returns, and `ObjectSpec` (with its `PieceSpec`s and `StoredChecksum`),
+everything `ObjectRepository.put` writes; `row_values` turns a spec into an
+objects row, and the inserts here are built once per dialect so a PUT only
+binds values.
 """
 
 from __future__ import annotations
@@ -11,12 +11,48 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, exists, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 
 from app.db.models import MAX_KEY_LENGTH, Piece, StoredObject
+
+
+class ObjectRow(NamedTuple):
+    """An objects row, every column but `parts`, in the table's order: the
+    one shape in which the database hands an object to the store, whether a
+    single statement read it or the ORM (`of`)."""
+
+    id: int
+    bucket: str
+    key: str
+    public_id: str
+    name: str
+    content_type: str
+    size: int
+    etag: str
+    md5: str | None
+    sha256: str | None
+    user_metadata: dict[str, Any]
+    inline_data: bytes | None
+    created_at: datetime
+    updated_at: datetime
+    owner_key_id: int | None
+    checksum_algorithm: str | None
+    checksum: str | None
+    checksum_type: str | None
+    tags: dict[str, str] | None
+
+    @classmethod
+    def of(cls, obj: StoredObject) -> ObjectRow:
+        """The row of an ORM object (its `inline_data` None when not loaded,
+        as listings leave it)."""
+        values: list[Any] = [
+            obj.__dict__.get(name) if name == "inline_data" else getattr(obj, name)
+            for name in cls._fields
+        ]
+        return cls(*values)
 
 
 def new_public_id() -> str:

@@ -17,6 +17,7 @@ from app.db.models import Chunk, GcReason, Piece, StoredObject
 from app.db.object_rows import (
     INSERTS,
     INSERTS_UNLESS_EXISTS,
+    ObjectRow,
     ObjectSpec,
     PartSummary,
     PieceSpec,
@@ -51,10 +52,11 @@ class ObjectRepository:
 
     # --- reading --------------------------------------------------------------
 
-    async def get(self, bucket: str, key: str) -> StoredObject | None:
-        return await self._session.scalar(
+    async def get(self, bucket: str, key: str) -> ObjectRow | None:
+        obj = await self._session.scalar(
             select(StoredObject).where(StoredObject.bucket == bucket, StoredObject.key == key)
         )
+        return None if obj is None else ObjectRow.of(obj)
 
     async def parts_of(self, object_id: int) -> builtins.list[PartSummary] | None:
         """The parts of a multipart object (None for any other object)."""
@@ -65,10 +67,11 @@ class ObjectRepository:
             return None
         return [(int(size), checksum) for size, checksum in parts]
 
-    async def get_by_public_id(self, public_id: str) -> StoredObject | None:
-        return await self._session.scalar(
+    async def get_by_public_id(self, public_id: str) -> ObjectRow | None:
+        obj = await self._session.scalar(
             select(StoredObject).where(StoredObject.public_id == public_id)
         )
+        return None if obj is None else ObjectRow.of(obj)
 
     async def pieces(
         self, object_id: int, start: int, end: int
@@ -111,7 +114,7 @@ class ObjectRepository:
         limit: int = 1000,
         *,
         name_prefix: str = "",
-    ) -> builtins.list[StoredObject]:
+    ) -> builtins.list[ObjectRow]:
         """Whole objects of `bucket` whose key starts with `prefix`, after
         `after_key`, in key order: the native API's file listing. (S3 listings
         show fewer columns and roll keys up: app.db.listing.) `name_prefix`
@@ -137,7 +140,7 @@ class ObjectRepository:
             .order_by(StoredObject.key)
             .limit(limit)
         )
-        return builtins.list(await self._session.scalars(query))
+        return [ObjectRow.of(obj) for obj in await self._session.scalars(query)]
 
     async def covering_pieces(
         self, object_id: int, start: int, end: int
@@ -178,7 +181,7 @@ class ObjectRepository:
         only_if_owned_by: int | None = None,
         now: datetime | None = None,
         check: WriteCheck | None = None,
-    ) -> StoredObject:
+    ) -> ObjectRow:
         """Write a whole object under (bucket, key), replacing any previous one.
 
         All in the caller's transaction, which must commit for it to count:
@@ -214,7 +217,7 @@ class ObjectRepository:
             await self._lock_chunks(new_chunk_ids)
             await self._chunks.mark_live(new_chunk_ids)
             await self._insert_pieces(created, spec)
-            return created
+            return ObjectRow.of(created)
 
         previous = await self._get_for_update(spec.bucket, spec.key)
         if previous is None:
@@ -236,7 +239,7 @@ class ObjectRepository:
         # After the new pieces exist, so a chunk shared by both versions stays.
         await self._chunks.release(old_chunk_ids, "overwritten")
         self.chunks_released += len(old_chunk_ids)
-        return replacement
+        return ObjectRow.of(replacement)
 
     async def set_tags(self, bucket: str, key: str, tags: Mapping[str, str] | None) -> bool:
         """Replace the tags of the object under (bucket, key), in place: its

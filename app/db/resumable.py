@@ -27,12 +27,11 @@ from app.db.models import (
     MultipartUpload,
     PartPiece,
     SpooledPart,
-    StoredObject,
     TusUpload,
     UploadPart,
 )
 from app.db.multipart import MultipartRepository, PartsNotStored, multipart_etag, new_upload_id
-from app.db.object_rows import ObjectSpec, PieceSpec
+from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec
 from app.db.objects import ObjectRepository
 from app.db.spool import SpoolRepository
 from app.db.types import utcnow
@@ -192,7 +191,7 @@ class TusRepository:
         await self._session.flush()
         return row
 
-    async def complete(self, upload_id: str, *, name: str) -> tuple[TusUpload, StoredObject]:
+    async def complete(self, upload_id: str, *, name: str) -> tuple[TusUpload, ObjectRow]:
         """Turn all the upload's parts into the object, in one transaction.
 
         Raises TusUploadMissing, PartsNotStored (wait for the flusher), and
@@ -226,7 +225,7 @@ class TusRepository:
         name: str,
         content_type: str,
         expires_at: datetime,
-    ) -> tuple[TusUpload, StoredObject]:
+    ) -> tuple[TusUpload, ObjectRow]:
         """A final upload: the object made of the partial uploads' parts, in
         order (metadata only). The partials are consumed.
 

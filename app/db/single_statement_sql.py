@@ -5,13 +5,12 @@ Where and how they run: app/db/single_statements.py.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, cast
 
 from sqlalchemy import Table, bindparam, delete, exists, select
 
 from app.db.models import Piece, StoredObject
-from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS
+from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS, ObjectRow
 
 _OBJECTS = cast(Table, StoredObject.__table__)
 # Every column but a multipart object's part list (up to 10,000 entries, read
@@ -38,30 +37,6 @@ CHUNKLESS_DELETE: Final = (
 INSERT: Final = "insert"
 CHUNKLESS_PUT: Final = "chunkless_put"
 WRITES: Final = {INSERT: INSERTS_UNLESS_EXISTS, CHUNKLESS_PUT: CHUNKLESS_PUTS}
-
-
-class ObjectRow(NamedTuple):
-    """An objects row, every column but `parts`, in the table's order."""
-
-    id: int
-    bucket: str
-    key: str
-    public_id: str
-    name: str
-    content_type: str
-    size: int
-    etag: str
-    md5: str | None
-    sha256: str | None
-    user_metadata: dict[str, Any]
-    inline_data: bytes | None
-    created_at: datetime
-    updated_at: datetime
-    owner_key_id: int | None
-    checksum_algorithm: str | None
-    checksum: str | None
-    checksum_type: str | None
-    tags: dict[str, str] | None
 
 
 def inserted_row(new_id: int, values: dict[str, Any]) -> ObjectRow:

@@ -53,6 +53,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from app.db.compiled import CompiledStatement, StatementCache
 from app.db.engine import create_engine
+from app.db.object_rows import ObjectRow
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
@@ -61,7 +62,6 @@ from app.db.single_statement_sql import (
     INSERT,
     INSERT_KEYS,
     WRITES,
-    ObjectRow,
 )
 from app.db.sqlite_statements import SqliteThreadStatements
 

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
 from app.db.compiled import CompiledStatement, StatementCache, run_for_rows, run_statement
+from app.db.object_rows import ObjectRow
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
@@ -26,7 +27,6 @@ from app.db.single_statement_sql import (
     INSERT,
     INSERT_KEYS,
     WRITES,
-    ObjectRow,
 )
 from app.db.types import json_loads
 

@@ -31,6 +31,7 @@ from app.store.multipart import (
     UploadInfo,
     UploadMissing,
 )
+from app.store.object_write import ObjectWrite
 from app.store.service import (
     DEFAULT_CONTENT_TYPE,
     ObjectInfo,
@@ -150,16 +151,18 @@ class S3Service:
         try:
             return await self._store.put_stream(
                 body,
-                bucket=bucket,
-                key=key,
-                name=object_name(key),
-                content_type=content_type or DEFAULT_CONTENT_TYPE,
-                metadata=metadata,
-                max_size=self._max_upload_size,
-                expected_size=expected_size,
-                checksum=checksum,
-                tags=tags,
-                check=check,
+                ObjectWrite(
+                    bucket=bucket,
+                    key=key,
+                    name=object_name(key),
+                    content_type=content_type,
+                    metadata=metadata,
+                    max_size=self._max_upload_size,
+                    expected_size=expected_size,
+                    checksum=checksum,
+                    tags=tags,
+                    check=check,
+                ),
             )
         except UploadTooLarge:
             raise _too_large(self._max_upload_size) from None

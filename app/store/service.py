@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 # COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
@@ -31,24 +30,23 @@ from app.checksums import COMPOSITE as COMPOSITE
 from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
-from app.db.models import StoredObject
-from app.db.object_rows import ObjectSpec, PieceSpec, new_public_id, row_values
+from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, new_public_id, row_values
 from app.db.object_rows import PartSummary as PartSummary
 from app.db.object_rows import StoredChecksum as StoredChecksum
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
-from app.db.single_statement_sql import ObjectRow, inserted_row
+from app.db.single_statement_sql import inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkRef
+from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
+from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.reader import PieceSpan, RangeReader
 from app.store.writer import ChunkWriter, WrittenContent
-
-DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
 class ObjectInfo(NamedTuple):
@@ -87,10 +85,8 @@ class ObjectInfo(NamedTuple):
         )
 
     @classmethod
-    def from_row(
-        cls, row: StoredObject | ObjectRow | Row[Any], *, with_content: bool = True
-    ) -> ObjectInfo:
-        """From an ORM object or a Core row of the objects table (same names)."""
+    def from_row(cls, row: ObjectRow, *, with_content: bool = True) -> ObjectInfo:
+        """The store's view of the row the database hands over (its one shape)."""
         return cls(
             id=row.id,
             bucket=row.bucket,
@@ -153,53 +149,35 @@ class ObjectStore:
             expected_size=expected_size,
         )
 
-    async def commit(
-        self,
-        content: WrittenContent,
-        *,
-        bucket: str,
-        key: str,
-        name: str,
-        content_type: str | None,
-        metadata: Mapping[str, Any] | None = None,
-        keep_public_id: bool = False,
-        owner_key_id: int | None = None,
-        only_if_owned_by: int | None = None,
-        checksum: StoredChecksum | None = None,
-        tags: Mapping[str, str] | None = None,
-        check: WriteCheck | None = None,
-    ) -> ObjectInfo:
-        """Make `content` the object under (bucket, key), owned by `owner_key_id`.
-
-        With `only_if_owned_by`, an object it replaces must belong to that key:
-        otherwise NotOwner, and the content is discarded. `check` (see
-        ObjectRepository.put) may refuse the write the same way.
-        """
+    async def commit(self, content: WrittenContent, write: ObjectWrite) -> ObjectInfo:
+        """Make `content` the object `write` names (replacing the one under its
+        key, last writer wins). A refused write (NotOwner, or what its
+        `check` raises) discards the content."""
         spec = ObjectSpec(
-            bucket=bucket,
-            key=key,
-            name=name,
-            content_type=content_type or DEFAULT_CONTENT_TYPE,
+            bucket=write.bucket,
+            key=write.key,
+            name=write.name,
+            content_type=write.stored_content_type,
             size=content.size,
             etag=f'"{content.md5_hex}"',
             md5=content.md5_hex,
             sha256=content.sha256_hex,
-            user_metadata=dict(metadata or {}),
+            user_metadata=dict(write.metadata),
             inline_data=content.inline_data,
             pieces=content.pieces,
-            owner_key_id=owner_key_id,
-            checksum=checksum,
-            tags=tags,
+            owner_key_id=write.owner_key_id,
+            checksum=write.checksum() if write.checksum is not None else None,
+            tags=write.tags,
         )
 
-        if not content.pieces and check is None:
+        if not content.pieces and write.check is None:
             # Small (the common case): one statement, no session, under a
             # new key or over an object that references no chunk. Writes
             # that need the version they replace, read under the key's lock
             # (its owner checked, its public id kept), take it under a new
             # key only; conditional writes and chunks to release take the
             # session's path.
-            over_chunkless = not keep_public_id and only_if_owned_by is None
+            over_chunkless = not write.keep_public_id and write.only_if_owned_by is None
             stored = await self._store_small(spec, over_chunkless=over_chunkless)
             if stored is not None:
                 return stored
@@ -208,9 +186,9 @@ class ObjectStore:
             repo = ObjectRepository(session)
             row = await repo.put(
                 spec,
-                keep_public_id=keep_public_id,
-                only_if_owned_by=only_if_owned_by,
-                check=check,
+                keep_public_id=write.keep_public_id,
+                only_if_owned_by=write.only_if_owned_by,
+                check=write.check,
             )
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
@@ -256,42 +234,12 @@ class ObjectStore:
                     self._gc.release_chunks(content.chunk_ids, reason="failed_upload")
                 )
 
-    async def put_stream(
-        self,
-        stream: AsyncIterator[bytes],
-        *,
-        bucket: str,
-        key: str,
-        name: str,
-        content_type: str | None,
-        metadata: Mapping[str, Any] | None = None,
-        max_size: int | None = None,
-        keep_public_id: bool = False,
-        expected_size: int | None = None,
-        owner_key_id: int | None = None,
-        only_if_owned_by: int | None = None,
-        checksum: Callable[[], StoredChecksum | None] | None = None,
-        tags: Mapping[str, str] | None = None,
-        check: WriteCheck | None = None,
-    ) -> ObjectInfo:
-        """`checksum` is asked once the stream ended: what it verified."""
+    async def put_stream(self, stream: AsyncIterator[bytes], write: ObjectWrite) -> ObjectInfo:
+        """Store the whole stream as the object `write` names."""
         content = await self.write_content(
-            stream, max_size=max_size, label=key, expected_size=expected_size
+            stream, max_size=write.max_size, label=write.key, expected_size=write.expected_size
         )
-        return await self.commit(
-            content,
-            bucket=bucket,
-            key=key,
-            name=name,
-            content_type=content_type,
-            metadata=metadata,
-            keep_public_id=keep_public_id,
-            owner_key_id=owner_key_id,
-            only_if_owned_by=only_if_owned_by,
-            checksum=checksum() if checksum is not None else None,
-            tags=tags,
-            check=check,
-        )
+        return await self.commit(content, write)
 
     # --- reading ------------------------------------------------------------------
 
@@ -478,7 +426,7 @@ class ObjectStore:
         return deleted
 
 
-def _checksum_of(row: StoredObject | ObjectRow | Row[Any]) -> StoredChecksum | None:
+def _checksum_of(row: ObjectRow) -> StoredChecksum | None:
     if row.checksum_algorithm is None or row.checksum is None:
         return None
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)

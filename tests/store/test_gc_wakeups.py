@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.store.gc import GarbageCollector
+from app.store.object_write import ObjectWrite
 from app.store.reader import RangeReader
 from app.store.service import ObjectStore
 from app.store.writer import ChunkWriter, WrittenContent
@@ -63,7 +64,7 @@ async def test_only_writes_that_release_chunks_wake_the_collector(
 ) -> None:
 
     async def put(key: str, written: WrittenContent) -> None:
-        await store.commit(written, bucket="b", key=key, name=key, content_type=None)
+        await store.commit(written, ObjectWrite(bucket="b", key=key, name=key))
 
     await put("small", content(b"x" * 2048))
     await put("small", content(b"y"))  # replacing inline data releases no chunk

@@ -40,6 +40,7 @@ from app.db.session import session_scope
 from app.db.types import utcnow
 from app.services import Services, start_services
 from app.store import instance as instance_module
+from app.store.object_write import ObjectWrite
 from app.telegram.client import BotClient
 from app.telegram.errors import TelegramError
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
@@ -100,7 +101,7 @@ async def store_object(services: Services, key: str, size: int = 2 * CHUNK + 100
         yield payload(size, seed=len(key))
 
     content = await services.store.write_content(body())
-    await services.store.commit(content, bucket=NATIVE, key=key, name=key, content_type=None)
+    await services.store.commit(content, ObjectWrite(bucket=NATIVE, key=key, name=key))
 
 
 async def chunk_messages(services: Services) -> list[int]:
@@ -315,7 +316,7 @@ async def test_the_periodic_sweep_retires_a_dead_tasks_chunks_and_never_a_runnin
     async def upload() -> None:
         content = await services.store.write_content(slow_body())
         await services.store.commit(
-            content, bucket=NATIVE, key="running.bin", name="running.bin", content_type=None
+            content, ObjectWrite(bucket=NATIVE, key="running.bin", name="running.bin")
         )
 
     running = asyncio.create_task(upload())

@@ -30,6 +30,7 @@ from app.db.models import ChatWatermark, Chunk, Instance
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.services import Services, start_services
+from app.store.object_write import ObjectWrite
 from app.telegram.client import BotClient
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
@@ -97,7 +98,7 @@ async def store_object(services: Services, key: str, size: int = 4 * CHUNK + 100
         yield payload(size, seed=len(key))
 
     content = await services.store.write_content(body())
-    await services.store.commit(content, bucket=NATIVE, key=key, name=key, content_type=None)
+    await services.store.commit(content, ObjectWrite(bucket=NATIVE, key=key, name=key))
 
 
 async def held(services: Services) -> dict[int, list[int]]:
