@@ -430,8 +430,18 @@ async def run_dispatcher(sim: SimulatorProcess, config: BenchConfig, workload: W
     dispatcher = Dispatcher(make_clients(sim), chat_ids=[CHAT_ID], sends_per_minute=0)
     await dispatcher.start()
     try:
-        checked = await dispatcher.verify_bots()
-        broken = {bot: str(err) for bot, err in checked.items() if isinstance(err, Exception)}
+        checked = await asyncio.gather(
+            *(
+                dispatcher.call(bot_id, "getMe", lambda c: c.get_me())
+                for bot_id in dispatcher.workers
+            ),
+            return_exceptions=True,
+        )
+        broken = {
+            bot: str(err)
+            for bot, err in zip(dispatcher.workers, checked, strict=True)
+            if isinstance(err, BaseException)
+        }
         if broken:
             raise RuntimeError(f"getMe failed on the simulator: {broken}")
         await sim_reset_stats(sim)

@@ -237,16 +237,6 @@ class WatermarkRepository:
         )
         return len(gap), reached
 
-    async def highest_held(self, chat_id: int) -> int:
-        """The highest message id of the chat a chunk or ledger row names (0: none)."""
-        chunks = await self._session.scalar(
-            select(func.max(Chunk.message_id)).where(Chunk.chat_id == chat_id)
-        )
-        ledger = await self._session.scalar(
-            select(func.max(GcEntry.message_id)).where(GcEntry.chat_id == chat_id)
-        )
-        return max(int(chunks or 0), int(ledger or 0))
-
     async def _held_ids(self, chat_id: int, low: int, high: int) -> set[int]:
         """Message ids strictly between `low` and `high` that a row holds."""
         return {int(i) for i in await self._session.scalars(_held(chat_id, low, high))}

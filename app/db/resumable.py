@@ -321,9 +321,6 @@ class TusRepository:
             )
         )
 
-    async def spool_paths(self) -> set[str]:
-        return await SpoolRepository(self._session).all_paths()
-
     async def _stored_pieces(self, partial: TusUpload) -> list[PieceSpec]:
         rows = (
             await self._session.execute(

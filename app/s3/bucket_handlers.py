@@ -19,7 +19,11 @@ from app.s3.xml.listings import (
     list_objects_v1_xml,
     list_objects_v2_xml,
 )
-from app.s3.xml.parsing import parse_delete_objects, parse_versioning_configuration
+from app.s3.xml.parsing import (
+    parse_create_bucket_configuration,
+    parse_delete_objects,
+    parse_versioning_configuration,
+)
 from app.s3.xml.responses import (
     DeleteError,
     delete_result_xml,
@@ -63,7 +67,16 @@ async def list_buckets(req: S3Request) -> Response:
 
 
 async def create_bucket(req: S3Request) -> Response:
-    await req.small_body()
+    location = parse_create_bucket_configuration(await req.small_body())
+    region = req.settings.s3_region
+    # As AWS: a bucket is made in the endpoint's region. Unset, any region
+    # is this endpoint's (SDKs send theirs).
+    if location is not None and region is not None and location != region:
+        raise S3Error(
+            "IllegalLocationConstraintException",
+            f"The {location} location constraint is incompatible with this endpoint's "
+            f"region, {region}.",
+        )
     await req.s3.create_bucket(req.bucket)
     return empty_response(headers={"Location": f"/{req.bucket}"})
 

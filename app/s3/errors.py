@@ -45,6 +45,11 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
         400,
         "Your proposed upload is smaller than the minimum allowed object size.",
     ),
+    "IllegalLocationConstraintException": (
+        400,
+        "The location constraint is incompatible for the region specific endpoint "
+        "this request was sent to.",
+    ),
     "IncompleteBody": (
         400,
         "You did not provide the number of bytes specified by the Content-Length HTTP header.",

@@ -51,9 +51,9 @@ from app.telegram.attempts import (
     OrphanHandler,
 )
 from app.telegram.client import BotClient
-from app.telegram.errors import DispatcherClosed, TelegramError
+from app.telegram.errors import DispatcherClosed
 from app.telegram.routing import Router
-from app.telegram.types import BotInfo, StoredDocument
+from app.telegram.types import StoredDocument
 from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job
 
 __all__ = ["BotStatus", "BotWorker", "Dispatcher", "Job"]
@@ -354,19 +354,6 @@ class Dispatcher:
         return await self._submit(
             kind, lambda client, _chat: run(client), pinned_bot=bot_id, priority=priority
         )
-
-    async def verify_bots(self) -> dict[int, BotInfo | TelegramError]:
-        """getMe on every bot; a revoked token takes its bot out of the pool."""
-
-        async def check(bot_id: int) -> BotInfo | TelegramError:
-            try:
-                return await self.call(bot_id, "getMe", lambda c: c.get_me())
-            except TelegramError as exc:
-                return exc
-
-        ids = list(self.workers)
-        results = await asyncio.gather(*(check(bot_id) for bot_id in ids))
-        return dict(zip(ids, results, strict=True))
 
     def client_for(self, bot_id: int) -> BotClient | None:
         """The client of a usable bot, for streaming file downloads."""

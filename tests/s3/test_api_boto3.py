@@ -97,6 +97,37 @@ async def test_bucket_lifecycle(s3: S3) -> None:
     assert code(await s3.error("list_objects_v2", Bucket="second")) == "NoSuchBucket"
 
 
+async def test_create_bucket_keeps_to_the_endpoints_region(
+    start_service: ServiceFactory,
+) -> None:
+    """As AWS: a CreateBucketConfiguration naming another region than the
+    endpoint's is refused (the body used to be read and thrown away); with no
+    S3_REGION set, the region an SDK sends is this endpoint's."""
+    regional = S3(await start_service(s3_credentials={ACCESS_KEY: SECRET}, s3_region="eu-west-1"))
+    regional.client = boto3.client(
+        "s3",
+        endpoint_url=regional.service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="eu-west-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
+    )
+    elsewhere = {"LocationConstraint": "us-west-2"}
+    error = await regional.error(
+        "create_bucket", Bucket="wrong-region", CreateBucketConfiguration=elsewhere
+    )
+    assert code(error) == "IllegalLocationConstraintException"
+    assert "us-west-2" in error.response["Error"]["Message"]
+    assert code(await regional.error("head_bucket", Bucket="wrong-region")) == "404"
+    here = {"LocationConstraint": "eu-west-1"}
+    await regional("create_bucket", Bucket="right-region", CreateBucketConfiguration=here)
+    await regional("head_bucket", Bucket="right-region")
+
+    anywhere = S3(await start_service(s3_credentials={ACCESS_KEY: SECRET}))
+    await anywhere("create_bucket", Bucket="any-region", CreateBucketConfiguration=elsewhere)
+    await anywhere("head_bucket", Bucket="any-region")
+
+
 @pytest.mark.parametrize("name", ["api", "health", "f", "metrics", "Bad_Name", "ab"])
 async def test_bucket_names_that_collide_or_are_invalid_are_refused(s3: S3, name: str) -> None:
     error = await s3.error("create_bucket", Bucket=name)
