@@ -48,6 +48,29 @@ T = TypeVar("T")
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
+#: Where SQL can differ between SQLite and Postgres, a test that uses a
+#: database runs on both (tests/README.md, "Which backend"): the repositories,
+#: migrations and single-statement paths (tests/db) and scale-out and crash
+#: recovery (tests/deploy), and any test or module marked `both_backends`
+#: (locking, races, the GC ledger, a client's whole session on Postgres).
+#: Everything else runs on SQLite: its HTTP answers do not depend on the SQL.
+BOTH_BACKENDS_UNDER = ("tests/db/", "tests/deploy/")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database" not in metafunc.fixturenames:
+        return
+    if any(
+        "database" in str(marker.args[0])
+        for marker in metafunc.definition.iter_markers("parametrize")
+    ):
+        return  # the test names its backends itself
+    path = metafunc.definition.path.relative_to(metafunc.config.rootpath).as_posix()
+    both = path.startswith(BOTH_BACKENDS_UNDER) or metafunc.definition.get_closest_marker(
+        "both_backends"
+    )
+    metafunc.parametrize("database", BACKENDS if both else ["sqlite"], indirect=True)
+
 
 def in_own_thread(function: Callable[..., T], *args: Any) -> T:
     """Run blocking setup code that starts its own event loop (asyncio.run, Alembic).
@@ -195,9 +218,10 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- the fixtures tests use ----------------------------------------------------
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
-    """A migrated database with empty tables, on each backend."""
+    """A migrated database with empty tables, on the backends a test runs on
+    (`pytest_generate_tests`)."""
     if request.param == "sqlite":
         template: Path = request.getfixturevalue("sqlite_template")
         path = tmp_path / "test.db"

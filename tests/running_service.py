@@ -28,6 +28,7 @@ from app.config import BotToken, Settings
 from app.demo import create_api_key
 from app.main import create_app
 from app.serving import serve_in_task
+from app.telegram.client import tls_context
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from tests.db.helpers import Database
 
@@ -49,6 +50,9 @@ class Service:
         return {"Authorization": f"Bearer {self.key}"}
 
     def client(self, **options: Any) -> httpx.AsyncClient:
+        # The process's one TLS context: a client making its own loads the
+        # CA roots again (40-60 ms), in almost every test.
+        options.setdefault("verify", tls_context())
         return httpx.AsyncClient(base_url=self.url, timeout=30, **options)
 
     def live_messages(self) -> list[int]:
@@ -118,12 +122,11 @@ class ServiceLauncher:
         url = await self._stack.enter_async_context(serve_in_task(app))
         service = Service(url=url, key=key, sim=sim, settings=settings, app=app)
         if wait_ready:
+            # Awaited, not polled: most of a test's start-up was spent
+            # between polls of /ready.
+            await asyncio.wait_for(app.state.services.wait_ready(), 10)
             async with service.client() as http:
-
-                async def ready() -> bool:
-                    return (await http.get("/ready")).status_code == 200
-
-                await eventually(ready)
+                assert (await http.get("/ready")).status_code == 200
         return service
 
     async def aclose(self) -> None:

@@ -23,6 +23,9 @@ from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_toke
 from tests.db.helpers import Database
 from tests.running_service import CHAT_ID, make_settings
 
+# Postgres too: instance rows and leases at start and stop (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 
 class Refused(Exception):
     pass

@@ -10,6 +10,7 @@ asyncio.run): call it from the CLI, or via `asyncio.to_thread` from async code.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -47,8 +48,10 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
-    """The revision the code needs."""
+    """The revision the code needs (read once: the scripts do not change
+    while the process runs, and reading them costs tens of milliseconds)."""
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:
         raise RuntimeError("no migration scripts found")

@@ -14,6 +14,9 @@ from tests.running_service import CHUNK, Service
 from tests.running_service import payload as data
 from tests.s3.test_api_boto3 import S3, code, read
 
+# Postgres too: conditions checked under the key's lock (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 
 @pytest.fixture
 async def s3(s3_service: Service) -> S3:

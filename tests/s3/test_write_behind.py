@@ -21,6 +21,9 @@ from botocore.exceptions import ClientError
 from app.store.writer import plan_chunk_size
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
+# Postgres too: spooled parts and their rows (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 ACCESS_KEY = "AKIDWRITEBEHIND"
 SECRET = "write-behind-test-secret-0123456789"
 PART = 40 * 1024  # under half the pool (3 bots x 64 KiB): spooled

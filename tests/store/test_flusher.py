@@ -25,6 +25,9 @@ from app.telegram.errors import TransientError
 from tests.running_service import eventually
 from tests.store.test_writer import FakeTelegram, pieces
 
+# Postgres too: the spool's rows, claimed by instances (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 CHUNK = 4096
 Sessions = async_sessionmaker[AsyncSession]
 

@@ -26,6 +26,9 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 
+# Postgres too: leases are rows every instance races for (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 Sessions = async_sessionmaker[AsyncSession]
 CHAT_ID = -1001234567890
 LEASE = 1.5  # seconds; rounds every 0.3 s

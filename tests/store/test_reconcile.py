@@ -48,6 +48,9 @@ from app.telegram.types import StoredDocument
 from tests.db.helpers import Database
 from tests.running_service import CHAT_ID, CHUNK, eventually, make_settings, payload
 
+# Postgres too: crash recovery: intents and watermarks (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 NATIVE = "_native"
 
 

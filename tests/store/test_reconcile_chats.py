@@ -37,6 +37,9 @@ from app.telegram.types import StoredDocument
 from tests.db.helpers import Database
 from tests.running_service import CHUNK, eventually, make_settings, payload
 
+# Postgres too: crash recovery: intents and watermarks per chat (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 CHATS = [-1001000000201, -1001000000202]
 NATIVE = "_native"
 

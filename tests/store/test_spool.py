@@ -15,6 +15,9 @@ from app.store import spool as spool_module
 from app.store.errors import UploadTooLarge
 from app.store.spool import Spool, SpoolFull
 
+# Postgres too: the spool's rows, adopted after a crash (tests/README.md, "Which backend").
+pytestmark = pytest.mark.both_backends
+
 
 async def stream(*pieces: bytes) -> AsyncIterator[bytes]:
     for piece in pieces:
