@@ -163,9 +163,9 @@ def test_the_installed_program_migrates_serves_uploads_and_downloads(
     assert link.startswith(f"{base}/f/"), link
     _run(installed, ["download", link, "-o", "copy.bin"], env=client_env, cwd=elsewhere)
     copy = elsewhere / "copy.bin"
-    assert hashlib.sha256(copy.read_bytes()).digest() == hashlib.sha256(
-        source.read_bytes()
-    ).digest()
+    assert (
+        hashlib.sha256(copy.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
+    )
 
 
 def _ready(base: str) -> bool:
