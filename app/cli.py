@@ -134,14 +134,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=cmd_check)
 
-    up = commands.add_parser("upload", help="upload files to a running TeleUploader")
+    up = commands.add_parser(
+        "upload",
+        help="upload files to a running TeleUploader; prints each file's link on stdout",
+    )
     up.add_argument("files", nargs="+", metavar="FILE")
+    up.add_argument(
+        "-r",
+        "--recursive",
+        action="store_true",
+        help="upload every file under a directory (each keeps its own name, not its path)",
+    )
+    up.add_argument(
+        "--json", action="store_true", help="print each stored file as a JSON line instead"
+    )
     _client_options(up)
     up.set_defaults(handler=cmd_upload)
 
     down = commands.add_parser("download", help="download a file by public id or URL")
     down.add_argument("public_id", metavar="PUBLIC_ID")
     down.add_argument("-o", "--output", help="where to save (default: the file's name)")
+    down.add_argument("--force", action="store_true", help="overwrite an existing file")
+    down.add_argument(
+        "--json", action="store_true", help="print what was saved as a JSON line instead"
+    )
     _client_options(down)
     down.set_defaults(handler=cmd_download)
 
@@ -335,22 +351,52 @@ def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
+    """Links (or JSON lines) on stdout, one per file as it is stored, so that
+    `URL=$(teleuploader upload f)` works; progress and errors on stderr."""
+    import json
+
     from rich.console import Console
 
-    from app.client_cli import upload
+    from app.client_cli import files_to_upload, upload
 
-    upload(args.files, url=args.url, key=args.key, console=Console(stderr=True))
+    paths = files_to_upload(args.files, recursive=args.recursive)
+    for stored in upload(paths, url=args.url, key=args.key, console=Console(stderr=True)):
+        if args.json:
+            print(json.dumps({"path": str(stored.path), **stored.file}), flush=True)
+        else:
+            print(stored.link, flush=True)
     return 0
 
 
 def cmd_download(args: argparse.Namespace) -> int:
+    import json
+
     from rich.console import Console
 
     from app.client_cli import download
 
-    download(
-        args.public_id, url=args.url, key=args.key, output=args.output, console=Console(stderr=True)
+    saved = download(
+        args.public_id,
+        url=args.url,
+        key=args.key,
+        output=args.output,
+        force=args.force,
+        console=Console(stderr=True),
     )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "path": str(saved.path),
+                    "public_id": saved.public_id,
+                    "size_bytes": saved.size,
+                    "sha256": saved.sha256,
+                    "verified": saved.verified,
+                }
+            )
+        )
+    else:
+        print(saved.path)
     return 0
 
 
@@ -373,7 +419,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             api_base=settings.telegram_api_base,
         )
     )
-    console = Console()
+    # Piped (as deploy/README.md runs it) nothing is cut to fit 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=10_000)
     bots_ok = check_bots(rows, console)
     asyncio.run(audit_storage_chat(settings, rows, console))
     budget_ok = check_budget(settings, console)
