@@ -10,8 +10,8 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from app.config import Settings, SettingsError, load_settings
@@ -30,6 +30,23 @@ T = TypeVar("T")
 
 class CliError(Exception):
     """A problem to report in one line."""
+
+
+@contextmanager
+def database_problems(setting: str, url: str) -> Iterator[None]:
+    """Turn a database that cannot be used into one line naming `setting`."""
+    from app.db.problems import explain, problem_before_connecting, shown_url
+
+    early = problem_before_connecting(url)
+    if early is not None:
+        raise CliError(f"{setting} ({shown_url(url)}): {early}")
+    try:
+        yield
+    except Exception as exc:
+        reason = explain(exc, url)
+        if reason is None:
+            raise
+        raise CliError(f"{setting} ({shown_url(url)}): {reason}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,8 +73,10 @@ def _one_line(exc: Exception) -> str | None:
     from app.client_cli import ClientError
     from app.db.migrations import SchemaOutOfDate
     from app.services import StartupError
+    from app.serving import CannotListen
 
-    if isinstance(exc, (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate)):
+    one_line = (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate, CannotListen)
+    if isinstance(exc, one_line):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})".strip()
@@ -207,10 +226,12 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.logging import configure_logging
     from app.main import create_app, shutdown_delay
-    from app.serving import run_server
+    from app.serving import bind_listener, run_server
 
     settings = load_settings()
     asyncio.run(_precheck(settings))
+    # Before the services start: they take bot leases and call Telegram.
+    sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     run_server(
@@ -219,6 +240,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.port,
         grace_seconds=settings.shutdown_grace_seconds,
         delay_seconds=lambda: shutdown_delay(app),
+        sock=sock,
     )
     return 0
 
@@ -235,19 +257,22 @@ async def _precheck(settings: Settings) -> None:
         raise StartupError(
             "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
         )
-    engine = create_engine(settings.database_url)
-    try:
-        await check_schema(engine)
-    finally:
-        await engine.dispose()
+    with database_problems("DATABASE_URL", settings.database_url):
+        engine = create_engine(settings.database_url)
+        try:
+            await check_schema(engine)
+        finally:
+            await engine.dispose()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from app.db.migrations import upgrade
 
     settings = load_settings()
+    setting = "MIGRATION_DATABASE_URL" if settings.migration_database_url else "DATABASE_URL"
     url = settings.migration_database_url or settings.database_url
-    upgrade(url)
+    with database_problems(setting, url):
+        upgrade(url)
     print("database schema is up to date")
     return 0
 
@@ -344,7 +369,8 @@ def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
         finally:
             await sessions.engine.dispose()
 
-    return asyncio.run(go())
+    with database_problems("DATABASE_URL", settings.database_url):
+        return asyncio.run(go())
 
 
 # --- client commands and checks ------------------------------------------------------
