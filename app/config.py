@@ -336,8 +336,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
     )
-    log_format: Literal["json", "console"] = Field(
-        default="json", validation_alias=AliasChoices("LOG_FORMAT", "log_format")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        validation_alias=AliasChoices("LOG_FORMAT", "log_format"),
+        description="auto: console lines on a terminal, JSON lines otherwise (journald).",
     )
 
     @field_validator("log_level", mode="before")
