@@ -109,7 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=4000, help="port of the service (4000)")
     demo.add_argument("--bots", type=int, default=4, help="simulated bots (4)")
-    demo.add_argument("--data-dir", default=None, help="where the demo database lives (a temp dir)")
+    demo.add_argument(
+        "--data-dir",
+        default=None,
+        help="keep the demo's database, keys and simulated chat here across restarts "
+        "(default: a temporary directory, removed when the demo stops)",
+    )
     demo.set_defaults(handler=cmd_demo)
 
     sim = commands.add_parser(
@@ -480,10 +485,25 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import signal
+
     from app.demo import demo_directory, run_demo
 
-    directory = demo_directory(args.data_dir)
-    asyncio.run(run_demo(port=args.port, bots=args.bots, directory=directory))
+    # SIGTERM stops the demo as Ctrl-C does: asyncio cancels it, and its
+    # temporary directory is removed on the way out.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: os.kill(os.getpid(), signal.SIGINT))
+    with demo_directory(args.data_dir) as directory:
+        try:
+            asyncio.run(
+                run_demo(
+                    port=args.port,
+                    bots=args.bots,
+                    directory=directory,
+                    kept=args.data_dir is not None,
+                )
+            )
+        except KeyboardInterrupt:
+            print("demo stopped", file=sys.stderr)
     return 0
 
 
