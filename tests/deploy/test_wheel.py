@@ -63,27 +63,51 @@ def _uv(*args: str | os.PathLike[str], cwd: Path = REPO) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """sdist -> wheel -> a new venv, far from the checkout."""
-    work = tmp_path_factory.mktemp("wheel")
-    dist = work / "dist"
-    _uv("build", "--quiet", "--out-dir", dist, REPO)
-    (sdist,) = dist.glob("teleuploader-*.tar.gz")
-    (wheel,) = dist.glob("teleuploader-*.whl")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist, and the wheel built from it."""
+    out = tmp_path_factory.mktemp("dist")
+    _uv("build", "--quiet", "--out-dir", out, REPO)
+    (sdist,) = out.glob("teleuploader-*.tar.gz")
+    (wheel,) = out.glob("teleuploader-*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module", params=["locked", "oldest"])
+def installed(
+    request: pytest.FixtureRequest,
+    dist: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Installed:
+    """The wheel in a new venv, far from the checkout, with the runtime
+    dependencies at the versions of uv.lock, or at the oldest versions
+    pyproject.toml allows (uv's lowest-direct resolution: each dependency
+    named there at its lower bound, what they need in turn at its newest),
+    which shows that those lower bounds really work."""
+    sdist, wheel = dist
+    work = tmp_path_factory.mktemp(str(request.param))
     requirements = work / "requirements.txt"
-    _uv("export", "--frozen", "--quiet", "--no-emit-project", "--output-file", requirements)
     venv = work / "venv"
     _uv("venv", "--quiet", "--python", sys.executable, venv)
     python = venv / "bin" / "python"
-    _uv("pip", "install", "--quiet", "--python", python, "--no-deps", "-r", requirements)
-    _uv("pip", "install", "--quiet", "--python", python, "--no-deps", wheel)
+    if request.param == "locked":
+        _uv("export", "--frozen", "--quiet", "--no-emit-project", "--output-file", requirements)
+    else:
+        _uv(
+            "pip", "compile", "--quiet", "--python", python, "--resolution", "lowest-direct",
+            REPO / "pyproject.toml", "--output-file", requirements,
+        )  # fmt: skip
+    # Byte-code compiled once here, as pip does, not by every command run.
+    install = ("pip", "install", "--quiet", "--python", python, "--no-deps", "--compile-bytecode")
+    _uv(*install, "-r", requirements)
+    _uv(*install, wheel)
     return Installed(venv=venv, sdist=sdist, wheel=wheel)
 
 
-def test_sdist_and_wheel_carry_the_migrations_and_the_page(installed: Installed) -> None:
-    with tarfile.open(installed.sdist) as sdist:
+def test_sdist_and_wheel_carry_the_migrations_and_the_page(dist: tuple[Path, Path]) -> None:
+    sdist_path, wheel_path = dist
+    with tarfile.open(sdist_path) as sdist:
         in_sdist = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    with zipfile.ZipFile(installed.wheel) as wheel:
+    with zipfile.ZipFile(wheel_path) as wheel:
         in_wheel = set(wheel.namelist())
     for path in (MIGRATION, "app/migrations/env.py", "app/web/static/index.html", "LICENSE"):
         assert path in in_sdist, path
@@ -175,6 +199,7 @@ def _ready(base: str) -> bool:
         return False
 
 
+@pytest.mark.parametrize("installed", ["locked"], indirect=True)
 def test_the_installed_demo_starts_and_stops(
     installed: Installed, elsewhere: Path, processes: Processes
 ) -> None:
