@@ -171,9 +171,8 @@ def test_env_example_lists_every_setting() -> None:
         for line in text.splitlines()
         if line.startswith(("#DATABASE_URL=", "#MIGRATION_DATABASE_URL="))
     )
-    settings = Settings(  # type: ignore[arg-type]
-        _env_file=None, **{key.lower(): value for key, value in (values | postgres).items()}
-    )
+    with_postgres = {key.lower(): value for key, value in (values | postgres).items()}
+    settings = Settings(_env_file=None, **with_postgres)  # type: ignore[arg-type]
     assert settings.database_url.endswith(":6432/teleuploader")  # pgbouncer
     assert settings.migration_database_url is not None
     assert settings.migration_database_url.endswith(":5432/teleuploader")  # direct
