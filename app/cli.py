@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from app import __version__
 from app.config import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="teleuploader",
         description="Store files in a private Telegram channel through a pool of bots.",
     )
+    parser.add_argument("--version", action="version", version=f"teleuploader {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     serve = commands.add_parser(

@@ -101,7 +101,7 @@ def test_run_installs_the_runtime_alone_and_only_once(checkout: Checkout) -> Non
     calls = checkout.run("run", "demo", "--port", "4001")
 
     syncs = [call for call in calls if call.startswith("sync")]
-    assert syncs == ["sync --frozen --quiet --no-extra dev --inexact"]
+    assert syncs == ["sync --frozen --quiet --no-extra dev --inexact --compile-bytecode"]
     assert calls[-1] == "teleuploader demo --port 4001"
     assert checkout.run("run", "demo") == ["teleuploader demo"]
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -168,6 +169,8 @@ def test_the_installed_program_migrates_serves_uploads_and_downloads(
     ).stdout
     assert Path(where.strip()).is_relative_to(installed.venv), where
 
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert _run(installed, ["--version"], env=env, cwd=elsewhere) == f"teleuploader {version}\n"
     assert "up to date" in _run(installed, ["migrate"], env=env, cwd=elsewhere)
     assert (elsewhere / "teleuploader.db").is_file()
     key = _run(installed, ["keys", "create", "me"], env=env, cwd=elsewhere).strip()
