@@ -11,7 +11,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING, TypeVar
 
 from app import __version__
@@ -487,15 +487,12 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    import signal
-
     from app.demo import demo_directory, run_demo
 
-    # SIGTERM stops the demo as Ctrl-C does: asyncio cancels it, and its
-    # temporary directory is removed on the way out.
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: os.kill(os.getpid(), signal.SIGINT))
+    # Ctrl-C and SIGTERM both stop the demo, and its temporary directory is
+    # removed on the way out.
     with demo_directory(args.data_dir) as directory:
-        try:
+        with suppress(KeyboardInterrupt):  # Ctrl-C: the normal way to stop
             asyncio.run(
                 run_demo(
                     port=args.port,
@@ -504,8 +501,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     kept=args.data_dir is not None,
                 )
             )
-        except KeyboardInterrupt:
-            print("demo stopped", file=sys.stderr)
+        print("demo stopped", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -121,7 +122,12 @@ def _sample(directory: Path) -> Path:
 
 
 async def run_demo(*, port: int, bots: int, directory: Path, kept: bool) -> None:
-    """Serve until cancelled (Ctrl-C). `kept`: the directory outlives the demo."""
+    """Serve until SIGTERM, or cancelled (Ctrl-C). `kept`: the directory
+    outlives the demo."""
+    # Handled here, not through SIGINT: a demo started in the background by a
+    # shell ignores SIGINT, and must still stop (and clean up) on SIGTERM.
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     configure_logging("WARNING", "console")
     database_url = f"sqlite+aiosqlite:///{directory / 'demo.db'}"
     await asyncio.to_thread(upgrade, database_url)
@@ -147,7 +153,7 @@ async def run_demo(*, port: int, bots: int, directory: Path, kept: bool) -> None
             )
             async with serve_in_task(create_app(settings), port=port) as base:
                 print(_banner(base, credentials, bots, directory, sample, kept), flush=True)
-                await asyncio.Event().wait()
+                await stop.wait()
     finally:
         sim.close()
 

@@ -9,6 +9,7 @@ import re
 import shlex
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -25,9 +26,12 @@ from tests.deploy.conftest import (
 )
 
 
-def _start(processes: Processes, env: dict[str, str], *args: str) -> tuple[Proc, str]:
+def _start(
+    processes: Processes, env: dict[str, str], *args: str, prefix: Sequence[str] = ()
+) -> tuple[Proc, str]:
     port = free_port()
-    demo = processes.start("demo", [TELEUPLOADER, "demo", "--port", str(port), *args], env=env)
+    command = [*prefix, TELEUPLOADER, "demo", "--port", str(port), *args]
+    demo = processes.start("demo", command, env=env)
     base = f"http://127.0.0.1:{port}"
     wait_for(
         lambda: "Press Ctrl-C" in demo.stdout(), within=START_TIMEOUT, what="the banner", proc=demo
@@ -82,13 +86,22 @@ def test_a_demo_with_a_data_dir_restarts_and_still_serves_its_files(
     _stop(again)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_plain_demo_leaves_nothing_behind(tmp_path: Path, processes: Processes, sig: int) -> None:
+@pytest.mark.parametrize(
+    ("sig", "background"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+    ids=["ctrl-c", "sigterm", "sigterm-started-in-the-background"],
+)
+def test_a_plain_demo_leaves_nothing_behind(
+    tmp_path: Path, processes: Processes, sig: int, background: bool
+) -> None:
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     env = base_env(tmp_path, TMPDIR=str(temporary))
 
-    demo, _base = _start(processes, env)
+    # A shell starts a background job with SIGINT ignored; `trap "" INT`
+    # then exec gives the demo the same start.
+    prefix = ["/bin/sh", "-c", 'trap "" INT; exec "$@"', "sh"] if background else []
+    demo, _base = _start(processes, env, prefix=prefix)
     assert list(temporary.iterdir())  # its database and spool live there meanwhile
     _stop(demo, sig)
 
