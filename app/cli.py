@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING, TypeVar
 
+from app import __version__
 from app.config import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -30,6 +31,23 @@ T = TypeVar("T")
 
 class CliError(Exception):
     """A problem to report in one line."""
+
+
+@contextmanager
+def database_problems(setting: str, url: str) -> Iterator[None]:
+    """Turn a database that cannot be used into one line naming `setting`."""
+    from app.db.problems import explain, problem_before_connecting, shown_url
+
+    early = problem_before_connecting(url)
+    if early is not None:
+        raise CliError(f"{setting} ({shown_url(url)}): {early}")
+    try:
+        yield
+    except Exception as exc:
+        reason = explain(exc, url)
+        if reason is None:
+            raise
+        raise CliError(f"{setting} ({shown_url(url)}): {reason}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,8 +74,10 @@ def _one_line(exc: Exception) -> str | None:
     from app.client_cli import ClientError
     from app.db.migrations import SchemaOutOfDate
     from app.services import StartupError
+    from app.serving import CannotListen
 
-    if isinstance(exc, (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate)):
+    one_line = (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate, CannotListen)
+    if isinstance(exc, one_line):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{exc.strerror or exc} ({getattr(exc, 'filename', '') or ''})".strip()
@@ -71,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="teleuploader",
         description="Store files in a private Telegram channel through a pool of bots.",
     )
+    parser.add_argument("--version", action="version", version=f"teleuploader {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     serve = commands.add_parser(
@@ -90,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--port", type=int, default=4000, help="port of the service (4000)")
     demo.add_argument("--bots", type=int, default=4, help="simulated bots (4)")
-    demo.add_argument("--data-dir", default=None, help="where the demo database lives (a temp dir)")
+    demo.add_argument(
+        "--data-dir",
+        default=None,
+        help="keep the demo's database, keys and simulated chat here across restarts "
+        "(default: a temporary directory, removed when the demo stops)",
+    )
     demo.set_defaults(handler=cmd_demo)
 
     sim = commands.add_parser(
@@ -134,14 +160,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=cmd_check)
 
-    up = commands.add_parser("upload", help="upload files to a running TeleUploader")
+    up = commands.add_parser(
+        "upload",
+        help="upload files to a running TeleUploader; prints each file's link on stdout",
+    )
     up.add_argument("files", nargs="+", metavar="FILE")
+    up.add_argument(
+        "-r",
+        "--recursive",
+        action="store_true",
+        help="upload every file under a directory (each keeps its own name, not its path)",
+    )
+    up.add_argument(
+        "--json", action="store_true", help="print each stored file as a JSON line instead"
+    )
     _client_options(up)
     up.set_defaults(handler=cmd_upload)
 
     down = commands.add_parser("download", help="download a file by public id or URL")
     down.add_argument("public_id", metavar="PUBLIC_ID")
     down.add_argument("-o", "--output", help="where to save (default: the file's name)")
+    down.add_argument("--force", action="store_true", help="overwrite an existing file")
+    down.add_argument(
+        "--json", action="store_true", help="print what was saved as a JSON line instead"
+    )
     _client_options(down)
     down.set_defaults(handler=cmd_download)
 
@@ -191,10 +233,12 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.logging import configure_logging
     from app.main import create_app, shutdown_delay
-    from app.serving import run_server
+    from app.serving import bind_listener, run_server
 
     settings = load_settings()
     asyncio.run(_precheck(settings))
+    # Before the services start: they take bot leases and call Telegram.
+    sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     run_server(
@@ -203,6 +247,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=settings.port,
         grace_seconds=settings.shutdown_grace_seconds,
         delay_seconds=lambda: shutdown_delay(app),
+        sock=sock,
     )
     return 0
 
@@ -219,19 +264,22 @@ async def _precheck(settings: Settings) -> None:
         raise StartupError(
             "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
         )
-    engine = create_engine(settings.database_url)
-    try:
-        await check_schema(engine)
-    finally:
-        await engine.dispose()
+    with database_problems("DATABASE_URL", settings.database_url):
+        engine = create_engine(settings.database_url)
+        try:
+            await check_schema(engine)
+        finally:
+            await engine.dispose()
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from app.db.migrations import upgrade
 
     settings = load_settings()
+    setting = "MIGRATION_DATABASE_URL" if settings.migration_database_url else "DATABASE_URL"
     url = settings.migration_database_url or settings.database_url
-    upgrade(url)
+    with database_problems(setting, url):
+        upgrade(url)
     print("database schema is up to date")
     return 0
 
@@ -328,29 +376,60 @@ def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
         finally:
             await sessions.engine.dispose()
 
-    return asyncio.run(go())
+    with database_problems("DATABASE_URL", settings.database_url):
+        return asyncio.run(go())
 
 
 # --- client commands and checks ------------------------------------------------------
 
 
 def cmd_upload(args: argparse.Namespace) -> int:
+    """Links (or JSON lines) on stdout, one per file as it is stored, so that
+    `URL=$(teleuploader upload f)` works; progress and errors on stderr."""
+    import json
+
     from rich.console import Console
 
-    from app.client_cli import upload
+    from app.client_cli import files_to_upload, upload
 
-    upload(args.files, url=args.url, key=args.key, console=Console(stderr=True))
+    paths = files_to_upload(args.files, recursive=args.recursive)
+    for stored in upload(paths, url=args.url, key=args.key, console=Console(stderr=True)):
+        if args.json:
+            print(json.dumps({"path": str(stored.path), **stored.file}), flush=True)
+        else:
+            print(stored.link, flush=True)
     return 0
 
 
 def cmd_download(args: argparse.Namespace) -> int:
+    import json
+
     from rich.console import Console
 
     from app.client_cli import download
 
-    download(
-        args.public_id, url=args.url, key=args.key, output=args.output, console=Console(stderr=True)
+    saved = download(
+        args.public_id,
+        url=args.url,
+        key=args.key,
+        output=args.output,
+        force=args.force,
+        console=Console(stderr=True),
     )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "path": str(saved.path),
+                    "public_id": saved.public_id,
+                    "size_bytes": saved.size,
+                    "sha256": saved.sha256,
+                    "verified": saved.verified,
+                }
+            )
+        )
+    else:
+        print(saved.path)
     return 0
 
 
@@ -373,7 +452,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             api_base=settings.telegram_api_base,
         )
     )
-    console = Console()
+    # Piped (as deploy/README.md runs it) nothing is cut to fit 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=10_000)
     bots_ok = check_bots(rows, console)
     asyncio.run(audit_storage_chat(settings, rows, console))
     budget_ok = check_budget(settings, console)
@@ -409,8 +489,19 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.demo import demo_directory, run_demo
 
-    directory = demo_directory(args.data_dir)
-    asyncio.run(run_demo(port=args.port, bots=args.bots, directory=directory))
+    # Ctrl-C and SIGTERM both stop the demo, and its temporary directory is
+    # removed on the way out.
+    with demo_directory(args.data_dir) as directory:
+        with suppress(KeyboardInterrupt):  # Ctrl-C: the normal way to stop
+            asyncio.run(
+                run_demo(
+                    port=args.port,
+                    bots=args.bots,
+                    directory=directory,
+                    kept=args.data_dir is not None,
+                )
+            )
+        print("demo stopped", file=sys.stderr)
     return 0
 
 

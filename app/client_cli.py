@@ -6,11 +6,14 @@ a rich progress bar with bytes, rate and ETA.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mimetypes
 import os
 import re
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
@@ -79,16 +82,45 @@ class _ProgressFile:
         return self._file.seek(offset, whence)
 
 
-def upload(paths: list[str], *, url: str, key: str | None, console: Console) -> list[str]:
-    """Upload files as new files (POST /api/upload); returns their download URLs."""
+@dataclass(frozen=True)
+class Uploaded:
+    """A file stored by `upload`: the local path and the service's answer."""
+
+    path: Path
+    file: dict[str, Any]
+
+    @property
+    def link(self) -> str:
+        return str(self.file["download_url"])
+
+
+def files_to_upload(names: list[str], *, recursive: bool) -> list[Path]:
+    """The files named, a directory's files (every one under it) with
+    `recursive`; checked before anything is sent."""
+    found: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if path.is_dir():
+            if not recursive:
+                raise ClientError(
+                    f"{name} is a directory: pass --recursive to upload every file under it"
+                )
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ClientError(f"{name}: no such file")
+    return found
+
+
+def upload(paths: list[Path], *, url: str, key: str | None, console: Console) -> Iterator[Uploaded]:
+    """Upload files as new files (POST /api/upload), one after another,
+    yielding each as it is stored. The service keeps a file's own name (not
+    its directory)."""
     if not key:
         raise ClientError("an API key is needed: pass --key or set TELEUPLOADER_KEY")
-    links = []
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=None, write=None)) as http:
-        for name in paths:
-            path = Path(name)
-            if not path.is_file():
-                raise ClientError(f"{name}: no such file")
+        for path in paths:
             size = path.stat().st_size
             mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
             with _progress(console) as progress, path.open("rb") as file:
@@ -101,13 +133,10 @@ def upload(paths: list[str], *, url: str, key: str | None, console: Console) -> 
                         headers={"Authorization": f"Bearer {key}"},
                     )
                 except httpx.HTTPError as exc:
-                    raise ClientError(f"upload of {name} to {url} failed: {exc}") from None
+                    raise ClientError(f"upload of {path} to {url} failed: {exc}") from None
             if response.status_code != 201:
-                raise ClientError(f"upload of {name}: {_explain(response)}")
-            link = str(response.json()["download_url"])
-            console.print(f"{path.name}: {link}")
-            links.append(link)
-    return links
+                raise ClientError(f"upload of {path}: {_explain(response)}")
+            yield Uploaded(path, response.json())
 
 
 def _public_id(reference: str) -> str:
@@ -126,11 +155,31 @@ def _filename(response: httpx.Response, fallback: str) -> str:
     return os.path.basename(name) or fallback
 
 
+@dataclass(frozen=True)
+class Downloaded:
+    path: Path
+    public_id: str
+    size: int
+    sha256: str
+    verified: bool
+
+
 def download(
-    reference: str, *, url: str, key: str | None, output: str | None, console: Console
-) -> Path:
+    reference: str,
+    *,
+    url: str,
+    key: str | None,
+    output: str | None,
+    force: bool,
+    console: Console,
+) -> Downloaded:
+    """Save a file; never over an existing one unless `force`. The bytes go
+    to a temporary file beside the target, which replaces it only once the
+    whole file arrived and its SHA-256 matched."""
     public_id = _public_id(reference)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if output is not None:
+        _check_may_write(Path(output), force)
     with httpx.Client(base_url=url, timeout=httpx.Timeout(30, read=120)) as http:
         try:
             info = http.get(f"/file/{quote(public_id)}/info", headers=headers)
@@ -142,20 +191,48 @@ def download(
                     response.read()
                     raise ClientError(f"{public_id}: {_explain(response)}")
                 target = Path(output or _filename(response, public_id))
-                total = int(response.headers.get("content-length", 0)) or None
-                digest = hashlib.sha256()
-                with _progress(console) as progress, target.open("wb") as file:
-                    task = progress.add_task(f"download {target.name}", total=total)
-                    for block in _blocks(response):
-                        file.write(block)
-                        digest.update(block)
-                        progress.advance(task, len(block))
+                _check_may_write(target, force)
+                digest, size = _save(response, target, expected, force, console)
         except httpx.HTTPError as exc:
             raise ClientError(f"download of {public_id} from {url} failed: {exc}") from None
-    if expected and digest.hexdigest() != expected:
-        raise ClientError(f"{target}: SHA-256 does not match the server's ({expected})")
     console.print(f"saved {target} (SHA-256 verified)" if expected else f"saved {target}")
-    return target
+    return Downloaded(target, public_id, size, digest, verified=bool(expected))
+
+
+def _check_may_write(target: Path, force: bool) -> None:
+    if target.is_dir():
+        raise ClientError(f"{target} is a directory: give the file's path with -o")
+    if target.exists() and not force:
+        raise ClientError(f"{target} exists: pass --force to overwrite it, or -o to save elsewhere")
+
+
+def _save(
+    response: httpx.Response, target: Path, expected: str | None, force: bool, console: Console
+) -> tuple[str, int]:
+    total = int(response.headers.get("content-length", 0)) or None
+    digest = hashlib.sha256()
+    size = 0
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".part"
+    )
+    try:
+        with _progress(console) as progress, os.fdopen(handle, "wb") as file:
+            task = progress.add_task(f"download {target.name}", total=total)
+            for block in _blocks(response):
+                file.write(block)
+                digest.update(block)
+                size += len(block)
+                progress.advance(task, len(block))
+        if expected and digest.hexdigest() != expected:
+            raise ClientError(f"{target}: SHA-256 does not match the server's ({expected})")
+        # Checked again: the file may have appeared while the bytes came.
+        _check_may_write(target, force)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return digest.hexdigest(), size
 
 
 def _blocks(response: httpx.Response) -> Iterator[bytes]:
@@ -167,7 +244,8 @@ def check_bots(rows: list[dict[str, Any]], console: Console) -> bool:
     True when every bot can work in every storage chat."""
     table = Table(title="Bots in the storage chats")
     for column in ("bot id", "chat id", "username", "admin", "can post", "can delete", "problem"):
-        table.add_column(column)
+        # A narrow terminal wraps a value rather than cut it short.
+        table.add_column(column, overflow="fold")
     failing: list[str] = []
     for row in rows:
         usable = row["admin"] and row["can_post"] and row["can_delete"] and not row["problem"]

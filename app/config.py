@@ -54,11 +54,46 @@ class BotToken:
     def parse(cls, text: str) -> BotToken:
         match = _TOKEN_RE.match(text.strip())
         if match is None:
-            # Show only what is safe: the part before ':' if it is numeric.
-            head = text.strip().split(":", 1)[0]
-            shown = f"{head}:***" if head.isdigit() else "<unparseable>"
-            raise ValueError(f"bot token {shown} is not of the form <digits>:<secret>")
+            raise ValueError(_why_not_a_token(text.strip()))
         return cls(bot_id=int(match.group(1)), secret=match.group(2))
+
+
+TOKEN_RULE = (
+    "a token is <bot id>:<secret> as @BotFather gives it, the bot id 3 to 20 digits "
+    "and the secret at least 20 of A-Z a-z 0-9 _ -"
+)
+
+
+def _why_not_a_token(text: str) -> str:
+    """What is wrong with a text that is not a token, showing only what is
+    safe: the bot id, never any of the secret."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return "it is in quotes; values are taken literally, leave the quotes out"
+    head, colon, secret = text.partition(":")
+    if not colon:
+        return "it has no ':'"
+    if not head.isdigit():
+        return "the part before ':' is not a bot id"
+    shown = f"({head}:***): "
+    if not 3 <= len(head) <= 20:
+        return f"{shown}its bot id has {len(head)} digits"
+    if re.fullmatch(r"[A-Za-z0-9_-]*", secret) is None:
+        return f"{shown}its secret has a character other than A-Z a-z 0-9 _ -"
+    return f"{shown}its secret is {len(secret)} characters long"
+
+
+def parse_tokens(texts: list[str]) -> list[BotToken]:
+    """Each text a token; a bad one is named by its place in the list."""
+    tokens = []
+    for number, text in enumerate(texts, start=1):
+        try:
+            tokens.append(BotToken.parse(text))
+        except ValueError as exc:
+            where = f"token {number} of {len(texts)}"
+            problem = str(exc)
+            joiner = " " if problem.startswith("(") else ": "
+            raise ValueError(f"{where}{joiner}{problem} ({TOKEN_RULE})") from None
+    return tokens
 
 
 def _split_csv(value: Any) -> list[str]:
@@ -301,8 +336,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
     )
-    log_format: Literal["json", "console"] = Field(
-        default="json", validation_alias=AliasChoices("LOG_FORMAT", "log_format")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        validation_alias=AliasChoices("LOG_FORMAT", "log_format"),
+        description="auto: console lines on a terminal, JSON lines otherwise (journald).",
     )
 
     @field_validator("log_level", mode="before")
@@ -315,7 +352,7 @@ class Settings(BaseSettings):
     def _parse_tokens(cls, value: Any) -> list[BotToken]:
         if value and all(isinstance(v, BotToken) for v in value):
             return list(value)
-        return [BotToken.parse(text) for text in _split_csv(value)]
+        return parse_tokens(_split_csv(value))
 
     @field_validator("s3_credentials", mode="before")
     @classmethod
@@ -346,6 +383,25 @@ class Settings(BaseSettings):
             chats.append(chat_id)
         return chats
 
+    @field_validator("database_url", "migration_database_url")
+    @classmethod
+    def _known_database(cls, value: str | None) -> str | None:
+        # Here rather than at the first connection: one line naming the setting.
+        from sqlalchemy.exc import ArgumentError
+
+        from app.database_url import normalize_url
+
+        if value is None:
+            return None
+        try:
+            normalize_url(value)
+        except ArgumentError:
+            raise ValueError(
+                "not a database URL: give postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
+                "or sqlite:///PATH"
+            ) from None
+        return value
+
     @field_validator("telegram_api_base")
     @classmethod
     def _strip_slash(cls, value: str) -> str:
@@ -353,8 +409,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _merge_and_check(self) -> Settings:
-        legacy = _split_csv(self.legacy_bot_token) + _split_csv(self.legacy_additional_bot_tokens)
-        tokens = list(self.bot_tokens) + [BotToken.parse(text) for text in legacy]
+        tokens = list(self.bot_tokens)
+        for env, value in (
+            ("BOT_TOKEN", self.legacy_bot_token),
+            ("ADDITIONAL_BOT_TOKENS", self.legacy_additional_bot_tokens),
+        ):
+            try:
+                tokens += parse_tokens(_split_csv(value))
+            except ValueError as exc:
+                raise SettingsError(f"invalid settings: {env}: {exc}") from None
         unique: dict[int, BotToken] = {}
         for token in tokens:
             previous = unique.get(token.bot_id)
@@ -452,6 +515,8 @@ _FIELD_TO_ENV = {
     "chunk_size": "CHUNK_SIZE",
     "max_attempts": "MAX_ATTEMPTS",
     "s3_credentials": "S3_CREDENTIALS",
+    "database_url": "DATABASE_URL",
+    "migration_database_url": "MIGRATION_DATABASE_URL",
 }
 
 

@@ -1,7 +1,8 @@
 """structlog, configured once for the whole process.
 
 Log lines are events with snake_case names and keyword fields, one JSON object
-per line on stdout (journald keeps them). Lines from libraries that log through
+per line on stdout (journald keeps them), or lines for humans when stdout is
+a terminal (LOG_FORMAT=auto, the default). Lines from libraries that log through
 the standard library (uvicorn, SQLAlchemy, Alembic) go through the same
 renderer, so every line parses. A bot is always named by `bot_id`; tokens never
 reach a log line (BotToken's str() is masked, the client scrubs Telegram's
@@ -108,8 +109,11 @@ class _WriterFactory:
 
 def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
     """Log at `level` and above to `stream` (stdout), as JSON lines or, with
-    `fmt` "console", for humans."""
+    `fmt` "console", for humans; "auto" picks console on a terminal and JSON
+    elsewhere (a pipe, a file, journald)."""
     out = stream if stream is not None else sys.stdout
+    if fmt == "auto":
+        fmt = "console" if out.isatty() else "json"
     numeric = logging.getLevelName(level.upper())
     shared: list[structlog.types.Processor] = [
         _add_request_id,

@@ -14,6 +14,7 @@ from typing import TypedDict
 from fastapi import FastAPI
 from starlette.types import Scope
 
+from app import __version__
 from app.api import browse, files, health, session, status, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
@@ -57,7 +58,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="TeleUploader",
         summary="Files stored in a private Telegram channel through a pool of bots.",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         # FastAPI's native OpenTelemetry looked up the global providers on every
         # request (~3 % of a small S3 HEAD's CPU) to find none: the service has

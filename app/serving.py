@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import inspect
 import math
 import signal
@@ -29,6 +30,42 @@ log = structlog.get_logger("app.serving")
 
 class ServerStartFailed(RuntimeError):
     pass
+
+
+class CannotListen(Exception):
+    """The service's address cannot be bound; the message says what to set."""
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The listening socket for `serve`, bound before anything else starts:
+    a port in use is one line, found before the service takes a bot lease
+    or calls Telegram. uvicorn is then handed this socket."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As uvicorn binds: a restart need not wait out TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(_why_not(host, port, exc)) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _why_not(host: str, port: int, exc: OSError) -> str:
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{shown} is already in use (another TeleUploader?): stop what listens there, "
+            "or set PORT to a free port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{shown}: ports below 1024 need privileges; set PORT to 1024 or above"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"HOST {host!r} is not an address of this machine: set HOST (127.0.0.1 behind Caddy)"
+    return f"cannot listen on {shown} (HOST and PORT): {exc.strerror or exc}"
 
 
 @asynccontextmanager
@@ -204,12 +241,14 @@ def run_server(
     host: str,
     port: int,
     grace_seconds: float,
+    sock: socket.socket | None = None,
     delay_seconds: Callable[[], Awaitable[float] | None] = lambda: None,
 ) -> None:
     """Serve until SIGTERM/SIGINT, then stop as `_DrainingServer` says:
     unready for what `delay_seconds()` gives (None: no delay, without asking),
     then in-flight requests get `grace_seconds` to finish. New writes during
-    the drain are refused with 503 (see RequestContextMiddleware).
+    the drain are refused with 503 (see RequestContextMiddleware). `sock`:
+    a socket already listening on host:port (`bind_listener`).
     """
     app.state.stopping = False
     app.state.draining = False
@@ -237,4 +276,4 @@ def run_server(
     server = _DrainingServer(
         config, on_stopping=stopping, on_draining=draining, delay_seconds=delay_seconds
     )
-    server.run()
+    server.run(sockets=None if sock is None else [sock])

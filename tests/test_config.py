@@ -83,6 +83,49 @@ def test_a_malformed_token_is_one_clear_line_without_the_secret(
     assert bad.split(":")[-1] not in message
 
 
+RULE = (
+    "a token is <bot id>:<secret> as @BotFather gives it, the bot id 3 to 20 digits "
+    "and the secret at least 20 of A-Z a-z 0-9 _ -"
+)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "expected"),
+    [
+        (f"{T1},123456789:short", "token 2 of 2 (123456789:***): its secret is 5 characters long"),
+        (f"12:{T1.split(':')[1]}", "token 1 of 1 (12:***): its bot id has 2 digits"),
+        ("nonsense", "token 1 of 1: it has no ':'"),
+        (
+            f"{T2},{T1[:10]} {T1[10:]}",
+            "token 2 of 2 (123456:***): its secret has a character other than A-Z a-z 0-9 _ -",
+        ),
+        (
+            f'"{T1}"',
+            "token 1 of 1: it is in quotes; values are taken literally, leave the quotes out",
+        ),
+        (f"abc:{T1.split(':')[1]}", "token 1 of 1: the part before ':' is not a bot id"),
+    ],
+)
+def test_a_bad_token_says_which_one_and_what_is_wrong_with_it(
+    monkeypatch: pytest.MonkeyPatch, tokens: str, expected: str
+) -> None:
+    monkeypatch.setenv("BOT_TOKENS", tokens)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == f"invalid settings: BOT_TOKENS: {expected} ({RULE})"
+
+
+def test_a_bad_legacy_token_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOT_TOKEN", T1)
+    monkeypatch.setenv("ADDITIONAL_BOT_TOKENS", f"{T2},42:xyz")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "invalid settings: ADDITIONAL_BOT_TOKENS: token 2 of 2 (42:***): "
+        f"its bot id has 2 digits ({RULE})"
+    )
+
+
 def test_two_tokens_for_one_bot_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BOT_TOKENS", f"{T1},123456:ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")
     with pytest.raises(SettingsError, match="two different tokens are given for bot 123456"):

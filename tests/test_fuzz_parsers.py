@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.api.errors import ApiError
+from app.api.files import parse_id_cursor
 from app.http.conditions import parse_http_date, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import FormError, StreamingForm
@@ -413,3 +415,15 @@ def test_a_post_forms_signature_fields_are_checked_without_a_crash(fields: dict[
         post_policy.authorize(fields, CREDENTIALS, now=NOW, region="us-east-1")
     except S3Error as exc:
         assert 400 <= exc.status < 500
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=40), st.integers(min_value=-(2**70), max_value=2**70).map(str)))
+def test_the_id_cursor_of_a_listing_is_a_row_id_or_a_400(cursor: str) -> None:
+    try:
+        row_id = parse_id_cursor(cursor)
+    except ApiError as exc:
+        assert exc.status == 400
+        return
+    assert 0 <= row_id <= 2**63 - 1
+    assert parse_id_cursor(str(row_id)) == row_id

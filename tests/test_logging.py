@@ -5,16 +5,19 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config import BotToken
+from app.config import BotToken, load_settings
 from app.logging import REQUEST_ID, _json_line, configure_logging, utc_timestamp
 
 
@@ -145,3 +148,27 @@ def test_values_orjson_would_write_otherwise_are_written_as_the_standard_encoder
     for name in ("bot", "when", "error"):
         alone = json.loads(_json_line({name: fields[name]}))
         assert alone == {name: repr(fields[name])}
+
+
+def test_the_default_format_is_for_humans_on_a_terminal_and_json_elsewhere(
+    restore_logging: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LOG_FORMAT", raising=False)
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    assert load_settings().log_format == "auto"
+
+    controller, terminal_fd = os.openpty()
+    with os.fdopen(terminal_fd, "w") as terminal:
+        configure_logging("INFO", "auto", stream=terminal)
+        structlog.get_logger("app.test").info("bots_ready", usable=2)
+        terminal.flush()
+        # Colours, too: a terminal shows them.
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", os.read(controller, 4096).decode())
+    os.close(controller)
+    assert "bots_ready" in shown and "usable=2" in shown
+    assert not shown.lstrip().startswith("{")
+
+    piped = io.StringIO()
+    configure_logging("INFO", "auto", stream=piped)
+    structlog.get_logger("app.test").info("bots_ready", usable=2)
+    assert json.loads(piped.getvalue())["usable"] == 2

@@ -34,7 +34,7 @@ from app.store.callers import Caller
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from app.store.object_write import ObjectWrite
-from app.store.service import ObjectInfo, ObjectStore
+from app.store.service import ListOrder, ObjectInfo, ObjectStore
 
 router = APIRouter(tags=["files"])
 
@@ -290,18 +290,48 @@ async def list_files(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=2048)] = None,
     prefix: Annotated[str, Query(max_length=MAX_FILE_NAME_LENGTH)] = "",
+    order: Annotated[ListOrder, Query()] = "key",
 ) -> FileList:
     """All files, a page at a time (pass `next_cursor` back as `cursor`);
-    `prefix` keeps those whose name starts with it, ignoring case.
-    Needs a key: a listing reveals every public id."""
+    `prefix` keeps those whose name starts with it, ignoring case. `order`:
+    `key` (internal key order, the default), `newest` (the file uploaded or
+    replaced last comes first) or `oldest`. Needs a key: a listing reveals
+    every public id."""
     if cursor is not None and "\x00" in cursor:
         raise ApiError(400, "bad_request", "the cursor contains NUL")
     if "\x00" in prefix:
         raise ApiError(400, "bad_request", "the prefix contains NUL")
-    items = await store.list(NATIVE_BUCKET, after_key=cursor, limit=limit + 1, name_prefix=prefix)
+    if order == "key":
+        items = await store.list(
+            NATIVE_BUCKET, after_key=cursor, limit=limit + 1, name_prefix=prefix
+        )
+    else:
+        after_id = None if cursor is None else parse_id_cursor(cursor)
+        items = await store.list(
+            NATIVE_BUCKET, limit=limit + 1, name_prefix=prefix, order=order, after_id=after_id
+        )
     page = items[:limit]
-    next_cursor = page[-1].key if len(items) > limit else None
+    next_cursor = None
+    if len(items) > limit:
+        next_cursor = page[-1].key if order == "key" else str(page[-1].id)
     return FileList(items=[_file_out(request, settings, i) for i in page], next_cursor=next_cursor)
+
+
+# Row ids are 64-bit signed integers.
+_MAX_ID = 2**63 - 1
+
+
+def parse_id_cursor(cursor: str) -> int:
+    """The cursor of a `newest` or `oldest` listing: the row id the last page
+    ended at, as the listing gave it."""
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 19 and int(cursor) <= _MAX_ID):
+        raise ApiError(
+            400,
+            "bad_request",
+            "the cursor is not one this listing gave: pass its next_cursor back "
+            "with the same order",
+        )
+    return int(cursor)
 
 
 @router.delete("/api/files/{public_id}", status_code=204)

@@ -7,31 +7,16 @@ import secrets
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.engine.url import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
+from app.database_url import normalize_url as normalize_url
 from app.db.sqlite_driver import OneHopAiosqlite
 from app.db.types import json_loads
-
-
-def normalize_url(url: str) -> URL:
-    """Pick our async drivers for plain `postgres(ql)://` and `sqlite://` URLs."""
-    # make_url does not know the "postgres" scheme Heroku-style URLs use.
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url.removeprefix("postgres://")
-    parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgresql+asyncpg"):
-        return parsed.set(drivername="postgresql+asyncpg")
-    if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
-        return parsed.set(drivername="sqlite+aiosqlite")
-    raise ValueError(
-        f"unsupported database URL scheme {parsed.drivername!r}: use postgresql:// or sqlite://"
-    )
-
 
 #: Connections an engine keeps open, and how many more it may open for a
 #: burst. A connection opened past the kept ones is closed again when it is

@@ -1,8 +1,9 @@
 """Schema migrations (Alembic, configured here rather than in an alembic.ini).
 
-The scripts live in the repository's top-level migrations/ directory, found
-relative to this package; the editable install we run from (`pip install -e`)
-keeps the package in the checkout, so the path holds there too.
+The scripts live in app/migrations/ (env.py, and one file per revision in
+versions/; app/migrations/README.md says how to add one). They are package
+data: a wheel or sdist carries them, so an installed program migrates
+without the checkout.
 
 `upgrade` is synchronous and runs its own event loop (Alembic's env.py calls
 asyncio.run): call it from the CLI, or via `asyncio.to_thread` from async code.
@@ -20,7 +21,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -35,8 +36,8 @@ def alembic_config(url: str | None = None) -> Config:
     """
     if not (MIGRATIONS_DIR / "env.py").is_file():
         raise RuntimeError(
-            f"migration scripts not found at {MIGRATIONS_DIR}: run TeleUploader from its "
-            "source checkout (pip install -e .)"
+            f"migration scripts not found at {MIGRATIONS_DIR}: the installation is "
+            "incomplete; reinstall TeleUploader"
         )
     config = Config()
     # Config values go through configparser interpolation: escape '%'. The

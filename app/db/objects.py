@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,6 +26,9 @@ from app.db.object_rows import (
     row_values,
 )
 from app.db.types import utcnow
+
+#: The orders of the native listing (ObjectRepository.list).
+ListOrder = Literal["key", "newest", "oldest"]
 
 
 class NotOwner(Exception):
@@ -114,32 +118,45 @@ class ObjectRepository:
         limit: int = 1000,
         *,
         name_prefix: str = "",
+        order: ListOrder = "key",
+        after_id: int | None = None,
     ) -> builtins.list[ObjectRow]:
-        """Whole objects of `bucket` whose key starts with `prefix`, after
-        `after_key`, in key order: the native API's file listing. (S3 listings
-        show fewer columns and roll keys up: app.db.listing.) `name_prefix`
-        keeps the objects whose name starts with it, ignoring case (SQLite
-        folds ASCII letters only); names have no index, so that filter reads
-        the bucket's rows in key order until the page is full.
+        """Whole objects of `bucket` whose key starts with `prefix`: the
+        native API's file listing. (S3 listings show fewer columns and roll
+        keys up: app.db.listing.) `name_prefix` keeps the objects whose name
+        starts with it, ignoring case (SQLite folds ASCII letters only);
+        names have no index, so that filter reads the bucket's rows in the
+        listing's order until the page is full.
 
-        A range scan on the (bucket, key) index. `inline_data` is not loaded
-        (touching it raises): listings must not drag content along.
+        `order` "key": in key order, after `after_key` (a range scan on the
+        (bucket, key) index). "newest" / "oldest": by when the object was
+        stored (its row id: a replaced file was stored anew), after the row
+        `after_id`; a scan of the primary key.
+
+        `inline_data` is not read (it is None in the rows): listings must not
+        drag content along.
         """
         if limit <= 0:
             return []
         query = select(StoredObject).where(
             StoredObject.bucket == bucket, *key_prefix_bounds(StoredObject.key, prefix)
         )
-        if after_key is not None:
-            query = query.where(StoredObject.key > after_key)
+        if order == "key":
+            if after_key is not None:
+                query = query.where(StoredObject.key > after_key)
+            query = query.order_by(StoredObject.key)
+        elif order == "newest":
+            if after_id is not None:
+                query = query.where(StoredObject.id < after_id)
+            query = query.order_by(StoredObject.id.desc())
+        else:
+            if after_id is not None:
+                query = query.where(StoredObject.id > after_id)
+            query = query.order_by(StoredObject.id)
         if name_prefix:
             start = func.substr(StoredObject.name, 1, len(name_prefix))
             query = query.where(func.lower(start) == name_prefix.lower())
-        query = (
-            query.options(defer(StoredObject.inline_data, raiseload=True))
-            .order_by(StoredObject.key)
-            .limit(limit)
-        )
+        query = query.options(defer(StoredObject.inline_data, raiseload=True)).limit(limit)
         return [ObjectRow.of(obj) for obj in await self._session.scalars(query)]
 
     async def covering_pieces(

@@ -33,6 +33,7 @@ from app.db.chunks import ChunksMissing
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, new_public_id, row_values
 from app.db.object_rows import PartSummary as PartSummary
 from app.db.object_rows import StoredChecksum as StoredChecksum
+from app.db.objects import ListOrder as ListOrder  # for the API: orders of a listing
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
@@ -264,10 +265,18 @@ class ObjectStore:
         after_key: str | None = None,
         limit: int = 1000,
         name_prefix: str = "",
+        order: ListOrder = "key",
+        after_id: int | None = None,
     ) -> list[ObjectInfo]:
         async with session_scope(self._sessionmaker) as session:
             rows = await ObjectRepository(session).list(
-                bucket, prefix, after_key, limit, name_prefix=name_prefix
+                bucket,
+                prefix,
+                after_key,
+                limit,
+                name_prefix=name_prefix,
+                order=order,
+                after_id=after_id,
             )
             return [ObjectInfo.from_row(row, with_content=False) for row in rows]
 

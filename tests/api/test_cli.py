@@ -5,12 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
+import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from app.cli import main
+from app.logging import configure_logging
 from tests.running_service import CHAT_ID, CHUNK, Service, eventually
+
+
+@pytest.fixture(autouse=True)
+def service_logs_elsewhere() -> Iterator[io.StringIO]:
+    """The service runs in this process: its log lines must not mix with what
+    the CLI prints on stdout, which these tests read."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    output = io.StringIO()
+    configure_logging("WARNING", "json", stream=output)
+    yield output
+    root.handlers[:], level = saved
+    root.setLevel(level)
+    structlog.reset_defaults()
 
 
 async def run_cli(*args: str) -> int:
@@ -27,16 +47,89 @@ async def test_upload_then_download_round_trip(
     status = await run_cli("upload", str(source), "--url", service.url, "--key", service.key)
 
     assert status == 0
-    printed = capsys.readouterr().err
-    link = next(word for word in printed.split() if "/f/" in word)
-    assert link.startswith(service.url)
+    # The link alone on stdout, as `URL=$(teleuploader upload f)` takes it.
+    link = capsys.readouterr().out.strip()
+    assert link.startswith(f"{service.url}/f/")
     target = tmp_path / "copy.jpg"
     status = await run_cli("download", link, "-o", str(target), "--url", service.url)
     assert status == 0
     assert (
         hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
     )
-    assert "SHA-256 verified" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert printed.out.strip() == str(target)
+    assert "SHA-256 verified" in printed.err
+
+
+async def test_upload_json_gives_each_file_on_a_line_of_stdout(
+    service: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "a.bin", tmp_path / "b.txt"
+    first.write_bytes(bytes(2 * CHUNK))
+    second.write_text("small")
+
+    status = await run_cli(
+        "upload", str(first), str(second), "--json", "--url", service.url, "--key", service.key
+    )
+
+    assert status == 0
+    lines = capsys.readouterr().out.splitlines()
+    files = [json.loads(line) for line in lines]
+    assert [f["file_name"] for f in files] == ["a.bin", "b.txt"]
+    assert [f["path"] for f in files] == [str(first), str(second)]
+    assert [f["size_bytes"] for f in files] == [2 * CHUNK, 5]
+    assert all(f["download_url"] == f"{service.url}/f/{f['public_id']}" for f in files)
+
+
+async def test_download_refuses_to_overwrite_without_force(
+    service: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "new.bin"
+    source.write_bytes(bytes(range(256)) * (CHUNK // 128))
+    assert await run_cli("upload", str(source), "--url", service.url, "--key", service.key) == 0
+    link = capsys.readouterr().out.strip()
+    existing = tmp_path / "mine.bin"
+    existing.write_text("my own work")
+
+    status = await run_cli("download", link, "-o", str(existing), "--url", service.url)
+
+    assert status == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"teleuploader: error: {existing} exists: pass --force to overwrite it, "
+        "or -o to save elsewhere"
+    )
+    assert existing.read_text() == "my own work"
+
+    status = await run_cli("download", link, "-o", str(existing), "--force", "--url", service.url)
+    assert status == 0
+    assert existing.read_bytes() == source.read_bytes()
+
+
+async def test_upload_of_a_directory_refuses_in_one_line_or_uploads_it_with_recursive(
+    service: Service, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "photos"
+    (folder / "2026").mkdir(parents=True)
+    (folder / "a.jpg").write_bytes(b"a" * 100)
+    (folder / "2026" / "b.jpg").write_bytes(b"b" * 200)
+
+    status = await run_cli("upload", str(folder), "--url", service.url, "--key", service.key)
+
+    assert status == 2
+    assert capsys.readouterr().err == (
+        f"teleuploader: error: {folder} is a directory: pass --recursive to upload "
+        "every file under it\n"
+    )
+
+    status = await run_cli(
+        "upload", str(folder), "-r", "--json", "--url", service.url, "--key", service.key
+    )
+    assert status == 0
+    files = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((f["path"], f["size_bytes"]) for f in files) == [
+        (str(folder / "2026" / "b.jpg"), 200),
+        (str(folder / "a.jpg"), 100),
+    ]
 
 
 async def test_upload_without_a_key_is_one_line(
@@ -80,6 +173,25 @@ async def test_check_lists_bots_and_fails_on_a_kicked_one(
     table = capsys.readouterr().out
     assert "kicked" in table
     assert not any(token.split(":")[1] in table for token in service.sim.tokens)
+
+
+async def test_check_prints_whole_values_when_its_output_is_not_a_terminal(
+    service: Service, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # capsys is not a terminal: the way deploy/README.md runs it (systemd-run --pipe).
+    monkeypatch.setenv("BOT_TOKENS", ",".join(service.sim.tokens))
+    monkeypatch.setenv("STORAGE_CHAT_ID", str(CHAT_ID))
+    monkeypatch.setenv("TELEGRAM_API_BASE", service.settings.telegram_api_base)
+    monkeypatch.setenv("COLUMNS", "60")
+    service.sim.kick(service.sim.bot_ids[0], CHAT_ID)
+
+    assert await run_cli("check") == 1
+
+    out = capsys.readouterr().out
+    kicked = next(line for line in out.splitlines() if str(service.sim.bot_ids[0]) in line)
+    assert str(CHAT_ID) in kicked
+    assert "Forbidden: bot was kicked from the channel chat" in kicked
+    assert "…" not in out
 
 
 async def test_check_reports_the_upload_budget_and_the_spool(

@@ -285,6 +285,73 @@ async def test_list_pages_through_every_file(service: Service) -> None:
     assert len(seen) == 7
 
 
+async def _list_all(service: Service, order: str, limit: int = 2) -> list[str]:
+    names: list[str] = []
+    cursor = None
+    async with service.client() as http:
+        for _ in range(20):
+            params = {"limit": limit, "order": order} | ({"cursor": cursor} if cursor else {})
+            response = await http.get("/api/files", params=params, headers=service.auth)
+            assert response.status_code == 200, response.text
+            page = response.json()
+            names += [item["file_name"] for item in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return names
+    raise AssertionError("the listing did not end")
+
+
+async def test_list_newest_first_puts_the_file_just_uploaded_on_top(service: Service) -> None:
+    # Names in another order than the uploads: key order is not upload order.
+    for name in ("m.txt", "b.txt", "z.txt", "a.txt", "q.txt"):
+        await put(service, name, b"x")
+    async with service.client() as http:
+        form = await http.post(
+            "/api/upload", files={"file": ("form.txt", b"y")}, headers=service.auth
+        )
+    assert form.status_code == 201
+
+    assert await _list_all(service, "newest") == [
+        "form.txt", "q.txt", "a.txt", "z.txt", "b.txt", "m.txt",
+    ]  # fmt: skip
+    assert await _list_all(service, "oldest", limit=4) == [
+        "m.txt", "b.txt", "z.txt", "a.txt", "q.txt", "form.txt",
+    ]  # fmt: skip
+
+    await put(service, "b.txt", b"new content")  # replaced: uploaded just now
+    assert (await _list_all(service, "newest"))[:2] == ["b.txt", "form.txt"]
+
+
+async def test_list_newest_first_with_a_name_prefix(service: Service) -> None:
+    for name in ("report-1.pdf", "photo.jpg", "Report-2.pdf", "report-3.pdf"):
+        await put(service, name, b"x")
+    async with service.client() as http:
+        response = await http.get(
+            "/api/files", params={"order": "newest", "prefix": "rep"}, headers=service.auth
+        )
+    assert [f["file_name"] for f in response.json()["items"]] == [
+        "report-3.pdf", "Report-2.pdf", "report-1.pdf",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("params", "detail"),
+    [
+        ({"order": "size"}, "order"),
+        ({"order": "newest", "cursor": "upload/abc"}, "cursor"),
+        ({"order": "oldest", "cursor": "9" * 30}, "cursor"),
+        ({"order": "newest", "cursor": str(2**63)}, "cursor"),
+    ],
+)
+async def test_a_bad_order_or_cursor_is_a_clear_400(
+    service: Service, params: dict[str, str], detail: str
+) -> None:
+    async with service.client() as http:
+        response = await http.get("/api/files", params=params, headers=service.auth)
+    assert response.status_code in (400, 422), response.text
+    assert detail in response.text
+
+
 async def test_info_describes_the_file(service: Service) -> None:
     body = await put(service, "notes.md", b"# hello\n")
     async with service.client() as http:

@@ -163,11 +163,21 @@ def test_env_example_lists_every_setting() -> None:
     )
     settings = Settings(_env_file=None, **{key.lower(): value for key, value in values.items()})  # type: ignore[arg-type]
     assert len(settings.bot_tokens) == 2
+    # As shipped, SQLite in the working directory; the Postgres lines (step 4)
+    # are commented out, and valid once uncommented.
+    assert settings.database_url == "sqlite+aiosqlite:///./teleuploader.db"
+    postgres = dict(
+        line.removeprefix("#").split("=", 1)
+        for line in text.splitlines()
+        if line.startswith(("#DATABASE_URL=", "#MIGRATION_DATABASE_URL="))
+    )
+    with_postgres = {key.lower(): value for key, value in (values | postgres).items()}
+    settings = Settings(_env_file=None, **with_postgres)  # type: ignore[arg-type]
     assert settings.database_url.endswith(":6432/teleuploader")  # pgbouncer
     assert settings.migration_database_url is not None
     assert settings.migration_database_url.endswith(":5432/teleuploader")  # direct
     # Placeholders only: nothing that looks like a real token or password.
-    assert "CHANGE_ME" in values["DATABASE_URL"]
+    assert "CHANGE_ME" in postgres["DATABASE_URL"]
     assert all("REPLACE" in token.secret for token in settings.bot_tokens)
 
 

@@ -1,5 +1,5 @@
 """The garbage collector's promises, through the real service and the Telegram
-simulator (README, "Nothing is left behind", and app/store/gc.py):
+simulator (docs/architecture.md, "Nothing is left behind", and app/store/gc.py):
 
 - a message whose deletion failed is tried again later, after a backoff that
   doubles (5 s, 10 s, ... at most 10 minutes);

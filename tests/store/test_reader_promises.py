@@ -1,4 +1,4 @@
-"""The download promises of the README, through the real service and the
+"""The download promises of docs/architecture.md, through the real service and the
 Telegram simulator:
 
 - a download reads only the chunks its range touches, and `getFile` results

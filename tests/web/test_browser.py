@@ -384,3 +384,61 @@ async def test_every_control_has_a_name(open_page: Any, service: Service) -> Non
                 .map(el => el.outerHTML.slice(0, 80))"""
         )
         assert unnamed == [], f"controls without a name on {view}: {unnamed}"
+
+
+async def test_files_are_listed_newest_first_and_the_order_can_be_changed(
+    open_page: Any, service: Service
+) -> None:
+    # Uploaded in an order that is neither the names' nor the keys'.
+    async with service.client() as http:
+        for name in ("m.txt", "b.txt", "z.txt"):
+            stored = await http.put(f"/api/files/{name}", content=b"x", headers=service.auth)
+            assert stored.status_code == 201
+    page = await open_page()
+    await sign_in(page, service.key)
+    await page.get_by_role("button", name="Files", exact=True).click()
+
+    names = page.locator("#files-body td.name")
+    await expect(names).to_have_text(["z.txt", "b.txt", "m.txt"])
+    await page.get_by_label("Order").select_option(label="Oldest first")
+    await expect(names).to_have_text(["m.txt", "b.txt", "z.txt"])
+
+
+async def test_signing_out_is_a_note_not_an_error(open_page: Any, service: Service) -> None:
+    page = await open_page()
+    await sign_in(page, service.key)
+
+    await page.get_by_role("button", name="Sign out").click()
+
+    await expect(page.get_by_role("status").filter(has_text="Signed out.")).to_be_visible()
+    await expect(page.get_by_role("alert").filter(has_text="Signed out.")).to_have_count(0)
+    note = page.get_by_text("Signed out.")
+    danger = await page.evaluate(
+        "() => getComputedStyle(document.documentElement).getPropertyValue('--danger')"
+    )
+    color = await note.evaluate("node => getComputedStyle(node).color")
+    probe = await page.evaluate(
+        "(c) => { const p = document.createElement('p'); p.style.color = c; "
+        "document.body.append(p); const v = getComputedStyle(p).color; p.remove(); return v; }",
+        danger.strip(),
+    )
+    assert color != probe
+
+
+async def test_a_deleted_files_link_note_goes_with_it(open_page: Any, service: Service) -> None:
+    async with service.client() as http:
+        stored = await http.put("/api/files/gone.txt", content=b"x", headers=service.auth)
+        assert stored.status_code == 201
+    page = await open_page()
+    await sign_in(page, service.key)
+    await page.get_by_role("button", name="Files", exact=True).click()
+    row = page.locator("#files-body tr", has_text="gone.txt")
+
+    await row.get_by_role("button", name="Copy the link to gone.txt").click()
+    toast = page.locator("#toast")
+    await expect(toast).to_contain_text("Link")
+    page.once("dialog", lambda dialog: dialog.accept())
+    await row.get_by_role("button", name="Delete gone.txt").click()
+
+    await expect(row).to_have_count(0)
+    await expect(toast).not_to_contain_text("Link")

@@ -304,7 +304,10 @@ _ADMIN_RIGHTS: dict[str, Any] = {
 @dataclass(frozen=True)
 class _Method:
     name: str
-    handler: Callable[[TelegramRules, int, _Params], Any]
+    # The TelegramRules method that carries it out, looked up on the
+    # simulator at each call so that a subclass may extend it (the demo's
+    # simulator records what changed: app/telegram/simulator/persistent.py).
+    attribute: str
     upload: bool = False
 
     @property
@@ -312,16 +315,20 @@ class _Method:
         """Whether random faults strike this method."""
         return self.name in FAULTABLE_METHODS
 
+    def handler(self, rules: TelegramRules, bot_id: int, params: _Params) -> Any:
+        run: Callable[[int, _Params], Any] = getattr(rules, self.attribute)
+        return run(bot_id, params)
+
 
 _METHODS = {
     method.name.lower(): method
     for method in (
-        _Method("getMe", TelegramRules._get_me),
-        _Method("sendDocument", TelegramRules._send_document, upload=True),
-        _Method("getFile", TelegramRules._get_file),
-        _Method("deleteMessage", TelegramRules._delete_message),
-        _Method("forwardMessage", TelegramRules._forward_message),
-        _Method("getChatMember", TelegramRules._get_chat_member),
+        _Method("getMe", "_get_me"),
+        _Method("sendDocument", "_send_document", upload=True),
+        _Method("getFile", "_get_file"),
+        _Method("deleteMessage", "_delete_message"),
+        _Method("forwardMessage", "_forward_message"),
+        _Method("getChatMember", "_get_chat_member"),
     )
 }
 

@@ -32,11 +32,13 @@ function signedIn() {
   show('upload');
 }
 
-function signedOut(message) {
+// `problem`: why the session ended (an alert); `note`: news that is not one.
+function signedOut({ problem = '', note = '' } = {}) {
   forget();
   $('account').hidden = true;
   $('nav').hidden = true;
-  $('signin-error').textContent = message || '';
+  $('signin-error').textContent = problem;
+  $('signin-note').textContent = note;
   show('signin');
   $('key').focus();
 }
@@ -45,6 +47,7 @@ $('signin-form').addEventListener('submit', async (event) => {
   event.preventDefault();
   const button = event.submitter || $('signin-form').querySelector('button');
   $('signin-error').textContent = '';
+  $('signin-note').textContent = '';
   button.disabled = true;
   try {
     remember(await api('POST', '/api/session', { key: $('key').value.trim() }));
@@ -61,7 +64,7 @@ $('sign-out').addEventListener('click', async () => {
   try {
     await api('DELETE', '/api/session');
   } finally {
-    signedOut('Signed out.');
+    signedOut({ note: 'Signed out.' });
   }
 });
 
@@ -69,14 +72,14 @@ for (const button of document.querySelectorAll('#nav button')) {
   button.addEventListener('click', () => show(button.dataset.view));
 }
 
-onSignedOut((error) => signedOut(error.message));
+onSignedOut((error) => signedOut({ problem: error.message }));
 
 async function start() {
   try {
     remember(await api('GET', '/api/session'));
     signedIn();
   } catch {
-    signedOut('');
+    signedOut();
   }
 }
 

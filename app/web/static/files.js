@@ -1,7 +1,7 @@
-// The native files, a page at a time (GET /api/files), searchable by name
-// prefix; copy link, download, delete.
+// The native files, a page at a time (GET /api/files), newest first (or
+// oldest), searchable by name prefix; copy link, download, delete.
 
-import { api, copyLink, el, formatBytes, formatDate } from './api.js';
+import { api, copyLink, el, formatBytes, formatDate, toast } from './api.js';
 
 const PAGE_SIZE = 25;
 
@@ -23,6 +23,7 @@ export function showFiles() {
       query = $('search').value.trim();
       load(null);
     });
+    $('files-order').addEventListener('change', () => load(null));
     $('files-first').addEventListener('click', () => load(null));
     $('files-next').addEventListener('click', () => load(nextCursor));
   }
@@ -30,7 +31,7 @@ export function showFiles() {
 }
 
 async function load(from) {
-  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE), order: $('files-order').value });
   if (from) params.set('cursor', from);
   if (query) params.set('prefix', query);
   $('files-error').textContent = '';
@@ -65,7 +66,8 @@ function row(file) {
     el('td', { class: 'name', 'data-label': 'Name', text: file.file_name }),
     el('td', { 'data-label': 'Size', text: formatBytes(file.size_bytes) }),
     el('td', { class: 'type', 'data-label': 'Type', text: file.mime_type }),
-    el('td', { 'data-label': 'Date', text: formatDate(file.created_at) }),
+    // When it was uploaded, or replaced: what the order goes by.
+    el('td', { 'data-label': 'Uploaded', text: formatDate(file.updated_at) }),
     el('td', { class: 'actions' }, copy, download, remove),
   );
 }
@@ -78,5 +80,7 @@ async function deleteFile(file) {
     $('files-error').textContent = `“${file.file_name}” was not deleted: ${error.message}`;
     return;
   }
+  // In place of a note about its link ("Link copied"), which no longer works.
+  toast(`Deleted “${file.file_name}”`);
   load(cursor);
 }
