@@ -124,7 +124,7 @@ class ServiceLauncher:
         if wait_ready:
             # Awaited, not polled: most of a test's start-up was spent
             # between polls of /ready.
-            await asyncio.wait_for(app.state.services.wait_ready(), 10)
+            await asyncio.wait_for(app.state.services.wait_ready(), 30)
             async with service.client() as http:
                 assert (await http.get("/ready")).status_code == 200
         return service
