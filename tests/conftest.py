@@ -57,6 +57,33 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 BOTH_BACKENDS_UNDER = ("tests/db/", "tests/deploy/")
 
 
+#: Fixtures that run a whole service, a browser or processes: what
+#: `--quick` leaves out (but for the tests marked `smoke`).
+HEAVY_FIXTURES = frozenset({"start_service", "processes", "browser", "telegram_sim_process"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the inner loop: unit tests (no service, browser or process, SQLite only) "
+        "and the smoke test of each API (marked smoke); CI always runs everything",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        unit = not fixtures & HEAVY_FIXTURES and item.get_closest_marker("postgres") is None
+        (kept if unit or item.get_closest_marker("smoke") else left_out).append(item)
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = kept
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "database" not in metafunc.fixturenames:
         return
