@@ -19,9 +19,15 @@ NATIVE_BUCKET = "_native"
 MAX_FILE_NAME_LENGTH = 255
 
 
-def download_url(request: Request, settings: Settings, public_id: str) -> str:
+def public_base(request: Request, settings: Settings) -> str:
+    """The base of every link handed out, without a trailing `/`:
+    PUBLIC_BASE_URL once set, the request's own address only until then."""
     base = settings.public_base_url or str(request.base_url)
-    return f"{base.rstrip('/')}/f/{public_id}"
+    return base.rstrip("/")
+
+
+def download_url(request: Request, settings: Settings, public_id: str) -> str:
+    return f"{public_base(request, settings)}/f/{public_id}"
 
 
 def clean_name(name: str | None, fallback: str) -> str:

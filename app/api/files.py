@@ -217,7 +217,8 @@ async def upload_raw(
 
 async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
     valid = len(public_id) <= 64 and "\x00" not in public_id
-    info = await store.get_by_public_id(public_id) if valid else None
+    # Only the native API's own files: S3 objects stay behind S3 credentials.
+    info = await store.get_by_public_id(public_id, bucket=NATIVE_BUCKET) if valid else None
     if info is None:
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     return info
@@ -307,7 +308,7 @@ async def delete_file(public_id: str, store: StoreDep, key: WriteKey) -> Respons
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     try:
         deleted = await store.delete_by_public_id(
-            public_id, only_if_owned_by=_limited_to_own_files(key)
+            public_id, bucket=NATIVE_BUCKET, only_if_owned_by=_limited_to_own_files(key)
         )
     except NotOwner:
         raise _belongs_to_another_key(f"the file with the id {public_id[:64]!r}") from None

@@ -13,6 +13,7 @@ from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
 from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from app.services import Services
+from app.store.callers import Caller
 
 router = APIRouter(tags=["web page"])
 
@@ -29,14 +30,18 @@ class SessionOut(BaseModel):
     csrf_token: str | None
     max_upload_size: int
     s3_enabled: bool
+    # Whether the key may browse the S3 buckets (an admin key, with the S3 API on).
+    may_browse_buckets: bool
 
 
-def _session_out(services: Services, key_name: str, token: str | None) -> SessionOut:
+def _session_out(services: Services, key: Caller, token: str | None) -> SessionOut:
+    s3_enabled = bool(services.settings.s3_credentials)
     return SessionOut(
-        key_name=key_name,
+        key_name=key.name,
         csrf_token=csrf_token(token) if token else None,
         max_upload_size=services.settings.max_upload_size,
-        s3_enabled=bool(services.settings.s3_credentials),
+        s3_enabled=s3_enabled,
+        may_browse_buckets=s3_enabled and key.allows("admin"),
     )
 
 
@@ -65,14 +70,14 @@ async def sign_in(
         httponly=True,
         samesite="strict",
     )
-    return _session_out(services, signed_in.key.name, signed_in.token)
+    return _session_out(services, signed_in.key, signed_in.token)
 
 
 @router.get("/api/session", response_model=SessionOut)
 async def who_am_i(request: Request, services: ServicesDep) -> SessionOut:
     """The signed-in key's name and the CSRF token for the page's writes."""
     key = await verify_key(request, services)
-    return _session_out(services, key.name, session_token(request))
+    return _session_out(services, key, session_token(request))
 
 
 @router.delete("/api/session", status_code=204)

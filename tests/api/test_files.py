@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 
+import boto3
 import httpx
 import pytest
 
@@ -507,3 +508,59 @@ async def test_no_response_reveals_a_token(service: Service) -> None:
     for response in responses:
         text = response.content.decode("latin-1") + str(response.headers)
         assert not any(secret in text for secret in secrets)
+
+
+# --- the S3 buckets are out of the native API's reach ----------------------------------
+
+S3_ACCESS_KEY = "AKIDNATIVEBOUNDARY"
+S3_SECRET = "native-boundary-secret-0123456789"
+
+
+async def test_native_routes_never_serve_describe_or_delete_an_s3_object(
+    start_service: ServiceFactory,
+) -> None:
+    # S3 objects have public ids too (every object row has one): the native
+    # routes must not find them, whoever asks, or a private registry layer
+    # becomes a permanent anonymous link.
+    service = await start_service(s3_credentials={S3_ACCESS_KEY: S3_SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="private")
+    secret_bytes = payload(CHUNK + 5, seed=3)
+    await asyncio.to_thread(s3.put_object, Bucket="private", Key="layer.tar", Body=secret_bytes)
+    stored = await service.app.state.services.store.get("private", "layer.tar")
+    public_id = stored.public_id
+
+    async with service.client() as http:
+        anonymous = [
+            await http.get(f"/f/{public_id}"),
+            await http.head(f"/f/{public_id}"),
+            await http.get(f"/file/{public_id}/info"),
+        ]
+        with_admin_key = [
+            await http.get(f"/f/{public_id}", headers=service.auth),
+            await http.get(f"/file/{public_id}/info", headers=service.auth),
+            await http.delete(f"/api/files/{public_id}", headers=service.auth),
+        ]
+        native = await http.put("/api/files/mine.txt", content=b"mine", headers=service.auth)
+
+    for response in anonymous + with_admin_key:
+        assert response.status_code == 404, (response.request.method, response.request.url)
+        assert secret_bytes not in response.content
+        assert b"layer.tar" not in response.content
+
+    # The object is untouched, and still there for S3 clients.
+    def read_back() -> bytes:
+        body: bytes = s3.get_object(Bucket="private", Key="layer.tar")["Body"].read()
+        return body
+
+    assert await asyncio.to_thread(read_back) == secret_bytes
+    # The native API's own files are served as before.
+    async with service.client() as http:
+        mine = await http.get(f"/f/{native.json()['public_id']}")
+    assert mine.content == b"mine"

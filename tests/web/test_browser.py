@@ -356,6 +356,14 @@ async def test_buckets_are_browsed_read_only(
         await expect(page.get_by_role("button", name="2024/", exact=True)).to_be_visible()
         await expect(page.locator("#objects-body tr")).to_have_count(1)
         await expect(page.locator("#objects-body")).to_contain_text("readme.txt")
+        # Its Download is a short-lived signed S3 link, never a permanent /f/ one.
+        link = page.locator("#objects-body a", has_text="Download")
+        href = await link.get_attribute("href")
+        assert href is not None and "X-Amz-Signature=" in href and "/f/" not in href
+        async with page.expect_download() as downloading:
+            await link.click()
+        saved = await (await downloading.value).path()
+        assert saved.read_bytes() == b"readme.txt"
 
         await page.get_by_role("button", name="2024/", exact=True).click()
         await expect(page.locator("#objects-body tr")).to_have_count(2)

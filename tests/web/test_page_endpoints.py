@@ -8,11 +8,15 @@ import asyncio
 import re
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
 from botocore.client import BaseClient
 
+from app.api.browse import BROWSE_LINK_SECONDS
+from app.db.models import KeyScope
+from app.demo import create_api_key
 from app.web.routes import STATIC_DIR
 from tests.running_service import CHUNK, Service, ServiceFactory, payload
 
@@ -188,8 +192,56 @@ async def test_buckets_are_browsed_by_folder(start_service: ServiceFactory) -> N
         assert rest.json()["next_after"] is None
         assert missing.status_code == 404
         assert writes.status_code == 405  # read-only
-        link = await http.get(root.json()["objects"][0]["download_url"])
-        assert link.content == b"top.txt"
+
+    # The links are short-lived presigned S3 URLs, never permanent /f/ links:
+    # they work without a key or a cookie, and are refused once tampered with.
+    link = root.json()["objects"][0]["download_url"]
+    assert "/f/" not in link
+    assert link.startswith(f"{service.url}/photos/top.txt?")
+    query = parse_qs(urlsplit(link).query)
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+    assert int(query["X-Amz-Expires"][0]) == BROWSE_LINK_SECONDS <= 3600
+    async with service.client() as anonymous:
+        fetched = await anonymous.get(link)
+        forged = await anonymous.get(link.replace("top.txt", "2025/c.jpg"))
+    assert fetched.status_code == 200
+    assert fetched.content == b"top.txt"
+    assert fetched.headers["content-disposition"].startswith("attachment")
+    assert forged.status_code == 403
+
+
+@pytest.mark.parametrize("scope", ["read", "write"])
+async def test_buckets_need_an_admin_key(start_service: ServiceFactory, scope: KeyScope) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    await asyncio.to_thread(_s3(service).create_bucket, Bucket="registry")
+    key = await create_api_key(service.settings.database_url, name=scope, scope=scope)
+    async with service.client(headers={"Authorization": f"Bearer {key}"}) as http:
+        signed_in = await http.post("/api/session", json={"key": key})
+        answers = [await http.get("/api/buckets"), await http.get("/api/buckets/registry")]
+        cookie = http.cookies.get("teleuploader_session")
+        assert cookie is not None
+        http.headers.pop("Authorization")
+        answers.append(await http.get("/api/buckets"))  # by the page's cookie
+
+    for response in answers:
+        assert response.status_code == 403, response.text
+        assert "`admin`" in response.json()["detail"]
+        assert "registry" not in response.text
+    # The page does not offer what the key may not do.
+    assert signed_in.status_code == 200
+    assert signed_in.json()["may_browse_buckets"] is False
+
+
+async def test_an_admin_signed_in_on_the_page_browses_the_buckets(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    await asyncio.to_thread(_s3(service).create_bucket, Bucket="registry")
+    async with service.client() as http:
+        signed_in = await http.post("/api/session", json={"key": service.key})
+        listed = await http.get("/api/buckets")
+    assert signed_in.json()["may_browse_buckets"] is True
+    assert [b["name"] for b in listed.json()] == ["registry"]
 
 
 async def test_buckets_answer_404_while_the_s3_api_is_off(service: Service) -> None:

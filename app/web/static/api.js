@@ -1,7 +1,7 @@
 // Talking to the service: JSON requests with the session cookie, the CSRF
 // token on every write, and errors turned into sentences.
 
-export const session = { csrf: null, keyName: null, maxUploadSize: 0, s3Enabled: false };
+export const session = { csrf: null, keyName: null, maxUploadSize: 0, mayBrowseBuckets: false };
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -55,7 +55,7 @@ export function remember(data) {
   session.csrf = data.csrf_token;
   session.keyName = data.key_name;
   session.maxUploadSize = data.max_upload_size;
-  session.s3Enabled = data.s3_enabled;
+  session.mayBrowseBuckets = data.may_browse_buckets;
 }
 
 export function forget() {
