@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.api.errors import ApiError
+from app.api.tus_headers import parse_length
 from app.http.conditions import parse_http_date, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import FormError, StreamingForm
@@ -413,3 +415,15 @@ def test_a_post_forms_signature_fields_are_checked_without_a_crash(fields: dict[
         post_policy.authorize(fields, CREDENTIALS, now=NOW, region="us-east-1")
     except S3Error as exc:
         assert 400 <= exc.status < 500
+
+
+@FUZZ
+@given(st.text(max_size=40) | st.from_regex(r"[0-9]{15,25}", fullmatch=True))
+def test_tus_numbers(value: str) -> None:
+    try:
+        parsed = parse_length(value, "Upload-Offset")
+    except ApiError as exc:
+        assert exc.status == 400
+        assert parse_decimal(value) is None
+    else:
+        assert parsed == parse_decimal(value)
