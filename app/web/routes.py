@@ -46,10 +46,13 @@ async def page() -> FileResponse:
 
 @router.get("/static/{name:path}")
 async def static(name: str) -> FileResponse:
+    missing = ApiError(404, "not_found", f"no page file is named {name[:64]!r}")
+    if "\x00" in name or name.startswith("."):
+        raise missing  # no file name has a NUL (the OS would refuse it: a 500)
     root = STATIC_DIR.resolve()
     path = (root / name).resolve()
-    if not path.is_relative_to(root) or not path.is_file() or name.startswith("."):
-        raise ApiError(404, "not_found", f"no page file is named {name[:64]!r}")
+    if not path.is_relative_to(root) or not path.is_file():
+        raise missing
     suffix = path.suffix.lower()
     media_type = _TYPES.get(suffix) or mimetypes.guess_type(path.name)[0] or "text/plain"
     return FileResponse(path, media_type=media_type, headers=_HEADERS)

@@ -81,7 +81,7 @@ def test_no_script_builds_markup_from_strings() -> None:
 
 async def test_static_files_stay_inside_their_folder(service: Service) -> None:
     async with service.client() as http:
-        for name in ("../routes.py", "..%2Froutes.py", "nothing.js", "vendor"):
+        for name in ("../routes.py", "..%2Froutes.py", "nothing.js", "vendor", "%00", "app.js%00"):
             response = await http.get(f"/static/{name}")
             assert response.status_code == 404, name
             assert "def " not in response.text
