@@ -8,6 +8,7 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from urllib.parse import unquote
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,6 +84,19 @@ def test_conditional_headers(if_range: str, date: str) -> None:
 def test_content_disposition_is_a_valid_header_value(name: str) -> None:
     value = content_disposition(name)
     assert value.isascii() and "\n" not in value and "\r" not in value
+    # No bidi control reaches the saved name: "a\u202egnp.exe" is not "aexe.png".
+    shown = unquote(value.partition("filename*=UTF-8''")[2])
+    assert not set(shown) & set(BIDI_CONTROLS)
+
+
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+@FUZZ
+@given(st.text(st.sampled_from("ab.\u202e\u2067\u200f"), max_size=20))
+def test_content_disposition_of_a_spoofed_name_shows_its_controls(name: str) -> None:
+    shown = unquote(content_disposition(name).partition("filename*=UTF-8''")[2])
+    assert not set(shown) & set(BIDI_CONTROLS)
 
 
 @FUZZ

@@ -564,3 +564,40 @@ async def test_native_routes_never_serve_describe_or_delete_an_s3_object(
     async with service.client() as http:
         mine = await http.get(f"/f/{native.json()['public_id']}")
     assert mine.content == b"mine"
+
+
+# --- bidirectional control characters ---------------------------------------------------
+
+# "invoice\u202egnp.exe" displays as "invoiceexe.png": the override reverses what follows.
+SPOOFED = "invoice\u202egnp.exe"
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+async def test_bidi_controls_are_stripped_from_native_file_names(service: Service) -> None:
+    async with service.client() as http:
+        raw = await http.put(f"/api/files/{SPOOFED}", content=b"raw", headers=service.auth)
+        form = await http.post(
+            "/api/upload",
+            files={"file": ("x.bin", b"form", "application/octet-stream")},
+            data={"fileName": f"{BIDI_CONTROLS}a{BIDI_CONTROLS}.txt"},
+            headers=service.auth,
+        )
+        form_name = await http.post(
+            "/api/upload",
+            files={"file": (SPOOFED, b"form", "application/octet-stream")},
+            headers=service.auth,
+        )
+        only_controls = await http.put(
+            "/api/files/\u202e\u202c", content=b"x", headers=service.auth
+        )
+    assert raw.status_code == 201, raw.text
+    assert raw.json()["file_name"] == "invoicegnp.exe"
+    assert form.json()["file_name"] == "a.txt"
+    assert form_name.json()["file_name"] == "invoicegnp.exe"
+    assert only_controls.status_code == 400
+    got = await download(service, raw.json()["public_id"])
+    assert got.headers["content-disposition"] == 'attachment; filename="invoicegnp.exe"'
+    # The same name again replaces the same file (the key is what was sent).
+    async with service.client() as http:
+        again = await http.put(f"/api/files/{SPOOFED}", content=b"new", headers=service.auth)
+    assert again.json()["public_id"] == raw.json()["public_id"]

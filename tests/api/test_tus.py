@@ -727,3 +727,13 @@ async def _scalar(service: Service, query: Any) -> Any:
             return await connection.scalar(query)
     finally:
         await engine.dispose()
+
+
+async def test_bidi_controls_are_stripped_from_a_tus_file_name(service: Service) -> None:
+    spoofed = b64("invoice\u202egnp.exe")
+    url = await create(service, 3, **{"Upload-Metadata": f"filename {spoofed}"})
+    finished = await patch(service, url, 0, b"abc")
+    assert finished.status_code == 204, finished.text
+    async with service.client() as http:
+        info = await http.get(f"/file/{finished.headers['x-file-id']}/info")
+    assert info.json()["file_name"] == "invoicegnp.exe"

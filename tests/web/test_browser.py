@@ -376,6 +376,29 @@ async def test_buckets_are_browsed_read_only(
         await shoot(page, screenshot_dir, name)
 
 
+async def test_a_key_with_bidi_controls_is_shown_as_it_is(
+    open_page: Any, start_service: ServiceFactory
+) -> None:
+    # "invoice\u202egnp.exe" would read "invoiceexe.png"; the page spells the control out.
+    s3_service = await start_service(bots=1, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="mail")
+    await asyncio.to_thread(s3.put_object, Bucket="mail", Key="invoice\u202egnp.exe", Body=b"x")
+
+    page = await open_page(DESKTOP, url=s3_service.url)
+    await sign_in(page, s3_service.key)
+    await page.get_by_role("button", name="Buckets", exact=True).click()
+    await page.get_by_role("button", name="mail", exact=True).click()
+    name = page.locator("#objects-body td.name")
+    await expect(name).to_have_text("invoice[U+202E]gnp.exe")
+
+
 async def test_every_control_has_a_name(open_page: Any, service: Service) -> None:
     page = await open_page()
     await sign_in(page, service.key)

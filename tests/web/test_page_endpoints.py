@@ -210,6 +210,24 @@ async def test_buckets_are_browsed_by_folder(start_service: ServiceFactory) -> N
     assert forged.status_code == 403
 
 
+async def test_a_key_with_bidi_controls_keeps_them_and_its_link_shows_them(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    s3 = _s3(service)
+    await asyncio.to_thread(s3.create_bucket, Bucket="mail")
+    spoofed = "invoice\u202egnp.exe"
+    await asyncio.to_thread(s3.put_object, Bucket="mail", Key=spoofed, Body=b"x")
+    async with service.client(headers=service.auth) as http:
+        listed = (await http.get("/api/buckets/mail")).json()["objects"]
+    # The key round-trips exactly (S3 clients need it); the saved name spells it out.
+    assert [o["key"] for o in listed] == [spoofed]
+    async with service.client() as anonymous:
+        fetched = await anonymous.get(listed[0]["download_url"])
+    assert fetched.status_code == 200
+    assert fetched.headers["content-disposition"] == 'attachment; filename="invoice[U+202E]gnp.exe"'
+
+
 @pytest.mark.parametrize("scope", ["read", "write"])
 async def test_buckets_need_an_admin_key(start_service: ServiceFactory, scope: KeyScope) -> None:
     service = await start_service(s3_credentials={ACCESS_KEY: SECRET})

@@ -65,6 +65,18 @@ export function forget() {
 
 const UNITS = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
 
+// Bidi controls (U+202E and its kind; app/http/bidi.py keeps the same list)
+// reorder the text around them: "invoice\u202egnp.exe" would read
+// "invoiceexe.png". Names and keys are shown with each one spelt out.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+export function shown(name) {
+  return name.replace(BIDI_CONTROLS, (ch) => {
+    const code = ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+    return `[U+${code}]`;
+  });
+}
+
 export function formatBytes(bytes) {
   let value = bytes;
   let unit = 0;
