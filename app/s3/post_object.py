@@ -11,6 +11,7 @@ ignored, as in AWS.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from urllib.parse import quote, urlencode, urlsplit
@@ -143,6 +144,10 @@ def _form_tags(document: str | None) -> dict[str, str] | None:
     return tagging.parse_document(document.encode("utf-8"))
 
 
+# An HTTP header name (RFC 9110's token).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _header_safe(value: str) -> bool:
     """Whether a field's value can be given back in a header (no control
     characters: a CR or LF would break the response)."""
@@ -154,6 +159,16 @@ def _as_header_values(fields: Mapping[str, str]) -> list[tuple[str, str]]:
     Latin-1, which is how a header's value is stored and given back."""
     pairs = []
     for name, value in fields.items():
+        if name.lower().startswith("x-amz-meta-") and not _HEADER_NAME.fullmatch(name):
+            # PutObject's metadata arrives as headers, so its names always fit
+            # one; a form's field name may be anything the policy allows, and
+            # one no header can carry would make the object unreadable.
+            raise S3Error(
+                "InvalidArgument",
+                f"The field name {name[:64]!r} cannot be a header name: user metadata "
+                "names are ASCII letters, digits and !#$%&'*+-.^_`|~.",
+                details={"ArgumentName": name[:64]},
+            )
         if not _header_safe(value):
             raise S3Error("InvalidArgument", f"The field {name[:64]!r} holds control characters.")
         pairs.append((name, value.encode("utf-8").decode("latin-1")))

@@ -351,3 +351,21 @@ async def test_a_tagging_field_needs_a_condition(s3: S3, s3_service: Service) ->
 
     assert response.status_code == 403, response.text
     assert error_code(response) == "AccessDenied"
+
+
+@pytest.mark.parametrize("name", ["x-amz-meta-a b", "x-amz-meta-caf\u00e9", "x-amz-meta-a:b"])
+async def test_a_metadata_field_no_header_can_name_is_refused_before_the_file_is_stored(
+    s3: S3, s3_service: Service, name: str
+) -> None:
+    # A header could never carry this name: stored, the object could not be
+    # read back (GET dropped the connection or answered 500). PutObject never
+    # sees such a name; POST Object refuses it, as a policy may allow anything.
+    before = set(s3_service.live_messages())
+    post = presigned_post(s3_service, "odd.bin", Fields={name: "v"}, Conditions=[{name: "v"}])
+
+    response = await submit(post, b"\x03" * (3 * CHUNK))
+
+    assert response.status_code == 400, response.text
+    assert error_code(response) == "InvalidArgument"
+    assert (await s3("list_objects_v2", Bucket="uploads"))["KeyCount"] == 0
+    assert set(s3_service.live_messages()) == before
