@@ -17,6 +17,7 @@ from starlette.types import Scope
 from app.api import browse, files, health, session, status, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
+from app.api.sign_in_limits import SignInLimits
 from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
@@ -53,6 +54,8 @@ def create_app(settings: Settings) -> FastAPI:
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
+    # Per process, like the app: failed sign-ins of the web page (app/api/sign_in_limits.py).
+    app.state.sign_in_limits = SignInLimits()
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of)

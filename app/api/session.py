@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
+from app.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS, SignInLimits
 from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from app.services import Services
 from app.store.callers import Caller
@@ -56,10 +57,26 @@ def _secure(request: Request, services: Services) -> bool:
 async def sign_in(
     body: SignIn, request: Request, response: Response, services: ServicesDep
 ) -> SessionOut:
-    """Sign the page in with an API key; the answer sets the session cookie."""
+    """Sign the page in with an API key; the answer sets the session cookie
+    (and ends the browser's previous session). Failed sign-ins are limited
+    per client address and per key prefix (429 with Retry-After)."""
+    limits: SignInLimits = request.app.state.sign_in_limits
+    address = request.client.host if request.client else ""
+    key = body.key.strip()
+    wait = limits.retry_after(address, key)
+    if wait:
+        raise ApiError(
+            429,
+            "too_many_requests",
+            f"too many failed sign-ins from this address or with this key "
+            f"(at most {SIGN_IN_FAILURES_ALLOWED} in {SIGN_IN_WINDOW_SECONDS} s): "
+            f"try again in {wait} s",
+            {"Retry-After": str(wait)},
+        )
     lifetime = timedelta(hours=services.settings.web_session_hours)
-    signed_in = await services.access.sign_in(body.key.strip(), lifetime)
+    signed_in = await services.access.sign_in(key, lifetime, replacing=session_token(request))
     if signed_in is None:
+        limits.failed(address, key)
         raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
     response.set_cookie(
         SESSION_COOKIE,
