@@ -49,6 +49,10 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Files stored in a private Telegram channel through a pool of bots.",
         version="0.1.0",
         lifespan=lifespan,
+        # /docs and /redoc are the web page's (app/web/routes.py): FastAPI's
+        # load their scripts from a CDN.
+        docs_url=None,
+        redoc_url=None,
         # FastAPI's native OpenTelemetry looked up the global providers on every
         # request (~3 % of a small S3 HEAD's CPU) to find none: the service has
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.

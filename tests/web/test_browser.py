@@ -399,6 +399,41 @@ async def test_a_key_with_bidi_controls_is_shown_as_it_is(
     await expect(name).to_have_text("invoice[U+202E]gnp.exe")
 
 
+# ReDoc shows Redocly's logo from its CDN, unconditionally; the docs' CSP refuses
+# it (and ReDoc hides the image when it fails to load). The one refusal expected.
+REDOC_LOGO_REFUSED = "Loading the image 'https://cdn.redoc.ly/redoc/logo-mini.svg' violates"
+
+
+async def test_the_api_docs_work_offline_under_their_csp(
+    browser: Browser, service: Service, screenshot_dir: Path
+) -> None:
+    # Every request that leaves the service fails, as it would offline, and a
+    # script the CSP refused would be a console error.
+    context = await browser.new_context(viewport=DESKTOP, base_url=service.url)
+    page = await context.new_page()
+    watch = PageWatch()
+    page.on("console", watch.console)
+    page.on("pageerror", watch.page_error)
+    left: list[str] = []
+
+    async def offline(route: Any) -> None:
+        left.append(route.request.url)
+        await route.abort()
+
+    await context.route(lambda url: not url.startswith(service.url), offline)
+    await page.goto("/docs")
+    await expect(page.locator(".swagger-ui .opblock-summary-path").first).to_be_visible()
+    await expect(page.get_by_text("/api/upload", exact=True).first).to_be_visible()
+    await shoot(page, screenshot_dir, "api-docs")
+    await page.goto("/redoc")
+    await expect(page.get_by_role("heading", name="TeleUploader").first).to_be_visible()
+    await expect(page.get_by_text("/api/upload").first).to_be_visible()
+    await shoot(page, screenshot_dir, "api-redoc")
+    await context.close()
+    assert left == []
+    assert [p for p in watch.problems if not p.startswith(REDOC_LOGO_REFUSED)] == []
+
+
 async def test_every_control_has_a_name(open_page: Any, service: Service) -> None:
     page = await open_page()
     await sign_in(page, service.key)

@@ -5,6 +5,7 @@ data and the read-only bucket browser."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -68,6 +69,41 @@ async def test_the_page_runs_only_its_own_files(service: Service) -> None:
                 assert response.headers["content-type"].startswith("text/javascript")
             if source.endswith(".css"):
                 assert response.headers["content-type"].startswith("text/css")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+async def test_the_api_docs_load_only_files_served_here_under_a_csp(
+    service: Service, path: str
+) -> None:
+    # No CDN: the docs work offline, and no third party's script runs on the
+    # origin of the session cookie.
+    async with service.client() as http:
+        page = await http.get(path)
+        assert page.status_code == 200
+        policy = page.headers["content-security-policy"]
+        script_policy = next(p for p in policy.split(";") if p.strip().startswith("script-src"))
+        assert script_policy.split() == ["script-src", "'self'"]
+        assert "frame-ancestors 'none'" in policy
+        parsed = _Tags()
+        parsed.feed(page.text)
+        assert parsed.script_text == "", "an inline script"
+        sources = [a.get("src") for t, a in parsed.tags if t == "script"]
+        sources += [a.get("href") for t, a in parsed.tags if t == "link"]
+        assert sources
+        for source in sources:
+            assert source and source.startswith("/static/"), source
+            response = await http.get(source)
+            assert response.status_code == 200, source
+
+
+def test_the_vendored_files_are_the_ones_their_readme_names() -> None:
+    vendor = STATIC_DIR / "vendor"
+    readme = (vendor / "README.md").read_text()
+    named = dict(re.findall(r"sha256 of `([^`]+)`: `([0-9a-f]{64})`", readme))
+    assert set(named) == {p.name for p in vendor.glob("*.js")} | {"swagger-ui.css"}
+    for name, digest in named.items():
+        assert hashlib.sha256((vendor / name).read_bytes()).hexdigest() == digest, name
+        assert any(vendor.glob("*.LICENSE")), "a licence beside the files"
 
 
 def test_no_script_builds_markup_from_strings() -> None:
