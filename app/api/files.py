@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.active_content import protective_headers
+from app.api.active_content import NATIVE_FILE_HEADERS
 from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.api.errors import ApiError
 from app.api.file_names import (
@@ -237,10 +237,10 @@ async def download(
         "ETag": info.etag,
         "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
-        # Every file is a download, never a page shown on this origin; active
-        # types are sandboxed as well (app.api.active_content).
+        # Every file is a download, never a page, script or style sheet of
+        # this origin, whatever its type (app.api.active_content).
         "Content-Disposition": content_disposition(info.name),
-        **protective_headers(info.content_type),
+        **NATIVE_FILE_HEADERS,
         "Cache-Control": "private, max-age=0, must-revalidate",
     }
     if not_modified(request.headers, etag=info.etag, last_modified=info.updated_at):
