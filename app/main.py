@@ -64,7 +64,10 @@ def create_app(settings: Settings) -> FastAPI:
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of)
     app.add_middleware(
-        RequestContextMiddleware, metrics=_metrics_of, draining_refusal=_draining_refusal
+        RequestContextMiddleware,
+        metrics=_metrics_of,
+        draining_refusal=_draining_refusal,
+        hsts=(settings.public_base_url or "").lower().startswith("https://"),
     )
     app.include_router(health.router)
     app.include_router(files.router)

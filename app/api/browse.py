@@ -18,8 +18,8 @@ from pydantic import BaseModel
 
 from app.api.deps import ServicesDep, require_admin_key
 from app.api.errors import ApiError
-from app.api.file_names import public_base
 from app.http.disposition import content_disposition
+from app.http.links import public_base
 from app.s3.sigv4.presign import presign_get
 from app.services import Services
 from app.store.buckets import BucketStore

@@ -10,6 +10,7 @@ from fastapi import Request
 
 from app.config import Settings
 from app.http.bidi import strip_bidi
+from app.http.links import public_base
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 from app.store.service import DEFAULT_CONTENT_TYPE
 
@@ -18,13 +19,6 @@ from app.store.service import DEFAULT_CONTENT_TYPE
 NATIVE_BUCKET = "_native"
 # File names are cut to this many characters (they name downloads).
 MAX_FILE_NAME_LENGTH = 255
-
-
-def public_base(request: Request, settings: Settings) -> str:
-    """The base of every link handed out, without a trailing `/`:
-    PUBLIC_BASE_URL once set, the request's own address only until then."""
-    base = settings.public_base_url or str(request.base_url)
-    return base.rstrip("/")
 
 
 def download_url(request: Request, settings: Settings, public_id: str) -> str:

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.http.forms import FormError, StreamingForm
+from app.http.links import public_base
 from app.parsing import parse_decimal
 from app.s3 import tagging
 from app.s3.context import empty_response, stored_metadata, xml_response
@@ -111,7 +112,7 @@ async def post_object(
         metadata=metadata,
         tags=tags,
     )
-    location = f"{str(request.base_url).rstrip('/')}/{bucket}/{quote(key)}"
+    location = f"{public_base(request, settings)}/{bucket}/{quote(key)}"
     redirect = fields.get("success_action_redirect") or fields.get("redirect")
     if redirect and urlsplit(redirect).scheme in ("http", "https"):
         query = urlencode({"bucket": bucket, "key": key, "etag": info.etag})

@@ -601,3 +601,61 @@ async def test_bidi_controls_are_stripped_from_native_file_names(service: Servic
     async with service.client() as http:
         again = await http.put(f"/api/files/{SPOOFED}", content=b"new", headers=service.auth)
     assert again.json()["public_id"] == raw.json()["public_id"]
+
+
+# --- links and transport security, once PUBLIC_BASE_URL is set ---------------------------
+
+PUBLIC = "https://files.example.com"
+FORGED_HOST = {"Host": "evil.example"}
+
+
+async def test_links_come_from_public_base_url_never_from_the_host_header(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(public_base_url=PUBLIC, s3_credentials={S3_ACCESS_KEY: S3_SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="forms")
+    await asyncio.to_thread(s3.put_object, Bucket="forms", Key="k", Body=b"k")
+    post = await asyncio.to_thread(
+        s3.generate_presigned_post,
+        "forms",
+        "up.txt",
+        Fields={"success_action_status": "201"},
+        Conditions=[{"success_action_status": "201"}],
+    )
+    async with service.client() as http:
+        native = await http.put(
+            "/api/files/a.txt", content=b"a", headers={**service.auth, **FORGED_HOST}
+        )
+        tus = await http.post(
+            "/api/tus/",
+            headers={
+                **service.auth,
+                **FORGED_HOST,
+                "Tus-Resumable": "1.0.0",
+                "Upload-Length": "0",
+            },
+        )
+        browsed = await http.get("/api/buckets/forms", headers={**service.auth, **FORGED_HOST})
+        posted = await http.post(
+            "/forms",
+            data=post["fields"],
+            files={"file": ("up.txt", b"up", "text/plain")},
+            headers=FORGED_HOST,
+        )
+    assert native.json()["download_url"].startswith(f"{PUBLIC}/f/")
+    assert tus.status_code == 201, tus.text
+    assert tus.headers["location"].startswith(f"{PUBLIC}/api/tus/")
+    assert tus.headers["x-file-url"].startswith(f"{PUBLIC}/f/")
+    assert browsed.json()["objects"][0]["download_url"].startswith(f"{PUBLIC}/forms/k?")
+    assert posted.status_code == 201, posted.text
+    assert posted.headers["location"] == f"{PUBLIC}/forms/up.txt"
+    assert f"<Location>{PUBLIC}/forms/up.txt</Location>" in posted.text
+    for response in (native, tus, browsed, posted):
+        assert "evil.example" not in response.text + str(response.headers)
