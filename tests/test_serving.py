@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import socket
 import time
@@ -16,7 +17,10 @@ from dataclasses import dataclass
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
+from hypothesis import given
+from hypothesis import strategies as st
 
+from app.http.head_limits import HeadMeter
 from app.serving import _DrainingServer, serve_in_task
 
 DELAY = 0.8
@@ -211,3 +215,31 @@ async def test_a_head_that_takes_too_long_gets_408_and_the_connection_closes() -
     assert closed
     assert silent.startswith(b"HTTP/1.1 408 ")
     assert silent_closed
+
+
+@given(
+    head_lines=st.lists(
+        # A header line is never empty: an empty line ends the head.
+        st.binary(min_size=1, max_size=40)
+        .map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+        .filter(bool),
+        max_size=8,
+    ),
+    after=st.binary(max_size=50),
+    cuts=st.lists(st.integers(min_value=0, max_value=500), max_size=12),
+)
+def test_a_head_is_measured_alike_however_its_reads_are_cut(
+    head_lines: list[bytes], after: bytes, cuts: list[int]
+) -> None:
+    head = b"GET / HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in head_lines) + b"\r\n"
+    wire = head + after
+    edges = sorted({0, len(wire), *(min(cut, len(wire)) for cut in cuts)})
+    meter = HeadMeter()
+    sizes = [meter.add(wire[start:end]) for start, end in itertools.pairwise(edges)]
+    assert meter.ended
+    assert sizes[-1] == len(head)  # nothing after the blank line counts
+    # Before its end, every byte counts.
+    unfinished = HeadMeter()
+    for start, end in itertools.pairwise(edges):
+        if end < len(head):
+            assert unfinished.add(wire[start:end]) == end

@@ -45,6 +45,31 @@ LINGER_SECONDS = 2.0
 _END_OF_HEAD = b"\r\n\r\n"
 
 
+class HeadMeter:
+    """The size of one request head, counted as its reads arrive: the bytes
+    up to and including its blank line, none of what follows it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.ended = False
+        # The last bytes so far: the blank line may straddle two reads.
+        self._tail = b""
+
+    def add(self, data: bytes) -> int:
+        """Count the head's bytes in `data`; the head's size so far."""
+        if self.ended:
+            return self.size
+        window = self._tail + data
+        end = window.find(_END_OF_HEAD)
+        if end < 0:
+            self.size += len(data)
+            self._tail = window[-(len(_END_OF_HEAD) - 1) :]
+        else:
+            self.size += end + len(_END_OF_HEAD) - len(self._tail)
+            self.ended = True
+        return self.size
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: ClassVar[int] = MAX_HEAD_BYTES
     head_timeout: ClassVar[float] = HEAD_TIMEOUT_SECONDS
@@ -52,9 +77,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._in_head = True
-        self._head_bytes = 0
-        # The last bytes of the head so far: its blank line may straddle two reads.
-        self._head_tail = b""
+        self._head = HeadMeter()
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
@@ -86,21 +109,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True
-        self._head_bytes = 0
-        self._head_tail = b""
+        self._head = HeadMeter()
 
     def _head_fits(self, data: bytes) -> bool:
         """Count the head's bytes in `data`: whether the head is still within the limit."""
         if self._head_timer is None:
             self._start_head_timer()  # the first byte of the next request
-        window = self._head_tail + data
-        end = window.find(_END_OF_HEAD)
-        if end < 0:
-            self._head_bytes += len(data)
-            self._head_tail = window[-(len(_END_OF_HEAD) - 1) :]
-        else:
-            self._head_bytes += end + len(_END_OF_HEAD) - len(self._head_tail)
-        return self._head_bytes <= self.max_head_bytes
+        return self._head.add(data) <= self.max_head_bytes
 
     def _start_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
