@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
+import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from app.api.tus_headers import parse_length
 from app.http.conditions import parse_http_date, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import FormError, StreamingForm
+from app.http.header_names import is_header_name
 from app.http.ranges import (
     RangeNotSatisfiable,
     parse_range,
@@ -441,3 +443,16 @@ def test_tus_numbers(value: str) -> None:
         assert parse_decimal(value) is None
     else:
         assert parsed == parse_decimal(value)
+
+
+@FUZZ
+@given(st.text(max_size=30))
+def test_a_header_name_is_exactly_what_h11_accepts_as_one(name: str) -> None:
+    # h11 (an independent HTTP implementation) as the judge of header names.
+    try:
+        h11.Response(status_code=200, headers=[(name, "v")])
+    except (h11.LocalProtocolError, UnicodeEncodeError):
+        accepted = False
+    else:
+        accepted = True
+    assert is_header_name(name) == accepted

@@ -11,7 +11,6 @@ ignored, as in AWS.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from urllib.parse import quote, urlencode, urlsplit
@@ -20,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.http.forms import FormError, StreamingForm
+from app.http.header_names import is_header_name
 from app.http.links import public_base
 from app.parsing import parse_decimal
 from app.s3 import tagging
@@ -145,10 +145,6 @@ def _form_tags(document: str | None) -> dict[str, str] | None:
     return tagging.parse_document(document.encode("utf-8"))
 
 
-# An HTTP header name (RFC 9110's token).
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
 def _header_safe(value: str) -> bool:
     """Whether a field's value can be given back in a header (no control
     characters: a CR or LF would break the response)."""
@@ -160,7 +156,7 @@ def _as_header_values(fields: Mapping[str, str]) -> list[tuple[str, str]]:
     Latin-1, which is how a header's value is stored and given back."""
     pairs = []
     for name, value in fields.items():
-        if name.lower().startswith("x-amz-meta-") and not _HEADER_NAME.fullmatch(name):
+        if name.lower().startswith("x-amz-meta-") and not is_header_name(name):
             # PutObject's metadata arrives as headers, so its names always fit
             # one; a form's field name may be anything the policy allows, and
             # one no header can carry would make the object unreadable.

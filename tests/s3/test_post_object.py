@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -369,3 +370,23 @@ async def test_a_metadata_field_no_header_can_name_is_refused_before_the_file_is
     assert error_code(response) == "InvalidArgument"
     assert (await s3("list_objects_v2", Bucket="uploads"))["KeyCount"] == 0
     assert set(s3_service.live_messages()) == before
+
+
+async def test_an_object_stored_with_such_a_name_before_the_check_reads_back_without_it(
+    s3: S3, s3_service: Service
+) -> None:
+    # Written as POST Object used to write it: GET dropped the connection.
+    async def body() -> AsyncIterator[bytes]:
+        yield b"old"
+
+    await s3_service.app.state.services.s3.put_object(
+        "uploads",
+        "old.bin",
+        body(),
+        content_type="text/plain",
+        metadata={"x-amz-meta-a b": "v", "x-amz-meta-caf\u00e9": "v", "x-amz-meta-ok": "v"},
+    )
+
+    head = await s3("head_object", Bucket="uploads", Key="old.bin")
+    assert head["Metadata"] == {"ok": "v"}
+    assert await read(s3, "uploads", "old.bin") == b"old"
