@@ -15,15 +15,17 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from app import __version__
-from app.api import browse, files, health, session, status, tus
+from app.api import files, health, session, status, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
+from app.api.sign_in_limits import SignInLimits
 from app.config import Settings
 from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
 from app.s3.gateway import XML, S3Gateway, draining_refusal
 from app.s3.service import S3Service
 from app.services import Services, start_services
+from app.web import buckets as web_buckets
 from app.web import routes as web
 
 
@@ -60,23 +62,32 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Files stored in a private Telegram channel through a pool of bots.",
         version=__version__,
         lifespan=lifespan,
+        # /docs and /redoc are the web page's (app/web/routes.py): FastAPI's
+        # load their scripts from a CDN.
+        docs_url=None,
+        redoc_url=None,
         # FastAPI's native OpenTelemetry looked up the global providers on every
         # request (~3 % of a small S3 HEAD's CPU) to find none: the service has
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
+    # Per process, like the app: failed sign-ins of the web page (app/api/sign_in_limits.py).
+    app.state.sign_in_limits = SignInLimits()
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of, s3=_s3_of)
     app.add_middleware(
-        RequestContextMiddleware, metrics=_metrics_of, draining_refusal=_draining_refusal
+        RequestContextMiddleware,
+        metrics=_metrics_of,
+        draining_refusal=_draining_refusal,
+        hsts=(settings.public_base_url or "").lower().startswith("https://"),
     )
     app.include_router(health.router)
     app.include_router(files.router)
     app.include_router(tus.router)
     app.include_router(session.router)
     app.include_router(status.router)
-    app.include_router(browse.router)
+    app.include_router(web_buckets.router)
     app.include_router(web.router)
     return app
 

@@ -332,6 +332,14 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
     )
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
+    if not settings.public_base_url:
+        # app/http/links.py: a link built from a request's Host header points
+        # wherever the client said.
+        log.warning(
+            "public_base_url_unset",
+            detail="links handed out are built from each request's Host header; "
+            "set PUBLIC_BASE_URL to the service's public address (https://...)",
+        )
     metrics.watch_uploads(
         lambda: UploadBudgetUse(
             buffers_in_use=buffers.in_use,

@@ -24,6 +24,12 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.consumer_abort import CONSUMER_ABORT
+from app.head_limits import (
+    HEAD_TIMEOUT_SECONDS,
+    MAX_HEAD_BYTES,
+    LimitedHttpToolsProtocol,
+    limited_protocol,
+)
 
 log = structlog.get_logger("app.serving")
 
@@ -76,14 +82,17 @@ async def serve_in_task(
     port: int = 0,
     lifespan: Literal["auto", "on", "off"] = "on",
     graceful_seconds: int | None = None,
+    head_timeout: float = HEAD_TIMEOUT_SECONDS,
 ) -> AsyncIterator[str]:
     """Serve `app` in the current event loop until the block ends; yields its
     base URL. On the way out, requests still running get `graceful_seconds`
-    (None: as long as they take), then the app's lifespan ends."""
+    (None: as long as they take), then the app's lifespan ends. Request heads
+    are limited as `teleuploader serve` limits them (`head_timeout`: tests)."""
     config = uvicorn.Config(
         AbortableConnections(app),
         host=host,
         port=port,
+        http=limited_protocol(max_head_bytes=MAX_HEAD_BYTES, head_timeout=head_timeout),
         lifespan=lifespan,
         log_config=None,  # leave the host's logging configuration as it is
         log_level="warning",
@@ -263,6 +272,8 @@ def run_server(
         AbortableConnections(app),
         host=host,
         port=port,
+        # Limits on the request head: app/head_limits.py.
+        http=LimitedHttpToolsProtocol,
         log_config=None,
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",

@@ -8,15 +8,19 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from urllib.parse import unquote
 
+import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.api.errors import ApiError
 from app.api.files import parse_id_cursor
+from app.api.tus_headers import parse_length
 from app.http.conditions import parse_http_date, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import FormError, StreamingForm
+from app.http.header_names import is_header_name
 from app.http.ranges import (
     RangeNotSatisfiable,
     parse_range,
@@ -83,6 +87,19 @@ def test_conditional_headers(if_range: str, date: str) -> None:
 def test_content_disposition_is_a_valid_header_value(name: str) -> None:
     value = content_disposition(name)
     assert value.isascii() and "\n" not in value and "\r" not in value
+    # No bidi control reaches the saved name: "a\u202egnp.exe" is not "aexe.png".
+    shown = unquote(value.partition("filename*=UTF-8''")[2])
+    assert not set(shown) & set(BIDI_CONTROLS)
+
+
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+@FUZZ
+@given(st.text(st.sampled_from("ab.\u202e\u2067\u200f"), max_size=20))
+def test_content_disposition_of_a_spoofed_name_shows_its_controls(name: str) -> None:
+    shown = unquote(content_disposition(name).partition("filename*=UTF-8''")[2])
+    assert not set(shown) & set(BIDI_CONTROLS)
 
 
 @FUZZ
@@ -427,3 +444,28 @@ def test_the_id_cursor_of_a_listing_is_a_row_id_or_a_400(cursor: str) -> None:
         return
     assert 0 <= row_id <= 2**63 - 1
     assert parse_id_cursor(str(row_id)) == row_id
+
+
+@FUZZ
+@given(st.text(max_size=40) | st.from_regex(r"[0-9]{15,25}", fullmatch=True))
+def test_tus_numbers(value: str) -> None:
+    try:
+        parsed = parse_length(value, "Upload-Offset")
+    except ApiError as exc:
+        assert exc.status == 400
+        assert parse_decimal(value) is None
+    else:
+        assert parsed == parse_decimal(value)
+
+
+@FUZZ
+@given(st.text(max_size=30))
+def test_a_header_name_is_exactly_what_h11_accepts_as_one(name: str) -> None:
+    # h11 (an independent HTTP implementation) as the judge of header names.
+    try:
+        h11.Response(status_code=200, headers=[(name, "v")])
+    except (h11.LocalProtocolError, UnicodeEncodeError):
+        accepted = False
+    else:
+        accepted = True
+    assert is_header_name(name) == accepted

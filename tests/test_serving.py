@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import socket
 import time
@@ -16,8 +17,11 @@ from dataclasses import dataclass
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.serving import _DrainingServer
+from app.head_limits import HeadMeter
+from app.serving import _DrainingServer, serve_in_task
 
 DELAY = 0.8
 
@@ -139,3 +143,103 @@ async def test_without_a_delay_new_writes_are_refused_from_the_signal_on() -> No
         assert (run.app.state.stopping, run.app.state.draining) == (True, True)
         await asyncio.wait_for(run.task, 2)
         assert await refused(run.url)
+
+
+# --- limits on the request head (app/head_limits.py) ---------------------------
+
+
+async def _exchange(url: str, *pieces: bytes) -> tuple[bytes, bool]:
+    """Send `pieces` on one raw connection (as far as the server lets), then
+    read until it closes: (what it answered, whether it closed)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        with contextlib.suppress(ConnectionError):
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+        answer = b""
+        closed = False
+        async with asyncio.timeout(10):
+            while not closed:
+                try:
+                    data = await reader.read(65536)
+                except ConnectionError:
+                    data = b""
+                answer += data
+                closed = not data
+                kept_alive = b"connection: close" not in answer.lower()
+                if answer.count(b"HTTP/1.1 ") >= len(pieces) and kept_alive:
+                    break  # every request answered on a connection kept alive
+        return answer, closed
+    finally:
+        writer.close()
+
+
+def _get(path: str, *, header_bytes: int = 0, end: bool = True) -> bytes:
+    head = f"GET {path} HTTP/1.1\r\nHost: test\r\nX-Filler: {'a' * header_bytes}"
+    return head.encode() + (b"\r\n\r\n" if end else b"")
+
+
+async def test_a_request_head_over_64_kib_gets_431_and_one_under_it_is_served() -> None:
+    async with serve_in_task(_app(), lifespan="off") as url:
+        under, _ = await _exchange(url, _get("/state", header_bytes=60_000))
+        # The limit counts from each request's start: two big heads on one connection.
+        twice, _ = await _exchange(
+            url, _get("/state", header_bytes=40_000), _get("/state", header_bytes=40_000)
+        )
+        over, closed = await _exchange(url, _get("/state", header_bytes=70_000))
+    assert under.startswith(b"HTTP/1.1 200 ")
+    assert twice.count(b"HTTP/1.1 200 ") == 2
+    assert over.startswith(b"HTTP/1.1 431 ")
+    assert b"over 65536 bytes" in over
+    assert closed
+
+
+async def test_an_unfinished_head_is_refused_before_it_is_kept() -> None:
+    # A 16 MiB header that never ends: refused once 64 KiB have arrived, so
+    # the server never holds the rest; the client sees the 431 and the close.
+    async with serve_in_task(_app(), lifespan="off") as url:
+        pieces = [_get("/state", end=False)] + [b"a" * 65536] * 256
+        answer, closed = await _exchange(url, *pieces)
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert closed
+
+
+async def test_a_head_that_takes_too_long_gets_408_and_the_connection_closes() -> None:
+    async with serve_in_task(_app(), lifespan="off", head_timeout=0.3) as url:
+        slow, closed = await _exchange(url, _get("/state", end=False))
+        silent, silent_closed = await _exchange(url)  # connects, sends nothing
+    assert slow.startswith(b"HTTP/1.1 408 ")
+    assert b"took longer than 0.3 s" in slow
+    assert closed
+    assert silent.startswith(b"HTTP/1.1 408 ")
+    assert silent_closed
+
+
+@given(
+    head_lines=st.lists(
+        # A header line is never empty: an empty line ends the head.
+        st.binary(min_size=1, max_size=40)
+        .map(lambda b: b.replace(b"\r", b"").replace(b"\n", b""))
+        .filter(bool),
+        max_size=8,
+    ),
+    after=st.binary(max_size=50),
+    cuts=st.lists(st.integers(min_value=0, max_value=500), max_size=12),
+)
+def test_a_head_is_measured_alike_however_its_reads_are_cut(
+    head_lines: list[bytes], after: bytes, cuts: list[int]
+) -> None:
+    head = b"GET / HTTP/1.1\r\n" + b"".join(line + b"\r\n" for line in head_lines) + b"\r\n"
+    wire = head + after
+    edges = sorted({0, len(wire), *(min(cut, len(wire)) for cut in cuts)})
+    meter = HeadMeter()
+    sizes = [meter.add(wire[start:end]) for start, end in itertools.pairwise(edges)]
+    assert meter.ended
+    assert sizes[-1] == len(head)  # nothing after the blank line counts
+    # Before its end, every byte counts.
+    unfinished = HeadMeter()
+    for start, end in itertools.pairwise(edges):
+        if end < len(head):
+            assert unfinished.add(wire[start:end]) == end

@@ -120,6 +120,10 @@ async def require_write_key(request: Request, services: ServicesDep) -> Caller:
     return _check_scope(await verify_key(request, services), "write")
 
 
+async def require_admin_key(request: Request, services: Services) -> Caller:
+    return _check_scope(await verify_key(request, services), "admin")
+
+
 async def require_read_access(request: Request, services: ServicesDep) -> Caller | None:
     """Downloads are public (the public id is the capability) unless the
     REQUIRE_KEY_FOR_DOWNLOADS setting says otherwise."""

@@ -9,6 +9,8 @@ import mimetypes
 from fastapi import Request
 
 from app.config import Settings
+from app.http.bidi import strip_bidi
+from app.http.links import public_base
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 from app.store.service import DEFAULT_CONTENT_TYPE
 
@@ -20,12 +22,14 @@ MAX_FILE_NAME_LENGTH = 255
 
 
 def download_url(request: Request, settings: Settings, public_id: str) -> str:
-    base = settings.public_base_url or str(request.base_url)
-    return f"{base.rstrip('/')}/f/{public_id}"
+    return f"{public_base(request, settings)}/f/{public_id}"
 
 
 def clean_name(name: str | None, fallback: str) -> str:
-    cleaned = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f").strip()
+    """A file name as it is kept: no control characters, bidi ones included
+    (app.http.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
+    printable = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f")
+    cleaned = strip_bidi(printable).strip()
     # Browsers on Windows send a full path as the file name.
     cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
     return (cleaned or fallback)[:MAX_FILE_NAME_LENGTH]

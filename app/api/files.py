@@ -24,7 +24,7 @@ from app.api.file_names import (
 )
 from app.api.schemas import FileList, FileOut
 from app.config import Settings
-from app.http.active_content import protective_headers
+from app.http.active_content import NATIVE_FILE_HEADERS
 from app.http.conditions import http_date, not_modified, range_applies
 from app.http.disposition import content_disposition
 from app.http.forms import StreamingForm
@@ -222,7 +222,8 @@ async def upload_raw(
 
 async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
     valid = len(public_id) <= 64 and "\x00" not in public_id
-    info = await store.get_by_public_id(public_id) if valid else None
+    # Only the native API's own files: S3 objects stay behind S3 credentials.
+    info = await store.get_by_public_id(public_id, bucket=NATIVE_BUCKET) if valid else None
     if info is None:
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     return info
@@ -241,10 +242,10 @@ async def download(
         "ETag": info.etag,
         "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
-        # Every file is a download, never a page shown on this origin; active
-        # types are sandboxed as well (app.http.active_content).
+        # Every file is a download, never a page, script or style sheet of
+        # this origin, whatever its type (app.http.active_content).
         "Content-Disposition": content_disposition(info.name),
-        **protective_headers(info.content_type),
+        **NATIVE_FILE_HEADERS,
         "Cache-Control": "private, max-age=0, must-revalidate",
     }
     if not_modified(request.headers, etag=info.etag, last_modified=info.updated_at):
@@ -342,7 +343,7 @@ async def delete_file(public_id: str, store: StoreDep, key: WriteKey) -> Respons
         raise ApiError(404, "not_found", f"no file has the id {public_id[:64]!r}")
     try:
         deleted = await store.delete_by_public_id(
-            public_id, only_if_owned_by=_limited_to_own_files(key)
+            public_id, bucket=NATIVE_BUCKET, only_if_owned_by=_limited_to_own_files(key)
         )
     except NotOwner:
         raise _belongs_to_another_key(f"the file with the id {public_id[:64]!r}") from None

@@ -7,7 +7,8 @@ the response; the request is counted and timed for /metrics by its route
 template, and logged once when its response ends. A request cut off by the
 shutdown's grace period is logged as `cancelled` (a warning) and, if no
 answer had begun, with status 499 rather than 500. Every response says
-`X-Content-Type-Options: nosniff`: no browser may guess a type we did not send.
+`X-Content-Type-Options: nosniff`: no browser may guess a type we did not send;
+and, when PUBLIC_BASE_URL is https, `Strict-Transport-Security`.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ class RequestContextMiddleware:
         app: ASGIApp,
         metrics: Callable[[Scope], Metrics | None],
         draining_refusal: DrainingRefusal | None = None,
+        hsts: bool = False,
     ) -> None:
         self.app = app
         self._metrics = metrics
         self._draining_refusal = draining_refusal
+        # Added to every answer: nosniff, and HSTS where the service is public over https.
+        self._headers = [_NOSNIFF, _HSTS] if hsts else [_NOSNIFF]
         # Bound once, with the logging configuration in force when the app
         # is built (`serve` configures logging first): a module logger is a
         # lazy proxy that builds a bound logger on every call, ~3 % of a
@@ -84,8 +88,9 @@ class RequestContextMiddleware:
                 answered = True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
-                if not any(name.lower() == _NOSNIFF[0] for name, _ in headers):
-                    headers.append(_NOSNIFF)
+                for always in self._headers:
+                    if not any(name.lower() == always[0] for name, _ in headers):
+                        headers.append(always)
                 if not body_read:
                     # Answered before the body was read (an error, usually): the
                     # rest of the body must not be taken for the next request.
@@ -132,6 +137,9 @@ _WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 CANCELLED_STATUS = 499
 _CANCELLED = {"cancelled": True}
 _NOSNIFF = (b"x-content-type-options", b"nosniff")
+# A year: browsers then reach the service over https only, even from an
+# http:// link. Subdomains are left alone (they may be other services).
+_HSTS = (b"strict-transport-security", b"max-age=31536000")
 
 
 def _draining(scope: Scope) -> bool:

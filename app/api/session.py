@@ -11,8 +11,10 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import ServicesDep, verify_key
 from app.api.errors import ApiError
+from app.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS, SignInLimits
 from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from app.services import Services
+from app.store.callers import Caller
 
 router = APIRouter(tags=["web page"])
 
@@ -29,14 +31,18 @@ class SessionOut(BaseModel):
     csrf_token: str | None
     max_upload_size: int
     s3_enabled: bool
+    # Whether the key may browse the S3 buckets (an admin key, with the S3 API on).
+    may_browse_buckets: bool
 
 
-def _session_out(services: Services, key_name: str, token: str | None) -> SessionOut:
+def _session_out(services: Services, key: Caller, token: str | None) -> SessionOut:
+    s3_enabled = bool(services.settings.s3_credentials)
     return SessionOut(
-        key_name=key_name,
+        key_name=key.name,
         csrf_token=csrf_token(token) if token else None,
         max_upload_size=services.settings.max_upload_size,
-        s3_enabled=bool(services.settings.s3_credentials),
+        s3_enabled=s3_enabled,
+        may_browse_buckets=s3_enabled and key.allows("admin"),
     )
 
 
@@ -51,10 +57,26 @@ def _secure(request: Request, services: Services) -> bool:
 async def sign_in(
     body: SignIn, request: Request, response: Response, services: ServicesDep
 ) -> SessionOut:
-    """Sign the page in with an API key; the answer sets the session cookie."""
+    """Sign the page in with an API key; the answer sets the session cookie
+    (and ends the browser's previous session). Failed sign-ins are limited
+    per client address and per key prefix (429 with Retry-After)."""
+    limits: SignInLimits = request.app.state.sign_in_limits
+    address = request.client.host if request.client else ""
+    key = body.key.strip()
+    wait = limits.retry_after(address, key)
+    if wait:
+        raise ApiError(
+            429,
+            "too_many_requests",
+            f"too many failed sign-ins from this address or with this key "
+            f"(at most {SIGN_IN_FAILURES_ALLOWED} in {SIGN_IN_WINDOW_SECONDS} s): "
+            f"try again in {wait} s",
+            {"Retry-After": str(wait)},
+        )
     lifetime = timedelta(hours=services.settings.web_session_hours)
-    signed_in = await services.access.sign_in(body.key.strip(), lifetime)
+    signed_in = await services.access.sign_in(key, lifetime, replacing=session_token(request))
     if signed_in is None:
+        limits.failed(address, key)
         raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
     response.set_cookie(
         SESSION_COOKIE,
@@ -65,14 +87,14 @@ async def sign_in(
         httponly=True,
         samesite="strict",
     )
-    return _session_out(services, signed_in.key.name, signed_in.token)
+    return _session_out(services, signed_in.key, signed_in.token)
 
 
 @router.get("/api/session", response_model=SessionOut)
 async def who_am_i(request: Request, services: ServicesDep) -> SessionOut:
     """The signed-in key's name and the CSRF token for the page's writes."""
     key = await verify_key(request, services)
-    return _session_out(services, key.name, session_token(request))
+    return _session_out(services, key, session_token(request))
 
 
 @router.delete("/api/session", status_code=204)

@@ -37,6 +37,7 @@ from app.api.tus_headers import (
 )
 from app.config import Settings
 from app.http.conditions import http_date
+from app.http.links import public_base
 from app.store.callers import Caller
 from app.store.resumable_protocol import (
     MAX_SEGMENTS,
@@ -108,8 +109,7 @@ async def _owned(uploads: ResumableUploads, upload_id: str, key: Caller) -> Uplo
 
 
 def _upload_url(request: Request, settings: Settings, upload_id: str) -> str:
-    base = settings.public_base_url or str(request.base_url)
-    return f"{base.rstrip('/')}{PREFIX}/{upload_id}"
+    return f"{public_base(request, settings)}{PREFIX}/{upload_id}"
 
 
 def _state_headers(request: Request, settings: Settings, state: UploadState) -> dict[str, str]:

@@ -6,6 +6,7 @@ import base64
 import binascii
 
 from app.api.errors import ApiError
+from app.parsing import MAX_DECIMAL_DIGITS, parse_decimal
 from app.store.resumable_protocol import Checksum
 
 TUS_VERSION = "1.0.0"
@@ -45,11 +46,17 @@ def parse_metadata(header: str | None) -> tuple[str, dict[str, str]]:
 
 
 def parse_length(value: str | None, header: str) -> int | None:
+    """A length or offset header: ASCII digits (app.parsing), else a 400."""
     if value is None:
         return None
-    if not value.isdigit():
-        raise tus_error(400, "bad_request", f"{header} must be a non-negative integer")
-    return int(value)
+    parsed = parse_decimal(value)
+    if parsed is None:
+        raise tus_error(
+            400,
+            "bad_request",
+            f"{header} must be a non-negative integer of at most {MAX_DECIMAL_DIGITS} digits",
+        )
+    return parsed
 
 
 def parse_checksum(header: str | None) -> Checksum | None:

@@ -48,7 +48,8 @@ class ApiKeyRepository:
         plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
         key = ApiKey(
             name=name,
-            prefix=plaintext[:8],
+            # The fixed part only: no character of the secret is kept in the clear.
+            prefix=KEY_PREFIX,
             key_hash=hash_key(plaintext),
             scope=scope,
             created_at=utcnow(),

@@ -281,9 +281,10 @@ class ObjectRepository:
         return await self._delete_and_release(found, "deleted")
 
     async def delete_by_public_id(
-        self, public_id: str, *, only_if_owned_by: int | None = None
+        self, public_id: str, *, bucket: str, only_if_owned_by: int | None = None
     ) -> bool:
-        """Delete the object with this public id; False if there is none.
+        """Delete the object with this public id in `bucket`; False if there
+        is none (an object of another bucket is not touched).
 
         With `only_if_owned_by`, it must belong to that API key (checked under
         the key's lock): otherwise NotOwner, nothing deleted.
@@ -291,12 +292,16 @@ class ObjectRepository:
         # SQLite: become the writer before reading (see app.db.locking).
         await lock_database_for_write(self._session)
         found = await self.get_by_public_id(public_id)
-        if found is None:
+        if found is None or found.bucket != bucket:
             return False
         # Take the key's lock, then look again: a put may have replaced it.
         await lock_object_key(self._session, found.bucket, found.key)
         locked = await self._session.scalar(
-            self._locking(select(StoredObject).where(StoredObject.public_id == public_id))
+            self._locking(
+                select(StoredObject).where(
+                    StoredObject.public_id == public_id, StoredObject.bucket == bucket
+                )
+            )
         )
         if locked is not None and not _owned(locked, only_if_owned_by):
             raise NotOwner(locked.bucket, locked.key)

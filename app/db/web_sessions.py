@@ -15,6 +15,8 @@ from app.db.types import utcnow
 
 # Tokens are 43 characters; anything far longer is not one of ours.
 _MAX_TOKEN_LENGTH = 128
+#: Sessions one key may have at once; a new one ends the oldest past this.
+MAX_SESSIONS_PER_KEY = 10
 
 
 def _hash(token: str) -> str:
@@ -27,7 +29,8 @@ class WebSessionRepository:
 
     async def open(self, key: ApiKey, lifetime: timedelta, *, now: datetime | None = None) -> str:
         """A new session for `key`; returns its token (not stored, only its hash).
-        Expired sessions of every key are swept on the way."""
+        Expired sessions of every key are swept on the way, and the key's
+        oldest past MAX_SESSIONS_PER_KEY end."""
         now = now or utcnow()
         await self._session.execute(delete(WebSession).where(WebSession.expires_at <= now))
         token = secrets.token_urlsafe(32)
@@ -40,6 +43,17 @@ class WebSessionRepository:
             )
         )
         await self._session.flush()
+        newest = (
+            select(WebSession.id)
+            .where(WebSession.api_key_id == key.id)
+            .order_by(WebSession.id.desc())
+            .limit(MAX_SESSIONS_PER_KEY)
+        )
+        await self._session.execute(
+            delete(WebSession).where(
+                WebSession.api_key_id == key.id, WebSession.id.not_in(newest.scalar_subquery())
+            )
+        )
         return token
 
     async def key_of(self, token: str, *, now: datetime | None = None) -> ApiKey | None:

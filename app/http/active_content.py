@@ -13,11 +13,15 @@ same-origin requests to the API). Two headers prevent it:
   pop-ups disabled, however it was opened (top level, <object>, <embed>).
   The Content-Type is left as stored: S3 clients expect it back unchanged.
 
-Only active types get the sandbox: a sandboxed PDF does not open in Chrome's
-viewer, and an image or a video has nothing to run. The native download route
-also sends every file as `Content-Disposition: attachment`, so a browser
-saves it rather than showing it; S3 responses keep the object's own
-Content-Disposition, which S3 clients set and expect back.
+For S3 responses only active types get the sandbox: a sandboxed PDF does not
+open in Chrome's viewer, and an image or a video has nothing to run; they
+keep the object's own Content-Disposition, which S3 clients set and expect
+back. The native download route (`/f/`) sends every file as
+`Content-Disposition: attachment`, so a browser saves it rather than showing
+it, and with a policy of its own, `default-src 'none'; sandbox`
+(`NATIVE_FILE_HEADERS`): whatever its type, a public link can never act as a
+page, a script or a style sheet of the service's origin, even where a policy
+of the page allows `'self'`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import re
 
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 SANDBOX = {"Content-Security-Policy": "sandbox"}
+NATIVE_FILE_HEADERS = {**NOSNIFF, "Content-Security-Policy": "default-src 'none'; sandbox"}
 
 # type "/" subtype, as RFC 9110's tokens.
 _MEDIA_TYPE = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+/[!#$%&'*+.^_`|~0-9a-z-]+$")

@@ -12,6 +12,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.http.active_content import protective_headers
 from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
+from app.http.header_names import is_header_name
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
 from app.s3 import checksum_headers, metadata_text, tagging
@@ -283,6 +284,10 @@ def _object_headers(info: ObjectInfo) -> dict[str, str]:
     }
     for name, value in info.metadata.items():
         if name.startswith("x-amz-meta-"):
+            if not is_header_name(name):
+                # Stored by POST Object before such names were refused: no
+                # header can carry it, and sending it would break the answer.
+                continue
             headers[name] = metadata_text.to_header(value)
         elif name in STORED_HEADERS:
             headers[_title(name)] = value

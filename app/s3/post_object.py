@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.http.forms import FormError, StreamingForm
+from app.http.header_names import is_header_name
+from app.http.links import public_base
 from app.parsing import parse_decimal
 from app.s3 import tagging
 from app.s3.context import empty_response, stored_metadata, xml_response
@@ -111,7 +113,7 @@ async def post_object(
         metadata=metadata,
         tags=tags,
     )
-    location = f"{str(request.base_url).rstrip('/')}/{bucket}/{quote(key)}"
+    location = f"{public_base(request, settings)}/{bucket}/{quote(key)}"
     redirect = fields.get("success_action_redirect") or fields.get("redirect")
     if redirect and urlsplit(redirect).scheme in ("http", "https"):
         query = urlencode({"bucket": bucket, "key": key, "etag": info.etag})
@@ -155,6 +157,16 @@ def _as_header_values(fields: Mapping[str, str]) -> list[tuple[str, str]]:
     Latin-1, which is how a header's value is stored and given back."""
     pairs = []
     for name, value in fields.items():
+        if name.lower().startswith("x-amz-meta-") and not is_header_name(name):
+            # PutObject's metadata arrives as headers, so its names always fit
+            # one; a form's field name may be anything the policy allows, and
+            # one no header can carry would make the object unreadable.
+            raise S3Error(
+                "InvalidArgument",
+                f"The field name {name[:64]!r} cannot be a header name: user metadata "
+                "names are ASCII letters, digits and !#$%&'*+-.^_`|~.",
+                details={"ArgumentName": name[:64]},
+            )
         if not _header_safe(value):
             raise S3Error("InvalidArgument", f"The field {name[:64]!r} holds control characters.")
         pairs.append((name, value.encode("utf-8").decode("latin-1")))

@@ -42,8 +42,16 @@ class AccessStore:
         """The active key `plaintext` is, or None (a recent refusal from memory)."""
         return await self._key_checks.verify(plaintext)
 
-    async def sign_in(self, plaintext: str, lifetime: timedelta) -> SignedIn | None:
-        """A new web session for the active key `plaintext`, or None if there is no such key."""
+    async def sign_in(
+        self, plaintext: str, lifetime: timedelta, *, replacing: str | None = None
+    ) -> SignedIn | None:
+        """A new web session for the active key `plaintext`, or None if there
+        is no such key; the session `replacing` names (the browser's old one)
+        ends with it."""
+        # A wrong key is refused through the memory of refused keys first,
+        # without a turn at SQLite's write lock.
+        if await self._key_checks.verify(plaintext) is None:
+            return None
         async with session_scope(self._sessionmaker) as session:
             # It reads the key, then writes the session row: on SQLite a
             # transaction that read may not write once another connection has
@@ -52,7 +60,10 @@ class AccessStore:
             key = await ApiKeyRepository(session).verify(plaintext)
             if key is None:
                 return None
-            token = await WebSessionRepository(session).open(key, lifetime)
+            sessions = WebSessionRepository(session)
+            if replacing is not None:
+                await sessions.close(replacing)
+            token = await sessions.open(key, lifetime)
         return SignedIn(Caller.of(key), token)
 
     async def signed_in_key(self, token: str) -> Caller | None:

@@ -253,9 +253,13 @@ class ObjectStore:
         async with session_scope(self._sessionmaker) as session:
             return await ObjectRepository(session).parts_of(info.id)
 
-    async def get_by_public_id(self, public_id: str) -> ObjectInfo | None:
+    async def get_by_public_id(self, public_id: str, *, bucket: str) -> ObjectInfo | None:
+        """The object with this public id, if it is in `bucket`: every object
+        has a public id, and a caller of one bucket must never reach another's."""
         row = await self._statements.object_by_public_id(public_id)
-        return ObjectInfo.from_row(row) if row is not None else None
+        if row is None or row.bucket != bucket:
+            return None
+        return ObjectInfo.from_row(row)
 
     async def list(
         self,
@@ -418,15 +422,16 @@ class ObjectStore:
         return deleted
 
     async def delete_by_public_id(
-        self, public_id: str, *, only_if_owned_by: int | None = None
+        self, public_id: str, *, bucket: str, only_if_owned_by: int | None = None
     ) -> bool:
-        """False if no object has this id; NotOwner if `only_if_owned_by` is
-        given and the object belongs to another key (nothing deleted)."""
+        """False if no object in `bucket` has this id; NotOwner if
+        `only_if_owned_by` is given and the object belongs to another key
+        (nothing deleted)."""
         try:
             async with session_scope(self._sessionmaker) as session:
                 repo = ObjectRepository(session)
                 deleted = await repo.delete_by_public_id(
-                    public_id, only_if_owned_by=only_if_owned_by
+                    public_id, bucket=bucket, only_if_owned_by=only_if_owned_by
                 )
         except db_objects.NotOwner as exc:
             raise NotOwner(str(exc)) from None

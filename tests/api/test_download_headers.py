@@ -1,5 +1,6 @@
 """A public link must not run a stored page's script on the service's origin:
-nosniff always, a sandbox for active types, the stored Content-Type kept."""
+nosniff always, a policy of its own on /f/ and a sandbox for active types on S3, the stored
+Content-Type kept."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def test_passive_types(content_type: str) -> None:
     assert not is_active(content_type)
 
 
+FILE_POLICY = "default-src 'none'; sandbox"
+
+
 async def upload(service: Service, name: str, data: bytes, content_type: str) -> str:
     async with service.client() as http:
         response = await http.post(
@@ -84,19 +88,26 @@ async def test_a_public_link_to_an_active_file_is_a_sandboxed_download(
     assert response.status_code == 200
     assert response.headers["content-type"].split(";")[0] == content_type
     assert response.headers["x-content-type-options"] == "nosniff"
-    assert response.headers["content-security-policy"] == "sandbox"
+    assert response.headers["content-security-policy"] == FILE_POLICY
     assert response.headers["content-disposition"] == f'attachment; filename="{name}"'
     if method == "GET":
         assert response.content == data
 
 
-async def test_a_passive_file_is_not_sandboxed_but_never_sniffed(service: Service) -> None:
+async def test_a_passive_file_is_sandboxed_too_and_never_sniffed(service: Service) -> None:
+    # Every /f/ answer has a policy of its own: even a file the service takes
+    # for passive can never act as a script or a page of the service's origin,
+    # whatever `'self'` the page's policy allows.
     public_id = await upload(service, "notes.txt", HTML, "text/plain")
 
     async with service.client() as http:
         ranged = await http.get(f"/f/{public_id}", headers={"Range": "bytes=0-5"})
+        etag = ranged.headers["etag"]
+        unchanged = await http.get(f"/f/{public_id}", headers={"If-None-Match": etag})
 
     assert ranged.status_code == 206 and ranged.content == HTML[:6]
     assert ranged.headers["content-type"].startswith("text/plain")
     assert ranged.headers["x-content-type-options"] == "nosniff"
-    assert "content-security-policy" not in ranged.headers
+    assert ranged.headers["content-security-policy"] == FILE_POLICY
+    assert unchanged.status_code == 304
+    assert unchanged.headers["content-security-policy"] == FILE_POLICY

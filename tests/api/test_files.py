@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 
+import boto3
 import httpx
 import pytest
 
@@ -574,3 +575,154 @@ async def test_no_response_reveals_a_token(service: Service) -> None:
     for response in responses:
         text = response.content.decode("latin-1") + str(response.headers)
         assert not any(secret in text for secret in secrets)
+
+
+# --- the S3 buckets are out of the native API's reach ----------------------------------
+
+S3_ACCESS_KEY = "AKIDNATIVEBOUNDARY"
+S3_SECRET = "native-boundary-secret-0123456789"
+
+
+async def test_native_routes_never_serve_describe_or_delete_an_s3_object(
+    start_service: ServiceFactory,
+) -> None:
+    # S3 objects have public ids too (every object row has one): the native
+    # routes must not find them, whoever asks, or a private registry layer
+    # becomes a permanent anonymous link.
+    service = await start_service(s3_credentials={S3_ACCESS_KEY: S3_SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="private")
+    secret_bytes = payload(CHUNK + 5, seed=3)
+    await asyncio.to_thread(s3.put_object, Bucket="private", Key="layer.tar", Body=secret_bytes)
+    stored = await service.app.state.services.store.get("private", "layer.tar")
+    public_id = stored.public_id
+
+    async with service.client() as http:
+        anonymous = [
+            await http.get(f"/f/{public_id}"),
+            await http.head(f"/f/{public_id}"),
+            await http.get(f"/file/{public_id}/info"),
+        ]
+        with_admin_key = [
+            await http.get(f"/f/{public_id}", headers=service.auth),
+            await http.get(f"/file/{public_id}/info", headers=service.auth),
+            await http.delete(f"/api/files/{public_id}", headers=service.auth),
+        ]
+        native = await http.put("/api/files/mine.txt", content=b"mine", headers=service.auth)
+
+    for response in anonymous + with_admin_key:
+        assert response.status_code == 404, (response.request.method, response.request.url)
+        assert secret_bytes not in response.content
+        assert b"layer.tar" not in response.content
+
+    # The object is untouched, and still there for S3 clients.
+    def read_back() -> bytes:
+        body: bytes = s3.get_object(Bucket="private", Key="layer.tar")["Body"].read()
+        return body
+
+    assert await asyncio.to_thread(read_back) == secret_bytes
+    # The native API's own files are served as before.
+    async with service.client() as http:
+        mine = await http.get(f"/f/{native.json()['public_id']}")
+    assert mine.content == b"mine"
+
+
+# --- bidirectional control characters ---------------------------------------------------
+
+# "invoice\u202egnp.exe" displays as "invoiceexe.png": the override reverses what follows.
+SPOOFED = "invoice\u202egnp.exe"
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+async def test_bidi_controls_are_stripped_from_native_file_names(service: Service) -> None:
+    async with service.client() as http:
+        raw = await http.put(f"/api/files/{SPOOFED}", content=b"raw", headers=service.auth)
+        form = await http.post(
+            "/api/upload",
+            files={"file": ("x.bin", b"form", "application/octet-stream")},
+            data={"fileName": f"{BIDI_CONTROLS}a{BIDI_CONTROLS}.txt"},
+            headers=service.auth,
+        )
+        form_name = await http.post(
+            "/api/upload",
+            files={"file": (SPOOFED, b"form", "application/octet-stream")},
+            headers=service.auth,
+        )
+        only_controls = await http.put(
+            "/api/files/\u202e\u202c", content=b"x", headers=service.auth
+        )
+    assert raw.status_code == 201, raw.text
+    assert raw.json()["file_name"] == "invoicegnp.exe"
+    assert form.json()["file_name"] == "a.txt"
+    assert form_name.json()["file_name"] == "invoicegnp.exe"
+    assert only_controls.status_code == 400
+    got = await download(service, raw.json()["public_id"])
+    assert got.headers["content-disposition"] == 'attachment; filename="invoicegnp.exe"'
+    # The same name again replaces the same file (the key is what was sent).
+    async with service.client() as http:
+        again = await http.put(f"/api/files/{SPOOFED}", content=b"new", headers=service.auth)
+    assert again.json()["public_id"] == raw.json()["public_id"]
+
+
+# --- links and transport security, once PUBLIC_BASE_URL is set ---------------------------
+
+PUBLIC = "https://files.example.com"
+FORGED_HOST = {"Host": "evil.example"}
+
+
+async def test_links_come_from_public_base_url_never_from_the_host_header(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(public_base_url=PUBLIC, s3_credentials={S3_ACCESS_KEY: S3_SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="forms")
+    await asyncio.to_thread(s3.put_object, Bucket="forms", Key="k", Body=b"k")
+    post = await asyncio.to_thread(
+        s3.generate_presigned_post,
+        "forms",
+        "up.txt",
+        Fields={"success_action_status": "201"},
+        Conditions=[{"success_action_status": "201"}],
+    )
+    async with service.client() as http:
+        native = await http.put(
+            "/api/files/a.txt", content=b"a", headers={**service.auth, **FORGED_HOST}
+        )
+        tus = await http.post(
+            "/api/tus/",
+            headers={
+                **service.auth,
+                **FORGED_HOST,
+                "Tus-Resumable": "1.0.0",
+                "Upload-Length": "0",
+            },
+        )
+        browsed = await http.get("/api/buckets/forms", headers={**service.auth, **FORGED_HOST})
+        posted = await http.post(
+            "/forms",
+            data=post["fields"],
+            files={"file": ("up.txt", b"up", "text/plain")},
+            headers=FORGED_HOST,
+        )
+    assert native.json()["download_url"].startswith(f"{PUBLIC}/f/")
+    assert tus.status_code == 201, tus.text
+    assert tus.headers["location"].startswith(f"{PUBLIC}/api/tus/")
+    assert tus.headers["x-file-url"].startswith(f"{PUBLIC}/f/")
+    assert browsed.json()["objects"][0]["download_url"].startswith(f"{PUBLIC}/forms/k?")
+    assert posted.status_code == 201, posted.text
+    assert posted.headers["location"] == f"{PUBLIC}/forms/up.txt"
+    assert f"<Location>{PUBLIC}/forms/up.txt</Location>" in posted.text
+    for response in (native, tus, browsed, posted):
+        assert "evil.example" not in response.text + str(response.headers)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.running_service import CHUNK, Service, payload
+from tests.running_service import CHUNK, Service, ServiceFactory, payload
 
 pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
@@ -50,3 +50,25 @@ async def test_while_draining_writes_get_503_with_retry_after_and_reads_go_on(
     assert read.content == data
     assert info.status_code == 200
     assert service.live_messages() == messages  # nothing was written to Telegram
+
+
+@pytest.mark.parametrize(
+    ("public_base_url", "hsts"),
+    [("https://files.example.com", True), ("http://files.example.com", False), (None, False)],
+)
+async def test_https_public_base_url_turns_on_hsts_for_every_answer(
+    start_service: ServiceFactory, public_base_url: str | None, hsts: bool
+) -> None:
+    service = await start_service(public_base_url=public_base_url)
+    async with service.client() as http:
+        answers = [
+            await http.get("/health"),
+            await http.get("/"),
+            await http.get("/api/files"),  # 401
+            await http.get("/no/such/route"),  # 404
+        ]
+    for response in answers:
+        if hsts:
+            assert response.headers["strict-transport-security"] == "max-age=31536000"
+        else:
+            assert "strict-transport-security" not in response.headers

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.running_service import CHUNK, ServiceFactory, eventually, payload
 
@@ -48,3 +49,18 @@ async def test_the_service_answers_health_while_getme_hangs_and_is_ready_once_a_
             "/api/files/later.bin", content=payload(2 * CHUNK), headers=service.auth
         )
         assert stored.status_code == 201, stored.text
+
+
+@pytest.mark.parametrize("public_base_url", [None, "https://files.example.com"])
+async def test_a_start_without_public_base_url_warns_that_links_follow_the_host_header(
+    start_service: ServiceFactory, public_base_url: str | None
+) -> None:
+    with capture_logs() as logs:
+        await start_service(bots=1, public_base_url=public_base_url)
+    warnings = [entry for entry in logs if entry["event"] == "public_base_url_unset"]
+    if public_base_url is None:
+        assert len(warnings) == 1
+        assert warnings[0]["log_level"] == "warning"
+        assert "PUBLIC_BASE_URL" in warnings[0]["detail"]
+    else:
+        assert warnings == []

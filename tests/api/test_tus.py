@@ -359,6 +359,29 @@ async def test_malformed_creation_requests_are_400(service: Service) -> None:
         assert response.json()["detail"]
 
 
+# Headers are read as latin-1: b"\xb2" is "²", which str.isdigit() takes for a
+# digit and int() refuses; int() also refuses more than 4,300 digits.
+ODD_NUMBERS = [b"\xb2", b"1" * 4301, b"1_0", b"+5", b"0x10", b""]
+
+
+@pytest.mark.parametrize("number", ODD_NUMBERS)
+async def test_an_odd_number_in_upload_length_or_offset_is_400(
+    service: Service, number: bytes
+) -> None:
+    url = await create(service, 10)
+    async with service.client() as http:
+        created = await http.post(
+            "/api/tus/", headers={**tus_headers(service), "Upload-Length": number}
+        )
+        patched = await http.patch(
+            url, content=b"x", headers={**tus_headers(service, **OCTETS), "Upload-Offset": number}
+        )
+    for response in (created, patched):
+        assert response.status_code == 400, response.text
+        assert "must be a non-negative integer" in response.json()["detail"]
+    assert (await head(service, url)).headers["upload-offset"] == "0"
+
+
 async def test_upload_over_the_size_limit_is_413(service: Service) -> None:
     limit = service.settings.max_upload_size
     async with service.client() as http:
@@ -704,3 +727,13 @@ async def _scalar(service: Service, query: Any) -> Any:
             return await connection.scalar(query)
     finally:
         await engine.dispose()
+
+
+async def test_bidi_controls_are_stripped_from_a_tus_file_name(service: Service) -> None:
+    spoofed = b64("invoice\u202egnp.exe")
+    url = await create(service, 3, **{"Upload-Metadata": f"filename {spoofed}"})
+    finished = await patch(service, url, 0, b"abc")
+    assert finished.status_code == 204, finished.text
+    async with service.client() as http:
+        info = await http.get(f"/file/{finished.headers['x-file-id']}/info")
+    assert info.json()["file_name"] == "invoicegnp.exe"

@@ -39,7 +39,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0013"
+    assert head_revision() == "0014"
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
@@ -51,7 +51,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0013: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0014: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -225,6 +225,44 @@ async def test_keys_from_before_scopes_stay_usable_as_admin_keys(
         await engine.dispose()
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_key_prefixes_written_before_0014_lose_their_secret_characters(
+    empty_database: Database,
+) -> None:
+    """0014: a key's `prefix` held its first 8 characters, 5 of them secret;
+    now only the fixed `tu_` (nothing for a key of another form), and the keys
+    still verify."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url, "0013")
+    engine = create_engine(empty_database.url)
+    try:
+        plaintext = "tu_" + "s" * 43
+        async with engine.begin() as connection:
+            for name, prefix, digest in (
+                ("new-form", "tu_sssss", hash_key(plaintext)),
+                ("other-form", "abcdefgh", "0" * 64),
+            ):
+                await connection.execute(
+                    _at_now(
+                        "INSERT INTO api_keys (name, prefix, key_hash, scope, created_at) "
+                        "VALUES (:name, :prefix, :hash, 'write', :now)"
+                    ),
+                    {"name": name, "prefix": prefix, "hash": digest},
+                )
+        await engine.dispose()
+
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+
+        async with engine.connect() as connection:
+            prefixes = dict(
+                (await connection.execute(text("SELECT name, prefix FROM api_keys"))).all()
+            )
+        assert prefixes == {"new-form": "tu_", "other-form": ""}
+        async with session_scope(create_sessionmaker(engine)) as session:
+            key = await ApiKeyRepository(session).verify(plaintext)
+        assert key is not None and key.name == "new-form"
     finally:
         await engine.dispose()
 

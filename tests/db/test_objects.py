@@ -142,8 +142,10 @@ async def test_delete_by_public_id_and_of_missing_objects(sessionmaker: Sessions
         created = await ObjectRepository(session).put(spec("k", whole_chunks(chunks)))
     async with session_scope(sessionmaker) as session:
         repo = ObjectRepository(session)
-        assert await repo.delete_by_public_id(created.public_id)
-        assert not await repo.delete_by_public_id(created.public_id)
+        # Another bucket's caller cannot reach it by its public id.
+        assert not await repo.delete_by_public_id(created.public_id, bucket="_native")
+        assert await repo.delete_by_public_id(created.public_id, bucket="bucket")
+        assert not await repo.delete_by_public_id(created.public_id, bucket="bucket")
         assert not await repo.delete("bucket", "k")
     async with session_scope(sessionmaker) as session:
         assert await count(session, StoredObject) == 0
@@ -333,12 +335,14 @@ async def test_a_delete_limited_to_its_owner_refuses_other_and_ownerless_objects
     for public_id in (owned.public_id, ownerless.public_id):
         with pytest.raises(NotOwner):
             async with session_scope(sessionmaker) as session:
-                await ObjectRepository(session).delete_by_public_id(public_id, only_if_owned_by=2)
+                await ObjectRepository(session).delete_by_public_id(
+                    public_id, bucket="bucket", only_if_owned_by=2
+                )
     async with session_scope(sessionmaker) as session:
         repo = ObjectRepository(session)
         assert await count(session, StoredObject) == 2
-        assert await repo.delete_by_public_id(owned.public_id, only_if_owned_by=1)
-        assert await repo.delete_by_public_id(ownerless.public_id)  # no limit: admin
+        assert await repo.delete_by_public_id(owned.public_id, bucket="bucket", only_if_owned_by=1)
+        assert await repo.delete_by_public_id(ownerless.public_id, bucket="bucket")  # admin
         assert await count(session, StoredObject) == 0
 
 

@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from botocore.config import Config
 
+from app.store.object_write import ObjectWrite
 from tests.running_service import CHUNK, Service, eventually
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 from tests.s3.test_bad_input import error_code
@@ -351,3 +353,44 @@ async def test_a_tagging_field_needs_a_condition(s3: S3, s3_service: Service) ->
 
     assert response.status_code == 403, response.text
     assert error_code(response) == "AccessDenied"
+
+
+@pytest.mark.parametrize("name", ["x-amz-meta-a b", "x-amz-meta-caf\u00e9", "x-amz-meta-a:b"])
+async def test_a_metadata_field_no_header_can_name_is_refused_before_the_file_is_stored(
+    s3: S3, s3_service: Service, name: str
+) -> None:
+    # A header could never carry this name: stored, the object could not be
+    # read back (GET dropped the connection or answered 500). PutObject never
+    # sees such a name; POST Object refuses it, as a policy may allow anything.
+    before = set(s3_service.live_messages())
+    post = presigned_post(s3_service, "odd.bin", Fields={name: "v"}, Conditions=[{name: "v"}])
+
+    response = await submit(post, b"\x03" * (3 * CHUNK))
+
+    assert response.status_code == 400, response.text
+    assert error_code(response) == "InvalidArgument"
+    assert (await s3("list_objects_v2", Bucket="uploads"))["KeyCount"] == 0
+    assert set(s3_service.live_messages()) == before
+
+
+async def test_an_object_stored_with_such_a_name_before_the_check_reads_back_without_it(
+    s3: S3, s3_service: Service
+) -> None:
+    # Written as POST Object used to write it: GET dropped the connection.
+    async def body() -> AsyncIterator[bytes]:
+        yield b"old"
+
+    await s3_service.app.state.services.store.put_stream(
+        body(),
+        ObjectWrite(
+            bucket="uploads",
+            key="old.bin",
+            name="old.bin",
+            content_type="text/plain",
+            metadata={"x-amz-meta-a b": "v", "x-amz-meta-caf\u00e9": "v", "x-amz-meta-ok": "v"},
+        ),
+    )
+
+    head = await s3("head_object", Bucket="uploads", Key="old.bin")
+    assert head["Metadata"] == {"ok": "v"}
+    assert await read(s3, "uploads", "old.bin") == b"old"

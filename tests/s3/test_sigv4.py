@@ -30,6 +30,7 @@ from app.s3.sigv4 import (
     verify_request,
 )
 from app.s3.sigv4.canonical import uri_candidates
+from app.s3.sigv4.presign import presign_get
 from tests.s3.helpers import (
     ACCESS_KEY,
     CREDENTIALS,
@@ -741,3 +742,74 @@ def test_quote_matches_botocore_key_encoding() -> None:
     for key in KEYS:
         path = "/bucket/" + quote(key, safe="/~")
         assert canonical_uri(path.encode()) == path
+
+
+# --- presigned URLs the service makes itself (the web page's bucket links) ---------
+
+
+@given(
+    key=st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+        min_size=1,
+        max_size=60,
+    ),
+    disposition=st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+)
+def test_a_presigned_get_the_service_makes_verifies_for_its_key_only(
+    key: str, disposition: str
+) -> None:
+    url = presign_get(
+        ENDPOINT,
+        "bucket",
+        key,
+        access_key=ACCESS_KEY,
+        secret=SECRET_KEY,
+        region="us-east-1",
+        now=NOW,
+        expires_seconds=900,
+        response_params={"response-content-disposition": disposition},
+    )
+    wire = wire_from_url("GET", url)
+    verified = wire.verify()
+    assert verified.presigned
+    assert verified.expires_at == NOW + timedelta(seconds=900)
+    assert split_path(wire.raw_path) == ("bucket", key)
+    assert dict(parse_query(wire.query))["response-content-disposition"] == disposition
+    # Until it expires, and only for this object, this method and these overrides.
+    wire.verify(now=NOW + timedelta(seconds=900))
+    err = expect_error("AccessDenied", wire.verify, now=NOW + timedelta(seconds=901))
+    assert err.message == "Request has expired"
+    expect_error("SignatureDoesNotMatch", wire.replace(raw_path=wire.raw_path + b"x").verify)
+    expect_error("SignatureDoesNotMatch", wire.replace(method="HEAD").verify)
+    expect_error(
+        "SignatureDoesNotMatch",
+        wire.replace(query=wire.query + b"&response-content-type=text/html").verify,
+    )
+
+
+def test_a_presigned_path_survives_a_browser_resolving_dots() -> None:
+    url = presign_get(
+        ENDPOINT,
+        "bucket",
+        "a/../b/./c",
+        access_key=ACCESS_KEY,
+        secret=SECRET_KEY,
+        region="us-east-1",
+        now=NOW,
+        expires_seconds=60,
+    )
+    assert "/../" not in url and "/./" not in url
+    wire = wire_from_url("GET", url)
+    wire.verify()
+    assert split_path(wire.raw_path) == ("bucket", "a/../b/./c")
+    with pytest.raises(ValueError):
+        presign_get(
+            ENDPOINT,
+            "bucket",
+            "k",
+            access_key=ACCESS_KEY,
+            secret=SECRET_KEY,
+            region="us-east-1",
+            now=NOW,
+            expires_seconds=604801,
+        )

@@ -356,6 +356,14 @@ async def test_buckets_are_browsed_read_only(
         await expect(page.get_by_role("button", name="2024/", exact=True)).to_be_visible()
         await expect(page.locator("#objects-body tr")).to_have_count(1)
         await expect(page.locator("#objects-body")).to_contain_text("readme.txt")
+        # Its Download is a short-lived signed S3 link, never a permanent /f/ one.
+        link = page.locator("#objects-body a", has_text="Download")
+        href = await link.get_attribute("href")
+        assert href is not None and "X-Amz-Signature=" in href and "/f/" not in href
+        async with page.expect_download() as downloading:
+            await link.click()
+        saved = await (await downloading.value).path()
+        assert saved.read_bytes() == b"readme.txt"
 
         await page.get_by_role("button", name="2024/", exact=True).click()
         await expect(page.locator("#objects-body tr")).to_have_count(2)
@@ -366,6 +374,64 @@ async def test_buckets_are_browsed_read_only(
             page.locator("#view-buckets").get_by_role("button", name="Delete")
         ).to_have_count(0)
         await shoot(page, screenshot_dir, name)
+
+
+async def test_a_key_with_bidi_controls_is_shown_as_it_is(
+    open_page: Any, start_service: ServiceFactory
+) -> None:
+    # "invoice\u202egnp.exe" would read "invoiceexe.png"; the page spells the control out.
+    s3_service = await start_service(bots=1, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    await asyncio.to_thread(s3.create_bucket, Bucket="mail")
+    await asyncio.to_thread(s3.put_object, Bucket="mail", Key="invoice\u202egnp.exe", Body=b"x")
+
+    page = await open_page(DESKTOP, url=s3_service.url)
+    await sign_in(page, s3_service.key)
+    await page.get_by_role("button", name="Buckets", exact=True).click()
+    await page.get_by_role("button", name="mail", exact=True).click()
+    name = page.locator("#objects-body td.name")
+    await expect(name).to_have_text("invoice[U+202E]gnp.exe")
+
+
+# ReDoc shows Redocly's logo from its CDN, unconditionally; the docs' CSP refuses
+# it (and ReDoc hides the image when it fails to load). The one refusal expected.
+REDOC_LOGO_REFUSED = "Loading the image 'https://cdn.redoc.ly/redoc/logo-mini.svg' violates"
+
+
+async def test_the_api_docs_work_offline_under_their_csp(
+    browser: Browser, service: Service, screenshot_dir: Path
+) -> None:
+    # Every request that leaves the service fails, as it would offline, and a
+    # script the CSP refused would be a console error.
+    context = await browser.new_context(viewport=DESKTOP, base_url=service.url)
+    page = await context.new_page()
+    watch = PageWatch()
+    page.on("console", watch.console)
+    page.on("pageerror", watch.page_error)
+    left: list[str] = []
+
+    async def offline(route: Any) -> None:
+        left.append(route.request.url)
+        await route.abort()
+
+    await context.route(lambda url: not url.startswith(service.url), offline)
+    await page.goto("/docs")
+    await expect(page.locator(".swagger-ui .opblock-summary-path").first).to_be_visible()
+    await expect(page.get_by_text("/api/upload", exact=True).first).to_be_visible()
+    await shoot(page, screenshot_dir, "api-docs")
+    await page.goto("/redoc")
+    await expect(page.get_by_role("heading", name="TeleUploader").first).to_be_visible()
+    await expect(page.get_by_text("/api/upload").first).to_be_visible()
+    await shoot(page, screenshot_dir, "api-redoc")
+    await context.close()
+    assert left == []
+    assert [p for p in watch.problems if not p.startswith(REDOC_LOGO_REFUSED)] == []
 
 
 async def test_every_control_has_a_name(open_page: Any, service: Service) -> None:

@@ -5,14 +5,19 @@ data and the read-only bucket browser."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
 from botocore.client import BaseClient
 
+from app.db.models import KeyScope
+from app.demo import create_api_key
+from app.web.buckets import BROWSE_LINK_SECONDS
 from app.web.routes import STATIC_DIR
 from tests.running_service import CHUNK, Service, ServiceFactory, payload
 
@@ -66,6 +71,41 @@ async def test_the_page_runs_only_its_own_files(service: Service) -> None:
                 assert response.headers["content-type"].startswith("text/css")
 
 
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+async def test_the_api_docs_load_only_files_served_here_under_a_csp(
+    service: Service, path: str
+) -> None:
+    # No CDN: the docs work offline, and no third party's script runs on the
+    # origin of the session cookie.
+    async with service.client() as http:
+        page = await http.get(path)
+        assert page.status_code == 200
+        policy = page.headers["content-security-policy"]
+        script_policy = next(p for p in policy.split(";") if p.strip().startswith("script-src"))
+        assert script_policy.split() == ["script-src", "'self'"]
+        assert "frame-ancestors 'none'" in policy
+        parsed = _Tags()
+        parsed.feed(page.text)
+        assert parsed.script_text == "", "an inline script"
+        sources = [a.get("src") for t, a in parsed.tags if t == "script"]
+        sources += [a.get("href") for t, a in parsed.tags if t == "link"]
+        assert sources
+        for source in sources:
+            assert source and source.startswith("/static/"), source
+            response = await http.get(source)
+            assert response.status_code == 200, source
+
+
+def test_the_vendored_files_are_the_ones_their_readme_names() -> None:
+    vendor = STATIC_DIR / "vendor"
+    readme = (vendor / "README.md").read_text()
+    named = dict(re.findall(r"sha256 of `([^`]+)`: `([0-9a-f]{64})`", readme))
+    assert set(named) == {p.name for p in vendor.glob("*.js")} | {"swagger-ui.css"}
+    for name, digest in named.items():
+        assert hashlib.sha256((vendor / name).read_bytes()).hexdigest() == digest, name
+        assert any(vendor.glob("*.LICENSE")), "a licence beside the files"
+
+
 def test_no_script_builds_markup_from_strings() -> None:
     # Data reaches the page as text nodes only (el(), textContent): no
     # innerHTML, no document.write, no eval in our own files.
@@ -77,7 +117,7 @@ def test_no_script_builds_markup_from_strings() -> None:
 
 async def test_static_files_stay_inside_their_folder(service: Service) -> None:
     async with service.client() as http:
-        for name in ("../routes.py", "..%2Froutes.py", "nothing.js", "vendor"):
+        for name in ("../routes.py", "..%2Froutes.py", "nothing.js", "vendor", "%00", "app.js%00"):
             response = await http.get(f"/static/{name}")
             assert response.status_code == 404, name
             assert "def " not in response.text
@@ -188,8 +228,74 @@ async def test_buckets_are_browsed_by_folder(start_service: ServiceFactory) -> N
         assert rest.json()["next_after"] is None
         assert missing.status_code == 404
         assert writes.status_code == 405  # read-only
-        link = await http.get(root.json()["objects"][0]["download_url"])
-        assert link.content == b"top.txt"
+
+    # The links are short-lived presigned S3 URLs, never permanent /f/ links:
+    # they work without a key or a cookie, and are refused once tampered with.
+    link = root.json()["objects"][0]["download_url"]
+    assert "/f/" not in link
+    assert link.startswith(f"{service.url}/photos/top.txt?")
+    query = parse_qs(urlsplit(link).query)
+    assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
+    assert int(query["X-Amz-Expires"][0]) == BROWSE_LINK_SECONDS <= 3600
+    async with service.client() as anonymous:
+        fetched = await anonymous.get(link)
+        forged = await anonymous.get(link.replace("top.txt", "2025/c.jpg"))
+    assert fetched.status_code == 200
+    assert fetched.content == b"top.txt"
+    assert fetched.headers["content-disposition"].startswith("attachment")
+    assert forged.status_code == 403
+
+
+async def test_a_key_with_bidi_controls_keeps_them_and_its_link_shows_them(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    s3 = _s3(service)
+    await asyncio.to_thread(s3.create_bucket, Bucket="mail")
+    spoofed = "invoice\u202egnp.exe"
+    await asyncio.to_thread(s3.put_object, Bucket="mail", Key=spoofed, Body=b"x")
+    async with service.client(headers=service.auth) as http:
+        listed = (await http.get("/api/buckets/mail")).json()["objects"]
+    # The key round-trips exactly (S3 clients need it); the saved name spells it out.
+    assert [o["key"] for o in listed] == [spoofed]
+    async with service.client() as anonymous:
+        fetched = await anonymous.get(listed[0]["download_url"])
+    assert fetched.status_code == 200
+    assert fetched.headers["content-disposition"] == 'attachment; filename="invoice[U+202E]gnp.exe"'
+
+
+@pytest.mark.parametrize("scope", ["read", "write"])
+async def test_buckets_need_an_admin_key(start_service: ServiceFactory, scope: KeyScope) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    await asyncio.to_thread(_s3(service).create_bucket, Bucket="registry")
+    key = await create_api_key(service.settings.database_url, name=scope, scope=scope)
+    async with service.client(headers={"Authorization": f"Bearer {key}"}) as http:
+        signed_in = await http.post("/api/session", json={"key": key})
+        answers = [await http.get("/api/buckets"), await http.get("/api/buckets/registry")]
+        cookie = http.cookies.get("teleuploader_session")
+        assert cookie is not None
+        http.headers.pop("Authorization")
+        answers.append(await http.get("/api/buckets"))  # by the page's cookie
+
+    for response in answers:
+        assert response.status_code == 403, response.text
+        assert "`admin`" in response.json()["detail"]
+        assert "registry" not in response.text
+    # The page does not offer what the key may not do.
+    assert signed_in.status_code == 200
+    assert signed_in.json()["may_browse_buckets"] is False
+
+
+async def test_an_admin_signed_in_on_the_page_browses_the_buckets(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(s3_credentials={ACCESS_KEY: SECRET})
+    await asyncio.to_thread(_s3(service).create_bucket, Bucket="registry")
+    async with service.client() as http:
+        signed_in = await http.post("/api/session", json={"key": service.key})
+        listed = await http.get("/api/buckets")
+    assert signed_in.json()["may_browse_buckets"] is True
+    assert [b["name"] for b in listed.json()] == ["registry"]
 
 
 async def test_buckets_answer_404_while_the_s3_api_is_off(service: Service) -> None:

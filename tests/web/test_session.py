@@ -11,12 +11,14 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from app.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS
 from app.api.web_session import CSRF_HEADER, SESSION_COOKIE
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import ApiKey, WebSession
 from app.db.session import session_scope
 from app.db.types import utcnow
+from app.db.web_sessions import MAX_SESSIONS_PER_KEY
 from tests.running_service import Service, payload
 
 
@@ -199,7 +201,89 @@ async def test_sign_in_holds_when_another_write_lands_between_its_key_read_and_i
             assert response.status_code == 200, response.text
             who = await http.get("/api/session")
             assert who.status_code == 200 and who.json()["csrf_token"] == csrf
-        assert len(landed) == 1
-        await landed[0]  # the other write was not lost either
+        # One write after each key read (the memory of refused keys reads it
+        # first, then the sign-in's transaction): none was lost.
+        assert len(landed) == 2
+        await asyncio.gather(*landed)
     finally:
         await engine.dispose()
+
+
+# --- limits on signing in -----------------------------------------------------------
+
+
+def from_address(address: str) -> dict[str, str]:
+    # The service believes X-Forwarded-For from 127.0.0.1 (Caddy's address).
+    return {"X-Forwarded-For": address}
+
+
+async def test_failed_sign_ins_are_limited_per_client_address(service: Service) -> None:
+    async with service.client() as http:
+        wrong = [
+            await http.post(
+                "/api/session",
+                json={"key": f"tu_wrong{n:04d}"},
+                headers=from_address("203.0.113.7"),
+            )
+            for n in range(SIGN_IN_FAILURES_ALLOWED + 1)
+        ]
+        # Once limited, the address may not try even the right key (no oracle)...
+        right_there = await http.post(
+            "/api/session", json={"key": service.key}, headers=from_address("203.0.113.7")
+        )
+        # ...while another address signs in as ever.
+        right_elsewhere = await http.post(
+            "/api/session", json={"key": service.key}, headers=from_address("203.0.113.8")
+        )
+    assert [r.status_code for r in wrong[:-1]] == [401] * SIGN_IN_FAILURES_ALLOWED
+    for limited in (wrong[-1], right_there):
+        assert limited.status_code == 429, limited.text
+        assert 1 <= int(limited.headers["retry-after"]) <= SIGN_IN_WINDOW_SECONDS
+        assert "too many failed sign-ins" in limited.json()["detail"]
+        assert "set-cookie" not in limited.headers
+    assert right_elsewhere.status_code == 200
+
+
+async def test_failed_sign_ins_are_limited_per_key_prefix(service: Service) -> None:
+    # Spread over many addresses, guesses at keys starting alike are limited too.
+    async with service.client() as http:
+        answers = [
+            await http.post(
+                "/api/session",
+                json={"key": f"tu_AbCdEfGh{n:04d}"},
+                headers=from_address(f"198.51.100.{n}"),
+            )
+            for n in range(SIGN_IN_FAILURES_ALLOWED + 1)
+        ]
+        other_prefix = await http.post(
+            "/api/session", json={"key": "tu_ZyXwVuTs0000"}, headers=from_address("198.51.100.99")
+        )
+    assert [r.status_code for r in answers] == [401] * SIGN_IN_FAILURES_ALLOWED + [429]
+    assert other_prefix.status_code == 401
+
+
+async def test_sessions_are_bounded_per_key_and_the_oldest_ends(service: Service) -> None:
+    cookies = []
+    for _ in range(MAX_SESSIONS_PER_KEY + 2):
+        async with service.client() as http:  # a new browser each time
+            response, _ = await sign_in(http, service.key)
+            assert response.status_code == 200, response.text
+            cookies.append(response.cookies[SESSION_COOKIE])
+    works = []
+    for cookie in cookies:
+        async with service.client(cookies={SESSION_COOKIE: cookie}) as http:
+            works.append((await http.get("/api/session")).status_code == 200)
+    assert works == [False, False] + [True] * MAX_SESSIONS_PER_KEY
+
+
+async def test_signing_in_again_ends_the_browsers_old_session(service: Service) -> None:
+    async with service.client() as http:
+        first, _ = await sign_in(http, service.key)
+        old = first.cookies[SESSION_COOKIE]
+        second, _ = await sign_in(http, service.key)  # the browser sends its cookie
+        new = second.cookies[SESSION_COOKIE]
+    assert old != new
+    async with service.client(cookies={SESSION_COOKIE: old}) as http:
+        assert (await http.get("/api/session")).status_code == 401
+    async with service.client(cookies={SESSION_COOKIE: new}) as http:
+        assert (await http.get("/api/session")).status_code == 200

@@ -1,7 +1,7 @@
 // Talking to the service: JSON requests with the session cookie, the CSRF
 // token on every write, and errors turned into sentences.
 
-export const session = { csrf: null, keyName: null, maxUploadSize: 0, s3Enabled: false };
+export const session = { csrf: null, keyName: null, maxUploadSize: 0, mayBrowseBuckets: false };
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -55,7 +55,7 @@ export function remember(data) {
   session.csrf = data.csrf_token;
   session.keyName = data.key_name;
   session.maxUploadSize = data.max_upload_size;
-  session.s3Enabled = data.s3_enabled;
+  session.mayBrowseBuckets = data.may_browse_buckets;
 }
 
 export function forget() {
@@ -64,6 +64,18 @@ export function forget() {
 }
 
 const UNITS = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+// Bidi controls (U+202E and its kind; app/http/bidi.py keeps the same list)
+// reorder the text around them: "invoice\u202egnp.exe" would read
+// "invoiceexe.png". Names and keys are shown with each one spelt out.
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+export function shown(name) {
+  return name.replace(BIDI_CONTROLS, (ch) => {
+    const code = ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+    return `[U+${code}]`;
+  });
+}
 
 export function formatBytes(bytes) {
   let value = bytes;

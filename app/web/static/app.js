@@ -27,7 +27,7 @@ function signedIn() {
   $('who').textContent = `Signed in as ${session.keyName}`;
   $('account').hidden = false;
   $('nav').hidden = false;
-  $('nav-buckets').hidden = !session.s3Enabled;
+  $('nav-buckets').hidden = !session.mayBrowseBuckets;
   setUpUploads();
   show('upload');
 }

@@ -1,7 +1,7 @@
 // The S3 API's buckets, read-only: the buckets, then one bucket's folders
 // (common prefixes at "/") and objects, a page at a time.
 
-import { api, copyLink, el, formatBytes, formatDate } from './api.js';
+import { api, copyLink, el, formatBytes, formatDate, shown } from './api.js';
 
 const PAGE_SIZE = 100;
 
@@ -38,7 +38,7 @@ function crumbs() {
     );
     for (const level of levels) {
       const name = level ? level.split('/').slice(-2, -1)[0] : bucket;
-      const button = el('button', { type: 'button', class: 'link', text: name });
+      const button = el('button', { type: 'button', class: 'link', text: shown(name) });
       button.addEventListener('click', () => open(bucket, level));
       parts.push(el('span', { 'aria-hidden': 'true', text: ' / ' }), button);
     }
@@ -88,20 +88,20 @@ async function loadPage(more) {
   }
   after = page.next_after;
   const folders = page.folders.map((folder) => {
-    const button = el('button', { type: 'button', class: 'folder', text: folder.slice(prefix.length) });
+    const button = el('button', { type: 'button', class: 'folder', text: shown(folder.slice(prefix.length)) });
     button.addEventListener('click', () => open(bucket, folder));
     return el('li', {}, button);
   });
   const rows = page.objects.map((object) => {
     const copy = el('button', { type: 'button', text: 'Copy link' });
-    copy.setAttribute('aria-label', `Copy the link to ${object.key}`);
+    copy.setAttribute('aria-label', `Copy the link to ${shown(object.key)}`);
     copy.addEventListener('click', () => copyLink(object.download_url));
     const download = el('a', { href: object.download_url, class: 'button', download: '', text: 'Download' });
-    download.setAttribute('aria-label', `Download ${object.key}`);
+    download.setAttribute('aria-label', `Download ${shown(object.key)}`);
     return el(
       'tr',
       {},
-      el('td', { class: 'name', 'data-label': 'Key', text: object.key.slice(prefix.length) }),
+      el('td', { class: 'name', 'data-label': 'Key', text: shown(object.key.slice(prefix.length)) }),
       el('td', { 'data-label': 'Size', text: formatBytes(object.size_bytes) }),
       el('td', { class: 'type', 'data-label': 'Type', text: object.mime_type }),
       el('td', { 'data-label': 'Date', text: formatDate(object.updated_at) }),

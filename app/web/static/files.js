@@ -1,7 +1,7 @@
 // The native files, a page at a time (GET /api/files), newest first (or
 // oldest), searchable by name prefix; copy link, download, delete.
 
-import { api, copyLink, el, formatBytes, formatDate, toast } from './api.js';
+import { api, copyLink, el, formatBytes, formatDate, shown, toast } from './api.js';
 
 const PAGE_SIZE = 25;
 
@@ -53,17 +53,17 @@ async function load(from) {
 
 function row(file) {
   const copy = el('button', { type: 'button', text: 'Copy link' });
-  copy.setAttribute('aria-label', `Copy the link to ${file.file_name}`);
+  copy.setAttribute('aria-label', `Copy the link to ${shown(file.file_name)}`);
   copy.addEventListener('click', () => copyLink(file.download_url));
   const download = el('a', { href: file.download_url, class: 'button', download: '', text: 'Download' });
-  download.setAttribute('aria-label', `Download ${file.file_name}`);
+  download.setAttribute('aria-label', `Download ${shown(file.file_name)}`);
   const remove = el('button', { type: 'button', class: 'danger', text: 'Delete' });
-  remove.setAttribute('aria-label', `Delete ${file.file_name}`);
+  remove.setAttribute('aria-label', `Delete ${shown(file.file_name)}`);
   remove.addEventListener('click', () => deleteFile(file));
   return el(
     'tr',
     { 'data-public-id': file.public_id },
-    el('td', { class: 'name', 'data-label': 'Name', text: file.file_name }),
+    el('td', { class: 'name', 'data-label': 'Name', text: shown(file.file_name) }),
     el('td', { 'data-label': 'Size', text: formatBytes(file.size_bytes) }),
     el('td', { class: 'type', 'data-label': 'Type', text: file.mime_type }),
     // When it was uploaded, or replaced: what the order goes by.
@@ -73,14 +73,14 @@ function row(file) {
 }
 
 async function deleteFile(file) {
-  if (!window.confirm(`Delete “${file.file_name}”? Its link stops working.`)) return;
+  if (!window.confirm(`Delete “${shown(file.file_name)}”? Its link stops working.`)) return;
   try {
     await api('DELETE', `/api/files/${encodeURIComponent(file.public_id)}`);
   } catch (error) {
-    $('files-error').textContent = `“${file.file_name}” was not deleted: ${error.message}`;
+    $('files-error').textContent = `“${shown(file.file_name)}” was not deleted: ${error.message}`;
     return;
   }
   // In place of a note about its link ("Link copied"), which no longer works.
-  toast(`Deleted “${file.file_name}”`);
+  toast(`Deleted “${shown(file.file_name)}”`);
   load(cursor);
 }

@@ -1,17 +1,26 @@
 """Read-only browsing of the S3 buckets for the web page: the buckets, and one
-page of a bucket at a prefix, rolled up into folders at "/". Needs a key, and
-answers 404 while the S3 API is off (no S3_CREDENTIALS)."""
+page of a bucket at a prefix, rolled up into folders at "/". Answers 404 while
+the S3 API is off (no S3_CREDENTIALS).
+
+S3 objects stay behind S3 credentials: browsing needs an `admin` key (every S3
+credential may read every bucket, as only an admin key may touch every native
+file), and the links it gives are presigned S3 URLs that expire after
+BROWSE_LINK_SECONDS, signed with the first configured S3 credential; never
+permanent `/f/` links, which only the native API's own files have."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
-from app.api.deps import ServicesDep, verify_key
+from app.api.deps import ServicesDep, require_admin_key
 from app.api.errors import ApiError
+from app.http.disposition import content_disposition
+from app.http.links import public_base
+from app.s3.sigv4.presign import presign_get
 from app.services import Services
 from app.store.buckets import BucketStore
 
@@ -19,6 +28,10 @@ router = APIRouter(tags=["web page"])
 
 FOLDER_DELIMITER = "/"
 MAX_PAGE = 1000
+#: How long a link of the bucket view works (a page lists it again on reload).
+BROWSE_LINK_SECONDS = 900
+#: The region links are signed for when S3_REGION is unset (any is accepted then).
+DEFAULT_REGION = "us-east-1"
 
 
 class BucketOut(BaseModel):
@@ -40,10 +53,12 @@ class BucketPage(BaseModel):
     folders: list[str]
     objects: list[BucketObject]
     next_after: str | None
+    # When every `download_url` of this page stops working.
+    links_expire_at: datetime
 
 
 async def _buckets(request: Request, services: Services) -> BucketStore:
-    await verify_key(request, services)
+    await require_admin_key(request, services)
     if not services.settings.s3_credentials:
         raise ApiError(404, "not_found", "the S3 API is off (S3_CREDENTIALS is not set)")
     return services.buckets
@@ -79,7 +94,27 @@ async def browse_bucket(
         after=after,
         max_keys=limit,
     )
-    base = (services.settings.public_base_url or str(request.base_url)).rstrip("/")
+    now = datetime.now(UTC)
+    base = public_base(request, services.settings)
+    access_key, secret = next(iter(services.settings.s3_credentials.items()))
+    region = services.settings.s3_region or DEFAULT_REGION
+
+    def link(key: str) -> str:
+        return presign_get(
+            base,
+            bucket,
+            key,
+            access_key=access_key,
+            secret=secret.get_secret_value(),
+            region=region,
+            now=now,
+            expires_seconds=BROWSE_LINK_SECONDS,
+            # A download from the page, never a page of this origin.
+            response_params={
+                "response-content-disposition": content_disposition(key.rsplit("/", 1)[-1])
+            },
+        )
+
     return BucketPage(
         bucket=bucket,
         prefix=prefix,
@@ -90,9 +125,10 @@ async def browse_bucket(
                 size_bytes=info.size,
                 mime_type=info.content_type,
                 updated_at=info.modified,
-                download_url=f"{base}/f/{info.public_id}",
+                download_url=link(info.key),
             )
             for info in listing.objects
         ],
         next_after=listing.last if listing.truncated else None,
+        links_expire_at=now + timedelta(seconds=BROWSE_LINK_SECONDS),
     )
