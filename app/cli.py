@@ -20,6 +20,8 @@ from app.config import Settings, SettingsError, load_settings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    from app.tuning import Tuning
+
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
 # A new key uploads and manages its own files; `admin` (everyone's files) must
@@ -57,8 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return EXIT_USAGE
+    return run_command(lambda: handler(args))
+
+
+def run_command(command: Callable[[], int]) -> int:
+    """Run a command: an error a user can fix is one line on stderr (exit 2)."""
     try:
-        return handler(args)
+        return command()
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
@@ -231,6 +238,15 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    return serve()
+
+
+def serve(tuning: Tuning | None = None) -> int:
+    """`teleuploader serve`; tests and benchmarks pass a Tuning of their own
+    (tests/serve_tuned.py)."""
+    import structlog
+
+    from app.config import retired_settings
     from app.logging import configure_logging
     from app.main import create_app, shutdown_delay
     from app.serving import bind_listener, run_server
@@ -240,7 +256,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Before the services start: they take bot leases and call Telegram.
     sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings)
+    for name in retired_settings():
+        structlog.get_logger("app.cli").warning(
+            "setting_retired", setting=name, detail="no longer read: remove it from the env file"
+        )
+    app = create_app(settings, tuning)
     run_server(
         app,
         host=settings.host,

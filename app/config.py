@@ -121,14 +121,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("BOT_TOKENS", "bot_tokens"),
         description="Comma-separated bot tokens, one asyncio worker each.",
     )
-    # Predecessor: BOT_TOKEN plus ADDITIONAL_BOT_TOKENS.
-    legacy_bot_token: str | None = Field(default=None, validation_alias="BOT_TOKEN", repr=False)
-    legacy_additional_bot_tokens: str | None = Field(
-        default=None, validation_alias="ADDITIONAL_BOT_TOKENS", repr=False
-    )
     storage_chat_id: int | None = Field(
         default=None,
-        validation_alias=AliasChoices("STORAGE_CHAT_ID", "STORAGE_CHANNEL_ID", "storage_chat_id"),
+        validation_alias=AliasChoices("STORAGE_CHAT_ID", "storage_chat_id"),
         description="The storage channel (the one-chat form of STORAGE_CHAT_IDS).",
     )
     storage_chat_ids: Annotated[list[int], NoDecode] = Field(
@@ -148,7 +143,7 @@ class Settings(BaseSettings):
     chunk_size: int = Field(
         default=MAX_CHUNK_SIZE,
         gt=0,
-        validation_alias=AliasChoices("CHUNK_SIZE", "TELEGRAM_CHUNK_SIZE_BYTES", "chunk_size"),
+        validation_alias=AliasChoices("CHUNK_SIZE", "chunk_size"),
     )
     max_attempts: int = Field(
         default=10, ge=1, le=100, validation_alias=AliasChoices("MAX_ATTEMPTS", "max_attempts")
@@ -164,13 +159,6 @@ class Settings(BaseSettings):
         gt=0,
         validation_alias=AliasChoices("TELEGRAM_FLOOR_BANDWIDTH", "telegram_floor_bandwidth"),
         description="Bytes/s below which a transfer to Telegram counts as stalled.",
-    )
-    bot_lease_seconds: float = Field(
-        default=15.0,
-        ge=3.0,
-        le=300.0,
-        validation_alias=AliasChoices("BOT_LEASE_SECONDS", "bot_lease_seconds"),
-        description="How long an instance holds a bot without renewing (several instances).",
     )
     shutdown_grace_seconds: float = Field(
         default=30.0,
@@ -238,36 +226,18 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("TUS_EXPIRATION_SECONDS", "tus_expiration_seconds"),
         description="An unfinished tus upload untouched this long is deleted (Upload-Expires).",
     )
-    tus_cleanup_interval_seconds: float = Field(
-        default=60,
-        gt=0,
-        validation_alias=AliasChoices(
-            "TUS_CLEANUP_INTERVAL_SECONDS", "tus_cleanup_interval_seconds"
-        ),
-        description="How often expired tus uploads are looked for and deleted.",
-    )
-
     # --- HTTP -----------------------------------------------------------------
     host: str = Field(default="127.0.0.1", validation_alias=AliasChoices("HOST", "host"))
     port: int = Field(default=4000, ge=1, le=65535, validation_alias=AliasChoices("PORT", "port"))
     public_base_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("PUBLIC_BASE_URL", "BASE_URL", "public_base_url"),
+        validation_alias=AliasChoices("PUBLIC_BASE_URL", "public_base_url"),
         description="Base of download URLs given to clients; taken from the request if unset.",
     )
     require_key_for_downloads: bool = Field(
         default=False,
         validation_alias=AliasChoices("REQUIRE_KEY_FOR_DOWNLOADS", "require_key_for_downloads"),
     )
-    refused_key_cache_seconds: float = Field(
-        default=5.0,
-        ge=0,
-        le=60,
-        validation_alias=AliasChoices("REFUSED_KEY_CACHE_SECONDS", "refused_key_cache_seconds"),
-        description="How long an unknown or revoked API key is refused from memory "
-        "(no database query); 0 asks the database every time.",
-    )
-
     web_session_hours: float = Field(
         default=12,
         gt=0,
@@ -309,12 +279,6 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("S3_CREDENTIALS", "s3_credentials"),
         description="ACCESS_KEY:SECRET pairs, comma-separated. The S3 API is off without one.",
     )
-    s3_access_key_id: str | None = Field(
-        default=None, validation_alias="S3_ACCESS_KEY_ID", repr=False
-    )
-    s3_secret_access_key: SecretStr | None = Field(
-        default=None, validation_alias="S3_SECRET_ACCESS_KEY", repr=False
-    )
     s3_region: str | None = Field(
         default=None,
         validation_alias=AliasChoices("S3_REGION", "s3_region"),
@@ -325,13 +289,6 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("S3_DOMAIN", "s3_domain"),
         description="Enables virtual-host style requests: <bucket>.<S3_DOMAIN>.",
     )
-    s3_min_part_size: int = Field(
-        default=5 * MiB,
-        ge=0,
-        validation_alias=AliasChoices("S3_MIN_PART_SIZE", "s3_min_part_size"),
-        description="Smallest multipart part but the last (EntityTooSmall); S3's is 5 MiB.",
-    )
-
     # --- Logging --------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
@@ -409,35 +366,13 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _merge_and_check(self) -> Settings:
-        tokens = list(self.bot_tokens)
-        for env, value in (
-            ("BOT_TOKEN", self.legacy_bot_token),
-            ("ADDITIONAL_BOT_TOKENS", self.legacy_additional_bot_tokens),
-        ):
-            try:
-                tokens += parse_tokens(_split_csv(value))
-            except ValueError as exc:
-                raise SettingsError(f"invalid settings: {env}: {exc}") from None
         unique: dict[int, BotToken] = {}
-        for token in tokens:
+        for token in self.bot_tokens:
             previous = unique.get(token.bot_id)
             if previous is not None and previous != token:
                 raise ValueError(f"two different tokens are given for bot {token.bot_id}")
             unique[token.bot_id] = token
         self.bot_tokens = list(unique.values())
-        self.legacy_bot_token = None
-        self.legacy_additional_bot_tokens = None
-        if self.s3_access_key_id or self.s3_secret_access_key:
-            secret = (
-                self.s3_secret_access_key.get_secret_value() if self.s3_secret_access_key else ""
-            )
-            _check_s3_pair(self.s3_access_key_id or "", secret)
-            self.s3_credentials = {
-                **self.s3_credentials,
-                (self.s3_access_key_id or ""): SecretStr(secret),
-            }
-            self.s3_access_key_id = None
-            self.s3_secret_access_key = None
         # Both set: two answers to one question; refuse rather than guess.
         both = self.storage_chat_id is not None and bool(self.storage_chat_ids)
         if both and self.storage_chat_ids != [self.storage_chat_id]:
@@ -520,10 +455,60 @@ _FIELD_TO_ENV = {
 }
 
 
+#: Names read once and no longer: old name -> the setting that replaced it.
+#: One set without its replacement stops the start (its value would be lost
+#: in silence); beside its replacement it is left alone.
+RENAMED_SETTINGS: dict[str, str] = {
+    "BOT_TOKEN": "BOT_TOKENS",
+    "ADDITIONAL_BOT_TOKENS": "BOT_TOKENS",
+    "STORAGE_CHANNEL_ID": "STORAGE_CHAT_ID",
+    "TELEGRAM_CHUNK_SIZE_BYTES": "CHUNK_SIZE",
+    "BASE_URL": "PUBLIC_BASE_URL",
+    "S3_ACCESS_KEY_ID": "S3_CREDENTIALS",
+    "S3_SECRET_ACCESS_KEY": "S3_CREDENTIALS",
+}
+#: Timers that only tests had a use for: now fixed (app/tuning.py). Set,
+#: they are ignored with a warning at start.
+RETIRED_SETTINGS: tuple[str, ...] = (
+    "BOT_LEASE_SECONDS",
+    "TUS_CLEANUP_INTERVAL_SECONDS",
+    "REFUSED_KEY_CACHE_SECONDS",
+    "S3_MIN_PART_SIZE",
+)
+
+
+def _names_given(env_file: str | None = ".env") -> set[str]:
+    """The variable names of the environment and of the .env file."""
+    names = {name.upper() for name in os.environ}
+    if env_file is not None and Path(env_file).is_file():
+        from dotenv import dotenv_values
+
+        names |= {name.upper() for name in dotenv_values(env_file)}
+    return names
+
+
+def check_renamed(names: set[str]) -> None:
+    """One line for an old name set without its new one."""
+    for old, new in RENAMED_SETTINGS.items():
+        if old in names and new not in names:
+            example = "ACCESS_KEY:SECRET" if new == "S3_CREDENTIALS" else "its value"
+            raise SettingsError(
+                f"{old} is no longer read: set {new} instead ({example}; see the README's "
+                "configuration table)"
+            )
+
+
+def retired_settings() -> list[str]:
+    """The retired names this process was given (the service warns of them)."""
+    names = _names_given()
+    return [name for name in RETIRED_SETTINGS if name in names]
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build Settings, turning a validation error into one clear line."""
     from pydantic import ValidationError
 
+    check_renamed(_names_given())
     try:
         return Settings(**overrides)
     except ValidationError as exc:

@@ -25,6 +25,7 @@ from app.ops.sdnotify import systemd_notify
 from app.s3.gateway import XML, S3Gateway, draining_refusal
 from app.s3.service import S3Service
 from app.services import Services, start_services
+from app.tuning import Tuning
 from app.web import buckets as web_buckets
 from app.web import routes as web
 
@@ -37,10 +38,10 @@ class State(TypedDict):
     s3: S3Service
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        services = await start_services(settings)
+        services = await start_services(settings, tuning)
         s3 = S3Service(
             services.store,
             services.buckets,

@@ -48,6 +48,7 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 from app.throughput import ThroughputHistory, sampler
+from app.tuning import Tuning
 
 log = structlog.get_logger("app.services")
 
@@ -126,18 +127,18 @@ class Services:
         log.info("services_stopped")
 
 
-async def start_services(settings: Settings) -> Services:
+async def start_services(settings: Settings, tuning: Tuning | None = None) -> Services:
     """Everything started, or, if a step fails, everything it had started
     stopped again before the error goes on (nothing is left running)."""
     stack = AsyncExitStack()
     try:
-        return await _start(settings, stack)
+        return await _start(settings, tuning or Tuning(), stack)
     except BaseException:
         await stack.aclose()
         raise
 
 
-async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
+async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> Services:
     """Build every part, then start them one by one, each start followed by
     its stop on `stack`. The stack stops them in reverse, so the starts run
     in the reverse of the order a stop needs: the engine first (it closes
@@ -226,7 +227,7 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
         instance.instance_id,
         # Only a hash of each token is stored, as the lease's key.
         {client.bot_id: client.token.value for client in clients},
-        lease_seconds=settings.bot_lease_seconds,
+        lease_seconds=tuning.bot_lease_seconds,
         host=socket.gethostname()[:255],
         pid=os.getpid(),
     )
@@ -244,14 +245,14 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
     )
     store = ObjectStore(sessionmaker, writer, reader, gc, statements=statements)
-    access = AccessStore(sessionmaker, refused_key_ttl=settings.refused_key_cache_seconds)
+    access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
     resumable = ResumableStore(
         sessionmaker,
         store,
         spool=spool,
         flusher=flusher,
         expiration=settings.tus_expiration_seconds,
-        cleanup_interval=settings.tus_cleanup_interval_seconds,
+        cleanup_interval=tuning.tus_cleanup_interval_seconds,
     )
     background: set[asyncio.Task[None]] = set()
 
@@ -276,7 +277,7 @@ async def _start(settings: Settings, stack: AsyncExitStack) -> Services:
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
     multipart = MultipartStore(
-        sessionmaker, store, spool=spool, flusher=flusher, min_part_size=settings.s3_min_part_size
+        sessionmaker, store, spool=spool, flusher=flusher, min_part_size=tuning.s3_min_part_size
     )
     # The web page's status screen: the last ten minutes of throughput.
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))

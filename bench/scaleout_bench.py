@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import secrets
@@ -54,6 +55,7 @@ from pathlib import Path
 import httpx
 from common import (
     CHAT_ID,
+    REPO,
     MiB,
     SimulatorProcess,
     add_repo_to_path,
@@ -147,6 +149,7 @@ class Fleet:
                 "PORT": str(port),
                 "SENDS_PER_MINUTE": "0",
                 "CHUNK_SIZE": str(self._args.chunk),
+                # Revisions before app/tuning.py read the lease from here.
                 "BOT_LEASE_SECONDS": str(self._args.lease),
                 "SPOOL_DIR": str(self._workdir / f"spool-{index}-{port}"),
                 "LOG_LEVEL": "WARNING",
@@ -154,11 +157,18 @@ class Fleet:
             }
         )
         env.pop("PYTHONPATH", None)
+        tree = self._code if self._code is not None else REPO
         if self._code is not None:
             env["PYTHONPATH"] = str(self._code)
+        command = [*teleuploader_command(), "serve"]
+        if (tree / "tests" / "serve_tuned.py").exists():
+            # The lease is a constructor parameter now (app/tuning.py).
+            env["PYTHONPATH"] = str(tree)
+            tuning = json.dumps({"bot_lease_seconds": self._args.lease})
+            command = [sys.executable, "-m", "tests.serve_tuned", tuning]
         log = self._workdir / f"serve-{index}-{port}.log"
         process = self._stack.enter_context(
-            running([*teleuploader_command(), "serve"], log, env=env, cwd=self._workdir, grace=15)
+            running(command, log, env=env, cwd=self._workdir, grace=15)
         )
         url = f"http://127.0.0.1:{port}"
         wait_until(process, f"{url}/ready", log, f"instance {index}")

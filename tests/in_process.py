@@ -20,7 +20,7 @@ from app.demo import create_api_key
 from app.main import create_app
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from tests.db.helpers import Database
-from tests.running_service import CHAT_ID, make_settings
+from tests.running_service import CHAT_ID, make_settings, take_tuning
 
 
 @dataclass
@@ -41,9 +41,10 @@ async def in_process(database: Database, **overrides: Any) -> AsyncIterator[InPr
     try:
         async with run_simulator(sim) as telegram_url:
             overrides.setdefault("spool_dir", spool)
+            tuning = take_tuning(overrides)
             settings = make_settings(database, telegram_url, sim.tokens, **overrides)
             key = await create_api_key(settings.database_url, name=f"t-{secrets.token_hex(4)}")
-            app = create_app(settings)
+            app = create_app(settings, tuning)
             async with app.router.lifespan_context(app) as state:
 
                 async def with_state(scope: Scope, receive: Receive, send: Send) -> None:

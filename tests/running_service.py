@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import httpx
@@ -30,6 +30,7 @@ from app.main import create_app
 from app.serving import serve_in_task
 from app.telegram.client import tls_context
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+from app.tuning import Tuning
 from tests.db.helpers import Database
 
 CHAT_ID = -1001987654321
@@ -70,14 +71,25 @@ def make_settings(
         "chunk_size": CHUNK,
         "inline_threshold": INLINE,
         "max_upload_size": 4 * 1024 * 1024,
-        # Parts scaled down with the chunks (S3's 5 MiB: test_conformance.py).
-        "s3_min_part_size": CHUNK,
         "sends_per_minute": 0,
         "shutdown_grace_seconds": 5,
         "log_level": "WARNING",
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+#: The tests' tuning: parts scaled down with the chunks (S3's 5 MiB:
+#: test_conformance.py).
+TEST_TUNING = Tuning(s3_min_part_size=CHUNK)
+_TUNING_FIELDS = frozenset(field.name for field in fields(Tuning))
+
+
+def take_tuning(overrides: dict[str, Any]) -> Tuning:
+    """The Tuning fields among a test's overrides, taken out of them (they
+    are constructor parameters, not settings), on top of TEST_TUNING."""
+    chosen = {name: overrides.pop(name) for name in _TUNING_FIELDS & overrides.keys()}
+    return replace(TEST_TUNING, **chosen)
 
 
 ServiceFactory = Callable[..., Awaitable[Service]]
@@ -114,11 +126,12 @@ class ServiceLauncher:
         spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
         self._stack.callback(shutil.rmtree, spool, ignore_errors=True)
         overrides.setdefault("spool_dir", spool)
+        tuning = take_tuning(overrides)
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
         # Telegram's cap is 20 MB; every chunk of this service is at most chunk_size.
         sim.configure(max_getfile_bytes=settings.chunk_size)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
-        app = create_app(settings)
+        app = create_app(settings, tuning)
         url = await self._stack.enter_async_context(serve_in_task(app))
         service = Service(url=url, key=key, sim=sim, settings=settings, app=app)
         if wait_ready:

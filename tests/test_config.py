@@ -1,4 +1,5 @@
-"""Settings: validation, aliases of the predecessor's names, secrets masked."""
+"""Settings: validation, one name per setting (renamed ones refused in a line),
+secrets masked."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import MAX_CHUNK_SIZE, BotToken, SettingsError, load_settings
+from app.config import MAX_CHUNK_SIZE, BotToken, SettingsError, load_settings, retired_settings
 
 T1 = "123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 T2 = "654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbw"
@@ -34,6 +35,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "SPOOL_DIR",
         "SPOOL_MAX_BYTES",
         "STATE_DIRECTORY",
+        "S3_CREDENTIALS",
+        "S3_ACCESS_KEY_ID",
+        "S3_SECRET_ACCESS_KEY",
+        "BOT_LEASE_SECONDS",
+        "S3_MIN_PART_SIZE",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no stray .env
@@ -57,17 +63,50 @@ def test_tokens_are_parsed_deduplicated_and_masked(monkeypatch: pytest.MonkeyPat
     assert "123456:***" in dump
 
 
-def test_predecessor_names_still_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BOT_TOKEN", T1)
-    monkeypatch.setenv("ADDITIONAL_BOT_TOKENS", T2)
-    monkeypatch.setenv("STORAGE_CHANNEL_ID", "-1001234")
-    monkeypatch.setenv("TELEGRAM_CHUNK_SIZE_BYTES", "1048576")
-    monkeypatch.setenv("BASE_URL", "https://files.example.com")
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("BOT_TOKEN", "BOT_TOKENS"),
+        ("ADDITIONAL_BOT_TOKENS", "BOT_TOKENS"),
+        ("STORAGE_CHANNEL_ID", "STORAGE_CHAT_ID"),
+        ("TELEGRAM_CHUNK_SIZE_BYTES", "CHUNK_SIZE"),
+        ("BASE_URL", "PUBLIC_BASE_URL"),
+        ("S3_ACCESS_KEY_ID", "S3_CREDENTIALS"),
+        ("S3_SECRET_ACCESS_KEY", "S3_CREDENTIALS"),
+    ],
+)
+def test_a_renamed_setting_is_refused_in_one_line_naming_the_new_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, old: str, new: str
+) -> None:
+    """One name per setting: a value under an old name would be lost in
+    silence, so it stops the start, in the environment as in .env."""
+    monkeypatch.setenv(old, "1234")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith(f"{old} is no longer read: set {new} instead")
+    assert "\n" not in message and "1234" not in message
+    monkeypatch.delenv(old)
+    (tmp_path / ".env").write_text(f"{old}=1234\n")
+    with pytest.raises(SettingsError, match=f"^{old} is no longer read"):
+        load_settings()
+
+
+def test_an_old_name_beside_its_new_one_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BASE_URL may mean something to another program on the host."""
+    monkeypatch.setenv("BASE_URL", "https://elsewhere.example.com")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://files.example.com")
+    assert load_settings().public_base_url == "https://files.example.com"
+
+
+def test_retired_timers_are_named_for_a_warning_and_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BOT_LEASE_SECONDS", "30")
+    monkeypatch.setenv("S3_MIN_PART_SIZE", "0")
     settings = load_settings()
-    assert settings.bot_ids == [123456, 654321]
-    assert settings.storage_chat_id == -1001234
-    assert settings.chunk_size == 1048576
-    assert settings.public_base_url == "https://files.example.com"
+    assert retired_settings() == ["BOT_LEASE_SECONDS", "S3_MIN_PART_SIZE"]
+    assert not hasattr(settings, "bot_lease_seconds")
 
 
 @pytest.mark.parametrize("bad", ["nonsense", "12:short", "abc:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"])
@@ -115,17 +154,6 @@ def test_a_bad_token_says_which_one_and_what_is_wrong_with_it(
     assert str(caught.value) == f"invalid settings: BOT_TOKENS: {expected} ({RULE})"
 
 
-def test_a_bad_legacy_token_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BOT_TOKEN", T1)
-    monkeypatch.setenv("ADDITIONAL_BOT_TOKENS", f"{T2},42:xyz")
-    with pytest.raises(SettingsError) as caught:
-        load_settings()
-    assert str(caught.value) == (
-        "invalid settings: ADDITIONAL_BOT_TOKENS: token 2 of 2 (42:***): "
-        f"its bot id has 2 digits ({RULE})"
-    )
-
-
 def test_two_tokens_for_one_bot_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BOT_TOKENS", f"{T1},123456:ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ")
     with pytest.raises(SettingsError, match="two different tokens are given for bot 123456"):
@@ -157,15 +185,9 @@ def test_s3_credentials_are_pairs_with_real_secrets(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(
         "S3_CREDENTIALS", "registry:a-long-random-secret-1, gitea:another-long-secret-2"
     )
-    monkeypatch.setenv("S3_ACCESS_KEY_ID", "single")
-    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", "the-single-pair-secret")
     settings = load_settings()
     secrets = {key: value.get_secret_value() for key, value in settings.s3_credentials.items()}
-    assert secrets == {
-        "registry": "a-long-random-secret-1",
-        "gitea": "another-long-secret-2",
-        "single": "the-single-pair-secret",
-    }
+    assert secrets == {"registry": "a-long-random-secret-1", "gitea": "another-long-secret-2"}
     assert "a-long-random-secret-1" not in repr(settings)
 
 

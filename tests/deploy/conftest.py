@@ -17,6 +17,7 @@ have had two Bot API calls in flight at once.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -57,6 +58,14 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
             return True
     except OSError:
         return False
+
+
+def serve_command(tuning: Mapping[str, Any] | None = None) -> list[str]:
+    """`teleuploader serve`, or, to shorten its timers (app/tuning.py: not
+    settings), the same through tests/serve_tuned.py (needs PYTHONPATH=REPO)."""
+    if not tuning:
+        return [str(TELEUPLOADER), "serve"]
+    return [str(REPO / ".venv" / "bin" / "python"), "-m", "tests.serve_tuned", json.dumps(tuning)]
 
 
 def base_env(home: Path, **values: str) -> dict[str, str]:
@@ -392,6 +401,7 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
         env: Mapping[str, str] | None = None,
         api_key: bool = False,
         wait_healthy: bool = True,
+        tuning: Mapping[str, Any] | None = None,
     ) -> Service:
         port = free_port()
         settings = base_env(
@@ -412,7 +422,9 @@ def start_service(processes: Processes, telegram_sim: Simulator, tmp_path: Path)
         key = None
         if api_key:
             key = run_cli(["keys", "create", "deploy-test"], env=settings, cwd=tmp_path).strip()
-        proc = processes.start("teleuploader-serve", [TELEUPLOADER, "serve"], env=settings)
+        if tuning:
+            settings["PYTHONPATH"] = str(REPO)
+        proc = processes.start("teleuploader-serve", serve_command(tuning), env=settings)
         service = Service(proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=settings)
         service.key = key
         if wait_healthy:

@@ -32,7 +32,6 @@ from tests.db.helpers import Database
 from tests.deploy.conftest import (
     REPO,
     START_TIMEOUT,
-    TELEUPLOADER,
     Processes,
     Service,
     Simulator,
@@ -42,6 +41,7 @@ from tests.deploy.conftest import (
     check_one_call_per_token,
     configure_sim,
     free_port,
+    serve_command,
     sim_process,
     wait_for,
 )
@@ -52,7 +52,7 @@ pytestmark = pytest.mark.postgres
 BOTS = 6
 CHAT = -1002
 CHUNK = 256 * 1024
-LEASE = 4  # BOT_LEASE_SECONDS: short, so takeover is quick to watch
+LEASE = 4  # Tuning.bot_lease_seconds: short, so takeover is quick to watch
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +98,11 @@ def start(sim: Simulator, database: Database, processes: Processes, tmp_path: Pa
             SHUTDOWN_GRACE_SECONDS="5",
             LOG_FORMAT="json",
             CHUNK_SIZE=str(CHUNK),
-            BOT_LEASE_SECONDS=str(LEASE),
             SPOOL_DIR=str(tmp_path / f"spool-{port}"),
+            PYTHONPATH=str(REPO),
         )
-        proc = processes.start("teleuploader-serve", [TELEUPLOADER, "serve"], env=env)
+        command = serve_command({"bot_lease_seconds": LEASE})
+        proc = processes.start("teleuploader-serve", command, env=env)
         service = Service(proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=env, key=key)
         wait_for(
             lambda: _healthy(service.url),

@@ -71,13 +71,13 @@ async def test_acknowledged_parts_survive_kill_9(
         "INLINE_THRESHOLD": "1024",
         "SPOOL_DIR": str(spool),
         "S3_CREDENTIALS": f"{ACCESS_KEY}:{SECRET_KEY}",
-        # Parts this small are the point (they wait in the spool together).
-        "S3_MIN_PART_SIZE": "0",
     }
+    # Parts this small are the point (they wait in the spool together).
+    tuning = {"s3_min_part_size": 0}
     before = live_messages(telegram_sim)
     parts = [os.urandom(PART) for _ in range(3)]
 
-    first = start_service(tmp_path / "unused.db", env=env)
+    first = start_service(tmp_path / "unused.db", env=env, tuning=tuning)
     client = s3(first)
     client.create_bucket(Bucket="crash")  # type: ignore[attr-defined]
     upload = client.create_multipart_upload(Bucket="crash", Key="blob")  # type: ignore[attr-defined]
@@ -96,7 +96,7 @@ async def test_acknowledged_parts_survive_kill_9(
     assert len(list(spool.rglob("*.part"))) == 3
     assert live_messages(telegram_sim) == before
 
-    second = start_service(tmp_path / "unused.db", env=env)
+    second = start_service(tmp_path / "unused.db", env=env, tuning=tuning)
     client = s3(second)
     done = client.complete_multipart_upload(  # type: ignore[attr-defined]
         Bucket="crash",
