@@ -33,6 +33,7 @@ SIZES = [0, 1, INLINE, INLINE + 1, CHUNK, CHUNK + 1, 10 * CHUNK + 123]
 # --- round trips ------------------------------------------------------------------
 
 
+@pytest.mark.smoke  # ./scripts/test --quick runs it
 @pytest.mark.parametrize("size", SIZES)
 async def test_raw_put_round_trip(service: Service, size: int) -> None:
     data = payload(size, seed=size)

@@ -58,6 +58,7 @@ async def download(service: Service, url: str) -> bytes:
     return response.content
 
 
+@pytest.mark.smoke  # ./scripts/test --quick runs it
 async def test_tuspy_upload_becomes_a_native_file(service: Service) -> None:
     data = payload(5 * CHUNK + 123, seed=1)
 

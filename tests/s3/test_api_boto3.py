@@ -137,6 +137,7 @@ async def test_bucket_names_that_collide_or_are_invalid_are_refused(s3: S3, name
 # --- objects ----------------------------------------------------------------------------
 
 
+@pytest.mark.smoke  # ./scripts/test --quick runs it
 @pytest.mark.parametrize("size", [0, 71, 64 * 1024 + 1, 3 * CHUNK + 17])
 async def test_put_get_head_delete(s3: S3, size: int) -> None:
     body = data(size, seed=size)

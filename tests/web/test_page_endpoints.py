@@ -39,6 +39,7 @@ class _Tags(HTMLParser):
             self.script_text += data.strip()
 
 
+@pytest.mark.smoke  # ./scripts/test --quick runs it
 async def test_the_page_runs_only_its_own_files(service: Service) -> None:
     async with service.client() as http:
         page = await http.get("/")
