@@ -7,6 +7,7 @@ calls it sees in flight per token."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -125,6 +126,37 @@ def disjoint(members: list[Member]) -> bool:
     return sum(len(h) for h in held) == len(set().union(*held))
 
 
+class OverlapWatch:
+    """Looks every 10 ms, while its `async with` body runs, whether a bot is
+    leased to two members at once, and counts the times it was. (An assert in
+    a background task proves nothing: its error dies with the task.) An error
+    in the watch itself fails the test when the body ends."""
+
+    def __init__(self, members: list[Member], also: Callable[[], None] = lambda: None) -> None:
+        self._members = members
+        self._also = also
+        self.looks = 0
+        self.overlaps = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _watch(self) -> None:
+        while True:
+            self._also()
+            self.looks += 1
+            self.overlaps += not disjoint(self._members)
+            await asyncio.sleep(0.01)
+
+    async def __aenter__(self) -> OverlapWatch:
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
 def test_shares_follow_the_backlog() -> None:
     # Nobody busy: an even split.
     assert shares({"a": 0, "b": 0, "c": 0}, 6) == {"a": 2, "b": 2, "c": 2}
@@ -160,20 +192,17 @@ async def test_three_instances_under_concurrent_uploads_never_collide_and_bots_f
     busy, light, _ = members
     held_by_busy: set[int] = set()
 
-    async def watch() -> None:
-        while True:
-            held_by_busy.update(busy.dispatcher.leased_bots())
-            assert disjoint(members)
-            await asyncio.sleep(0.02)
+    async with OverlapWatch(
+        members, also=lambda: held_by_busy.update(busy.dispatcher.leased_bots())
+    ) as watch:
+        # Most of the work arrives at one instance, a little at another.
+        heavy = [busy.dispatcher.send_document(chunk(i), f"h{i}.bin") for i in range(120)]
+        little = [light.dispatcher.send_document(chunk(1000 + i), f"l{i}.bin") for i in range(6)]
+        documents: list[StoredDocument] = await asyncio.gather(*heavy, *little)
 
-    watcher = asyncio.create_task(watch())
-    # Most of the work arrives at one instance, a little at another.
-    heavy = [busy.dispatcher.send_document(chunk(i), f"h{i}.bin") for i in range(120)]
-    little = [light.dispatcher.send_document(chunk(1000 + i), f"l{i}.bin") for i in range(6)]
-    documents: list[StoredDocument] = await asyncio.gather(*heavy, *little)
-    watcher.cancel()
-    await asyncio.gather(watcher, return_exceptions=True)
-
+    # Never was a bot leased to two instances at once.
+    assert watch.looks > 10
+    assert watch.overlaps == 0, f"a bot had two holders in {watch.overlaps} of {watch.looks} looks"
     stats = sim.stats()
     assert all(bot.max_concurrent_calls <= 1 for bot in stats.values())
     assert sum(bot.rate_limited for bot in stats.values()) == 0
