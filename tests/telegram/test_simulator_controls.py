@@ -135,3 +135,19 @@ async def test_stored_messages_lists_what_is_not_deleted_per_chat(
     answer = await http.get("/_sim/messages")
 
     assert answer.json() == {"ok": True, "chats": {str(CHAT_ID): [1, 3]}}
+
+
+async def test_holding_releases_its_calls_even_when_its_block_fails(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    with pytest.raises(AssertionError, match="a failed check"), sim.holding("getMe"):
+        held = asyncio.create_task(bots[0].get_me())
+        async with asyncio.timeout(10):
+            await sim.wait_held("getMe")
+        raise AssertionError("a failed check")
+
+    async with asyncio.timeout(10):
+        assert (await held).id == bots[0].bot_id
+    # No longer held: a new call goes through at once.
+    assert (await bots[0].get_me()).id == bots[0].bot_id
+    assert sim.held_calls("getMe") == 0
