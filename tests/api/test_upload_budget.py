@@ -37,8 +37,7 @@ async def test_more_clients_than_buffers_wait_their_turn_and_all_succeed(
 
         # Telegram holds the uploads: the two chunks it holds keep both
         # buffers, and every client waits for one (none is read meanwhile).
-        service.sim.hold("sendDocument")
-        try:
+        with service.sim.holding("sendDocument"):
             puts = asyncio.gather(*(put(n) for n in range(12)))
 
             async def all_waiting() -> bool:
@@ -49,8 +48,6 @@ async def test_more_clients_than_buffers_wait_their_turn_and_all_succeed(
             now = await metrics()
             assert gauge(now, "teleuploader_upload_buffers", "in_use") == 2
             assert service.sim.held_calls("sendDocument") == 2
-        finally:
-            service.sim.release("sendDocument")
         ids = await puts
 
         for n, public_id in enumerate(ids):

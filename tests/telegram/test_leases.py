@@ -336,8 +336,7 @@ async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
     sim.reset_stats()
     # Telegram holds every upload until the checks below are done, so the
     # calls last as long as the test needs on any machine.
-    sim.hold("sendDocument")
-    try:
+    with sim.holding("sendDocument"):
         long_calls = [
             asyncio.ensure_future(giver.dispatcher.send_document(chunk(i), f"{i}"))
             for i in range(BOTS)
@@ -370,10 +369,8 @@ async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
             await eventually(lambda: giver.leases.rounds >= rounds + 3)
             assert not handing & taker.leases.held
             assert not any(long.done() for long in long_calls)
-            sim.release("sendDocument")
+            sim.release("sendDocument")  # the calls end: the hand-over completes
             documents = await asyncio.gather(*long_calls, *small)
-    finally:
-        sim.release("sendDocument")  # a failed check must not leave the calls waiting
 
     assert len(documents) == 2 * BOTS
     assert taker.leases.held
