@@ -63,7 +63,9 @@ class Member:
         task = self.leases._task
         assert task is not None
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        # Cancelled, not ended by an error of its own (that would raise here).
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 Fleet = Callable[..., Awaitable[Member]]
