@@ -79,7 +79,7 @@ async def test_a_cancelled_read_still_raises_its_cancellation(engine: AsyncEngin
     async def slow_read() -> None:
         async with session_scope(sessionmaker) as session:
             raw = await (await session.connection()).get_raw_connection()
-            await raw.driver_connection.set_progress_handler(progress, 1000)  # type: ignore[union-attr]
+            await raw.driver_connection.set_progress_handler(progress, 100_000)  # type: ignore[union-attr]
             # A statement that keeps SQLite's thread busy for a while.
             await session.execute(
                 text(
