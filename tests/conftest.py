@@ -33,8 +33,11 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import Base
 from app.store.instance import process_alive
+from tests import hypothesis_profiles
 from tests.db.helpers import Database
 from tests.running_service import Service, ServiceFactory, ServiceLauncher
+
+hypothesis_profiles.load()
 
 PGBOUNCER_URL = os.environ.get(
     "TEST_PGBOUNCER_URL", "postgresql+asyncpg://postgres@127.0.0.1:6432/test"

@@ -29,6 +29,7 @@ from app.db.sqlite_statements import SqliteThreadStatements
 from app.db.types import utcnow
 from tests.conftest import Database
 from tests.db.helpers import add_chunks, whole_chunks
+from tests.running_service import eventually
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -671,10 +672,20 @@ async def test_postgres_statements_give_back_every_connection_even_when_cancelle
         await locked.start()
         await holder.execute("LOCK TABLE objects IN ACCESS EXCLUSIVE MODE")
         reads = [asyncio.ensure_future(statements.object("b", "kept")) for _ in range(10)]
-        await asyncio.sleep(0.5)
+
+        async def reads_wait_on_the_lock() -> bool:
+            waiting = await holder.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            return pool.checkedout() == len(reads) and waiting > 0  # type: ignore[attr-defined]
+
+        await eventually(reads_wait_on_the_lock)
         for read in reads[::2]:
             read.cancel()
-        await asyncio.sleep(0.1)
+        async with asyncio.timeout(10):
+            await asyncio.wait(reads[::2])
+        assert not any(read.done() for read in reads[1::2])
         await locked.rollback()
     finally:
         await holder.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.session import session_scope
+from tests.running_service import eventually
 
 
 @pytest.fixture
@@ -65,11 +67,19 @@ async def test_a_cancelled_read_still_raises_its_cancellation(engine: AsyncEngin
     """The statement finishes, but the task that was cancelled sees the
     cancellation, not the statement's result."""
     sessionmaker = create_sessionmaker(engine)
-    started = asyncio.Event()
+    # SQLite's progress handler, on its thread: the statement is running, and
+    # it waits there until the test has cancelled the task.
+    running, cancelled = threading.Event(), threading.Event()
+
+    def progress() -> int:
+        running.set()
+        cancelled.wait(10)
+        return 0  # go on
 
     async def slow_read() -> None:
         async with session_scope(sessionmaker) as session:
-            started.set()
+            raw = await (await session.connection()).get_raw_connection()
+            await raw.driver_connection.set_progress_handler(progress, 100_000)  # type: ignore[union-attr]
             # A statement that keeps SQLite's thread busy for a while.
             await session.execute(
                 text(
@@ -80,9 +90,9 @@ async def test_a_cancelled_read_still_raises_its_cancellation(engine: AsyncEngin
         raise AssertionError("the read went on after its cancellation")
 
     task = asyncio.create_task(slow_read())
-    await started.wait()
-    await asyncio.sleep(0.01)
-    task.cancel()
+    await eventually(running.is_set)
+    task.cancel()  # while SQLite runs the statement
+    cancelled.set()
     with pytest.raises(asyncio.CancelledError):
         await task
 

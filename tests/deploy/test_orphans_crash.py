@@ -32,7 +32,7 @@ CHUNKS_PER_UPLOAD = 6
 UPLOADS = 15
 STORED_BEFORE = 2  # objects whole before the crash: their messages must stay
 POSTED_BEFORE_KILL = 12  # messages of the concurrent uploads before the kill
-# Telegram's work on each call: sends are still in flight when the process dies.
+# Telegram's work on each call: the uploads are far from done when the kill comes.
 SIM_LATENCY = 0.3
 
 
@@ -111,8 +111,19 @@ def test_no_message_outlives_a_kill_9_during_concurrent_uploads(
             what=f"{POSTED_BEFORE_KILL} chunks of the concurrent uploads to be posted",
             proc=service.proc,
         )
+        # Sends whose bodies Telegram has whole when the process dies: every
+        # bot's next one waits at the simulator's gate until after the kill.
+        hold = f"{telegram_sim.url}/_sim/hold/sendDocument"
+        httpx.post(hold, timeout=10).raise_for_status()
+        wait_for(
+            lambda: httpx.get(hold, timeout=10).json()["held"] == len(telegram_sim.tokens),
+            within=60,
+            what="a send of every bot to be held",
+            proc=service.proc,
+        )
         os.kill(service.proc.pid, signal.SIGKILL)
         assert service.proc.wait(10) == -signal.SIGKILL
+        httpx.post(f"{telegram_sim.url}/_sim/release/sendDocument", timeout=10)
         for thread in threads:
             thread.join(60)
         # Whatever Telegram had whole when the process died is posted by now.
@@ -122,6 +133,7 @@ def test_no_message_outlives_a_kill_9_during_concurrent_uploads(
             what="the calls in flight at the kill to end",
         )
     finally:
+        httpx.post(f"{telegram_sim.url}/_sim/release/sendDocument", timeout=10)
         configure_sim(telegram_sim, latency=0.0)
     assert not any(status == 201 for status in outcomes.values()), outcomes
     left_behind = stored_messages(telegram_sim) - before - referenced_messages(database_url)

@@ -67,6 +67,7 @@ def sim(six_bots: Simulator, processes: Processes) -> Iterator[Simulator]:
     httpx.post(f"{six_bots.url}/_sim/reset-stats", timeout=10).raise_for_status()
     yield six_bots
     processes.stop_all()
+    httpx.post(f"{six_bots.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
     configure_sim(six_bots, latency=0.0)
     check_one_call_per_token(six_bots.url)
 
@@ -222,30 +223,35 @@ def test_kill_9_of_an_instance_mid_upload_hands_its_bots_over_and_ledgers_its_ch
         what="some chunks of the uploads to be posted",
         proc=victim.proc,
     )
+    # Telegram holds the uploads from now on: they are still running at the
+    # kill, however long the wait below takes.
+    httpx.post(f"{sim.url}/_sim/hold/sendDocument", timeout=10).raise_for_status()
     # Bots went where the work is: the busy instance holds (nearly) all.
     wait_for(
         lambda: max(Counter(lease_owners(database).values()).values()) >= BOTS - 1,
-        within=LEASE * 2,
+        within=60,
         what="the busy instance to hold most bots",
     )
     (victim_id, _), *_ = Counter(lease_owners(database).values()).most_common()
     os.kill(victim.proc.pid, signal.SIGKILL)
-    killed_at = time.monotonic()
     assert victim.proc.wait(10) == -signal.SIGKILL
+    # Its held calls end before its leases can expire: a survivor that takes
+    # one of its bots must find no call of the victim's still running.
+    httpx.post(f"{sim.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
     for thread in threads:
         thread.join(60)
     configure_sim(sim, latency=0.0)
     assert not any(isinstance(o, tuple) and o[0] == 201 for o in outcomes.values()), outcomes
 
-    # Its bots are taken over by the survivors within the lease time. (Two
-    # owners alone do not say so: the victim's leases outlive it by up to
-    # the lease time, next to a survivor's.)
+    # Its bots are taken over by the survivors once its leases expire (how
+    # soon: bench/scaleout_bench.py's failover). Two owners alone do not say
+    # so: the victim's leases outlive it by up to the lease time, next to a
+    # survivor's.
     def survivors_hold_all() -> bool:
         owners = lease_owners(database)
         return len(owners) == BOTS and victim_id not in owners.values()
 
-    wait_for(survivors_hold_all, within=LEASE + 5, what="the survivors to hold all six bots")
-    assert time.monotonic() - killed_at <= LEASE + 5
+    wait_for(survivors_hold_all, within=60, what="the survivors to hold all six bots")
 
     # Nothing of the crashed uploads is visible through the survivors...
     for service in survivors:
@@ -273,7 +279,6 @@ def test_kill_9_of_an_instance_mid_upload_hands_its_bots_over_and_ledgers_its_ch
 
 CADDY = shutil.which("caddy")
 CADDYFILE = REPO / "deploy" / "Caddyfile.instances"
-KILL_WINDOW = 1.0
 
 
 def start_caddy(processes: Processes, tmp_path: Path, *upstreams: Service) -> str:
@@ -326,6 +331,19 @@ class Traffic:
     def failed(self) -> list[Op]:
         return [op for op in self.ops if not op[2]]
 
+    def succeeded_since(self, moment: float) -> int:
+        """Requests begun after `moment` (monotonic) that succeeded."""
+        return sum(1 for began, _, ok, _ in list(self.ops) if ok and began > moment)
+
+    def wait_for_successes(self, count: int, *, since: float = 0.0, what: str) -> None:
+        """Until `count` requests begun after `since` have succeeded (each
+        worker's requests in turn, so traffic has moved on since then)."""
+        wait_for(
+            lambda: self.succeeded_since(since) >= count,
+            within=120,
+            what=f"{count} successful requests {what}",
+        )
+
     def _run(self, worker: int) -> None:
         with httpx.Client(base_url=self.site, headers=self.auth, timeout=60) as client:
             for n in range(10_000):
@@ -363,27 +381,26 @@ def test_caddy_keeps_uploads_and_downloads_going_while_an_instance_is_killed_and
     site = start_caddy(processes, tmp_path, first, second)
 
     with Traffic(site, first.auth) as traffic:
-        time.sleep(3)
+        traffic.wait_for_successes(6, what="before the kill")
         os.kill(first.proc.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         first.proc.wait(10)
-        time.sleep(3)
+        traffic.wait_for_successes(6, since=killed_at, what="after the kill")
         restarted = start(first.port)  # where Caddy expects it
         restarted_at = time.monotonic()
-        time.sleep(3)
+        traffic.wait_for_successes(6, since=restarted_at, what="after the restart")
 
-    ops = traffic.ops
-    assert len(ops) > 20, ops
     # Only requests the killed instance was serving may fail: those in flight
-    # at the kill, or sent to it in the moment before Caddy saw it was gone
-    # (Caddy retries only a failed connect, and only for requests without a
-    # body: see the Caddyfile).
+    # at the kill, or sent to it before Caddy saw it was gone (Caddy retries
+    # only a failed connect, and only for requests without a body: see the
+    # Caddyfile). Such a failed connect is what tells Caddy (max_fails 1): no
+    # request begun after one was answered fails.
     failed = traffic.failed()
-    assert all(began < killed_at + KILL_WINDOW for began, _, _, _ in failed), failed
     assert len(failed) <= len(traffic.workers), failed
-    after_kill = [op for op in ops if op[0] > killed_at + KILL_WINDOW]
-    assert after_kill and all(op[2] for op in after_kill)
-    assert any(op[0] > restarted_at for op in ops)
+    sent_to_the_dead = [op for op in failed if op[0] > killed_at]
+    if sent_to_the_dead:
+        told = min(ended for _, ended, _, _ in sent_to_the_dead)
+        assert all(began < told for began, _, _, _ in sent_to_the_dead), failed
     # Everything stored, whichever instance took it, reads back through the
     # restarted one.
     for public_id, data in list(traffic.stored.values())[:10]:
@@ -401,16 +418,16 @@ def test_a_rolling_restart_behind_caddy_loses_no_request(
     site = start_caddy(processes, tmp_path, *instances)
 
     with Traffic(site, instances[0].auth) as traffic:
-        time.sleep(2)
+        # Files to read back later (below), stored before the first stop.
+        wait_for(lambda: len(traffic.stored) >= 6, within=120, what="6 files stored")
         for n, old in enumerate(instances):
             old.proc.signal(signal.SIGTERM)
             assert old.proc.wait(60) == 0
             instances[n] = start(old.port)  # returns once it answers /ready
         restarted_at = time.monotonic()
-        time.sleep(2)
+        traffic.wait_for_successes(6, since=restarted_at, what="after the restarts")
 
     assert traffic.failed() == []
-    assert sum(1 for op in traffic.ops if op[0] > restarted_at) > 2, traffic.ops
     # The files stored before the first stop read back from both new processes.
     for n, (public_id, data) in enumerate(list(traffic.stored.values())[:6]):
         url = instances[n % 2].url

@@ -321,10 +321,32 @@ def test_repeated_headers_are_joined_with_commas(frozen: None) -> None:
     split.verify()
 
 
-def test_non_latin1_header_mapping(frozen: None) -> None:
-    wire = sign_with_botocore("GET", f"{ENDPOINT}/bucket/k")
-    plain = dict(wire.header_list)
-    verify_request(wire.method, wire.raw_path, wire.query, plain, CREDENTIALS, now=NOW)
+def test_non_latin1_header_values_verify_as_their_utf8_bytes(frozen: None) -> None:
+    """A header value beyond Latin-1 goes over the wire as raw UTF-8 (Go's
+    and browsers' clients do so), and botocore signs its UTF-8 bytes. It
+    verifies as Starlette hands it over (those bytes as Latin-1 text) and in
+    a plain mapping of the real text, and it is signed: another value fails."""
+    note = "日本語 ключ"
+    signed = sign_with_botocore("GET", f"{ENDPOINT}/bucket/k", headers=[("x-amz-meta-note", note)])
+    plain = dict(signed.header_list)
+    assert plain["x-amz-meta-note"] == note
+    assert "x-amz-meta-note" in plain["Authorization"]  # among the signed headers
+
+    # As received: the UTF-8 bytes, which Starlette gives as Latin-1 text.
+    signed.with_header("x-amz-meta-note", note.encode().decode("latin-1")).verify()
+    # A plain mapping of str values (not Latin-1 text).
+    verify_request(signed.method, signed.raw_path, signed.query, plain, CREDENTIALS, now=NOW)
+    changed = {**plain, "x-amz-meta-note": "日本語 ключи"}
+    expect_error(
+        "SignatureDoesNotMatch",
+        verify_request,
+        signed.method,
+        signed.raw_path,
+        signed.query,
+        changed,
+        CREDENTIALS,
+        now=NOW,
+    )
 
 
 # ---------------------------------------------------------------------------------- presigned URLs

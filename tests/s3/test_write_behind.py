@@ -85,7 +85,6 @@ def listing(etags: list[str]) -> dict[str, Any]:
 async def test_parts_are_acknowledged_from_the_spool_and_sent_in_full_chunks(
     service: Service,
 ) -> None:
-    service.sim.configure(latency=2.0)  # Telegram takes 2 s to store each chunk
     client = default_client(service)
     raw_completion: list[bytes] = []
     client.meta.events.register(
@@ -94,11 +93,16 @@ async def test_parts_are_acknowledged_from_the_spool_and_sent_in_full_chunks(
     )
     parts = [payload(PART, seed=n) for n in range(8)]
 
-    upload_id, etags = await upload_parts(client, parts)
-
-    # Every part was answered with its MD5 before any chunk reached Telegram.
-    assert [e.strip('"') for e in etags] == [hashlib.md5(p).hexdigest() for p in parts]
-    assert service.live_messages() == []
+    # Telegram stores nothing while the parts come in.
+    with service.sim.holding("sendDocument"):
+        async with asyncio.timeout(30):
+            upload_id, etags = await upload_parts(client, parts)
+        # Every part was answered with its MD5 before any chunk reached Telegram.
+        assert [e.strip('"') for e in etags] == [hashlib.md5(p).hexdigest() for p in parts]
+        assert service.live_messages() == []
+        # From now on Telegram takes 2 s to store each chunk: the Complete
+        # outlasts EARLY_ANSWER.
+        service.sim.configure(latency=2.0)
 
     done = await call(
         client,

@@ -346,8 +346,13 @@ async def test_many_readers_all_finish_within_the_limits(seed: int) -> None:
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
             reader.close()
+            # A limit broken in a fetch of a reader that gave up must fail
+            # the test, not die with the cancelled task.
+            for outcome in ended:
+                if isinstance(outcome, Exception):
+                    raise outcome
 
     plans = [(rng.randrange(1, 6), rng.randrange(1, 12), rng.random() < 0.3) for _ in range(25)]
     async with asyncio.timeout(30):  # a deadlock guard, not a timing

@@ -13,7 +13,10 @@ import pytest
 
 from tests.running_service import CHUNK, ServiceFactory, payload
 
-pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+# Serial: downloads that must stall, and others that must not, within seconds
+# (tests/README.md, "Timing").
+pytestmark = [pytest.mark.parametrize("database", ["sqlite"], indirect=True), pytest.mark.serial]
+
 
 STALL = 1.0
 # The retries alone: 10 dispatcher attempts with backoff from 0.5 s, times

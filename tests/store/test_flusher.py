@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
-from app.db.models import Chunk, PartPiece, SpooledPart
+from app.db.models import Chunk, GcEntry, PartPiece, SpooledPart
 from app.db.multipart import MultipartRepository
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -159,7 +159,13 @@ async def test_a_part_aborted_while_it_is_flushed_ends_the_flush_quietly(
         await eventually(lambda: not flusher._uploads)
 
     assert [e for e in logs if e["log_level"] == "warning"] == []
+    # The chunk in flight at the abort was sent (message 1)...
+    assert len(telegram.sent) == 1
     async with session_scope(sessionmaker) as session:
-        # The chunk sent for the aborted parts is released, not kept.
+        # ...and then released, not kept: no part uses it, its row is gone
+        # and its message waits in the GC's ledger to be deleted.
         assert await session.scalar(select(func.count()).select_from(PartPiece)) == 0
+        assert await session.scalar(select(func.count()).select_from(Chunk)) == 0
+        ledgered = (await session.execute(select(GcEntry.message_id, GcEntry.reason))).all()
+    assert [tuple(row) for row in ledgered] == [(1, "failed_upload")]
     await flusher.stop(grace=1)

@@ -109,13 +109,12 @@ async def test_a_round_cancelled_mid_deletion_gives_its_entries_back_at_once(
     ]
     for document in documents:
         await ledger(sessionmaker, document)
-    pool.sim.configure(latency=5.0)
-    round_ = asyncio.create_task(pool.gc.run_once())
-    await eventually(lambda: any(s.calls_in_flight for s in pool.sim.stats().values()))
-    round_.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await round_
-    pool.sim.configure(latency=0.0)
+    with pool.sim.holding("deleteMessage"):  # the round's deletions stay in flight
+        round_ = asyncio.create_task(pool.gc.run_once())
+        await eventually(lambda: pool.sim.held_calls("deleteMessage") > 0)
+        round_.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await round_
 
     async with session_scope(sessionmaker) as session:
         due = await GcRepository(session).due(10, utcnow())

@@ -17,6 +17,10 @@ from app.telegram.errors import TelegramError
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 
+# Serial: calls that outlast a client timeout of a few tenths of a second
+# (tests/README.md, "Timing").
+pytestmark = pytest.mark.serial
+
 CHAT_ID = -1001234567890
 
 

@@ -315,18 +315,15 @@ async def test_wrong_chat_and_missing_document_are_bad_requests(
 async def test_two_concurrent_uploads_on_one_token_collide(
     sim: TelegramSimulator, bots: list[BotClient]
 ) -> None:
-    sim.configure(upload_bandwidth=250_000)  # 50 KB takes 0.2 s
+    with sim.holding("sendDocument"):  # the first upload stays in flight
+        first = asyncio.create_task(bots[0].send_document(CHAT_ID, payload(50_000, 1), "a.bin"))
+        async with asyncio.timeout(10):
+            await sim.wait_held("sendDocument")
+            with pytest.raises(RateLimited) as limited:
+                await bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin")
+    assert isinstance(await first, StoredDocument)
 
-    results = await asyncio.gather(
-        bots[0].send_document(CHAT_ID, payload(50_000, 1), "a.bin"),
-        bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin"),
-        return_exceptions=True,
-    )
-
-    limited = [r for r in results if isinstance(r, RateLimited)]
-    stored = [r for r in results if isinstance(r, StoredDocument)]
-    assert len(limited) == 1 and len(stored) == 1, results
-    assert limited[0].retry_after == 30
+    assert limited.value.retry_after == 30
     stats = sim.stats()[bots[0].bot_id]
     assert stats.rate_limited == 1
     assert stats.max_concurrent_calls == 2
@@ -337,14 +334,13 @@ async def test_two_concurrent_uploads_on_one_token_collide(
 async def test_any_method_collides_with_a_call_in_flight(
     sim: TelegramSimulator, bots: list[BotClient]
 ) -> None:
-    sim.configure(upload_bandwidth=250_000)  # 50 KB takes 0.2 s
     document = await bots[0].send_document(CHAT_ID, payload(1000, 1), "a.bin")
-    upload = asyncio.create_task(bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin"))
-    async with asyncio.timeout(10):
-        await sim.wait_for_call(bots[0].bot_id)
-
-    with pytest.raises(RateLimited):
-        await bots[0].get_file(document.file_id)
+    with sim.holding("sendDocument"):
+        upload = asyncio.create_task(bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin"))
+        async with asyncio.timeout(10):
+            await sim.wait_held("sendDocument")
+            with pytest.raises(RateLimited):
+                await bots[0].get_file(document.file_id)
     await upload
 
     assert sim.stats()[bots[0].bot_id].max_concurrent_calls == 2
@@ -353,41 +349,37 @@ async def test_any_method_collides_with_a_call_in_flight(
 async def test_an_upload_abandoned_after_its_body_still_posts_and_stays_in_flight(
     sim: TelegramSimulator, sim_url: str
 ) -> None:
-    sim.configure(latency=0.5)  # Telegram's work after the body has arrived
     token = BotToken.parse(sim.tokens[0])
     impatient = BotClient(token, api_base=sim_url, connect_timeout=0.1, processing_allowance=0.1)
     try:
-        with pytest.raises(CallAbandoned):
-            await impatient.send_document(CHAT_ID, payload(1000, 3), "c.bin")
-        # The client has given up; Telegram has not.
-        assert sim.stats()[token.bot_id].calls_in_flight == 1
-        await sim.wait_until_idle()
+        with sim.holding("sendDocument"):  # Telegram's work after the body has arrived
+            with pytest.raises(CallAbandoned):
+                await impatient.send_document(CHAT_ID, payload(1000, 3), "c.bin")
+            # The client has given up; Telegram has not.
+            assert sim.stats()[token.bot_id].calls_in_flight == 1
+            assert sim.message_count(CHAT_ID) == 0
+        async with asyncio.timeout(10):
+            await sim.wait_until_idle()
     finally:
         await impatient.aclose()
     assert sim.message_count(CHAT_ID) == 1
 
 
 async def test_uploads_on_different_tokens_run_side_by_side(
-    sim: TelegramSimulator, bots: list[BotClient], monkeypatch: pytest.MonkeyPatch
+    sim: TelegramSimulator, bots: list[BotClient]
 ) -> None:
-    sim.configure(upload_bandwidth=100_000)  # 50 KB take 0.5 s
-    in_flight_at_posts: list[list[int]] = []
-    post = sim._post
+    with sim.holding("sendDocument"):
+        uploads = asyncio.gather(
+            *(bot.send_document(CHAT_ID, payload(50_000), "a.bin") for bot in bots)
+        )
+        # Every upload in flight at once, each past its checks: side by side,
+        # and none refused. (How fast uploads on several tokens go is
+        # measured by bench/dispatcher_bench.py.)
+        async with asyncio.timeout(10):
+            await sim.wait_held("sendDocument", calls=len(bots))
+        assert [s.calls_in_flight for s in sim.stats().values()] == [1, 1, 1]
+    results = await uploads
 
-    def noting_post(*args: Any) -> Any:
-        in_flight_at_posts.append([s.calls_in_flight for s in sim.stats().values()])
-        return post(*args)
-
-    monkeypatch.setattr(sim, "_post", noting_post)
-
-    results = await asyncio.gather(
-        *(bot.send_document(CHAT_ID, payload(50_000), "a.bin") for bot in bots)
-    )
-
-    # When the first message was posted, every upload was still in flight:
-    # they ran side by side, and none was refused. (How fast uploads on
-    # several tokens go is measured by bench/dispatcher_bench.py.)
-    assert in_flight_at_posts[0] == [1, 1, 1]
     assert [r.bot_id for r in results] == [bot.bot_id for bot in bots]
     assert all(s.max_concurrent_calls == 1 for s in sim.stats().values())
     assert all(s.rate_limited == 0 for s in sim.stats().values())
@@ -601,15 +593,13 @@ def data_size_with_overhead(received: int, size: int) -> bool:
 async def test_in_flight_calls_of_any_method_are_counted(
     sim: TelegramSimulator, bots: list[BotClient]
 ) -> None:
-    sim.configure(latency=0.1)
-
-    results = await asyncio.gather(
-        bots[0].get_me(),
-        bots[0].get_chat_member(CHAT_ID, bots[0].bot_id),
-        return_exceptions=True,
-    )
-
-    assert sum(isinstance(r, RateLimited) for r in results) == 1
+    with sim.holding("getMe"):
+        first = asyncio.create_task(bots[0].get_me())
+        async with asyncio.timeout(10):
+            await sim.wait_held("getMe")
+            with pytest.raises(RateLimited):
+                await bots[0].get_chat_member(CHAT_ID, bots[0].bot_id)
+    assert (await first).id == bots[0].bot_id
     assert sim.stats()[bots[0].bot_id].max_concurrent_calls == 2
 
 

@@ -135,3 +135,37 @@ async def test_stored_messages_lists_what_is_not_deleted_per_chat(
     answer = await http.get("/_sim/messages")
 
     assert answer.json() == {"ok": True, "chats": {str(CHAT_ID): [1, 3]}}
+
+
+async def test_holding_releases_its_calls_even_when_its_block_fails(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    with pytest.raises(AssertionError, match="a failed check"), sim.holding("getMe"):
+        held = asyncio.create_task(bots[0].get_me())
+        async with asyncio.timeout(10):
+            await sim.wait_held("getMe")
+        raise AssertionError("a failed check")
+
+    async with asyncio.timeout(10):
+        assert (await held).id == bots[0].bot_id
+    # No longer held: a new call goes through at once.
+    assert (await bots[0].get_me()).id == bots[0].bot_id
+    assert sim.held_calls("getMe") == 0
+
+
+async def test_calls_are_held_and_released_over_http(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    """The gate for tests that run the simulator as a process."""
+    held = await http.post("/_sim/hold/sendDocument")
+    assert held.json() == {"ok": True, "held": 0}
+    send = asyncio.create_task(bots[0].send_document(CHAT_ID, b"held", "a.bin"))
+    async with asyncio.timeout(10):
+        await sim.wait_held("sendDocument")
+    assert (await http.get("/_sim/hold/sendDocument")).json() == {"ok": True, "held": 1}
+    assert sim.message_count(CHAT_ID) == 0
+
+    assert (await http.post("/_sim/release/sendDocument")).json() == {"ok": True}
+    async with asyncio.timeout(10):
+        assert (await send).message_id == 1
+    assert (await http.get("/_sim/hold/sendDocument")).json() == {"ok": True, "held": 0}

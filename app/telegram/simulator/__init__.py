@@ -30,8 +30,10 @@ downloads (never getMe/getChatMember); `fault_download_drop_rate` drops file
 downloads only. A 429 or 5xx replaces the work; a drop comes after it, so a
 dropped sendDocument leaves a message the client never heard of, as a lost
 response from Telegram would. Tests can also hold every call of a method at
-the moment Telegram would do the work (`hold`/`release`), to act while such a
-call is in flight.
+the moment Telegram would do the work (`hold`/`release`, or `holding` around
+a `with` block; over HTTP: POST /_sim/hold/{method} and /_sim/release/{method},
+GET /_sim/hold/{method} counts the calls waiting), to act while such a call is
+in flight, as long as needed.
 
 For crash and leak tests: each faultable method may have fault rates of its
 own (`method_fault_rates`, `set_method_faults`); `kill` (POST /_sim/kill)

@@ -275,6 +275,18 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
     async def kill(request: Request) -> Response:
         return JSONResponse({"ok": True, "dropped": sim.kill()})
 
+    # The gate of `hold`/`release`, for tests that run the simulator as a
+    # process: a POST holds or releases, a GET says how many calls wait.
+    async def hold(request: Request) -> Response:
+        method = str(request.path_params["method"])
+        if request.method == "POST":
+            sim.hold(method)
+        return JSONResponse({"ok": True, "held": sim.held_calls(method)})
+
+    async def release(request: Request) -> Response:
+        sim.release(str(request.path_params["method"]))
+        return JSONResponse({"ok": True})
+
     async def revoke(request: Request) -> Response:
         return _control(lambda: sim.revoke(int(request.path_params["bot_id"])))
 
@@ -293,6 +305,8 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         Route("/_sim/config", config, methods=["GET", "POST"]),
         Route("/_sim/messages", messages, methods=["GET"]),
         Route("/_sim/kill", kill, methods=["POST"]),
+        Route("/_sim/hold/{method}", hold, methods=["GET", "POST"]),
+        Route("/_sim/release/{method}", release, methods=["POST"]),
         Route("/_sim/revoke/{bot_id}", revoke, methods=["POST"]),
         Route("/_sim/kick/{bot_id}/{chat_id}", kick, methods=["POST"]),
         Route("/_sim/unkick/{bot_id}/{chat_id}", unkick, methods=["POST"]),

@@ -195,6 +195,17 @@ class TelegramSimulator(TelegramRules):
         if gate is not None:
             gate.set()
 
+    @contextlib.contextmanager
+    def holding(self, method: str) -> Iterator[None]:
+        """`hold(method)` for the `with` block, then `release(method)`, also
+        when the block fails: a test whose check failed leaves no call
+        waiting for a release that never comes."""
+        self.hold(method)
+        try:
+            yield
+        finally:
+            self.release(method)
+
     def held_calls(self, method: str) -> int:
         """How many calls of `method` are waiting at its hold right now."""
         return self._held.get(_canonical_method(method), 0)
