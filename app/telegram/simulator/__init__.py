@@ -42,6 +42,13 @@ network failure would (bodies Telegram had whole are still carried out); and
 `stored_messages` (GET /_sim/messages) lists the messages each chat still
 holds, to count them against what the service references.
 
+For durability tests, Telegram can lose what it stores, as it shows it:
+`lose_chat` (the chat deleted, or the bots banned for good) answers every
+call naming the chat with 400 "chat not found", and its files go with it
+unless another chat holds them too: getFile says "wrong file_id or the file
+is temporarily unavailable" and paths already issued get 404
+(`files_outlive_lost_chats` keeps them instead).
+
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
 on top of Telegram's rules, `TelegramRules` in `rules`; its records in

@@ -172,6 +172,17 @@ class TelegramSimulator(TelegramRules):
         self._chat(chat_id)
         self._demoted.add((bot_id, chat_id))
 
+    def lose_chat(self, chat_id: int) -> None:
+        """The chat is gone for good: deleted, or every bot banned from it.
+        Every call naming it gets 400 "chat not found", and a file no other
+        chat holds goes with it (`files_outlive_lost_chats`: whether it does)."""
+        self._chat(chat_id)
+        self._losses.lost_chats.add(chat_id)
+        log.warning("sim_chat_lost", chat_id=chat_id)
+
+    def chat_lost(self, chat_id: int) -> bool:
+        return chat_id in self._losses.lost_chats
+
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
@@ -274,12 +285,18 @@ class TelegramSimulator(TelegramRules):
         return len(self._chat(chat_id).messages)
 
     def live_messages(self, chat_id: int) -> list[int]:
-        """Ids of the chat's messages that have not been deleted."""
-        return [m.message_id for m in self._chat(chat_id).messages.values() if not m.deleted]
+        """Ids of the chat's messages that Telegram still has: not deleted,
+        not taken down, not in a lost chat."""
+        return [
+            m.message_id
+            for m in self._chat(chat_id).messages.values()
+            if not m.deleted and not self._losses.message_gone(m)
+        ]
 
     def stored_messages(self) -> dict[int, list[int]]:
-        """Every chat's messages that have not been deleted, by chat id: what a
-        leak count compares with the messages the service still references."""
+        """Every chat's messages that Telegram still has (`live_messages`), by
+        chat id: what a leak count compares with the messages the service
+        still references. A lost chat lists none."""
         return {chat_id: self.live_messages(chat_id) for chat_id in self._chats}
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
@@ -303,6 +320,7 @@ class TelegramSimulator(TelegramRules):
                 str(chat_id): {
                     "messages": self.message_count(chat_id),
                     "live_messages": len(self.live_messages(chat_id)),
+                    "lost": self.chat_lost(chat_id),
                 }
                 for chat_id in self._chats
             },

@@ -1,0 +1,163 @@
+"""What Telegram can lose, as the simulator shows it: a whole chat (deleted,
+or the bots banned for good), one file taken down, one byte flipped in a
+stored file. Each through the project's own BotClient, so the error types the
+store sees are the ones asserted, and over raw HTTP where the exact body
+matters."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+import pytest
+
+from app.telegram.client import BotClient
+from app.telegram.errors import ChatForbidden, PermanentError
+from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens
+
+CHAT_A = -1001000000001
+CHAT_B = -1001000000002
+
+GONE_FILE = "Bad Request: wrong file_id or the file is temporarily unavailable"
+
+
+@pytest.fixture
+def sim() -> TelegramSimulator:
+    """Three bots and two storage chats (replaces the one-chat fixture of conftest)."""
+    return TelegramSimulator(SimulatorConfig(tokens=make_tokens(3), chat_ids=[CHAT_A, CHAT_B]))
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+async def download(client: BotClient, file_path: str) -> bytes:
+    async with client.open_file(file_path) as pieces:
+        return b"".join([piece async for piece in pieces])
+
+
+async def fetch(client: BotClient, file_id: str) -> bytes:
+    location = await client.get_file(file_id)
+    return await download(client, location.file_path)
+
+
+def api(token: str, method: str) -> str:
+    return f"/bot{token}/{method}"
+
+
+# --- a lost chat ------------------------------------------------------------------------
+
+
+async def test_every_call_naming_a_lost_chat_is_told_chat_not_found(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    kept = await bots[0].send_document(CHAT_A, b"in A", "a.bin")
+    sim.lose_chat(CHAT_A)
+
+    # ChatForbidden: the client's refusal of the bot in that chat (a 400
+    # "chat not found" names the chat it was about), not a PermanentError.
+    calls = {
+        "sendDocument": bots[0].send_document(CHAT_A, b"more", "b.bin"),
+        "deleteMessage": bots[0].delete_message(CHAT_A, kept.message_id),
+        "forwardMessage": bots[1].forward_message(CHAT_A, CHAT_A, kept.message_id),
+        "getChatMember": bots[2].get_chat_member(CHAT_A, bots[0].bot_id),
+    }
+    for method, call in calls.items():
+        with pytest.raises(ChatForbidden) as caught:
+            await call
+        assert caught.value.description == f"{method}: Bad Request: chat not found"
+        assert (caught.value.status, caught.value.chat_id) == (400, CHAT_A)
+    # The other chat is untouched.
+    assert (await bots[0].send_document(CHAT_B, b"in B", "c.bin")).chat_id == CHAT_B
+
+
+async def test_a_lost_chat_answers_telegrams_body_also_as_a_forward_source(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    kept = await bots[0].send_document(CHAT_A, b"in A", "a.bin")
+    sim.lose_chat(CHAT_A)
+
+    # From a lost chat into a live one: the source is the chat not found.
+    forward = await http.post(
+        api(sim.tokens[1], "forwardMessage"),
+        data={"chat_id": CHAT_B, "from_chat_id": CHAT_A, "message_id": kept.message_id},
+    )
+
+    assert forward.status_code == 400
+    assert forward.json() == {
+        "ok": False,
+        "error_code": 400,
+        "description": "Bad Request: chat not found",
+    }
+    assert sim.message_count(CHAT_B) == 0
+
+
+async def test_a_file_held_only_in_a_lost_chat_is_gone_by_default(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    stored = await bots[0].send_document(CHAT_A, payload(3000), "a.bin")
+    issued = await bots[0].get_file(stored.file_id)
+    sim.lose_chat(CHAT_A)
+
+    with pytest.raises(PermanentError) as refused:
+        await bots[0].get_file(stored.file_id)
+    assert refused.value.description == f"getFile: {GONE_FILE}"
+    assert refused.value.status == 400
+    with pytest.raises(PermanentError) as not_found:
+        await download(bots[0], issued.file_path)
+    assert not_found.value.status == 404
+    # Nor can it be posted again by its file_id: Telegram no longer has it.
+    resent = await http.post(
+        api(sim.tokens[0], "sendDocument"), json={"chat_id": CHAT_B, "document": stored.file_id}
+    )
+    assert resent.json()["description"] == "Bad Request: wrong file identifier/HTTP URL specified"
+
+
+async def test_a_file_also_held_in_a_live_chat_survives_the_loss(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    data = payload(3000, seed=1)
+    stored = await bots[0].send_document(CHAT_A, data, "a.bin")
+    # A re-send by file_id is the same file on Telegram's side, now in B too.
+    resent = await http.post(
+        api(sim.tokens[0], "sendDocument"), json={"chat_id": CHAT_B, "document": stored.file_id}
+    )
+    assert resent.status_code == 200
+    sim.lose_chat(CHAT_A)
+
+    assert await fetch(bots[0], stored.file_id) == data
+
+
+async def test_files_may_be_told_to_outlive_a_lost_chat(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    data = payload(3000, seed=2)
+    stored = await bots[0].send_document(CHAT_A, data, "a.bin")
+    issued = await bots[0].get_file(stored.file_id)
+    sim.configure(files_outlive_lost_chats=True)
+    sim.lose_chat(CHAT_A)
+
+    assert await download(bots[0], issued.file_path) == data
+    assert await fetch(bots[0], stored.file_id) == data
+    with pytest.raises(ChatForbidden, match="chat not found"):
+        await bots[0].delete_message(CHAT_A, stored.message_id)
+
+
+async def test_a_lost_chat_stores_no_reachable_message(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    await bots[0].send_document(CHAT_A, b"a", "a.bin")
+    await bots[0].send_document(CHAT_B, b"b", "b.bin")
+
+    sim.lose_chat(CHAT_A)
+
+    assert sim.chat_lost(CHAT_A) and not sim.chat_lost(CHAT_B)
+    assert sim.stored_messages() == {CHAT_A: [], CHAT_B: [1]}
+    assert sim.message_count(CHAT_A) == 1  # posted once, whatever became of it
+    assert sim.snapshot()["chats"][str(CHAT_A)] == {
+        "messages": 1,
+        "live_messages": 0,
+        "lost": True,
+    }
+    with pytest.raises(KeyError):
+        sim.lose_chat(-100999)
