@@ -161,3 +161,71 @@ async def test_a_lost_chat_stores_no_reachable_message(
     }
     with pytest.raises(KeyError):
         sim.lose_chat(-100999)
+
+
+# --- a file taken down ------------------------------------------------------------------
+
+
+async def test_a_takedown_takes_the_file_from_every_message_and_bot_holding_it(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    original = await bots[0].send_document(CHAT_A, payload(4000), "a.bin")
+    issued = await bots[0].get_file(original.file_id)
+    # A forward and a re-send by file_id are the same file, not copies.
+    forwarded = await bots[1].forward_message(CHAT_A, CHAT_A, original.message_id)
+    resent = await http.post(
+        api(sim.tokens[0], "sendDocument"), json={"chat_id": CHAT_B, "document": original.file_id}
+    )
+    assert resent.status_code == 200
+    other_data = payload(4000, seed=3)
+    other = await bots[0].send_document(CHAT_A, other_data, "b.bin")
+
+    taken = sim.take_down(CHAT_A, forwarded.message_id)
+
+    assert taken == [(CHAT_A, original.message_id), (CHAT_A, forwarded.message_id), (CHAT_B, 1)]
+    for client, file_id in ((bots[0], original.file_id), (bots[1], forwarded.file_id)):
+        with pytest.raises(PermanentError) as gone:
+            await client.get_file(file_id)
+        assert gone.value.description == f"getFile: {GONE_FILE}"
+        assert gone.value.status == 400
+    with pytest.raises(PermanentError) as not_found:
+        await download(bots[0], issued.file_path)
+    assert not_found.value.status == 404
+    with pytest.raises(PermanentError) as unforwardable:
+        await bots[2].forward_message(CHAT_A, CHAT_A, original.message_id)
+    assert unforwardable.value.description == (
+        "forwardMessage: Bad Request: message to forward not found"
+    )
+    for chat_id, message_id in taken:
+        with pytest.raises(PermanentError) as undeletable:
+            await bots[0].delete_message(chat_id, message_id)
+        assert undeletable.value.description == (
+            "deleteMessage: Bad Request: message to delete not found"
+        )
+    # Everything else is untouched.
+    assert await fetch(bots[0], other.file_id) == other_data
+    assert sim.stored_messages() == {CHAT_A: [other.message_id], CHAT_B: []}
+
+
+async def test_a_taken_down_file_answers_telegrams_bodies(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    stored = await bots[0].send_document(CHAT_A, payload(1000), "a.bin")
+    issued = await bots[0].get_file(stored.file_id)
+    sim.take_down(CHAT_A, stored.message_id)
+
+    get_file = await http.post(api(sim.tokens[0], "getFile"), data={"file_id": stored.file_id})
+    download = await http.get(f"/file/bot{sim.tokens[0]}/{issued.file_path}")
+
+    assert get_file.status_code == 400
+    assert get_file.json() == {"ok": False, "error_code": 400, "description": GONE_FILE}
+    # The file server's 404 is the Bot API's JSON error, as for an expired path.
+    assert download.status_code == 404
+    assert download.json() == {"ok": False, "error_code": 404, "description": "Not Found"}
+
+
+async def test_a_takedown_of_an_unknown_message_is_refused(sim: TelegramSimulator) -> None:
+    with pytest.raises(KeyError):
+        sim.take_down(CHAT_A, 1)
+    with pytest.raises(KeyError):
+        sim.take_down(-100999, 1)

@@ -47,7 +47,12 @@ For durability tests, Telegram can lose what it stores, as it shows it:
 call naming the chat with 400 "chat not found", and its files go with it
 unless another chat holds them too: getFile says "wrong file_id or the file
 is temporarily unavailable" and paths already issued get 404
-(`files_outlive_lost_chats` keeps them instead).
+(`files_outlive_lost_chats` keeps them instead). `take_down` removes one
+message's file on Telegram's side, and so every message holding that file (a
+forward or a re-send by file_id is the same file, not a copy): getFile with
+any bot's file_id for it fails as above, issued paths get 404, and
+forwardMessage and deleteMessage of those messages say "message to forward
+not found" and "message to delete not found".
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,

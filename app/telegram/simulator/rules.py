@@ -125,7 +125,7 @@ class TelegramRules:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
         message = chat.messages.get(message_id)
-        if message is None or message.deleted:
+        if message is None or message.deleted or self._losses.message_gone(message):
             raise ApiError(400, "Bad Request: message to delete not found")
         if (bot_id, chat.chat_id) in self._demoted:
             raise ApiError(400, "Bad Request: message can't be deleted")
@@ -140,7 +140,7 @@ class TelegramRules:
         self._check_may_post(bot_id, target.chat_id)
         source_chat = self._member_chat(bot_id, _chat_id_param(params, "from_chat_id"))
         source = source_chat.messages.get(_message_id_param(params, "message_id"))
-        if source is None or source.deleted:
+        if source is None or source.deleted or self._losses.message_gone(source):
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
         file_id = self._issue_file_id(bot_id, source.file)

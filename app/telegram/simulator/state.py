@@ -183,6 +183,19 @@ class TelegramSimulator(TelegramRules):
     def chat_lost(self, chat_id: int) -> bool:
         return chat_id in self._losses.lost_chats
 
+    def take_down(self, chat_id: int, message_id: int) -> list[tuple[int, int]]:
+        """The message's file is removed on Telegram's side, and with it every
+        message holding the same file (forwards and re-sends by file_id are
+        the same file): getFile with any bot's file_id for it says "wrong
+        file_id or the file is temporarily unavailable", paths already issued
+        get 404, forwarding or deleting any of those messages says "not
+        found". Returns those messages' (chat_id, message_id), in posting order."""
+        file = self._message(chat_id, message_id).file
+        self._losses.taken_down.add(file.unique_id)
+        taken = [(m.chat_id, m.message_id) for m in self._losses.holders_of(file)]
+        log.warning("sim_file_taken_down", chat_id=chat_id, message_id=message_id, messages=taken)
+        return taken
+
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
