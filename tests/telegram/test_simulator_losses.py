@@ -229,3 +229,76 @@ async def test_a_takedown_of_an_unknown_message_is_refused(sim: TelegramSimulato
         sim.take_down(CHAT_A, 1)
     with pytest.raises(KeyError):
         sim.take_down(-100999, 1)
+
+
+# --- a corrupted file ------------------------------------------------------------------
+
+
+async def test_a_corrupted_file_downloads_with_200_and_one_wrong_byte(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    data = payload(5000, seed=4)
+    stored = await bots[0].send_document(CHAT_A, data, "a.bin")
+    forwarded = await bots[1].forward_message(CHAT_A, CHAT_A, stored.message_id)
+
+    offset = sim.corrupt(CHAT_A, stored.message_id)
+
+    # No error anywhere: only a check of the bytes can tell.
+    for client, file_id in ((bots[0], stored.file_id), (bots[1], forwarded.file_id)):
+        location = await client.get_file(file_id)
+        assert location.file_size == len(data)
+        served = await download(client, location.file_path)
+        assert len(served) == len(data)
+        assert [i for i in range(len(data)) if served[i] != data[i]] == [offset]
+    assert sim.document_bytes(CHAT_A, forwarded.message_id)[offset] != data[offset]
+
+
+async def test_corrupt_flips_the_byte_it_is_told_and_refuses_one_past_the_end(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    stored = await bots[0].send_document(CHAT_A, b"abcdef", "a.bin")
+
+    assert sim.corrupt(CHAT_A, stored.message_id, offset=5) == 5
+    assert await fetch(bots[0], stored.file_id) == b"abcde" + bytes([ord("f") ^ 0xFF])
+    with pytest.raises(ValueError, match="offset 6 is outside the file's 6 bytes"):
+        sim.corrupt(CHAT_A, stored.message_id, offset=6)
+    with pytest.raises(ValueError, match="offset -1 is outside"):
+        sim.corrupt(CHAT_A, stored.message_id, offset=-1)
+    with pytest.raises(KeyError):
+        sim.corrupt(CHAT_A, 99)
+
+
+def test_random_offsets_follow_the_seed() -> None:
+    def offsets(seed: int) -> list[int]:
+        sim = TelegramSimulator(
+            SimulatorConfig(tokens=make_tokens(1), chat_ids=[CHAT_A], seed=seed)
+        )
+        message_id = sim.post_foreign(CHAT_A, "x" * 10_000)
+        return [sim.corrupt(CHAT_A, message_id) for _ in range(5)]
+
+    assert offsets(1) == offsets(1)
+    assert offsets(1) != offsets(2)
+
+
+# --- what Telegram stores ---------------------------------------------------------------
+
+
+async def test_stored_files_lists_every_message_ever_posted_with_its_bytes(
+    sim: TelegramSimulator, bots: list[BotClient]
+) -> None:
+    await bots[0].send_document(CHAT_A, b"kept", "a.bin")
+    deleted = await bots[0].send_document(CHAT_A, b"deleted", "b.bin")
+    taken = await bots[0].send_document(CHAT_A, b"taken down", "c.bin")
+    await bots[0].send_document(CHAT_B, b"in a lost chat", "d.bin")
+    await bots[0].delete_message(CHAT_A, deleted.message_id)
+    sim.take_down(CHAT_A, taken.message_id)
+    sim.lose_chat(CHAT_B)
+
+    # Everything Telegram was ever given: what a privacy check must search.
+    assert list(sim.stored_files()) == [
+        (CHAT_A, 1, b"kept"),
+        (CHAT_A, 2, b"deleted"),
+        (CHAT_A, 3, b"taken down"),
+        (CHAT_B, 1, b"in a lost chat"),
+    ]
+    assert list(sim.stored_files(include_gone=False)) == [(CHAT_A, 1, b"kept")]

@@ -52,7 +52,11 @@ message's file on Telegram's side, and so every message holding that file (a
 forward or a re-send by file_id is the same file, not a copy): getFile with
 any bot's file_id for it fails as above, issued paths get 404, and
 forwardMessage and deleteMessage of those messages say "message to forward
-not found" and "message to delete not found".
+not found" and "message to delete not found". `corrupt` flips one byte of
+a stored file: downloads answer 200 with the right size and the wrong bytes,
+which only a check of the content catches. `stored_files` gives the bytes of
+every message ever posted (deleted and lost ones too), for checks that
+nothing readable reached Telegram.
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,

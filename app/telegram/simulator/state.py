@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import itertools
+import random
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,6 +51,9 @@ class TelegramSimulator(TelegramRules):
         self._held_waiters: list[tuple[str, int, asyncio.Future[None]]] = []
         self._connections: dict[int, Callable[[], None]] = {}  # in flight, for `kill`
         self._connection_ids = itertools.count()
+        # Its own generator, so that damage done by tests does not shift the
+        # seeded sequence of random faults.
+        self._damage_rng = random.Random(config.seed)
 
     # --- hooks for tests and benchmarks ----------------------------------------------
 
@@ -75,6 +79,7 @@ class TelegramSimulator(TelegramRules):
             setattr(self.config, name, getattr(updated, name))
         if "seed" in changes:
             self._rng.seed(self.config.seed)
+            self._damage_rng.seed(self.config.seed)
 
     def set_faults(
         self,
@@ -196,6 +201,26 @@ class TelegramSimulator(TelegramRules):
         log.warning("sim_file_taken_down", chat_id=chat_id, message_id=message_id, messages=taken)
         return taken
 
+    def corrupt(self, chat_id: int, message_id: int, offset: int | None = None) -> int:
+        """Flip one byte (XOR 0xFF) of the message's file on Telegram's side,
+        at `offset` or at a random one (the seed's); returns the offset. Every
+        message and file_id of the file serves the damaged bytes from now on,
+        with 200 and the right size: only a check of the content can tell.
+        A download already under way keeps the bytes it started with."""
+        file = self._message(chat_id, message_id).file
+        size = len(file.data)
+        if offset is None:
+            if not size:
+                raise ValueError("the file is empty: there is no byte to flip")
+            offset = self._damage_rng.randrange(size)
+        if not 0 <= offset < size:
+            raise ValueError(f"offset {offset} is outside the file's {size} bytes")
+        damaged = bytearray(file.data)
+        damaged[offset] ^= 0xFF
+        file.data = bytes(damaged)
+        log.warning("sim_file_corrupted", chat_id=chat_id, message_id=message_id, offset=offset)
+        return offset
+
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
@@ -300,11 +325,10 @@ class TelegramSimulator(TelegramRules):
     def live_messages(self, chat_id: int) -> list[int]:
         """Ids of the chat's messages that Telegram still has: not deleted,
         not taken down, not in a lost chat."""
-        return [
-            m.message_id
-            for m in self._chat(chat_id).messages.values()
-            if not m.deleted and not self._losses.message_gone(m)
-        ]
+        return [m.message_id for m in self._chat(chat_id).messages.values() if self._still_has(m)]
+
+    def _still_has(self, message: _Message) -> bool:
+        return not message.deleted and not self._losses.message_gone(message)
 
     def stored_messages(self) -> dict[int, list[int]]:
         """Every chat's messages that Telegram still has (`live_messages`), by
@@ -313,7 +337,22 @@ class TelegramSimulator(TelegramRules):
         return {chat_id: self.live_messages(chat_id) for chat_id in self._chats}
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
+        """The bytes of one message's file as Telegram stores them (corrupted
+        ones included), whatever became of the message."""
         return self._message(chat_id, message_id).file.data
+
+    def stored_files(self, *, include_gone: bool = True) -> list[tuple[int, int, bytes]]:
+        """(chat_id, message_id, bytes) of every message ever posted, chat by
+        chat in posting order: everything Telegram was given, which is what a
+        check for plaintext must search. Deleted, taken-down and lost-chat
+        messages are included; `include_gone=False` keeps only the ones
+        Telegram still has (`stored_messages`)."""
+        return [
+            (chat.chat_id, message.message_id, message.file.data)
+            for chat in self._chats.values()
+            for message in chat.messages.values()
+            if include_gone or self._still_has(message)
+        ]
 
     def message_sender(self, chat_id: int, message_id: int) -> int:
         """The id of the bot that posted (or forwarded) the message."""
