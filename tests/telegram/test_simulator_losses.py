@@ -302,3 +302,93 @@ async def test_stored_files_lists_every_message_ever_posted_with_its_bytes(
         (CHAT_B, 1, b"in a lost chat"),
     ]
     assert list(sim.stored_files(include_gone=False)) == [(CHAT_A, 1, b"kept")]
+
+
+# --- the same over HTTP, for a simulator in another process -----------------------------
+
+
+async def test_a_chat_is_lost_over_http(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    answer = await http.post(f"/_sim/chats/{CHAT_A}/lose")
+
+    assert answer.json() == {"ok": True}
+    with pytest.raises(ChatForbidden, match="chat not found"):
+        await bots[0].send_document(CHAT_A, b"abc", "a.bin")
+    stats = (await http.get("/_sim/stats")).json()
+    assert stats["chats"][str(CHAT_A)]["lost"] is True
+    assert stats["chats"][str(CHAT_B)]["lost"] is False
+    unknown = await http.post("/_sim/chats/-100999/lose")
+    assert unknown.status_code == 404
+    assert unknown.json() == {"ok": False, "description": "unknown chat -100999"}
+    assert (await http.post("/_sim/chats/abc/lose")).status_code == 400
+
+
+async def test_a_message_is_taken_down_over_http(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    stored = await bots[0].send_document(CHAT_A, b"abc", "a.bin")
+    forwarded = await bots[1].forward_message(CHAT_A, CHAT_A, stored.message_id)
+
+    answer = await http.post(f"/_sim/messages/{CHAT_A}/{stored.message_id}/take-down")
+
+    assert answer.json() == {
+        "ok": True,
+        "taken_down": [[CHAT_A, stored.message_id], [CHAT_A, forwarded.message_id]],
+    }
+    with pytest.raises(PermanentError, match="wrong file_id"):
+        await bots[1].get_file(forwarded.file_id)
+    missing = await http.post(f"/_sim/messages/{CHAT_A}/99/take-down")
+    assert missing.status_code == 404
+    assert missing.json()["description"] == f"no message 99 in chat {CHAT_A}"
+
+
+async def test_a_message_is_corrupted_over_http(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    data = payload(2000, seed=5)
+    stored = await bots[0].send_document(CHAT_A, data, "a.bin")
+    corrupt = f"/_sim/messages/{CHAT_A}/{stored.message_id}/corrupt"
+
+    at_random = await http.post(corrupt)
+    offset = at_random.json()["offset"]
+    assert at_random.json() == {"ok": True, "offset": offset}
+    assert 0 <= offset < len(data)
+    served = await fetch(bots[0], stored.file_id)
+    assert [i for i in range(len(data)) if served[i] != data[i]] == [offset]
+
+    told = await http.post(corrupt, params={"offset": 7})
+    assert told.json() == {"ok": True, "offset": 7}
+    assert sim.document_bytes(CHAT_A, stored.message_id)[7] == data[7] ^ 0xFF
+    past_the_end = await http.post(corrupt, params={"offset": 2000})
+    assert past_the_end.status_code == 400
+    assert past_the_end.json() == {
+        "ok": False,
+        "description": "offset 2000 is outside the file's 2000 bytes",
+    }
+    not_a_number = await http.post(corrupt, params={"offset": "x"})
+    assert not_a_number.status_code == 400
+    assert not_a_number.json()["description"] == "offset must be an integer"
+
+
+async def test_stored_files_are_listed_and_read_over_http(
+    sim: TelegramSimulator, bots: list[BotClient], http: httpx.AsyncClient
+) -> None:
+    await bots[0].send_document(CHAT_A, b"first", "a.bin")
+    deleted = await bots[0].send_document(CHAT_A, b"second", "b.bin")
+    await bots[0].delete_message(CHAT_A, deleted.message_id)
+
+    listing = await http.get("/_sim/files")
+    second = await http.get(f"/_sim/files/{CHAT_A}/{deleted.message_id}")
+
+    assert listing.json() == {
+        "ok": True,
+        "files": [
+            {"chat_id": CHAT_A, "message_id": 1, "size": 5, "live": True},
+            {"chat_id": CHAT_A, "message_id": 2, "size": 6, "live": False},
+        ],
+    }
+    assert second.status_code == 200
+    assert second.headers["content-type"] == "application/octet-stream"
+    assert second.content == b"second"
+    assert (await http.get(f"/_sim/files/{CHAT_B}/1")).status_code == 404

@@ -56,7 +56,12 @@ not found" and "message to delete not found". `corrupt` flips one byte of
 a stored file: downloads answer 200 with the right size and the wrong bytes,
 which only a check of the content catches. `stored_files` gives the bytes of
 every message ever posted (deleted and lost ones too), for checks that
-nothing readable reached Telegram.
+nothing readable reached Telegram. Over HTTP, for a simulator in another
+process: POST /_sim/chats/{chat_id}/lose, POST
+/_sim/messages/{chat_id}/{message_id}/take-down and .../corrupt[?offset=N]
+(answers the offset), GET /_sim/files (every file: chat, message, size,
+whether Telegram still has it) and GET /_sim/files/{chat_id}/{message_id}
+(its bytes).
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,

@@ -288,16 +288,54 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         return JSONResponse({"ok": True})
 
     async def revoke(request: Request) -> Response:
-        return _control(lambda: sim.revoke(int(request.path_params["bot_id"])))
+        return _control(lambda: sim.revoke(*_ids(request, "bot_id")))
 
     # Channel ids are negative, which Starlette's int convertor does not match.
     async def kick(request: Request) -> Response:
-        params = request.path_params
-        return _control(lambda: sim.kick(int(params["bot_id"]), int(params["chat_id"])))
+        return _control(lambda: sim.kick(*_ids(request, "bot_id", "chat_id")))
 
     async def unkick(request: Request) -> Response:
-        params = request.path_params
-        return _control(lambda: sim.unkick(int(params["bot_id"]), int(params["chat_id"])))
+        return _control(lambda: sim.unkick(*_ids(request, "bot_id", "chat_id")))
+
+    # What Telegram can lose, for durability tests (see TelegramSimulator).
+    async def lose_chat(request: Request) -> Response:
+        return _control(lambda: sim.lose_chat(*_ids(request, "chat_id")))
+
+    async def take_down(request: Request) -> Response:
+        def act() -> dict[str, Any]:
+            taken = sim.take_down(*_ids(request, "chat_id", "message_id"))
+            return {"taken_down": [list(message) for message in taken]}
+
+        return _control(act)
+
+    async def corrupt(request: Request) -> Response:
+        def act() -> dict[str, Any]:
+            chat_id, message_id = _ids(request, "chat_id", "message_id")
+            text = request.query_params.get("offset")
+            offset = None if text is None else _integer(text, "offset must be an integer")
+            return {"offset": sim.corrupt(chat_id, message_id, offset)}
+
+        return _control(act)
+
+    async def files(request: Request) -> Response:
+        live = {(chat, message) for chat, message, _ in sim.stored_files(include_gone=False)}
+        listing = [
+            {
+                "chat_id": chat,
+                "message_id": message,
+                "size": len(data),
+                "live": (chat, message) in live,
+            }
+            for chat, message, data in sim.stored_files()
+        ]
+        return JSONResponse({"ok": True, "files": listing})
+
+    async def file_bytes(request: Request) -> Response:
+        try:
+            data = sim.document_bytes(*_ids(request, "chat_id", "message_id"))
+        except (_Refused, KeyError) as exc:
+            return _control_error(exc)
+        return Response(data, media_type="application/octet-stream")
 
     return [
         Route("/_sim/stats", stats, methods=["GET"]),
@@ -310,17 +348,43 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         Route("/_sim/revoke/{bot_id}", revoke, methods=["POST"]),
         Route("/_sim/kick/{bot_id}/{chat_id}", kick, methods=["POST"]),
         Route("/_sim/unkick/{bot_id}/{chat_id}", unkick, methods=["POST"]),
+        Route("/_sim/chats/{chat_id}/lose", lose_chat, methods=["POST"]),
+        Route("/_sim/messages/{chat_id}/{message_id}/take-down", take_down, methods=["POST"]),
+        Route("/_sim/messages/{chat_id}/{message_id}/corrupt", corrupt, methods=["POST"]),
+        Route("/_sim/files", files, methods=["GET"]),
+        Route("/_sim/files/{chat_id}/{message_id}", file_bytes, methods=["GET"]),
     ]
 
 
-def _control(action: Callable[[], None]) -> Response:
+class _Refused(Exception):
+    """A control request that is wrong as asked: 400 with this description."""
+
+
+def _integer(text: str, description: str) -> int:
     try:
-        action()
+        return int(text)
     except ValueError:
-        return JSONResponse({"ok": False, "description": "ids must be integers"}, status_code=400)
-    except KeyError as exc:
-        return JSONResponse({"ok": False, "description": str(exc.args[0])}, status_code=404)
-    return JSONResponse({"ok": True})
+        raise _Refused(description) from None
+
+
+def _ids(request: Request, *names: str) -> list[int]:
+    return [_integer(str(request.path_params[name]), "ids must be integers") for name in names]
+
+
+def _control(action: Callable[[], dict[str, Any] | None]) -> Response:
+    """Run a control action: {"ok": true} plus what it returns, or its refusal."""
+    try:
+        answer = action()
+    except (_Refused, ValueError, KeyError) as exc:
+        return _control_error(exc)
+    return JSONResponse({"ok": True, **(answer or {})})
+
+
+def _control_error(exc: Exception) -> Response:
+    # KeyError: an unknown bot, chat or message. ValueError: the simulator
+    # refused the request as given (its message says why).
+    status = 404 if isinstance(exc, KeyError) else 400
+    return JSONResponse({"ok": False, "description": str(exc.args[0])}, status_code=status)
 
 
 # What drops the current request's connection at once (for `kill`); each
