@@ -7,13 +7,21 @@ matters."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import httpx
 import pytest
 
+from app.config import BotToken
 from app.telegram.client import BotClient
 from app.telegram.errors import ChatForbidden, PermanentError
-from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens
+from app.telegram.simulator import (
+    SimulatorConfig,
+    TelegramSimulator,
+    make_tokens,
+    run_simulator,
+)
+from app.telegram.simulator.persistent import PersistentSimulator
 
 CHAT_A = -1001000000001
 CHAT_B = -1001000000002
@@ -392,3 +400,43 @@ async def test_stored_files_are_listed_and_read_over_http(
     assert second.headers["content-type"] == "application/octet-stream"
     assert second.content == b"second"
     assert (await http.get(f"/_sim/files/{CHAT_B}/1")).status_code == 404
+
+
+# --- kept across restarts (the demo's --data-dir) ---------------------------------------
+
+
+async def test_losses_outlive_a_restart_of_the_persistent_simulator(tmp_path: Path) -> None:
+    config = SimulatorConfig(tokens=make_tokens(1), chat_ids=[CHAT_A, CHAT_B])
+    data = payload(3000, seed=6)
+    first = PersistentSimulator(config, tmp_path)
+    try:
+        async with run_simulator(first) as url:
+            bot = BotClient(BotToken.parse(first.tokens[0]), api_base=url)
+            try:
+                corrupted = await bot.send_document(CHAT_A, data, "a.bin")
+                taken = await bot.send_document(CHAT_A, b"taken down", "b.bin")
+                await bot.send_document(CHAT_B, b"in a lost chat", "c.bin")
+            finally:
+                await bot.aclose()
+        offset = first.corrupt(CHAT_A, corrupted.message_id)
+        first.take_down(CHAT_A, taken.message_id)
+        first.lose_chat(CHAT_B)
+    finally:
+        first.close()
+
+    again = PersistentSimulator(config, tmp_path)
+    try:
+        async with run_simulator(again) as url:
+            bot = BotClient(BotToken.parse(again.tokens[0]), api_base=url)
+            try:
+                served = await fetch(bot, corrupted.file_id)
+                with pytest.raises(PermanentError, match="wrong file_id"):
+                    await bot.get_file(taken.file_id)
+                with pytest.raises(ChatForbidden, match="chat not found"):
+                    await bot.send_document(CHAT_B, b"more", "d.bin")
+            finally:
+                await bot.aclose()
+    finally:
+        again.close()
+    assert [i for i in range(len(data)) if served[i] != data[i]] == [offset]
+    assert again.stored_messages() == {CHAT_A: [corrupted.message_id], CHAT_B: []}

@@ -61,7 +61,8 @@ process: POST /_sim/chats/{chat_id}/lose, POST
 /_sim/messages/{chat_id}/{message_id}/take-down and .../corrupt[?offset=N]
 (answers the offset), GET /_sim/files (every file: chat, message, size,
 whether Telegram still has it) and GET /_sim/files/{chat_id}/{message_id}
-(its bytes).
+(its bytes). The demo's simulator (`persistent`, for --data-dir) journals
+these too, so a loss outlives a restart.
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
