@@ -21,7 +21,10 @@ layer depends on (see the reference notes on the Bot API):
 - revoked tokens get 401 and bots kicked from the chat get 403; a bot
   demoted to a plain member (`demote`) gets Telegram's 400s for posts and
   deletions there;
-- file paths expire, and bots can delete messages for 48 hours only.
+- file paths expire, and bots can delete messages for 48 hours only;
+- the file endpoint honours one `Range: bytes=...` (206 and Content-Range;
+  416 past the end), as the static-file server behind Telegram's does
+  (`ranges`; `honour_range=False` is a server that ignores Range).
 
 On top of that it can misbehave on purpose: added latency, limited bandwidth,
 random 5xx, random 429 and connections that drop halfway through a response.

@@ -41,6 +41,7 @@ MUTABLE_KNOBS = frozenset(
         "file_path_ttl",
         "delete_window",
         "files_outlive_lost_chats",
+        "honour_range",
     }
 )
 
@@ -90,6 +91,10 @@ class SimulatorConfig:
     # it, if not at once then when their file references expire; nothing
     # documents how soon. False is the pessimistic reading: gone at once.
     files_outlive_lost_chats: bool = False
+    # Whether the file endpoint answers `Range: bytes=a-b` with 206. Telegram's
+    # file server is a static-file nginx, which does; no Telegram document
+    # promises it. False: a server that ignores Range (200, the whole file).
+    honour_range: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -122,6 +127,7 @@ class SimulatorConfig:
             _check_int(self, name, minimum=1)
         _check_int(self, "seed", minimum=None, optional=True)
         _check_bool(self, "files_outlive_lost_chats")
+        _check_bool(self, "honour_range")
 
 
 def _check_method_fault_rates(rates: object) -> None:
