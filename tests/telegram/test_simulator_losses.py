@@ -171,6 +171,15 @@ async def test_a_lost_chat_stores_no_reachable_message(
         sim.lose_chat(-100999)
 
 
+def test_nobody_posts_in_a_lost_chat(sim: TelegramSimulator) -> None:
+    sim.post_foreign(CHAT_A)
+    sim.lose_chat(CHAT_A)
+
+    with pytest.raises(ValueError, match="is lost"):
+        sim.post_foreign(CHAT_A)
+    assert sim.message_count(CHAT_A) == 1
+
+
 # --- a file taken down ------------------------------------------------------------------
 
 

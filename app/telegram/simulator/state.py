@@ -224,6 +224,9 @@ class TelegramSimulator(TelegramRules):
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
+        chat = self._chat(chat_id)
+        if self.chat_lost(chat_id):
+            raise ValueError(f"chat {chat_id} is lost: nobody posts in it")
         file = _StoredFile(
             unique_id="AgAD" + secrets.token_urlsafe(12),
             data=text.encode(),
@@ -231,7 +234,7 @@ class TelegramSimulator(TelegramRules):
             mime_type="text/plain",
         )
         # Bot id 0 in `posts()`: no bot of the pool made it.
-        return self._post(0, self._chat(chat_id), file, file_id="", caption=None).message_id
+        return self._post(0, chat, file, file_id="", caption=None).message_id
 
     def hold(self, method: str) -> None:
         """Calls of `method` from now on wait, their body read and every check
