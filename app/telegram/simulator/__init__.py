@@ -23,8 +23,8 @@ layer depends on (see the reference notes on the Bot API):
   deletions there;
 - file paths expire, and bots can delete messages for 48 hours only;
 - the file endpoint honours one `Range: bytes=...` (206 and Content-Range;
-  416 past the end), as the static-file server behind Telegram's does
-  (`ranges`; `honour_range=False` is a server that ignores Range).
+  416 past the end), as the static-file server behind api.telegram.org/file
+  does (`honour_range=False` is a server that ignores Range).
 
 On top of that it can misbehave on purpose: added latency, limited bandwidth,
 random 5xx, random 429 and connections that drop halfway through a response.
@@ -70,9 +70,10 @@ these too, so a loss outlives a restart.
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
 on top of Telegram's rules, `TelegramRules` in `rules`; its records in
-`model`; synchronous so that every check-and-update is atomic on the event
-loop) and the Starlette app built by `create_simulator_app` (in `http`: HTTP
-parsing, pacing, faults, in-flight accounting; request bodies in `bodies`).
+`model`, what Telegram lost in `losses`; synchronous so that every
+check-and-update is atomic on the event loop) and the Starlette app built by
+`create_simulator_app` (in `http`: HTTP parsing, pacing, faults, in-flight
+accounting; request bodies in `bodies`, the Range header in `ranges`).
 `server` runs it, inside a host's event loop or standalone.
 """
 
