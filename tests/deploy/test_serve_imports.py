@@ -1,0 +1,97 @@
+"""What a running `teleuploader serve` has imported, read from the process
+itself (`PYTHONPROFILEIMPORTTIME`: Python names every module it imports on
+stderr, whenever it is imported).
+
+Each library that the server does not use is memory every idle server holds
+(bench/README.md, "Idle memory"): Alembic is for `teleuploader migrate`,
+and the test tools never. Their numbers are in
+bench/idle_rss_bench.py; this file keeps them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from tests.deploy.conftest import TELEUPLOADER, ServiceStarter, base_env, sqlite_url
+
+IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}
+# A line of -X importtime: "import time: <self us> | <cumulative us> | <indented name>".
+_IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$")
+
+#: Modules a server never needs, and who does.
+NOT_FOR_SERVE = {
+    "alembic": "`teleuploader migrate`",
+    "mako": "Alembic's templates (new migrations)",
+    "app.client_cli": "the client commands",
+    "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
+    "app.demo": "`teleuploader demo`",
+    "hypothesis": "the tests",
+    "pytest": "the tests",
+    "boto3": "the tests' S3 client",
+    "botocore": "the tests' S3 client",
+    "minio": "the tests' S3 client",
+}
+
+
+def imported(stderr: str) -> set[str]:
+    """Every module a process imported, from its -X importtime lines."""
+    names = set()
+    for line in stderr.splitlines():
+        match = _IMPORT_LINE.match(line)
+        if match:
+            names.add(match.group(1))
+    return names
+
+
+def unexpected(modules: set[str]) -> dict[str, str]:
+    """The modules of NOT_FOR_SERVE (or their submodules) among `modules`."""
+    return {
+        name: why
+        for name, why in NOT_FOR_SERVE.items()
+        if any(module == name or module.startswith(name + ".") for module in modules)
+    }
+
+
+def test_an_idle_server_and_its_native_requests_import_no_tool_it_does_not_use(
+    start_service: ServiceStarter, migrated_db: Path
+) -> None:
+    service = start_service(migrated_db, env=IMPORT_TIMES, api_key=True)
+    data = os.urandom(300_000)
+    stored = httpx.put(
+        f"{service.url}/api/files/imports.bin", content=data, headers=service.auth, timeout=30
+    )
+    assert stored.status_code == 201, stored.text
+    fetched = httpx.get(f"{service.url}/f/{stored.json()['public_id']}", timeout=30)
+    assert hashlib.sha256(fetched.content).digest() == hashlib.sha256(data).digest()
+    service.proc.stop()
+    assert service.proc.poll() == 0, service.proc.output()
+
+    modules = imported(service.proc.stderr())
+    # The reading works: the server's own modules, the S3 gateway among them
+    # (on every request's path, so not loaded lazily).
+    assert {"app.main", "app.s3.gateway", "uvicorn"} <= modules, sorted(modules)[:50]
+    assert unexpected(modules) == {}
+
+
+def test_migrate_imports_alembic(tmp_path: Path) -> None:
+    """The other side of the check above: Alembic is where it is needed, and
+    the reading of the process's imports sees it."""
+    env = base_env(tmp_path, DATABASE_URL=sqlite_url(tmp_path / "t.db"), **IMPORT_TIMES)
+    result = subprocess.run(
+        [str(TELEUPLOADER), "migrate"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "database schema is up to date" in result.stdout
+    assert "alembic" in unexpected(imported(result.stderr))
