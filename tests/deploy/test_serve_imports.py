@@ -1,10 +1,11 @@
 """What a running `teleuploader serve` has imported, read from the process
-itself (`PYTHONPROFILEIMPORTTIME`: Python names every module it imports on
-stderr, whenever it is imported).
+itself (`PYTHONVERBOSE`: Python writes a line on stderr for every module it
+loads, whenever it loads it; an import that fails writes none, unlike
+`-X importtime`, which names every attempt).
 
 Each library that the server does not use is memory every idle server holds
 (bench/README.md, "Idle memory"): Alembic is for `teleuploader migrate`,
-and the test tools never. Their numbers are in
+rich and pygments for the client commands, and the test tools never. Their numbers are in
 bench/idle_rss_bench.py; this file keeps them out.
 """
 
@@ -20,14 +21,16 @@ import httpx
 
 from tests.deploy.conftest import TELEUPLOADER, ServiceStarter, base_env, sqlite_url
 
-IMPORT_TIMES = {"PYTHONPROFILEIMPORTTIME": "1"}
-# A line of -X importtime: "import time: <self us> | <cumulative us> | <indented name>".
-_IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$")
+VERBOSE_IMPORTS = {"PYTHONVERBOSE": "1"}
+# Written once a module has loaded: "import 'app.main' # <...SourceFileLoader object at 0x...>".
+_IMPORT_LINE = re.compile(r"^import '([^']+)' # ")
 
 #: Modules a server never needs, and who does.
 NOT_FOR_SERVE = {
     "alembic": "`teleuploader migrate`",
     "mako": "Alembic's templates (new migrations)",
+    "rich": "the client commands (upload, download, check)",
+    "pygments": "rich's syntax highlighting, for the client commands",
     "app.client_cli": "the client commands",
     "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
     "app.demo": "`teleuploader demo`",
@@ -40,7 +43,7 @@ NOT_FOR_SERVE = {
 
 
 def imported(stderr: str) -> set[str]:
-    """Every module a process imported, from its -X importtime lines."""
+    """Every module a process loaded, from its verbose lines."""
     names = set()
     for line in stderr.splitlines():
         match = _IMPORT_LINE.match(line)
@@ -61,7 +64,7 @@ def unexpected(modules: set[str]) -> dict[str, str]:
 def test_an_idle_server_and_its_native_requests_import_no_tool_it_does_not_use(
     start_service: ServiceStarter, migrated_db: Path
 ) -> None:
-    service = start_service(migrated_db, env=IMPORT_TIMES, api_key=True)
+    service = start_service(migrated_db, env=VERBOSE_IMPORTS, api_key=True)
     data = os.urandom(300_000)
     stored = httpx.put(
         f"{service.url}/api/files/imports.bin", content=data, headers=service.auth, timeout=30
@@ -82,7 +85,7 @@ def test_an_idle_server_and_its_native_requests_import_no_tool_it_does_not_use(
 def test_migrate_imports_alembic(tmp_path: Path) -> None:
     """The other side of the check above: Alembic is where it is needed, and
     the reading of the process's imports sees it."""
-    env = base_env(tmp_path, DATABASE_URL=sqlite_url(tmp_path / "t.db"), **IMPORT_TIMES)
+    env = base_env(tmp_path, DATABASE_URL=sqlite_url(tmp_path / "t.db"), **VERBOSE_IMPORTS)
     result = subprocess.run(
         [str(TELEUPLOADER), "migrate"],
         env=env,
