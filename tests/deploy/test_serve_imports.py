@@ -5,7 +5,8 @@ loads, whenever it loads it; an import that fails writes none, unlike
 
 Each library that the server does not use is memory every idle server holds
 (bench/README.md, "Idle memory"): Alembic is for `teleuploader migrate`,
-rich and pygments for the client commands, and the test tools never. Their numbers are in
+rich and pygments for the client commands, awscrt for the first checksum
+that needs it, and the test tools never. Their numbers are in
 bench/idle_rss_bench.py; this file keeps them out.
 """
 
@@ -34,6 +35,7 @@ NOT_FOR_SERVE = {
     "app.client_cli": "the client commands",
     "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
     "app.demo": "`teleuploader demo`",
+    "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
     "hypothesis": "the tests",
     "pytest": "the tests",
     "boto3": "the tests' S3 client",
