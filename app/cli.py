@@ -247,12 +247,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # --- serve / migrate ----------------------------------------------------------------
 
 #: Libraries the server never uses, which others import only because they are
-#: installed: structlog (rich tracebacks for its console renderer) and httpx
-#: (its own command-line client, with rich and pygments). rich is installed
-#: for the client commands; pygments comes with it. Kept out, they are ~9 MiB
-#: less of an idle server's memory (bench/README.md, "Idle memory"); a
-#: traceback on a terminal is then structlog's plain one.
-_NOT_FOR_SERVE = ("rich", "pygments")
+#: installed: structlog (rich tracebacks for its console renderer), httpx
+#: (its own command-line client, with rich and pygments) and uvicorn
+#: (watchfiles, for --reload). rich is installed for the client commands,
+#: pygments comes with it, watchfiles with uvicorn's extras. Kept out, they
+#: are ~10 MiB less of an idle server's memory (bench/README.md, "Idle
+#: memory"); a traceback on a terminal is then structlog's plain one.
+_NOT_FOR_SERVE = ("rich", "pygments", "watchfiles")
 
 
 def _keep_out_of_serve() -> None:

@@ -36,6 +36,8 @@ NOT_FOR_SERVE = {
     "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
     "app.demo": "`teleuploader demo`",
     "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
+    "websockets": "nothing: no route is a WebSocket",
+    "watchfiles": "uvicorn's --reload, which serve does not offer",
     "hypothesis": "the tests",
     "pytest": "the tests",
     "boto3": "the tests' S3 client",
