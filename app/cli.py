@@ -248,12 +248,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 #: Libraries the server never uses, which others import only because they are
 #: installed: structlog (rich tracebacks for its console renderer), httpx
-#: (its own command-line client, with rich and pygments) and uvicorn
-#: (watchfiles, for --reload). rich is installed for the client commands,
+#: (its own command-line client, with rich and pygments), uvicorn
+#: (watchfiles, for --reload) and FastAPI (pydantic.v1, to refuse models of
+#: pydantic 1: there are none). rich is installed for the client commands,
 #: pygments comes with it, watchfiles with uvicorn's extras. Kept out, they
-#: are ~10 MiB less of an idle server's memory (bench/README.md, "Idle
+#: are ~11 MiB less of an idle server's memory (bench/README.md, "Idle
 #: memory"); a traceback on a terminal is then structlog's plain one.
-_NOT_FOR_SERVE = ("rich", "pygments", "watchfiles")
+_NOT_FOR_SERVE = ("rich", "pygments", "watchfiles", "pydantic.v1")
 
 
 def _keep_out_of_serve() -> None:

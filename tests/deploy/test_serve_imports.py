@@ -38,6 +38,7 @@ NOT_FOR_SERVE = {
     "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
     "websockets": "nothing: no route is a WebSocket",
     "watchfiles": "uvicorn's --reload, which serve does not offer",
+    "pydantic.v1": "FastAPI's refusal of pydantic 1 models: there are none",
     "hypothesis": "the tests",
     "pytest": "the tests",
     "boto3": "the tests' S3 client",
