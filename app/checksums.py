@@ -65,8 +65,8 @@ def _crc32c(data: bytes, crc: int) -> int:
 def _crt_checksums() -> ModuleType:
     """awscrt's checksums, loaded by the first use: the library is ~6 MiB of
     a process's memory, which a server that is never sent a CRC64NVME or a
-    full-object multipart checksum need not hold (bench/README.md, "Idle
-    memory"). Loading it takes ~80 ms, once."""
+    full-object multipart checksum need not hold (bench/README.md,
+    idle_rss_bench.py). Loading it takes ~80-100 ms, once."""
     return importlib.import_module("awscrt.checksums")
 
 

@@ -252,8 +252,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 #: (watchfiles, for --reload) and FastAPI (pydantic.v1, to refuse models of
 #: pydantic 1: there are none). rich is installed for the client commands,
 #: pygments comes with it, watchfiles with uvicorn's extras. Kept out, they
-#: are ~11 MiB less of an idle server's memory (bench/README.md, "Idle
-#: memory"); a traceback on a terminal is then structlog's plain one.
+#: are ~11 MiB less of an idle server's memory (bench/README.md,
+#: idle_rss_bench.py); a traceback on a terminal is then structlog's plain one.
 _NOT_FOR_SERVE = ("rich", "pygments", "watchfiles", "pydantic.v1")
 
 

@@ -9,7 +9,7 @@ Alembic is imported only to migrate (`upgrade`, `downgrade`,
 `alembic_config`). Checking the schema, which every `serve` and `keys` does,
 reads the revision table and the scripts' revision ids itself: Alembic, its
 template engine and its dialect modules are ~8 MiB of an idle server's
-memory (bench/README.md, "Idle memory"). tests/db/test_migrations.py checks
+memory (bench/README.md, idle_rss_bench.py). tests/db/test_migrations.py checks
 that both ways find the same head.
 
 `upgrade` is synchronous and runs its own event loop (Alembic's env.py calls

@@ -4,10 +4,11 @@ loads, whenever it loads it; an import that fails writes none, unlike
 `-X importtime`, which names every attempt).
 
 Each library that the server does not use is memory every idle server holds
-(bench/README.md, "Idle memory"): Alembic is for `teleuploader migrate`,
+(bench/README.md, idle_rss_bench.py): Alembic is for `teleuploader migrate`,
 rich and pygments for the client commands, awscrt for the first checksum
-that needs it, and the test tools never. Their numbers are in
-bench/idle_rss_bench.py; this file keeps them out.
+that needs it; websockets, watchfiles and pydantic.v1 serve nothing the
+server does, and the test tools are never for it. Their numbers are in
+bench/README.md; this file keeps them out.
 """
 
 from __future__ import annotations
