@@ -6,8 +6,8 @@ loads, whenever it loads it; an import that fails writes none, unlike
 Each library that the server does not use is memory every idle server holds
 (bench/README.md, idle_rss_bench.py): Alembic is for `teleuploader migrate`,
 rich and pygments for the client commands, awscrt for the first checksum
-that needs it; websockets, watchfiles and pydantic.v1 serve nothing the
-server does, and the test tools are never for it. Their numbers are in
+that needs it; watchfiles and pydantic.v1 serve nothing the server does,
+and the test tools are never for it. Their numbers are in
 bench/README.md; this file keeps them out.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import subprocess
 from pathlib import Path
 
@@ -37,7 +38,6 @@ NOT_FOR_SERVE = {
     "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
     "app.demo": "`teleuploader demo`",
     "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
-    "websockets": "nothing: no route is a WebSocket",
     "watchfiles": "uvicorn's --reload, which serve does not offer",
     "pydantic.v1": "FastAPI's refusal of pydantic 1 models: there are none",
     "hypothesis": "the tests",
@@ -104,3 +104,22 @@ def test_migrate_imports_alembic(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "database schema is up to date" in result.stdout
     assert "alembic" in unexpected(imported(result.stderr))
+
+
+def test_a_websocket_upgrade_is_refused_so_websockets_stays_loaded(
+    start_service: ServiceStarter, migrated_db: Path
+) -> None:
+    """Why websockets is not in NOT_FOR_SERVE: without a WebSocket protocol
+    uvicorn answers an upgrade request as plain HTTP and logs two warnings,
+    one telling the operator to install a WebSocket library."""
+    service = start_service(migrated_db)
+    with socket.create_connection(("127.0.0.1", service.port), timeout=10) as sock:
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: teleuploader\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert status_line == b"HTTP/1.1 403 Forbidden"
+    service.proc.stop()
+    assert "WebSocket library" not in service.proc.stdout() + service.proc.stderr()
