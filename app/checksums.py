@@ -14,13 +14,15 @@ Two ways to checksum a multipart object, as S3 defines them:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import importlib
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Final, Protocol
 
 import google_crc32c
-from awscrt import checksums as crt_checksums
 
 #: Checksum types of a multipart object: of the whole object's bytes, or of
 #: its parts' checksums.
@@ -59,8 +61,17 @@ def _crc32c(data: bytes, crc: int) -> int:
     return int(google_crc32c.extend(crc, data))
 
 
+@functools.cache
+def _crt_checksums() -> ModuleType:
+    """awscrt's checksums, loaded by the first use: the library is ~6 MiB of
+    a process's memory, which a server that is never sent a CRC64NVME or a
+    full-object multipart checksum need not hold (bench/README.md,
+    idle_rss_bench.py). Loading it takes ~80-100 ms, once."""
+    return importlib.import_module("awscrt.checksums")
+
+
 def _crc64nvme(data: bytes, crc: int) -> int:
-    return int(crt_checksums.crc64nvme(data, crc))
+    return int(_crt_checksums().crc64nvme(data, crc))
 
 
 #: Digest size in bytes of every flexible-checksum algorithm S3 defines.
@@ -80,11 +91,11 @@ _CRC_EXTEND: Final[Mapping[str, Callable[[bytes, int], int]]] = {
     "crc32c": _crc32c,
     "crc64nvme": _crc64nvme,
 }
-#: crc(a + b) from crc(a), crc(b) and len(b).
-_CRC_COMBINE: Final[Mapping[str, Callable[[int, int, int], int]]] = {
-    "crc32": crt_checksums.combine_crc32,
-    "crc32c": crt_checksums.combine_crc32c,
-    "crc64nvme": crt_checksums.combine_crc64nvme,
+#: crc(a + b) from crc(a), crc(b) and len(b): awscrt's function of this name.
+_CRC_COMBINE: Final[Mapping[str, str]] = {
+    "crc32": "combine_crc32",
+    "crc32c": "combine_crc32c",
+    "crc64nvme": "combine_crc64nvme",
 }
 #: The algorithms a FULL_OBJECT multipart checksum can use.
 FULL_OBJECT_ALGORITHMS: Final = frozenset(_CRC_COMBINE)
@@ -119,9 +130,10 @@ def composite(algorithm: str, part_checksums: Sequence[str]) -> str:
 
 def full_object(algorithm: str, parts: Sequence[tuple[int, str]]) -> str:
     """The CRC of the whole object from its parts' (size, base64 CRC), in order."""
-    combine = _CRC_COMBINE.get(algorithm)
-    if combine is None:
+    name = _CRC_COMBINE.get(algorithm)
+    if name is None:
         raise ValueError(f"{algorithm!r} has no full-object multipart checksum")
+    combine: Callable[[int, int, int], int] = getattr(_crt_checksums(), name)
     crc = 0
     for size, value in parts:
         crc = int(combine(crc, int.from_bytes(base64.b64decode(value), "big"), size))

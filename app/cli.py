@@ -78,12 +78,22 @@ def run_command(command: Callable[[], int]) -> int:
 
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
-    from app.client_cli import ClientError
     from app.db.migrations import SchemaOutOfDate
     from app.services import StartupError
     from app.serving import CannotListen
 
-    one_line = (CliError, ClientError, SettingsError, StartupError, SchemaOutOfDate, CannotListen)
+    one_line: tuple[type[Exception], ...] = (
+        CliError,
+        SettingsError,
+        StartupError,
+        SchemaOutOfDate,
+        CannotListen,
+    )
+    # Only the client commands raise ClientError, and they have loaded its
+    # module; importing it here would bring rich into `serve` (_NOT_FOR_SERVE).
+    client_cli = sys.modules.get("app.client_cli")
+    if client_cli is not None:
+        one_line = (*one_line, client_cli.ClientError)
     if isinstance(exc, one_line):
         return str(exc)
     if isinstance(exc, OSError):
@@ -236,6 +246,24 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 # --- serve / migrate ----------------------------------------------------------------
 
+#: Libraries the server never uses, which others import only because they are
+#: installed: structlog (rich tracebacks for its console renderer), httpx
+#: (its own command-line client, with rich and pygments), uvicorn
+#: (watchfiles, for --reload) and FastAPI (pydantic.v1, to refuse models of
+#: pydantic 1: there are none). rich is installed for the client commands,
+#: pygments comes with it, watchfiles with uvicorn's extras. Kept out, they
+#: are ~11 MiB less of an idle server's memory (bench/README.md,
+#: idle_rss_bench.py); a traceback on a terminal is then structlog's plain one.
+_NOT_FOR_SERVE = ("rich", "pygments", "watchfiles", "pydantic.v1")
+
+
+def _keep_out_of_serve() -> None:
+    """Make importing _NOT_FOR_SERVE fail as if they were not installed (a
+    None in sys.modules), so that their importers take their fallbacks.
+    One already imported (a test calling serve() in its own process) stays."""
+    for name in _NOT_FOR_SERVE:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     return serve()
@@ -244,6 +272,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def serve(tuning: Tuning | None = None) -> int:
     """`teleuploader serve`; tests and benchmarks pass a Tuning of their own
     (tests/serve_tuned.py)."""
+    _keep_out_of_serve()
     import structlog
 
     from app.config import retired_settings

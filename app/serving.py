@@ -274,6 +274,10 @@ def run_server(
         port=port,
         # Limits on the request head: app/head_limits.py.
         http=LimitedHttpToolsProtocol,
+        # ws stays "auto" although no route is a WebSocket: with "none",
+        # uvicorn serves an upgrade request as plain HTTP and logs two warnings,
+        # one telling the operator to install a WebSocket library. "auto"
+        # answers it 403, for the websockets library's ~0.6 MiB.
         log_config=None,
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",

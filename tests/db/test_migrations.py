@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import TextClause, bindparam, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -16,10 +19,13 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
     MIGRATIONS_DIR,
     SchemaOutOfDate,
+    alembic_config,
     check_schema,
+    current_revisions,
     downgrade,
     head_revision,
     schema_is_current,
+    script_head,
     upgrade,
 )
 from app.db.models import Base, Chunk, GcEntry, UploadPart
@@ -40,6 +46,88 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert head_revision() == "0014"
+
+
+def test_the_head_the_schema_check_reads_is_alembics() -> None:
+    """check_schema reads the scripts without Alembic (serve does not import
+    it); the revision it asks for is the one `migrate` brings a database to."""
+    alembic_head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head_revision() == alembic_head
+
+
+def _script(versions: Path, revision: str, down: str | tuple[str, ...] | None) -> None:
+    """A revision script as Alembic writes them (script.py.mako)."""
+    (versions / f"{revision}_step.py").write_text(
+        f'''"""Step {revision}."""
+
+from collections.abc import Sequence
+
+revision: str = {revision!r}
+down_revision: str | Sequence[str] | None = {down!r}
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
+'''
+    )
+
+
+def _alembic_head(directory: Path) -> str | None:
+    head: str | None = ScriptDirectory(str(directory)).get_current_head()
+    return head
+
+
+def test_a_merged_history_has_the_head_alembic_finds(tmp_path: Path) -> None:
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    # Two branches from 0001, merged by 0004, then one more step.
+    for revision, down in [
+        ("0001", None),
+        ("0002", "0001"),
+        ("0003", "0001"),
+        ("0004", ("0002", "0003")),
+        ("0005", "0004"),
+    ]:
+        _script(versions, revision, down)
+    (versions / "__init__.py").write_text("")
+
+    assert script_head(versions) == _alembic_head(tmp_path) == "0005"
+
+
+def test_two_unmerged_heads_are_refused_as_alembic_refuses_them(tmp_path: Path) -> None:
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    for revision, down in [("0001", None), ("0002", "0001"), ("0003", "0001")]:
+        _script(versions, revision, down)
+
+    with pytest.raises(CommandError):
+        _alembic_head(tmp_path)
+    with pytest.raises(RuntimeError, match=r"2 heads \(0002, 0003\): merge them"):
+        script_head(versions)
+
+
+async def test_the_recorded_revision_is_read_as_alembic_records_it(
+    empty_database: Database,
+) -> None:
+    """Never migrated (no table), at head, and downgraded to base (an empty table)."""
+    engine = create_engine(empty_database.url)
+    try:
+        assert await current_revisions(engine) == ()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await current_revisions(engine) == (head_revision(),)
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0013")
+        assert await current_revisions(engine) == ("0013",)
+        await asyncio.to_thread(downgrade, empty_database.migration_url)
+        assert await current_revisions(engine) == ()
+        assert await _tables(engine) == {"alembic_version"}
+    finally:
+        await engine.dispose()
 
 
 async def test_empty_database_fails_check_then_passes_after_upgrade(
