@@ -122,7 +122,11 @@ class Router:
             log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
             self.route_later(job, delay)
             return
-        worker = self.pick_bot(exclude=job.tried | unable)
+        # A bot another copy of the same chunk has is taken only when no
+        # other one can run the job now.
+        worker = self.pick_bot(exclude=job.tried | unable | job.avoided()) or self.pick_bot(
+            exclude=job.tried | unable
+        )
         if worker is None:
             # Every candidate is cooling down: queue on the one that frees first.
             # Its worker waits out the cooldown; an idle bot may take it earlier.
@@ -155,6 +159,8 @@ class Router:
 
     def enqueue(self, worker: BotWorker, job: Job[Any], *, front: bool = False) -> None:
         worker.last_assigned = next(self._assignments)
+        if job.replicas is not None:
+            job.replicas.bots[job.id] = worker.bot_id
         if front:
             worker.queue.appendleft(job)
         elif job.priority:
@@ -264,6 +270,8 @@ class Router:
             for job in other.queue:
                 if job.pinned_bot is not None or job.abandoned or thief.bot_id in job.tried:
                     continue
+                if thief.bot_id in job.avoided():
+                    continue  # another copy of the chunk is the thief's already
                 if not self.serves(thief, job):
                     continue
                 if idle and self.send_delay(other, job, now) == 0:
@@ -276,6 +284,8 @@ class Router:
         if best is None or owner is None:
             return None
         owner.queue.remove(best)
+        if best.replicas is not None:
+            best.replicas.bots[best.id] = thief.bot_id
         return best
 
     # --- chats and pacing ---------------------------------------------------------
