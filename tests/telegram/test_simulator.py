@@ -669,7 +669,7 @@ async def test_control_endpoints(sim: TelegramSimulator, http: httpx.AsyncClient
     assert revoked.status_code == 401
     assert stats["bots"][str(bot_id)]["calls"] == {"deleteMessage": 1, "getMe": 1}
     assert stats["bots"][str(bot_id)]["errors"] == {"401": 1, "403": 1}
-    assert stats["chats"][str(CHAT_ID)] == {"messages": 0, "live_messages": 0}
+    assert stats["chats"][str(CHAT_ID)] == {"messages": 0, "live_messages": 0, "lost": False}
     assert after_reset["bots"][str(bot_id)]["calls"] == {}
     assert unknown_bot.status_code == 404
 

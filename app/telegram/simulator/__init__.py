@@ -21,7 +21,10 @@ layer depends on (see the reference notes on the Bot API):
 - revoked tokens get 401 and bots kicked from the chat get 403; a bot
   demoted to a plain member (`demote`) gets Telegram's 400s for posts and
   deletions there;
-- file paths expire, and bots can delete messages for 48 hours only.
+- file paths expire, and bots can delete messages for 48 hours only;
+- the file endpoint honours one `Range: bytes=...` (206 and Content-Range;
+  416 past the end), as the static-file server behind api.telegram.org/file
+  does (`honour_range=False` is a server that ignores Range).
 
 On top of that it can misbehave on purpose: added latency, limited bandwidth,
 random 5xx, random 429 and connections that drop halfway through a response.
@@ -42,12 +45,35 @@ network failure would (bodies Telegram had whole are still carried out); and
 `stored_messages` (GET /_sim/messages) lists the messages each chat still
 holds, to count them against what the service references.
 
+For durability tests, Telegram can lose what it stores, as it shows it:
+`lose_chat` (the chat deleted, or the bots banned for good) answers every
+call naming the chat with 400 "chat not found", and its files go with it
+unless another chat holds them too: getFile says "wrong file_id or the file
+is temporarily unavailable" and paths already issued get 404
+(`files_outlive_lost_chats` keeps them instead). `take_down` removes one
+message's file on Telegram's side, and so every message holding that file (a
+forward or a re-send by file_id is the same file, not a copy): getFile with
+any bot's file_id for it fails as above, issued paths get 404, and
+forwardMessage and deleteMessage of those messages say "message to forward
+not found" and "message to delete not found". `corrupt` flips one byte of
+a stored file: downloads answer 200 with the right size and the wrong bytes,
+which only a check of the content catches. `stored_files` gives the bytes of
+every message ever posted (deleted and lost ones too), for checks that
+nothing readable reached Telegram. Over HTTP, for a simulator in another
+process: POST /_sim/chats/{chat_id}/lose, POST
+/_sim/messages/{chat_id}/{message_id}/take-down and .../corrupt[?offset=N]
+(answers the offset), GET /_sim/files (every file: chat, message, size,
+whether Telegram still has it) and GET /_sim/files/{chat_id}/{message_id}
+(its bytes). The demo's simulator (`persistent`, for --data-dir) journals
+these too, so a loss outlives a restart.
+
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
 `TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
 on top of Telegram's rules, `TelegramRules` in `rules`; its records in
-`model`; synchronous so that every check-and-update is atomic on the event
-loop) and the Starlette app built by `create_simulator_app` (in `http`: HTTP
-parsing, pacing, faults, in-flight accounting; request bodies in `bodies`).
+`model`, what Telegram lost in `losses`; synchronous so that every
+check-and-update is atomic on the event loop) and the Starlette app built by
+`create_simulator_app` (in `http`: HTTP parsing, pacing, faults, in-flight
+accounting; request bodies in `bodies`, the Range header in `ranges`).
 `server` runs it, inside a host's event loop or standalone.
 """
 

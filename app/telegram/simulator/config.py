@@ -40,6 +40,8 @@ MUTABLE_KNOBS = frozenset(
         "max_getfile_bytes",
         "file_path_ttl",
         "delete_window",
+        "files_outlive_lost_chats",
+        "honour_range",
     }
 )
 
@@ -83,6 +85,16 @@ class SimulatorConfig:
     file_path_ttl: float | None = 3600.0
     # Bots may delete messages younger than 48 hours only.
     delete_window: float = 48 * 3600.0
+    # Whether a file stays downloadable once every chat holding it is lost
+    # (`lose_chat`). Telegram's Bot API server fetches a file through the
+    # message it came from, so a lost chat most likely takes its files with
+    # it, if not at once then when their file references expire; nothing
+    # documents how soon. False is the pessimistic reading: gone at once.
+    files_outlive_lost_chats: bool = False
+    # Whether the file endpoint answers `Range: bytes=a-b` with 206. Telegram's
+    # file server is a static-file nginx, which does; no Telegram document
+    # promises it. False: a server that ignores Range (200, the whole file).
+    honour_range: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,6 +126,8 @@ class SimulatorConfig:
         for name in ("max_upload_bytes", "max_getfile_bytes"):
             _check_int(self, name, minimum=1)
         _check_int(self, "seed", minimum=None, optional=True)
+        _check_bool(self, "files_outlive_lost_chats")
+        _check_bool(self, "honour_range")
 
 
 def _check_method_fault_rates(rates: object) -> None:
@@ -167,6 +181,11 @@ def _check_int(
         raise ValueError(f"{name} must be an integer")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}")
+
+
+def _check_bool(config: SimulatorConfig, name: str) -> None:
+    if not isinstance(getattr(config, name), bool):
+        raise ValueError(f"{name} must be true or false")
 
 
 def make_tokens(n: int, first_id: int = 100001) -> list[str]:

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.telegram.simulator.bodies import _pace, _read_body
 from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
 from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
+from app.telegram.simulator.ranges import Span, Unsatisfiable, requested_span
 from app.telegram.simulator.rules import _METHODS, _canonical_method
 from app.telegram.simulator.state import TelegramSimulator
 
@@ -29,6 +30,11 @@ _BAD_GATEWAY_HTML = (
     b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
     b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.18.0</center>\r\n"
     b"</body>\r\n</html>\r\n"
+)
+_RANGE_NOT_SATISFIABLE_HTML = (
+    b"<html>\r\n<head><title>416 Requested Range Not Satisfiable</title></head>\r\n"
+    b"<body>\r\n<center><h1>416 Requested Range Not Satisfiable</h1></center>\r\n"
+    b"<hr><center>nginx/1.18.0</center>\r\n</body>\r\n</html>\r\n"
 )
 _WELL_FORMED_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
 
@@ -69,27 +75,46 @@ def _truncated(response: Response) -> Response:
     )
 
 
+def _range_not_satisfiable(size: int) -> Response:
+    # nginx's own page, as the file server sends it.
+    return Response(
+        _RANGE_NOT_SATISFIABLE_HTML,
+        status_code=416,
+        media_type="text/html",
+        headers={"Content-Range": f"bytes */{size}"},
+    )
+
+
 async def _send_file(
     request: Request,
     send: Send,
     data: bytes,
     *,
+    span: Span | None,
+    accept_ranges: bool,
     bandwidth: float | None,
-    drop_at: int | None,
+    drop: bool,
     on_sent: Callable[[int], None],
 ) -> None:
-    """Stream a file in pieces, paced at `bandwidth`; stop and fail at `drop_at`."""
+    """Stream a file, or one span of it (206), in pieces paced at `bandwidth`;
+    with `drop`, stop halfway and fail."""
+    first, length = (0, len(data)) if span is None else (span.first, span.length)
     headers = [
         (b"content-type", b"application/octet-stream"),
-        (b"content-length", str(len(data)).encode()),
+        (b"content-length", str(length).encode()),
     ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    if accept_ranges:
+        headers.append((b"accept-ranges", b"bytes"))
+    if span is not None:
+        headers.append((b"content-range", span.content_range(len(data)).encode()))
+    status = 200 if span is None else 206
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     piece_size = DOWNLOAD_PIECE
     if bandwidth is not None:
         # Small enough pieces that pacing is smooth (about 20 per second).
         piece_size = max(MIN_PACED_PIECE, min(DOWNLOAD_PIECE, int(bandwidth / 20)))
-    end = len(data) if drop_at is None else drop_at
-    view = memoryview(data)
+    end = length // 2 if drop else length
+    view = memoryview(data)[first : first + length]
     started = time.monotonic()
     sent = 0
     while sent < end:
@@ -102,7 +127,7 @@ async def _send_file(
         await send({"type": "http.response.body", "body": piece, "more_body": True})
         sent += len(piece)
         on_sent(len(piece))
-    if drop_at is not None:
+    if drop:
         raise SimulatedDrop("simulated connection drop")
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -220,6 +245,14 @@ class _FileEndpoint:
         if isinstance(found, Response):
             await found(request.scope, request.receive, send)
             return
+        span = None
+        if config.honour_range:
+            try:
+                span = requested_span(request.headers.get("range"), len(found))
+            except Unsatisfiable:
+                self.sim._count_error(bot_id, 416)
+                await _range_not_satisfiable(len(found))(request.scope, request.receive, send)
+                return
         drop = self.sim._inject(bot_id, config.fault_drop_rate) or self.sim._inject(
             bot_id, config.fault_download_drop_rate
         )
@@ -227,8 +260,10 @@ class _FileEndpoint:
             request,
             send,
             found,
+            span=span,
+            accept_ranges=config.honour_range,
             bandwidth=config.download_bandwidth,
-            drop_at=len(found) // 2 if drop else None,
+            drop=drop,
             on_sent=lambda size: self.sim._count_sent(bot_id, size),
         )
 
@@ -288,16 +323,54 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         return JSONResponse({"ok": True})
 
     async def revoke(request: Request) -> Response:
-        return _control(lambda: sim.revoke(int(request.path_params["bot_id"])))
+        return _control(lambda: sim.revoke(*_ids(request, "bot_id")))
 
     # Channel ids are negative, which Starlette's int convertor does not match.
     async def kick(request: Request) -> Response:
-        params = request.path_params
-        return _control(lambda: sim.kick(int(params["bot_id"]), int(params["chat_id"])))
+        return _control(lambda: sim.kick(*_ids(request, "bot_id", "chat_id")))
 
     async def unkick(request: Request) -> Response:
-        params = request.path_params
-        return _control(lambda: sim.unkick(int(params["bot_id"]), int(params["chat_id"])))
+        return _control(lambda: sim.unkick(*_ids(request, "bot_id", "chat_id")))
+
+    # What Telegram can lose, for durability tests (see TelegramSimulator).
+    async def lose_chat(request: Request) -> Response:
+        return _control(lambda: sim.lose_chat(*_ids(request, "chat_id")))
+
+    async def take_down(request: Request) -> Response:
+        def act() -> dict[str, Any]:
+            taken = sim.take_down(*_ids(request, "chat_id", "message_id"))
+            return {"taken_down": [list(message) for message in taken]}
+
+        return _control(act)
+
+    async def corrupt(request: Request) -> Response:
+        def act() -> dict[str, Any]:
+            chat_id, message_id = _ids(request, "chat_id", "message_id")
+            text = request.query_params.get("offset")
+            offset = None if text is None else _integer(text, "offset must be an integer")
+            return {"offset": sim.corrupt(chat_id, message_id, offset)}
+
+        return _control(act)
+
+    async def files(request: Request) -> Response:
+        live = {(chat, message) for chat, message, _ in sim.stored_files(include_gone=False)}
+        listing = [
+            {
+                "chat_id": chat,
+                "message_id": message,
+                "size": len(data),
+                "live": (chat, message) in live,
+            }
+            for chat, message, data in sim.stored_files()
+        ]
+        return JSONResponse({"ok": True, "files": listing})
+
+    async def file_bytes(request: Request) -> Response:
+        try:
+            data = sim.document_bytes(*_ids(request, "chat_id", "message_id"))
+        except (_Refused, KeyError) as exc:
+            return _control_error(exc)
+        return Response(data, media_type="application/octet-stream")
 
     return [
         Route("/_sim/stats", stats, methods=["GET"]),
@@ -310,17 +383,43 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         Route("/_sim/revoke/{bot_id}", revoke, methods=["POST"]),
         Route("/_sim/kick/{bot_id}/{chat_id}", kick, methods=["POST"]),
         Route("/_sim/unkick/{bot_id}/{chat_id}", unkick, methods=["POST"]),
+        Route("/_sim/chats/{chat_id}/lose", lose_chat, methods=["POST"]),
+        Route("/_sim/messages/{chat_id}/{message_id}/take-down", take_down, methods=["POST"]),
+        Route("/_sim/messages/{chat_id}/{message_id}/corrupt", corrupt, methods=["POST"]),
+        Route("/_sim/files", files, methods=["GET"]),
+        Route("/_sim/files/{chat_id}/{message_id}", file_bytes, methods=["GET"]),
     ]
 
 
-def _control(action: Callable[[], None]) -> Response:
+class _Refused(Exception):
+    """A control request that is wrong as asked: 400 with this description."""
+
+
+def _integer(text: str, description: str) -> int:
     try:
-        action()
+        return int(text)
     except ValueError:
-        return JSONResponse({"ok": False, "description": "ids must be integers"}, status_code=400)
-    except KeyError as exc:
-        return JSONResponse({"ok": False, "description": str(exc.args[0])}, status_code=404)
-    return JSONResponse({"ok": True})
+        raise _Refused(description) from None
+
+
+def _ids(request: Request, *names: str) -> list[int]:
+    return [_integer(str(request.path_params[name]), "ids must be integers") for name in names]
+
+
+def _control(action: Callable[[], dict[str, Any] | None]) -> Response:
+    """Run a control action: {"ok": true} plus what it returns, or its refusal."""
+    try:
+        answer = action()
+    except (_Refused, ValueError, KeyError) as exc:
+        return _control_error(exc)
+    return JSONResponse({"ok": True, **(answer or {})})
+
+
+def _control_error(exc: Exception) -> Response:
+    # KeyError: an unknown bot, chat or message. ValueError: the simulator
+    # refused the request as given (its message says why).
+    status = 404 if isinstance(exc, KeyError) else 400
+    return JSONResponse({"ok": False, "description": str(exc.args[0])}, status_code=status)
 
 
 # What drops the current request's connection at once (for `kill`); each

@@ -88,9 +88,13 @@ class _Bot:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _StoredFile:
+    """One file on Telegram's side, shared by every message and file_id of it."""
+
     unique_id: str
+    # Replaced only by `corrupt`: every message and file_id of the file then
+    # serves the damaged bytes, as damage on Telegram's side would.
     data: bytes
     file_name: str
     mime_type: str

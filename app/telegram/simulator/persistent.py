@@ -4,10 +4,13 @@ their files must outlive the process as they would in Telegram.
 
 Every message posted (sent or forwarded) and every deletion is appended to
 `journal.jsonl`, each file's bytes are written once to `files/`, and a new
-simulator on the same directory replays the journal. File paths are not
-kept (getFile issues new ones, as Telegram may), nor are pacing windows or
-statistics. Files are held in memory as in the plain simulator: it is a
-demo, not a store.
+simulator on the same directory replays the journal. What Telegram lost is
+journalled too (`lose_chat`, `take_down`, `corrupt`, by the message they
+named), so a demo that lost a chat or a file still has lost it after a
+restart; `files/` keeps each file as it was received, and a corruption is
+replayed onto it. File paths are not kept (getFile issues new ones, as
+Telegram may), nor are pacing windows or statistics. Files are held in
+memory as in the plain simulator: it is a demo, not a store.
 """
 
 from __future__ import annotations
@@ -63,6 +66,21 @@ class PersistentSimulator(TelegramSimulator):
         self._write(self._chats[chat_id].messages[message_id])
         return message_id
 
+    def lose_chat(self, chat_id: int) -> None:
+        super().lose_chat(chat_id)
+        self._append({"op": "lose_chat", "chat_id": chat_id})
+
+    def take_down(self, chat_id: int, message_id: int) -> list[tuple[int, int]]:
+        taken = super().take_down(chat_id, message_id)
+        self._append({"op": "take_down", "chat_id": chat_id, "message_id": message_id})
+        return taken
+
+    def corrupt(self, chat_id: int, message_id: int, offset: int | None = None) -> int:
+        flipped = super().corrupt(chat_id, message_id, offset)
+        entry = {"op": "corrupt", "chat_id": chat_id, "message_id": message_id, "offset": flipped}
+        self._append(entry)
+        return flipped
+
     def _record_post(self, result: dict[str, Any]) -> None:
         chat = self._chats[int(result["chat"]["id"])]
         self._write(chat.messages[int(result["message_id"])])
@@ -106,12 +124,19 @@ class PersistentSimulator(TelegramSimulator):
             chat = self._chats.get(entry.get("chat_id"))
             if chat is None:
                 continue  # a chat the demo no longer has
-            if entry["op"] == "delete":
-                message = chat.messages.get(entry["message_id"])
-                if message is not None:
-                    message.deleted = True
-            elif entry["op"] == "post":
+            if entry["op"] == "post":
                 self._replay_post(entry)
+            elif entry["op"] == "lose_chat":
+                # The base class's hooks: replaying writes no new journal lines.
+                super().lose_chat(chat.chat_id)
+            elif entry.get("message_id") not in chat.messages:
+                continue  # a message whose post line was cut short
+            elif entry["op"] == "delete":
+                chat.messages[entry["message_id"]].deleted = True
+            elif entry["op"] == "take_down":
+                super().take_down(chat.chat_id, entry["message_id"])
+            elif entry["op"] == "corrupt":
+                super().corrupt(chat.chat_id, entry["message_id"], entry["offset"])
 
     def _replay_post(self, entry: dict[str, Any]) -> None:
         file = self._files.get(entry["unique_id"])
@@ -136,6 +161,7 @@ class PersistentSimulator(TelegramSimulator):
             forwarded_from=origin,
         )
         chat.messages[message.message_id] = message
+        self._losses.hold(message)
         chat.last_message_id = max(chat.last_message_id, message.message_id)
         if message.file_id:
             self._file_ids[message.file_id] = _FileRef(entry["bot_id"], file)

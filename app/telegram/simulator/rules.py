@@ -26,6 +26,7 @@ from app.telegram.simulator.bodies import (
     _received_file,
 )
 from app.telegram.simulator.config import CAPTION_LIMIT, FAULTABLE_METHODS, SimulatorConfig
+from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
     ApiError,
     Post,
@@ -60,6 +61,7 @@ class TelegramRules:
         self._kicked: set[tuple[int, int]] = set()  # (bot_id, chat_id)
         # Members without an admin's rights: no posting, no deleting.
         self._demoted: set[tuple[int, int]] = set()  # (bot_id, chat_id)
+        self._losses = Losses()
         self._file_ids: dict[str, _FileRef] = {}
         self._file_paths: dict[str, _FileRef] = {}
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
@@ -94,7 +96,7 @@ class TelegramRules:
         if not document:
             raise ApiError(400, "Bad Request: there is no document in the request")
         ref = self._file_ids.get(document)
-        if ref is None or ref.bot_id != bot_id:
+        if ref is None or ref.bot_id != bot_id or self._file_gone(ref.file):
             # URLs are not fetched by the simulator, so they end up here too.
             raise ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
         return ref.file
@@ -108,6 +110,10 @@ class TelegramRules:
             raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
         if len(ref.file.data) > self.config.max_getfile_bytes:
             raise ApiError(400, "Bad Request: file is too big")
+        # After the size check: Telegram checks the size it knows from the
+        # file_id first, and finds the file missing only when it fetches it.
+        if self._file_gone(ref.file):
+            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
         return {
             "file_id": file_id,
             "file_unique_id": ref.file.unique_id,
@@ -119,7 +125,7 @@ class TelegramRules:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
         message = chat.messages.get(message_id)
-        if message is None or message.deleted:
+        if message is None or message.deleted or self._losses.message_gone(message):
             raise ApiError(400, "Bad Request: message to delete not found")
         if (bot_id, chat.chat_id) in self._demoted:
             raise ApiError(400, "Bad Request: message can't be deleted")
@@ -134,7 +140,7 @@ class TelegramRules:
         self._check_may_post(bot_id, target.chat_id)
         source_chat = self._member_chat(bot_id, _chat_id_param(params, "from_chat_id"))
         source = source_chat.messages.get(_message_id_param(params, "message_id"))
-        if source is None or source.deleted:
+        if source is None or source.deleted or self._losses.message_gone(source):
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
         file_id = self._issue_file_id(bot_id, source.file)
@@ -157,7 +163,7 @@ class TelegramRules:
 
     def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
         ref = self._file_paths.get(file_path)
-        if ref is None or ref.bot_id != bot_id or self._expired(ref):
+        if ref is None or ref.bot_id != bot_id or self._expired(ref) or self._file_gone(ref.file):
             raise ApiError(404, "Not Found")
         return ref.file.data
 
@@ -180,11 +186,14 @@ class TelegramRules:
 
     def _member_chat(self, bot_id: int, chat_id: int) -> _Chat:
         chat = self._chats.get(chat_id)
-        if chat is None:
+        if chat is None or chat_id in self._losses.lost_chats:
             raise ApiError(400, "Bad Request: chat not found")
         if (bot_id, chat_id) in self._kicked:
             raise ApiError(403, "Forbidden: bot was kicked from the channel chat")
         return chat
+
+    def _file_gone(self, file: _StoredFile) -> bool:
+        return self._losses.file_gone(file, outlive_lost_chats=self.config.files_outlive_lost_chats)
 
     def _check_may_post(self, bot_id: int, chat_id: int) -> None:
         if (bot_id, chat_id) in self._demoted:
@@ -245,6 +254,7 @@ class TelegramRules:
             caption=caption,
         )
         chat.messages[message.message_id] = message
+        self._losses.hold(message)
         self._posts.append(Post(bot_id, chat.chat_id, message.message_id, message.posted_at))
         return message
 

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import itertools
+import random
 import secrets
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,6 +51,9 @@ class TelegramSimulator(TelegramRules):
         self._held_waiters: list[tuple[str, int, asyncio.Future[None]]] = []
         self._connections: dict[int, Callable[[], None]] = {}  # in flight, for `kill`
         self._connection_ids = itertools.count()
+        # Its own generator, so that damage done by tests does not shift the
+        # seeded sequence of random faults.
+        self._damage_rng = random.Random(config.seed)
 
     # --- hooks for tests and benchmarks ----------------------------------------------
 
@@ -75,6 +79,7 @@ class TelegramSimulator(TelegramRules):
             setattr(self.config, name, getattr(updated, name))
         if "seed" in changes:
             self._rng.seed(self.config.seed)
+            self._damage_rng.seed(self.config.seed)
 
     def set_faults(
         self,
@@ -172,9 +177,56 @@ class TelegramSimulator(TelegramRules):
         self._chat(chat_id)
         self._demoted.add((bot_id, chat_id))
 
+    def lose_chat(self, chat_id: int) -> None:
+        """The chat is gone for good: deleted, or every bot banned from it.
+        Every call naming it gets 400 "chat not found", and a file no other
+        chat holds goes with it (`files_outlive_lost_chats`: whether it does)."""
+        self._chat(chat_id)
+        self._losses.lost_chats.add(chat_id)
+        log.warning("sim_chat_lost", chat_id=chat_id)
+
+    def chat_lost(self, chat_id: int) -> bool:
+        return chat_id in self._losses.lost_chats
+
+    def take_down(self, chat_id: int, message_id: int) -> list[tuple[int, int]]:
+        """The message's file is removed on Telegram's side, and with it every
+        message holding the same file (forwards and re-sends by file_id are
+        the same file): getFile with any bot's file_id for it says "wrong
+        file_id or the file is temporarily unavailable", paths already issued
+        get 404, forwarding or deleting any of those messages says "not
+        found". Returns those messages' (chat_id, message_id), in posting order."""
+        file = self._message(chat_id, message_id).file
+        self._losses.taken_down.add(file.unique_id)
+        taken = [(m.chat_id, m.message_id) for m in self._losses.holders_of(file)]
+        log.warning("sim_file_taken_down", chat_id=chat_id, message_id=message_id, messages=taken)
+        return taken
+
+    def corrupt(self, chat_id: int, message_id: int, offset: int | None = None) -> int:
+        """Flip one byte (XOR 0xFF) of the message's file on Telegram's side,
+        at `offset` or at a random one (the seed's); returns the offset. Every
+        message and file_id of the file serves the damaged bytes from now on,
+        with 200 and the right size: only a check of the content can tell.
+        A download already under way keeps the bytes it started with."""
+        file = self._message(chat_id, message_id).file
+        size = len(file.data)
+        if offset is None:
+            if not size:
+                raise ValueError("the file is empty: there is no byte to flip")
+            offset = self._damage_rng.randrange(size)
+        if not 0 <= offset < size:
+            raise ValueError(f"offset {offset} is outside the file's {size} bytes")
+        damaged = bytearray(file.data)
+        damaged[offset] ^= 0xFF
+        file.data = bytes(damaged)
+        log.warning("sim_file_corrupted", chat_id=chat_id, message_id=message_id, offset=offset)
+        return offset
+
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
+        chat = self._chat(chat_id)
+        if self.chat_lost(chat_id):
+            raise ValueError(f"chat {chat_id} is lost: nobody posts in it")
         file = _StoredFile(
             unique_id="AgAD" + secrets.token_urlsafe(12),
             data=text.encode(),
@@ -182,7 +234,7 @@ class TelegramSimulator(TelegramRules):
             mime_type="text/plain",
         )
         # Bot id 0 in `posts()`: no bot of the pool made it.
-        return self._post(0, self._chat(chat_id), file, file_id="", caption=None).message_id
+        return self._post(0, chat, file, file_id="", caption=None).message_id
 
     def hold(self, method: str) -> None:
         """Calls of `method` from now on wait, their body read and every check
@@ -274,16 +326,36 @@ class TelegramSimulator(TelegramRules):
         return len(self._chat(chat_id).messages)
 
     def live_messages(self, chat_id: int) -> list[int]:
-        """Ids of the chat's messages that have not been deleted."""
-        return [m.message_id for m in self._chat(chat_id).messages.values() if not m.deleted]
+        """Ids of the chat's messages that Telegram still has: not deleted,
+        not taken down, not in a lost chat."""
+        return [m.message_id for m in self._chat(chat_id).messages.values() if self._still_has(m)]
+
+    def _still_has(self, message: _Message) -> bool:
+        return not message.deleted and not self._losses.message_gone(message)
 
     def stored_messages(self) -> dict[int, list[int]]:
-        """Every chat's messages that have not been deleted, by chat id: what a
-        leak count compares with the messages the service still references."""
+        """Every chat's messages that Telegram still has (`live_messages`), by
+        chat id: what a leak count compares with the messages the service
+        still references. A lost chat lists none."""
         return {chat_id: self.live_messages(chat_id) for chat_id in self._chats}
 
     def document_bytes(self, chat_id: int, message_id: int) -> bytes:
+        """The bytes of one message's file as Telegram stores them (corrupted
+        ones included), whatever became of the message."""
         return self._message(chat_id, message_id).file.data
+
+    def stored_files(self, *, include_gone: bool = True) -> list[tuple[int, int, bytes]]:
+        """(chat_id, message_id, bytes) of every message ever posted, chat by
+        chat in posting order: everything Telegram was given, which is what a
+        check for plaintext must search. Deleted, taken-down and lost-chat
+        messages are included; `include_gone=False` keeps only the ones
+        Telegram still has (`stored_messages`)."""
+        return [
+            (chat.chat_id, message.message_id, message.file.data)
+            for chat in self._chats.values()
+            for message in chat.messages.values()
+            if include_gone or self._still_has(message)
+        ]
 
     def message_sender(self, chat_id: int, message_id: int) -> int:
         """The id of the bot that posted (or forwarded) the message."""
@@ -303,6 +375,7 @@ class TelegramSimulator(TelegramRules):
                 str(chat_id): {
                     "messages": self.message_count(chat_id),
                     "live_messages": len(self.live_messages(chat_id)),
+                    "lost": self.chat_lost(chat_id),
                 }
                 for chat_id in self._chats
             },
