@@ -471,9 +471,8 @@ async def check_durability(settings: Any, console: Console) -> bool:
     the reads' findings); False if an object is lost."""
     from app.db.copies import CopyRepository
     from app.db.engine import create_engine, create_sessionmaker
-    from app.db.session import session_scope
-
     from app.db.migrations import schema_is_current
+    from app.db.session import session_scope
 
     engine = create_engine(settings.database_url)
     try:
