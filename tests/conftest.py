@@ -334,13 +334,19 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 
 
 @pytest.fixture
-async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
-    """Starts a service with setting overrides; everything stops at teardown.
+async def launcher(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceLauncher]:
+    """Starts (and stops, and restarts) services; everything stops at teardown.
 
     (`engine` empties the tables of the shared Postgres test database.)"""
     launcher = ServiceLauncher(database)
-    yield launcher.start
+    yield launcher
     await launcher.aclose()
+
+
+@pytest.fixture
+def start_service(launcher: ServiceLauncher) -> ServiceFactory:
+    """Starts a service with setting overrides."""
+    return launcher.start
 
 
 @pytest.fixture

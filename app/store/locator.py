@@ -92,10 +92,7 @@ class ChunkLocator:
             try:
                 return client, await self._file_path(bot_id, file_id)
             except BotUnusable:
-                pass
-            except PermanentError as exc:
-                if "wrong file_id" not in exc.description:
-                    raise
+                pass  # the bot cannot read it: another forwards it (below)
         located = await self._ask_holder(bot_id, file_id)
         return located if located is not None else await self._rehome(copy)
 

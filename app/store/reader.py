@@ -38,7 +38,7 @@ from app.store.copy_fetch import CopyCorrupt, HashesFound, fetch_checked
 from app.store.download_budget import Claim, DownloadBudget
 from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled, ObjectDamaged
 from app.store.locator import ChunkLocator, ChunkRef, CopyRef, is_gone
-from app.telegram.errors import RateLimited, TelegramError
+from app.telegram.errors import NoUsableBot, RateLimited, TelegramError
 
 #: A copy found bad: (chunk id, copy id, "missing" or "corrupt").
 BadCopy = Callable[[int, int, str], None]
@@ -46,6 +46,10 @@ BadCopy = Callable[[int, int, str], None]
 
 class CopyGone(Exception):
     """Telegram says the copy's file, message or chat is gone."""
+
+
+class CopyUnreachable(Exception):
+    """No bot of this instance can reach the copy now."""
 
 
 log = structlog.get_logger("app.store.reader")
@@ -257,7 +261,7 @@ class RangeReader:
                 damaged += 1
                 failures.append(str(exc))
                 self._report(chunk, copy, "missing", str(exc))
-            except ContentUnavailable as exc:
+            except (CopyUnreachable, ContentUnavailable) as exc:
                 failures.append(str(exc))
         if chunk.copies and damaged == len(chunk.copies):
             raise ObjectDamaged(
@@ -282,6 +286,10 @@ class RangeReader:
             except TelegramError as exc:
                 if is_gone(exc):
                     raise CopyGone(f"copy {copy.copy_id}: {exc}") from None
+                if isinstance(exc, NoUsableBot):
+                    # No bot here may reach it now (its chat refuses them
+                    # all): the next copy, at once.
+                    raise CopyUnreachable(f"copy {copy.copy_id}: {exc}") from None
                 # The next attempt starts at the byte where this one stopped.
                 last_error = exc
                 log.warning(

@@ -53,7 +53,7 @@ from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, CopyRef, is_gone
 from app.store.upload_buffers import UploadBuffers
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import TelegramError
+from app.telegram.errors import BotUnusable, TelegramError
 from app.telegram.types import StoredDocument
 from app.telegram.worker import ReplicaGroup
 
@@ -282,8 +282,13 @@ class Scrub:
         worker = self._dispatcher.workers.get(copy.bot_id)
         if worker is not None and worker.probing:
             return  # its bot is still being checked: the next round asks
+        try:
+            verdict = await self._look_at(chunk, copy, deep=deep, report=report)
+        except TelegramError as exc:
+            # Telegram is unwell, not the copy: it is asked again next time.
+            log.warning("copy_check_failed", copy_id=copy_id, error=str(exc))
+            return
         report.checked += 1
-        verdict = await self._look_at(chunk, copy, deep=deep, report=report)
         async with session_scope(self._sessionmaker) as session:
             repo = CopyRepository(session)
             if verdict is None:
@@ -308,7 +313,7 @@ class Scrub:
         try:
             if not deep:
                 await self._dispatcher.file_path(copy.bot_id, copy.file_id)
-                return None
+                return None if worker.usable else "missing"
             client, file_path = await self._locator.locate(ref)
             check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
             async with client.open_file(file_path) as body:
@@ -317,6 +322,8 @@ class Scrub:
             hashes = check.finish()
         except (BlockMismatch, ValueError):
             return "corrupt"
+        except BotUnusable:
+            return "missing"  # its bot is out (revoked, kicked): a copy of its own replaces it
         except TelegramError as exc:
             if is_gone(exc):
                 return "missing"
@@ -325,6 +332,10 @@ class Scrub:
         report.read_bytes += chunk.size
         if chunk.block_hashes is None:
             self.hashes_found(chunk.id, hashes, hashes_root(hashes))
+        if not worker.usable:
+            # Its bot was found revoked on the way (the read went through
+            # another bot's forward): a copy of its own replaces it.
+            return "missing"
         return None
 
     # --- repairs ---------------------------------------------------------------------------
