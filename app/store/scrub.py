@@ -408,7 +408,10 @@ class Scrub:
                 else:
                     log.warning("copy_read_failed", copy_id=copy.id, error=str(exc))
                 continue
-            if not copy.ok:
+            worker = self._dispatcher.workers.get(copy.bot_id)
+            if not copy.ok and worker is not None and worker.usable:
+                # Taken for a bad copy, but whole and right: intact again
+                # (not one whose bot is gone: it is read, and replaced).
                 async with session_scope(self._sessionmaker) as session:
                     await CopyRepository(session).mark_checked(copy.id, verified=True)
             return bytes(data)
