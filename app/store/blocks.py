@@ -15,7 +15,10 @@ digest is out of reach, which is what guarding against a changed copy needs.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 BLOCK_SIZE = 64 * 1024
 DIGEST_BYTES = 16
@@ -31,6 +34,19 @@ def block_hashes(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(
         block_digest(view[start : start + BLOCK_SIZE]) for start in range(0, len(view), BLOCK_SIZE)
     )
+
+
+@functools.cache
+def _hashing() -> ThreadPoolExecutor:
+    """Threads of their own: hashing releases the GIL, so a chunk's hashes
+    are computed beside the event loop, and never wait behind other work of
+    the default executor (a full one would stall every upload)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="block-hashes")
+
+
+async def block_hashes_off_loop(data: bytes | bytearray) -> bytes:
+    """`block_hashes(data)`, in a hashing thread."""
+    return await asyncio.get_running_loop().run_in_executor(_hashing(), block_hashes, data)
 
 
 def hashes_root(hashes: bytes) -> str:

@@ -44,7 +44,7 @@ from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.store.blocks import block_hashes, hashes_root
+from app.store.blocks import block_hashes_off_loop, hashes_root
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
@@ -328,7 +328,7 @@ class ChunkWriter:
         only with all its copies: one that fails fails the chunk, and the
         copies sent meanwhile go to the GC."""
         with self.running():
-            hashes = await asyncio.to_thread(block_hashes, data)
+            hashes = await block_hashes_off_loop(data)
             if self.replicas > 1:
                 chats = self._dispatcher.replica_chats(self.replicas)
                 group: ReplicaGroup | None = ReplicaGroup()
