@@ -58,7 +58,7 @@ def stored_copies(database: Database) -> list[tuple[int, int, str]]:
 
 def live(sim: Simulator) -> list[int]:
     messages = httpx.get(f"{sim.url}/_sim/messages", timeout=10).json()
-    return sorted(messages[str(sim.chat_id)])
+    return sorted(messages["chats"][str(sim.chat_id)])
 
 
 def held(sim: Simulator) -> int:
