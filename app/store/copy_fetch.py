@@ -1,9 +1,11 @@
 """Reading bytes of one copy of a chunk, each checked before it is handed on.
 
-Telegram's file endpoint serves a copy from its first byte, so a read of
-chunk bytes [start, end) streams the copy from 0: the blocks before `start`
-are skipped unread, and every block the range touches is hashed when it is
-complete and compared with the digest stored for it (app.store.blocks).
+A read of chunk bytes [start, end) asks Telegram's file server for the copy
+from the start of the first block it touches (a Range request: the server
+serves static files and honours it; one that sends the whole file instead is
+read from 0, the blocks before `start` skipped unheld). Every block the
+range touches is hashed when it is complete and compared with the digest
+stored for it (app.store.blocks).
 Only then are its bytes in the range handed on. A block that does not match
 raises CopyCorrupt: the caller reads around it, from another copy, at the
 byte where this one stopped.
@@ -61,8 +63,10 @@ async def fetch_checked(
     hashes = chunk.block_hashes
     first_block = start // BLOCK_SIZE
     block = bytearray()
-    position = 0  # the chunk offset of the next byte the copy sends
-    async with client.open_file(file_path) as body:
+    # From the first block the range touches: the bytes before it are never
+    # downloaded where the file server honours the Range asked for.
+    async with client.open_file_at(file_path, first_block * BLOCK_SIZE) as (served, body):
+        position = served  # the chunk offset of the next byte the copy sends
         async for data in body:
             view = memoryview(data)
             while view:
@@ -85,14 +89,8 @@ async def fetch_checked(
                         "does not match its stored hash"
                     )
                 block_start = index * BLOCK_SIZE
-                await deliver(
-                    bytes(
-                        block[
-                            max(start, block_start) - block_start : min(end, block_end)
-                            - block_start
-                        ]
-                    )
-                )
+                first = max(start, block_start) - block_start
+                await deliver(bytes(block[first : min(end, block_end) - block_start]))
                 if block_end >= end:
                     return
                 block.clear()

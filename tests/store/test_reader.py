@@ -71,6 +71,14 @@ class FakeTelegram:
         )
 
     @contextlib.asynccontextmanager
+    async def open_file_at(
+        self, file_path: str, offset: int
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """As a file server that ignores Range: the whole file, from 0."""
+        async with self.open_file(file_path) as body:
+            yield 0, body
+
+    @contextlib.asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
         chunk = int(file_path)
         plan = self.plans.get(chunk, [])

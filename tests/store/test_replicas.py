@@ -22,6 +22,7 @@ from tests.running_service import (
     eventually,
     payload,
 )
+from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 CHATS = [-1001000000301, -1001000000302, -1001000000303]
 FILES = 6
@@ -311,3 +312,20 @@ async def test_a_damaged_chunk_after_the_first_cuts_the_download_never_ends_it_s
                 received += piece
     assert len(received) < len(data)
     assert data.startswith(bytes(received))
+
+
+async def test_s3_clients_hear_a_damaged_object_as_object_damaged(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start(start_service, replicas=1, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="box")
+    await s3("put_object", Bucket="box", Key="k", Body=payload(2 * CHUNK))
+    for copy in await copies(service):
+        service.sim.take_down(copy.chat_id, copy.message_id)
+    error = await s3.error("get_object", Bucket="box", Key="k")
+    assert error.response["Error"]["Code"] == "ObjectDamaged"
+    assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+    # Its metadata is whole: HEAD still answers.
+    head = await s3("head_object", Bucket="box", Key="k")
+    assert head["ContentLength"] == 2 * CHUNK
