@@ -471,13 +471,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.client_cli import (
-        audit_storage_chat,
-        check_bots,
-        check_budget,
-        check_durability,
-        inspect_bots,
-    )
+    from app.client_cli import audit_storage_chat, check_bots, check_budget, inspect_bots
+    from app.durability_cli import check_durability
 
     settings = load_settings()
     if not settings.bot_tokens:
@@ -508,7 +503,7 @@ def cmd_scrub(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from app.client_cli import run_scrub
+    from app.durability_cli import run_scrub
 
     report = run_scrub(
         url=args.url,
