@@ -5,10 +5,15 @@ sends the same checked bytes."""
 
 from __future__ import annotations
 
-import pytest
+import hashlib
 
+import pytest
+from sqlalchemy import select, update
+
+from app.db.models import Chunk
+from app.db.session import session_scope
 from app.store.blocks import BLOCK_SIZE
-from tests.running_service import Service, ServiceFactory, payload
+from tests.running_service import Service, ServiceFactory, eventually, payload
 
 SIZE = 4 * BLOCK_SIZE  # one chunk of four blocks
 
@@ -65,3 +70,43 @@ async def test_a_flipped_byte_outside_the_range_does_not_fail_it_but_one_inside_
     assert elsewhere.content == data[-100:]
     assert inside.status_code == 502
     assert inside.json()["error"] == "object_damaged"
+
+
+async def test_a_chunk_stored_before_block_hashes_is_checked_whole_and_then_given_them(
+    start_service: ServiceFactory,
+) -> None:
+    """Chunks from before verified reads carry the SHA-256 of their bytes
+    only (migration 0015): their first read checks the copy whole, and it
+    records their block hashes for the next."""
+    service = await start_service(chunk_size=SIZE)
+    public_id, data = await stored(service)
+    services = service.app.state.services
+    async with session_scope(services.sessionmaker) as session:
+        (chunk,) = (await session.scalars(select(Chunk))).all()
+        hashes, root = chunk.block_hashes, chunk.sha256
+        await session.execute(
+            update(Chunk).values(block_hashes=None, sha256=hashlib.sha256(data).hexdigest())
+        )
+
+    async with service.client() as http:
+        part = await http.get(f"/f/{public_id}", headers={"Range": "bytes=10-19"})
+    assert (part.status_code, part.content) == (206, data[10:20])
+
+    async def backfilled() -> bool:
+        async with session_scope(services.sessionmaker) as session:
+            return bool(await session.scalar(select(Chunk.block_hashes)) == hashes)
+
+    await eventually(backfilled)
+    async with session_scope(services.sessionmaker) as session:
+        assert await session.scalar(select(Chunk.sha256)) == root
+
+    # A legacy chunk with a flipped byte is refused, not served.
+    async with session_scope(services.sessionmaker) as session:
+        await session.execute(
+            update(Chunk).values(block_hashes=None, sha256=hashlib.sha256(data).hexdigest())
+        )
+    (message_id,) = service.live_messages()
+    service.sim.corrupt(service.settings.chat_ids[0], message_id, offset=SIZE - 1)
+    async with service.client() as http:
+        refused = await http.get(f"/f/{public_id}", headers={"Range": "bytes=10-19"})
+    assert refused.status_code == 502

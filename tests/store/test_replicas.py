@@ -4,6 +4,7 @@ chats: chats lost, messages taken down, bytes flipped, a bot revoked."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 
@@ -329,3 +330,35 @@ async def test_s3_clients_hear_a_damaged_object_as_object_damaged(
     # Its metadata is whole: HEAD still answers.
     head = await s3("head_object", Bucket="box", Key="k")
     assert head["ContentLength"] == 2 * CHUNK
+
+
+async def test_spooled_multipart_parts_are_flushed_as_two_copies_too(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start(start_service, replicas=2, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="box")
+    parts = [payload(CHUNK, seed=n) for n in range(4)]
+    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
+    etags = [
+        (
+            await s3(
+                "upload_part", Bucket="box", Key="m", UploadId=upload_id, PartNumber=n, Body=part
+            )
+        )["ETag"]
+        for n, part in enumerate(parts, start=1)
+    ]
+    await s3(
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="m",
+        UploadId=upload_id,
+        MultipartUpload={
+            "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, start=1)]
+        },
+    )
+    stored = await copies(service)
+    assert stored and set(Counter(copy.chunk_id for copy in stored).values()) == {2}
+    response = await s3("get_object", Bucket="box", Key="m")
+    body = await asyncio.to_thread(response["Body"].read)
+    assert body == b"".join(parts)
