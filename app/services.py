@@ -174,6 +174,13 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         if may_have_posted(method, outcome):
             instance.request_reconcile()
 
+    async def resume_adopted() -> None:
+        # Spooled parts adopted from a dead instance go to Telegram now, if a
+        # bot passed its check; at start-up none has yet, and the first one
+        # that does resumes the spool (on_admitted, below).
+        if dispatcher.usable_bots():
+            await flusher.resume()
+
     def on_orphan(document: StoredDocument) -> None:
         # A send finished after its upload was abandoned: the message must go.
         gc.enqueue_document(document, reason="failed_upload")
@@ -221,7 +228,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         reconciler=Reconciler(
             dispatcher, sessionmaker, gc, live_owners=lambda: instance.live_ids()
         ),
-        on_adopted=flusher.resume,
+        on_adopted=resume_adopted,
         running_since=writer.oldest_running,
     )
     leases = BotLeases(
@@ -317,6 +324,10 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(access.close)
     if spool.enabled:
         await spool.open()
+    # Jobs are taken from now on (none runs before a bot passed its check):
+    # the registration's reconciliation may queue its probe. The dispatcher
+    # stops later in the stack (below), before what outlives its drain.
+    await dispatcher.start()
     # Registering also sweeps the pending chunks of instances that died. A
     # stop is safe before its start: it removes what a half-done one wrote.
     stack.push_async_callback(instance.stop)
@@ -327,7 +338,6 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     leases.start()
     gc.start()
     stack.push_async_callback(gc.stop)
-    await dispatcher.start()
     stack.push_async_callback(dispatcher.stop, grace=settings.shutdown_grace_seconds)
     shared_paths.start()
     stack.push_async_callback(shared_paths.stop)
