@@ -107,7 +107,9 @@ async def test_bad_copies_stay_until_enough_good_ones_exist(sessionmaker: Sessio
         assert len(list(await session.scalars(select(ChunkCopy.id)))) == 2
 
 
-async def test_the_scrub_visits_the_copies_checked_longest_ago_first(sessionmaker: Sessions) -> None:
+async def test_the_scrub_visits_the_copies_checked_longest_ago_first(
+    sessionmaker: Sessions,
+) -> None:
     chunk_id, (first, second) = await two_copy_object(sessionmaker)
     async with session_scope(sessionmaker) as session:
         await CopyRepository(session).mark_checked(first)
