@@ -95,6 +95,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for marker in metafunc.definition.iter_markers("parametrize")
     ):
         return  # the test names its backends itself
+    if metafunc.definition.get_closest_marker("postgres_only"):
+        metafunc.parametrize("database", BACKENDS[1:], indirect=True)
+        return
     path = metafunc.definition.path.relative_to(metafunc.config.rootpath).as_posix()
     both = path.startswith(BOTH_BACKENDS_UNDER) or metafunc.definition.get_closest_marker(
         "both_backends"

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from app.telegram import jitter
 from app.telegram.errors import BotUnusable, NoUsableBot
 from app.telegram.worker import BotWorker, Job
 
@@ -118,7 +118,7 @@ class Router:
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
             job.tried.clear()
-            delay = self.all_failed_pause * random.uniform(1.0, 1.2)
+            delay = self.all_failed_pause * jitter.uniform(1.0, 1.2)
             log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
             self.route_later(job, delay)
             return
@@ -245,7 +245,7 @@ class Router:
             return None, None if not worker.leased else 0.5
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
-            return None, worker.cooldown_until - now + random.uniform(0, 0.1)
+            return None, worker.cooldown_until - now + jitter.uniform(0, 0.1)
         worker.drop_abandoned()
         pacing: float | None = None  # the shortest wait of a queued send
         for job in worker.queue:
