@@ -177,6 +177,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=cmd_check)
 
+    scrub = commands.add_parser(
+        "scrub",
+        help="ask the running service for a full scrub pass (an admin key): every chunk "
+        "copy checked, every short one repaired",
+    )
+    scrub.add_argument("--wait", action="store_true", help="follow the pass until it ends")
+    scrub.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    scrub.add_argument(
+        "--shallow",
+        action="store_true",
+        help="only ask Telegram whether it still holds each copy (no bytes read)",
+    )
+    _client_options(scrub)
+    scrub.set_defaults(handler=cmd_scrub)
+
     up = commands.add_parser(
         "upload",
         help="upload files to a running TeleUploader; prints each file's link on stdout",
@@ -486,6 +501,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from app.client_cli import audit_storage_chat, check_bots, check_budget, inspect_bots
+    from app.durability_cli import check_durability
 
     settings = load_settings()
     if not settings.bot_tokens:
@@ -506,7 +522,31 @@ def cmd_check(args: argparse.Namespace) -> int:
     bots_ok = check_bots(rows, console)
     asyncio.run(audit_storage_chat(settings, rows, console))
     budget_ok = check_budget(settings, console)
-    return 0 if bots_ok and budget_ok else 1
+    data_ok = asyncio.run(check_durability(settings, console))
+    return 0 if bots_ok and budget_ok and data_ok else 1
+
+
+def cmd_scrub(args: argparse.Namespace) -> int:
+    """Exit 0 only when no object is lost (1 when one is)."""
+    import json
+
+    from rich.console import Console
+
+    from app.durability_cli import run_scrub
+
+    report = run_scrub(
+        url=args.url,
+        key=args.key,
+        deep=not args.shallow,
+        wait=args.wait,
+        console=Console(stderr=True),
+    )
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for name, value in report.items():
+            print(f"{name}: {value}")
+    return 1 if report["lost_objects"] else 0
 
 
 # --- simulator / demo -------------------------------------------------------------------

@@ -50,7 +50,7 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _explain(response: httpx.Response) -> str:
+def explain(response: httpx.Response) -> str:
     try:
         body = response.json()
         detail = f"{body.get('error')}: {body.get('detail')}"
@@ -135,7 +135,7 @@ def upload(paths: list[Path], *, url: str, key: str | None, console: Console) ->
                 except httpx.HTTPError as exc:
                     raise ClientError(f"upload of {path} to {url} failed: {exc}") from None
             if response.status_code != 201:
-                raise ClientError(f"upload of {path}: {_explain(response)}")
+                raise ClientError(f"upload of {path}: {explain(response)}")
             yield Uploaded(path, response.json())
 
 
@@ -184,12 +184,12 @@ def download(
         try:
             info = http.get(f"/file/{quote(public_id)}/info", headers=headers)
             if info.status_code != 200:
-                raise ClientError(f"{public_id}: {_explain(info)}")
+                raise ClientError(f"{public_id}: {explain(info)}")
             expected = info.json().get("sha256")
             with http.stream("GET", f"/f/{quote(public_id)}", headers=headers) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise ClientError(f"{public_id}: {_explain(response)}")
+                    raise ClientError(f"{public_id}: {explain(response)}")
                 target = Path(output or _filename(response, public_id))
                 _check_may_write(target, force)
                 digest, size = _save(response, target, expected, force, console)

@@ -197,6 +197,29 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("MAX_UPLOAD_SIZE", "max_upload_size"),
     )
 
+    # --- Durability -------------------------------------------------------------
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        validation_alias=AliasChoices("REPLICAS", "replicas"),
+        description="Copies of every chunk, each an upload of its own, in distinct storage "
+        "chats where there are enough; 2 is recommended with two or more chats.",
+    )
+    scrub_period_seconds: float = Field(
+        default=7 * 24 * 3600,
+        ge=0,
+        validation_alias=AliasChoices("SCRUB_PERIOD_SECONDS", "scrub_period_seconds"),
+        description="Every chunk copy is checked (getFile) once within this time, spread "
+        "evenly; 0 turns the background scrub off (repairs found by reads still run).",
+    )
+    scrub_read_bytes_per_day: int = Field(
+        default=10 * 1024**3,
+        ge=0,
+        validation_alias=AliasChoices("SCRUB_READ_BYTES_PER_DAY", "scrub_read_bytes_per_day"),
+        description="Bytes a day the scrub reads whole and checks against their hashes.",
+    )
+
     # --- Upload budget and staging spool --------------------------------------
     upload_buffer_chunks: int | None = Field(
         default=None,

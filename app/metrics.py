@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from app.db.copies import Health
     from app.store.download_budget import BudgetStatus
     from app.telegram.dispatcher import BotStatus
 
@@ -139,6 +140,12 @@ class Metrics:
         download budget."""
         self.registry.register(_LiveCollector(bots, gc_backlog, db_pool, downloads))
 
+    def watch_durability(
+        self, health: Callable[[], Health | None], repaired: Callable[[], int]
+    ) -> None:
+        """Read what the scrub last counted, and its repairs, at scrape time."""
+        self.registry.register(_DurabilityCollector(health, repaired))
+
     def watch_uploads(self, budget: Callable[[], UploadBudgetUse]) -> None:
         """Read the upload buffer budget and the spool at scrape time."""
         self.registry.register(_UploadBudgetCollector(budget))
@@ -183,6 +190,42 @@ class _UploadBudgetCollector(Collector):
         spool.add_metric(["used"], use.spool_bytes)
         spool.add_metric(["max"], use.spool_max_bytes)
         yield spool
+
+
+class _DurabilityCollector(Collector):
+    def __init__(self, health: Callable[[], Health | None], repaired: Callable[[], int]) -> None:
+        self._health = health
+        self._repaired = repaired
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "teleuploader_copies_repaired",
+            "Chunk copies stored again by the scrub from an intact copy (REPLICAS).",
+            value=self._repaired(),
+        )
+        health = self._health()
+        if health is None:
+            return  # not counted yet: the first scrub round does
+        objects = GaugeMetricFamily(
+            "teleuploader_objects_damaged",
+            "Objects with a chunk below REPLICAS intact copies (degraded), or with none "
+            "left (lost: answered as damaged, never served), as the scrub last counted.",
+            labels=["state"],
+        )
+        objects.add_metric(["degraded"], health.objects_degraded)
+        objects.add_metric(["lost"], health.objects_lost)
+        yield objects
+        chunks = GaugeMetricFamily(
+            "teleuploader_chunks_damaged",
+            "Chunks below REPLICAS intact copies (degraded) or with none (lost).",
+            labels=["state"],
+        )
+        chunks.add_metric(["degraded"], health.chunks_degraded)
+        chunks.add_metric(["lost"], health.chunks_lost)
+        yield chunks
+        yield GaugeMetricFamily(
+            "teleuploader_chunk_copies", "Chunk copies stored in Telegram.", value=health.copies
+        )
 
 
 class _LiveCollector(Collector):

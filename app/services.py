@@ -38,6 +38,7 @@ from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
 from app.store.reconcile import Reconciler, may_have_posted
 from app.store.resumable import ResumableStore
+from app.store.scrub import Scrub
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
 from app.store.spool import Spool
@@ -79,6 +80,7 @@ class Services:
     resumable: ResumableStore
     throughput: ThroughputHistory
     prober: BotProber
+    scrub: Scrub
     access: AccessStore
     metrics: Metrics
     started_at: datetime
@@ -213,6 +215,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         buffers,
         chunk_size=settings.chunk_size,
         inline_threshold=settings.inline_threshold,
+        replicas=settings.replicas,
         owner=spool.instance_id,
         on_bytes=metrics.bytes_uploaded.inc,
     )
@@ -244,12 +247,26 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         connections=settings.download_connections,
         block_size=READ_BLOCK,
     )
+    locator = ChunkLocator(dispatcher, gc, shared_paths)
+    scrub = Scrub(
+        dispatcher,
+        sessionmaker,
+        gc,
+        locator,
+        buffers,
+        replicas=settings.replicas,
+        period=settings.scrub_period_seconds,
+        read_bytes_per_day=settings.scrub_read_bytes_per_day,
+        owner=spool.instance_id,
+    )
     reader = RangeReader(
-        ChunkLocator(dispatcher, gc, shared_paths),
+        locator,
         budget,
         stall_seconds=settings.download_stall_seconds,
         on_bytes=metrics.bytes_downloaded.inc,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
+        on_bad_copy=scrub.report_bad,
+        on_hashes=scrub.hashes_found,
     )
     store = ObjectStore(sessionmaker, writer, reader, gc, statements=statements)
     access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
@@ -296,6 +313,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         resumable.cleanup,
         prober.rechecks,
         throughput.loop,
+        scrub.loop,
     )
     for loop in loops:
         loop.on_round = metrics.observe_round
@@ -323,6 +341,9 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(dispatcher.stop, grace=settings.shutdown_grace_seconds)
     shared_paths.start()
     stack.push_async_callback(shared_paths.stop)
+    # Its checks and repairs go through the dispatcher.
+    scrub.start()
+    stack.push_async_callback(scrub.stop)
     # Sends of spooled parts need the dispatcher; what they leave stays in
     # the spool for the next start.
     stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
@@ -360,6 +381,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
             spool_max_bytes=spool.max_bytes,
         )
     )
+    metrics.watch_durability(lambda: scrub.last_health, lambda: scrub.repaired)
     metrics.watch(
         bots=dispatcher.status,
         gc_backlog=lambda: gc.last_backlog,
@@ -386,6 +408,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         shared_paths=shared_paths,
         resumable=resumable,
         prober=prober,
+        scrub=scrub,
         access=access,
         started_at=started_at,
         _stack=stack,

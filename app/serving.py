@@ -33,6 +33,14 @@ from app.head_limits import (
 
 log = structlog.get_logger("app.serving")
 
+#: How long the service keeps an idle keep-alive connection open, in seconds.
+#: Longer than the clients in front of it keep theirs (Caddy: `keepalive 2m`
+#: in the Caddyfile; httpx: 5 s), so that the client, not the service, closes
+#: an idle connection. The other way round, a client can send its next request
+#: on a connection the service is closing that instant, and lose it (Caddy
+#: answers its own client 502). uvicorn's default is 5 s.
+KEEP_ALIVE_SECONDS = 150
+
 
 class ServerStartFailed(RuntimeError):
     pass
@@ -98,6 +106,7 @@ async def serve_in_task(
         log_level="warning",
         access_log=False,
         ws="none",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=graceful_seconds,
     )
     server = _EmbeddedServer(config)
@@ -281,6 +290,7 @@ def run_server(
         log_config=None,
         proxy_headers=True,
         forwarded_allow_ips="127.0.0.1",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=int(grace_seconds) + 5,
         access_log=False,
     )

@@ -95,6 +95,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for marker in metafunc.definition.iter_markers("parametrize")
     ):
         return  # the test names its backends itself
+    if metafunc.definition.get_closest_marker("postgres_only"):
+        metafunc.parametrize("database", BACKENDS[1:], indirect=True)
+        return
     path = metafunc.definition.path.relative_to(metafunc.config.rootpath).as_posix()
     both = path.startswith(BOTH_BACKENDS_UNDER) or metafunc.definition.get_closest_marker(
         "both_backends"
@@ -334,13 +337,19 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
 
 
 @pytest.fixture
-async def start_service(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceFactory]:
-    """Starts a service with setting overrides; everything stops at teardown.
+async def launcher(database: Database, engine: AsyncEngine) -> AsyncIterator[ServiceLauncher]:
+    """Starts (and stops, and restarts) services; everything stops at teardown.
 
     (`engine` empties the tables of the shared Postgres test database.)"""
     launcher = ServiceLauncher(database)
-    yield launcher.start
+    yield launcher
     await launcher.aclose()
+
+
+@pytest.fixture
+def start_service(launcher: ServiceLauncher) -> ServiceFactory:
+    """Starts a service with setting overrides."""
+    return launcher.start
 
 
 @pytest.fixture

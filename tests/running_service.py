@@ -102,6 +102,7 @@ class ServiceLauncher:
         self._database = database
         self._stack = AsyncExitStack()
         self._sims: list[TelegramSimulator] = []
+        self._servers: dict[str, AsyncExitStack] = {}
 
     async def start(
         self,
@@ -109,19 +110,22 @@ class ServiceLauncher:
         *,
         wait_ready: bool = True,
         prepare: Callable[[TelegramSimulator], None] | None = None,
+        sim: TelegramSimulator | None = None,
         **overrides: Any,
     ) -> Service:
-        """A service on a simulator of its own; by default once `/ready` is 200
-        (the bots are checked in the background after it starts listening).
-        `prepare(sim)` runs before the service starts. With `storage_chat_ids`,
-        the simulator holds those chats (and STORAGE_CHAT_ID is left unset)."""
+        """A service on a simulator of its own (or on `sim`, another stopped
+        service's: a restart); by default once `/ready` is 200 (the bots are
+        checked in the background after it starts listening). `prepare(sim)`
+        runs before the service starts. With `storage_chat_ids`, the
+        simulator holds those chats (and STORAGE_CHAT_ID is left unset)."""
         chat_ids = overrides.get("storage_chat_ids") or [CHAT_ID]
         if "storage_chat_ids" in overrides:
             overrides.setdefault("storage_chat_id", None)
-        sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=chat_ids))
+        if sim is None:
+            sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(bots), chat_ids=chat_ids))
+            self._sims.append(sim)
         if prepare is not None:
             prepare(sim)
-        self._sims.append(sim)
         telegram_url = await self._stack.enter_async_context(run_simulator(sim))
         spool = tempfile.mkdtemp(prefix="teleuploader-spool-")
         self._stack.callback(shutil.rmtree, spool, ignore_errors=True)
@@ -132,7 +136,9 @@ class ServiceLauncher:
         sim.configure(max_getfile_bytes=settings.chunk_size)
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         app = create_app(settings, tuning)
-        url = await self._stack.enter_async_context(serve_in_task(app))
+        server = await self._stack.enter_async_context(AsyncExitStack())
+        url = await server.enter_async_context(serve_in_task(app))
+        self._servers[url] = server
         service = Service(url=url, key=key, sim=sim, settings=settings, app=app)
         if wait_ready:
             # Awaited, not polled: most of a test's start-up was spent
@@ -141,6 +147,10 @@ class ServiceLauncher:
             async with service.client() as http:
                 assert (await http.get("/ready")).status_code == 200
         return service
+
+    async def stop(self, service: Service) -> None:
+        """Stop one service (cleanly, as SIGTERM would); its simulator stays."""
+        await self._servers.pop(service.url).aclose()
 
     async def aclose(self) -> None:
         """Stop everything, then check the simulators' records (the services'

@@ -124,6 +124,10 @@ async def require_admin_key(request: Request, services: Services) -> Caller:
     return _check_scope(await verify_key(request, services), "admin")
 
 
+async def _admin_key(request: Request, services: ServicesDep) -> Caller:
+    return await require_admin_key(request, services)
+
+
 async def require_read_access(request: Request, services: ServicesDep) -> Caller | None:
     """Downloads are public (the public id is the capability) unless the
     REQUIRE_KEY_FOR_DOWNLOADS setting says otherwise."""
@@ -135,3 +139,4 @@ async def require_read_access(request: Request, services: ServicesDep) -> Caller
 ReadKey = Annotated[Caller, Depends(require_read_key)]
 WriteKey = Annotated[Caller, Depends(require_write_key)]
 ReadAccess = Annotated[Caller | None, Depends(require_read_access)]
+AdminKey = Annotated[Caller, Depends(_admin_key)]

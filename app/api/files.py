@@ -278,8 +278,11 @@ async def download(
 async def file_info(
     public_id: str, request: Request, store: StoreDep, settings: SettingsDep, _access: ReadAccess
 ) -> FileOut:
-    """A file's metadata."""
-    return _file_out(request, settings, await _find(store, public_id))
+    """A file's metadata, and whether its data is damaged (`damage`)."""
+    info = await _find(store, public_id)
+    answer = _file_out(request, settings, info)
+    answer.damage = await store.damage(info, replicas=settings.replicas)
+    return answer
 
 
 @router.get("/api/files", response_model=FileList)

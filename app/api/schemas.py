@@ -17,6 +17,10 @@ class FileOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     download_url: str
+    # In a file's own answer (/file/{id}/info): "degraded" when a chunk of it
+    # has fewer intact copies in Telegram than REPLICAS (the scrub repairs
+    # it), "lost" when one has none (it cannot be served); None: whole.
+    damage: str | None = None
 
 
 class FileList(BaseModel):

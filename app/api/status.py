@@ -1,6 +1,7 @@
 """GET /api/status: what the web page's status screen shows an operator (per
 bot: usable, cooling down, queue, recent sends; the upload budget and spool;
-the GC backlog; the last ten minutes of throughput). Needs a key."""
+the GC backlog; the stored data's state; the last ten minutes of
+throughput). Needs a key."""
 
 from __future__ import annotations
 
@@ -40,11 +41,22 @@ class ThroughputPoint(BaseModel):
     download_bytes_per_second: float
 
 
+class Durability(BaseModel):
+    """How the stored data stands, as the scrub last counted it."""
+
+    replicas: int
+    counted: bool  # False until the scrub's first round
+    degraded_objects: int
+    lost_objects: int
+    repaired: int
+
+
 class Status(BaseModel):
     bots: list[BotRow]
     recent_seconds: float
     upload_budget: UploadBudget
     gc_backlog: int
+    durability: Durability
     sample_seconds: float
     throughput: list[ThroughputPoint]
 
@@ -74,6 +86,7 @@ async def status(request: Request, services: ServicesDep) -> Status:
             )
         )
     spool = services.spool
+    health = services.scrub.last_health
     return Status(
         bots=bots,
         recent_seconds=round(recent_seconds, 1),
@@ -86,6 +99,13 @@ async def status(request: Request, services: ServicesDep) -> Status:
             spool_max_bytes=spool.max_bytes,
         ),
         gc_backlog=services.gc.last_backlog,
+        durability=Durability(
+            replicas=services.scrub.replicas,
+            counted=health is not None,
+            degraded_objects=health.objects_degraded if health else 0,
+            lost_objects=health.objects_lost if health else 0,
+            repaired=services.scrub.repaired,
+        ),
         sample_seconds=history.interval,
         throughput=[
             ThroughputPoint(

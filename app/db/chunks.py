@@ -1,16 +1,18 @@
-"""Chunks: Telegram documents, from upload to release into the GC ledger."""
+"""Chunks and their copies (Telegram documents), from upload to release into
+the GC ledger. What happens to a copy after it was stored (found missing or
+corrupt, repaired) is app.db.copies."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
-from app.db.models import Chunk, GcEntry, GcReason, Instance, PartPiece, Piece
+from app.db.models import Chunk, ChunkCopy, GcEntry, GcReason, Instance, PartPiece, Piece
 from app.db.types import utcnow
 
 
@@ -32,6 +34,36 @@ class PostedDocument(Protocol):
     def size(self) -> int: ...
 
 
+def copy_values(chunk_id: int, document: PostedDocument, now: datetime) -> dict[str, object]:
+    """The chunk_copies row of a document Telegram stored."""
+    return {
+        "chunk_id": chunk_id,
+        "bot_id": document.bot_id,
+        "file_id": document.file_id,
+        "file_unique_id": document.file_unique_id,
+        "chat_id": document.chat_id,
+        "message_id": document.message_id,
+        "state": "ok",
+        "created_at": now,
+    }
+
+
+def ledger_values(
+    bot_id: int, chat_id: int, message_id: int, file_unique_id: str, reason: GcReason, now: datetime
+) -> dict[str, object]:
+    """The gc_ledger row of a message to delete."""
+    return {
+        "bot_id": bot_id,
+        "chat_id": chat_id,
+        "message_id": message_id,
+        "file_unique_id": file_unique_id,
+        "reason": reason,
+        "enqueued_at": now,
+        "attempts": 0,
+        "next_attempt_at": now,
+    }
+
+
 class ChunksMissing(Exception):
     """Chunks an object was to reference no longer exist (released or collected)."""
 
@@ -45,24 +77,37 @@ class ChunkRepository:
         self._session = session
 
     async def add_pending(
-        self, doc: PostedDocument, sha256: str, owner: str | None = None
+        self,
+        copies: PostedDocument | Sequence[PostedDocument],
+        sha256: str,
+        owner: str | None = None,
+        *,
+        block_hashes: bytes | None = None,
     ) -> Chunk:
-        """Record a freshly uploaded document. It stays 'pending' until `mark_live`;
-        `owner` is the instance whose upload it belongs to."""
+        """Record a freshly uploaded chunk: its copies, one document each (or
+        its one document). It stays 'pending' until `mark_live`; `owner` is
+        the instance whose upload it belongs to."""
+        documents: list[PostedDocument] = (
+            list(copies) if isinstance(copies, list | tuple) else [cast(PostedDocument, copies)]
+        )
+        if not documents:
+            raise ValueError("a chunk has at least one copy")
+        now = utcnow()
         chunk = Chunk(
             owner=owner,
-            size=doc.size,
+            size=documents[0].size,
             sha256=sha256,
-            bot_id=doc.bot_id,
-            file_id=doc.file_id,
-            file_unique_id=doc.file_unique_id,
-            chat_id=doc.chat_id,
-            message_id=doc.message_id,
+            block_hashes=block_hashes,
             state="pending",
-            created_at=utcnow(),
+            created_at=now,
+            copies_ok=len(documents),
         )
         self._session.add(chunk)
         await self._session.flush()
+        await self._session.execute(
+            insert(ChunkCopy),
+            [copy_values(chunk.id, document, now) for document in documents],
+        )
         return chunk
 
     async def get(self, chunk_id: int) -> Chunk | None:
@@ -176,26 +221,28 @@ class ChunkRepository:
         return await self._retire(chunks, "orphaned")
 
     async def _retire(self, chunks: Sequence[Chunk], reason: GcReason) -> int:
-        """Ledger entry + row deletion, in the caller's transaction."""
+        """A ledger entry for every copy's message, and the rows deleted (the
+        copies with their chunk), in the caller's transaction."""
         if not chunks:
             return 0
         now = utcnow()
-        await self._session.execute(
-            insert(GcEntry),
-            [
-                {
-                    "bot_id": c.bot_id,
-                    "chat_id": c.chat_id,
-                    "message_id": c.message_id,
-                    "file_unique_id": c.file_unique_id,
-                    "reason": reason,
-                    "enqueued_at": now,
-                    "attempts": 0,
-                    "next_attempt_at": now,
-                }
-                for c in chunks
-            ],
-        )
+        for batch in batches([c.id for c in chunks]):
+            copies = (
+                await self._session.execute(
+                    select(
+                        ChunkCopy.bot_id,
+                        ChunkCopy.chat_id,
+                        ChunkCopy.message_id,
+                        ChunkCopy.file_unique_id,
+                    )
+                    .where(ChunkCopy.chunk_id.in_(batch))
+                    .order_by(ChunkCopy.id)
+                )
+            ).all()
+            if copies:
+                await self._session.execute(
+                    insert(GcEntry), [ledger_values(*copy, reason, now) for copy in copies]
+                )
         for batch in batches([c.id for c in chunks]):
             await self._session.execute(
                 delete(Chunk)

@@ -23,7 +23,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, dialect_name, lock_database_for_write
-from app.db.models import ChatWatermark, Chunk, GcEntry, Instance, SendIntent
+from app.db.models import ChatWatermark, ChunkCopy, GcEntry, Instance, SendIntent
 from app.db.types import utcnow
 
 # Ledger entries for ids no row names: the bot is unknown (any admin bot may
@@ -243,10 +243,12 @@ class WatermarkRepository:
 
 
 def _held(chat_id: int, low: int, high: int) -> CompoundSelect[int]:
-    """The ids strictly between `low` and `high` that a chunk or ledger row holds."""
+    """The ids strictly between `low` and `high` that a chunk copy or ledger row holds."""
     return (
-        select(Chunk.message_id)
-        .where(Chunk.chat_id == chat_id, Chunk.message_id > low, Chunk.message_id < high)
+        select(ChunkCopy.message_id)
+        .where(
+            ChunkCopy.chat_id == chat_id, ChunkCopy.message_id > low, ChunkCopy.message_id < high
+        )
         .union(
             select(GcEntry.message_id).where(
                 GcEntry.chat_id == chat_id, GcEntry.message_id > low, GcEntry.message_id < high

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
 from app.db.chunks import ChunkRepository
+from app.db.copies import ChunkRow, CopyRepository
 from app.db.key_ranges import key_prefix_bounds
 from app.db.locking import batches, dialect_name, lock_database_for_write, lock_object_key
 from app.db.models import Chunk, GcReason, Piece, StoredObject
@@ -161,19 +162,21 @@ class ObjectRepository:
 
     async def covering_pieces(
         self, object_id: int, start: int, end: int
-    ) -> builtins.list[tuple[PieceSpec, Chunk]] | None:
+    ) -> builtins.list[tuple[PieceSpec, ChunkRow]] | None:
         """Object bytes [start, end) as pieces trimmed to the range, each with
-        its chunk; None when they no longer cover the range (the object was
-        replaced or deleted since `object_id` was read)."""
-        trimmed: builtins.list[tuple[PieceSpec, Chunk]] = []
-        for piece, chunk in await self.pieces(object_id, start, end):
+        its chunk and the chunk's copies; None when they no longer cover the
+        range (the object was replaced or deleted since `object_id` was read)."""
+        trimmed: builtins.list[PieceSpec] = []
+        for piece, _chunk in await self.pieces(object_id, start, end):
             first = max(start, piece.start)
             last = min(end, piece.end)
-            spec = PieceSpec(piece.chunk_id, piece.offset + (first - piece.start), last - first)
-            trimmed.append((spec, chunk))
-        if sum(spec.length for spec, _ in trimmed) != max(0, end - start):
+            trimmed.append(
+                PieceSpec(piece.chunk_id, piece.offset + (first - piece.start), last - first)
+            )
+        if sum(spec.length for spec in trimmed) != max(0, end - start):
             return None
-        return trimmed
+        chunks = await CopyRepository(self._session).chunks(spec.chunk_id for spec in trimmed)
+        return [(spec, chunks[spec.chunk_id]) for spec in trimmed]
 
     async def piece_specs(
         self, object_id: int, start: int, end: int

@@ -35,6 +35,7 @@ from app.store.errors import (
     ContentUnavailable,
     DispatcherClosed,
     NoUsableBot,
+    ObjectDamaged,
     ObjectNotFound,
     PermanentError,
     RateLimited,
@@ -124,6 +125,15 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
         return Failure(404, "not_found", "NoSuchKey", str(exc) or "the object does not exist")
     if isinstance(exc, UploadTooLarge):
         return Failure(413, "payload_too_large", "EntityTooLarge", str(exc), s3_status=400)
+    if isinstance(exc, ObjectDamaged):
+        # Not 503: no retry brings a lost chunk back (docs: "Durability").
+        log.error("object_damaged", path=path, error=str(exc))
+        return Failure(
+            502,
+            "object_damaged",
+            "ObjectDamaged",
+            f"the object is damaged and cannot be served: {scrub_tokens(str(exc))}",
+        )
     if isinstance(exc, ContentUnavailable):
         log.warning("content_unavailable", path=path, error=str(exc))
         return Failure(

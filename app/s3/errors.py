@@ -154,6 +154,9 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     "InvalidPartNumber": (416, "The requested partnumber is not satisfiable."),
     # 5xx
     "InternalError": (500, "We encountered an internal error. Please try again."),
+    # Ours, not AWS's: no intact copy of the object's data is left in
+    # Telegram (docs: "Durability"). Not 503: retrying cannot help.
+    "ObjectDamaged": (502, "The object is damaged: no intact copy of its data is left."),
     "NotImplemented": (
         501,
         "A header you provided implies functionality that is not implemented.",

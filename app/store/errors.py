@@ -37,6 +37,11 @@ class ContentUnavailable(StoreError):
     """A chunk could not be read back from Telegram (after retries)."""
 
 
+class ObjectDamaged(ContentUnavailable):
+    """No intact copy of a chunk of the object is left (every one is gone from
+    Telegram or holds wrong bytes): it is lost, and never served."""
+
+
 class DownloadStalled(ContentUnavailable):
     """No byte came for the stall timeout (Telegram slow or unreachable, or every
     download connection busy): the download is aborted."""

@@ -1,6 +1,6 @@
-"""Finding where a chunk's bytes can be downloaded from.
+"""Finding where a copy of a chunk can be downloaded from.
 
-A `file_id` works only with the bot that received it, so a chunk is read through
+A `file_id` works only with the bot that received it, so a copy is read through
 its uploading bot: `getFile` (lazily, cached for less than the hour Telegram
 keeps a file_path valid) and then the file URL. With several instances, a
 bot held by another one is asked for through it (app.store.shared_paths). If
@@ -27,17 +27,49 @@ log = structlog.get_logger("app.store.locator")
 
 CACHE_ENTRIES = 10_000
 
+# Telegram's words for a file, message or chat that is gone (a takedown, a
+# deleted channel): no retry brings the copy back.
+_GONE = (
+    "wrong file_id",
+    "file is temporarily unavailable",
+    "message to forward not found",
+    "message not found",
+    "chat not found",
+)
+
+
+def is_gone(error: TelegramError) -> bool:
+    """Whether Telegram said a copy's file, message or chat is gone (or a
+    file path that getFile just gave answers 404)."""
+    if isinstance(error, PermanentError) and error.status == 404:
+        return True
+    text = error.description.lower()
+    return isinstance(error, PermanentError | BotUnusable) and any(word in text for word in _GONE)
+
 
 @dataclass(frozen=True, slots=True)
-class ChunkRef:
-    """What the database knows about a stored chunk."""
+class CopyRef:
+    """Where one copy of a chunk lives: a document some bot uploaded."""
 
-    chunk_id: int
+    copy_id: int
     bot_id: int
     file_id: str
     chat_id: int
     message_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """What the database knows about a stored chunk: what its bytes must hash
+    to (app.store.blocks), and its copies, intact ones first."""
+
+    chunk_id: int
     size: int
+    sha256: str
+    block_hashes: bytes | None
+    copies: tuple[CopyRef, ...]
+    # No intact copy was left when it was read from the database.
+    lost: bool = False
 
 
 class ChunkLocator:
@@ -47,29 +79,26 @@ class ChunkLocator:
         self._dispatcher = dispatcher
         self._gc = gc
         self._shared = shared
-        # chunk_id -> (bot_id, file_id) of another bot, when the uploader is gone.
+        # copy_id -> (bot_id, file_id) of another bot, when the uploader is gone.
         self._rehomed: OrderedDict[int, tuple[int, str]] = OrderedDict()
         # (bot_id, file_id) -> (file_path, expires_at)
         self._paths: OrderedDict[tuple[int, str], tuple[str, float]] = OrderedDict()
 
-    async def locate(self, chunk: ChunkRef) -> tuple[BotClient, str]:
-        """A client and a file_path from which the chunk can be downloaded now."""
-        bot_id, file_id = self._rehomed.get(chunk.chunk_id, (chunk.bot_id, chunk.file_id))
+    async def locate(self, copy: CopyRef) -> tuple[BotClient, str]:
+        """A client and a file_path from which the copy can be downloaded now."""
+        bot_id, file_id = self._rehomed.get(copy.copy_id, (copy.bot_id, copy.file_id))
         client = self._dispatcher.client_for(bot_id)
         if client is not None and self._dispatcher.serves(bot_id):
             try:
                 return client, await self._file_path(bot_id, file_id)
             except BotUnusable:
-                pass
-            except PermanentError as exc:
-                if "wrong file_id" not in exc.description:
-                    raise
+                pass  # the bot cannot read it: another forwards it (below)
         located = await self._ask_holder(bot_id, file_id)
-        return located if located is not None else await self._rehome(chunk)
+        return located if located is not None else await self._rehome(copy)
 
-    def forget(self, chunk: ChunkRef) -> None:
-        """Drop cached paths for a chunk whose read failed (the path may be stale)."""
-        bot_id, file_id = self._rehomed.get(chunk.chunk_id, (chunk.bot_id, chunk.file_id))
+    def forget(self, copy: CopyRef) -> None:
+        """Drop cached paths for a copy whose read failed (the path may be stale)."""
+        bot_id, file_id = self._rehomed.get(copy.copy_id, (copy.bot_id, copy.file_id))
         self._paths.pop((bot_id, file_id), None)
 
     async def _file_path(self, bot_id: int, file_id: str) -> str:
@@ -116,23 +145,21 @@ class ChunkLocator:
         while len(self._paths) > CACHE_ENTRIES:
             self._paths.popitem(last=False)
 
-    async def _rehome(self, chunk: ChunkRef) -> tuple[BotClient, str]:
-        """Read the chunk through another bot: forward its message, use the new file_id."""
+    async def _rehome(self, copy: CopyRef) -> tuple[BotClient, str]:
+        """Read the copy through another bot: forward its message, use the new file_id."""
         try:
             document = await self._dispatcher.forward_message(
-                chunk.chat_id, chunk.message_id, exclude={chunk.bot_id}
+                copy.chat_id, copy.message_id, exclude={copy.bot_id}
             )
         except TelegramError:
-            log.error("chunk_unreachable", chunk_id=chunk.chunk_id, bot_id=chunk.bot_id)
+            log.warning("copy_unreachable", copy_id=copy.copy_id, bot_id=copy.bot_id)
             raise
-        # The forwarded copy is only a way to get a file_id; its post can go.
+        # The forwarded message is only a way to get a file_id; its post can go.
         self._gc.enqueue_document(document, reason="orphaned")
-        self._rehomed[chunk.chunk_id] = (document.bot_id, document.file_id)
+        self._rehomed[copy.copy_id] = (document.bot_id, document.file_id)
         while len(self._rehomed) > CACHE_ENTRIES:
             self._rehomed.popitem(last=False)
-        log.info(
-            "chunk_rehomed", chunk_id=chunk.chunk_id, from_bot=chunk.bot_id, to_bot=document.bot_id
-        )
+        log.info("copy_rehomed", copy_id=copy.copy_id, from_bot=copy.bot_id, to_bot=document.bot_id)
         client = self._dispatcher.client_for(document.bot_id)
         if client is None:
             raise BotUnusable(

@@ -27,22 +27,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from app.consumer_abort import CONSUMER_ABORT
+from app.store.blocks import BLOCK_SIZE
+from app.store.copy_fetch import CopyCorrupt, HashesFound, fetch_checked
 from app.store.download_budget import Claim, DownloadBudget
-from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
-from app.store.locator import ChunkLocator, ChunkRef
-from app.telegram.errors import RateLimited, TelegramError
+from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled, ObjectDamaged
+from app.store.locator import ChunkLocator, ChunkRef, CopyRef, is_gone
+from app.telegram.errors import NoUsableBot, RateLimited, TelegramError
+
+#: A copy found bad: (chunk id, copy id, "missing" or "corrupt").
+BadCopy = Callable[[int, int, str], None]
+
+
+class CopyGone(Exception):
+    """Telegram says the copy's file, message or chat is gone."""
+
+
+class CopyUnreachable(Exception):
+    """No bot of this instance can reach the copy now."""
+
 
 log = structlog.get_logger("app.store.reader")
 
 # What the budget counts as one block. httpx hands over at most 64 KiB per read,
 # so blocks are seldom cut.
-READ_BLOCK = 64 * 1024
+READ_BLOCK = BLOCK_SIZE
 FETCH_ATTEMPTS = 4
 # The pause between attempts. Tests replace it to see what is waited for
 # rather than time it.
@@ -103,8 +117,12 @@ class RangeReader:
         retry_delay: float = 0.5,
         on_bytes: Callable[[int], None] | None = None,
         on_dropped: Callable[[str], None] | None = None,
+        on_bad_copy: BadCopy | None = None,
+        on_hashes: HashesFound | None = None,
     ) -> None:
         self._locator = locator
+        self._on_bad_copy = on_bad_copy
+        self._on_hashes = on_hashes
         self._budget = budget
         self._prefetch = max(0, prefetch)
         self._stall = stall_seconds
@@ -112,7 +130,7 @@ class RangeReader:
         self._on_bytes = on_bytes
         self._on_dropped = on_dropped
 
-    async def stream(self, spans: Sequence[PieceSpan]) -> AsyncIterator[bytes]:
+    async def stream(self, spans: Sequence[PieceSpan]) -> AsyncGenerator[bytes]:
         """Yield the bytes of `spans` in order."""
         if not spans:
             return
@@ -174,7 +192,10 @@ class RangeReader:
                     if isinstance(item, BaseException):
                         if isinstance(item, DownloadStalled) and self._on_dropped is not None:
                             self._on_dropped(DROPPED_TELEGRAM)
-                        if abort is None or not isinstance(item, ContentUnavailable):
+                        # Before the first byte no header is sent yet: the
+                        # HTTP layer answers the error itself.
+                        first = current == 0 and sent == 0
+                        if abort is None or first or not isinstance(item, ContentUnavailable):
                             raise item  # a bug keeps its traceback
                         # An expected failure: one line, not two tracebacks
                         # (Starlette's and uvicorn's) per cut download.
@@ -219,19 +240,62 @@ class RangeReader:
             share.close()
 
     async def _fetch(self, piece: _Piece) -> None:
+        """The span's bytes from the chunk's copies, intact ones first: a copy
+        that is gone or holds wrong bytes is reported and read around, at
+        the byte where it stopped; one that keeps failing otherwise is left
+        for the next."""
         span = piece.span
+        chunk = span.chunk
         progress = _Progress()
+        failures: list[str] = []
+        damaged = 0
+        for copy in chunk.copies:
+            try:
+                await self._fetch_copy(piece, copy, progress)
+                return
+            except CopyCorrupt as exc:
+                damaged += 1
+                failures.append(str(exc))
+                self._report(chunk, copy, "corrupt", str(exc))
+            except CopyGone as exc:
+                damaged += 1
+                failures.append(str(exc))
+                self._report(chunk, copy, "missing", str(exc))
+            except (CopyUnreachable, ContentUnavailable) as exc:
+                failures.append(str(exc))
+        if chunk.copies and damaged == len(chunk.copies):
+            raise ObjectDamaged(
+                f"chunk {chunk.chunk_id} has no intact copy left "
+                f"({len(chunk.copies)} tried: {'; '.join(failures)})"
+            )
+        if not chunk.copies:
+            raise ObjectDamaged(f"chunk {chunk.chunk_id} has no copy")
+        raise ContentUnavailable(
+            f"chunk {chunk.chunk_id} could not be read from Telegram: {'; '.join(failures)}"
+        )
+
+    async def _fetch_copy(self, piece: _Piece, copy: CopyRef, progress: _Progress) -> None:
+        """Queue the span's bytes from `copy`, from `progress.delivered` on;
+        retried on errors that may pass (a 429 after the wait it asks for)."""
+        span = piece.span
         last_error: TelegramError | None = None
         for attempt in range(1, FETCH_ATTEMPTS + 1):
             try:
-                await self._fetch_from(piece, progress)
+                await self._fetch_from(piece, copy, progress)
                 return
             except TelegramError as exc:
+                if is_gone(exc):
+                    raise CopyGone(f"copy {copy.copy_id}: {exc}") from None
+                if isinstance(exc, NoUsableBot):
+                    # No bot here may reach it now (its chat refuses them
+                    # all): the next copy, at once.
+                    raise CopyUnreachable(f"copy {copy.copy_id}: {exc}") from None
                 # The next attempt starts at the byte where this one stopped.
                 last_error = exc
                 log.warning(
                     "chunk_read_failed",
                     chunk_id=span.chunk.chunk_id,
+                    copy_id=copy.copy_id,
                     attempt=attempt,
                     delivered=progress.delivered,
                     error=str(exc),
@@ -243,43 +307,51 @@ class RangeReader:
                     # than a download may stall would end it anyway.
                     if exc.retry_after > self._stall:
                         raise ContentUnavailable(
-                            f"chunk {span.chunk.chunk_id}: Telegram asks to wait "
+                            f"copy {copy.copy_id}: Telegram asks to wait "
                             f"{exc.retry_after:g} s, longer than a download may stall"
                         ) from None
                     await _pause(exc.retry_after)
                 else:
-                    self._locator.forget(span.chunk)
+                    self._locator.forget(copy)
                     await _pause(self._retry_delay * attempt)
-        raise ContentUnavailable(
-            f"chunk {span.chunk.chunk_id} could not be read from Telegram: {last_error}"
-        )
+        raise ContentUnavailable(f"copy {copy.copy_id}: {last_error}")
 
-    async def _fetch_from(self, piece: _Piece, progress: _Progress) -> None:
-        """Queue the span's bytes from `progress.delivered` on."""
+    async def _fetch_from(self, piece: _Piece, copy: CopyRef, progress: _Progress) -> None:
+        """Queue the span's bytes from `progress.delivered` on, checked."""
         span, claim = piece.span, piece.claim
-        client, file_path = await self._locator.locate(span.chunk)
+
+        async def deliver(data: bytes) -> None:
+            await claim.take(len(data))
+            piece.queue.put_nowait(data)
+            progress.delivered += len(data)
+
+        client, file_path = await self._locator.locate(copy)
         await claim.connect()
         try:
-            skip = span.offset + progress.delivered
-            async with client.open_file(file_path) as body:
-                async for data in body:
-                    if skip >= len(data):
-                        skip -= len(data)
-                        continue
-                    data = data[skip : skip + span.length - progress.delivered]
-                    skip = 0
-                    for start in range(0, len(data), READ_BLOCK):
-                        block = data[start : start + READ_BLOCK]
-                        await claim.take(len(block))
-                        piece.queue.put_nowait(block)
-                        progress.delivered += len(block)
-                    if progress.delivered >= span.length:
-                        return
+            start = span.offset + progress.delivered
+            await fetch_checked(
+                client,
+                file_path,
+                span.chunk,
+                copy,
+                start,
+                span.offset + span.length,
+                deliver,
+                self._on_hashes,
+            )
         finally:
             claim.disconnect()
-        raise TelegramError(
-            f"chunk {span.chunk.chunk_id} ended after {progress.delivered} of {span.length} bytes"
+
+    def _report(self, chunk: ChunkRef, copy: CopyRef, state: str, error: str) -> None:
+        log.warning(
+            "chunk_copy_bad",
+            chunk_id=chunk.chunk_id,
+            copy_id=copy.copy_id,
+            state=state,
+            error=error,
         )
+        if self._on_bad_copy is not None:
+            self._on_bad_copy(chunk.chunk_id, copy.copy_id, state)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -30,6 +30,7 @@ from app.checksums import COMPOSITE as COMPOSITE
 from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
+from app.db.copies import ChunkRow, CopyRepository
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, new_public_id, row_values
 from app.db.object_rows import PartSummary as PartSummary
 from app.db.object_rows import StoredChecksum as StoredChecksum
@@ -43,7 +44,7 @@ from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkRef
+from app.store.locator import ChunkRef, CopyRef
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.reader import PieceSpan, RangeReader
@@ -248,6 +249,15 @@ class ObjectStore:
         row = await self._statements.object(bucket, key)
         return ObjectInfo.from_row(row) if row is not None else None
 
+    async def damage(self, info: ObjectInfo, *, replicas: int) -> str | None:
+        """'lost' when a chunk of the object has no intact copy left, 'degraded'
+        when one has fewer than `replicas`, None when it is whole (inline
+        objects always are)."""
+        if info.inline_data is not None or info.size == 0:
+            return None
+        async with session_scope(self._sessionmaker) as session:
+            return await CopyRepository(session).object_damage(info.id, replicas)
+
     async def parts_of(self, info: ObjectInfo) -> list[PartSummary] | None:
         """The parts of a multipart object (None for any other object)."""
         async with session_scope(self._sessionmaker) as session:
@@ -385,21 +395,15 @@ class ObjectStore:
             # The object was replaced or deleted after `info` was read.
             raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")
         spans = [
-            PieceSpan(
-                chunk=ChunkRef(
-                    chunk_id=chunk.id,
-                    bot_id=chunk.bot_id,
-                    file_id=chunk.file_id,
-                    chat_id=chunk.chat_id,
-                    message_id=chunk.message_id,
-                    size=chunk.size,
-                ),
-                offset=spec.offset,
-                length=spec.length,
-            )
+            PieceSpan(chunk=chunk_ref(chunk), offset=spec.offset, length=spec.length)
             for spec, chunk in trimmed
         ]
-        return self._reader.stream(spans)
+        stream = self._reader.stream(spans)
+        # The first block is fetched (and checked) now, before the caller
+        # sends a header: an object found damaged is an error it can answer,
+        # not a 200 cut short.
+        first = await anext(stream, None)
+        return _after(first, stream)
 
     # --- deleting -----------------------------------------------------------------
 
@@ -444,6 +448,39 @@ def _checksum_of(row: ObjectRow) -> StoredChecksum | None:
     if row.checksum_algorithm is None or row.checksum is None:
         return None
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)
+
+
+def chunk_ref(chunk: ChunkRow) -> ChunkRef:
+    """The reader's view of a chunk the database handed over."""
+    return ChunkRef(
+        chunk_id=chunk.id,
+        size=chunk.size,
+        sha256=chunk.sha256,
+        block_hashes=chunk.block_hashes,
+        copies=tuple(
+            CopyRef(
+                copy_id=copy.id,
+                bot_id=copy.bot_id,
+                file_id=copy.file_id,
+                chat_id=copy.chat_id,
+                message_id=copy.message_id,
+            )
+            for copy in chunk.copies
+        ),
+        lost=chunk.lost,
+    )
+
+
+async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield first
+        async for data in rest:
+            yield data
+    finally:
+        # At once, not when the garbage collector gets to it: the reader
+        # gives its share of the download budget back as it closes.
+        await rest.aclose()
 
 
 async def _from_bytes(data: bytes) -> AsyncIterator[bytes]:

@@ -31,7 +31,7 @@ import hashlib
 import itertools
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -44,11 +44,13 @@ from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
+from app.store.blocks import block_hashes_off_loop, hashes_root
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.types import StoredDocument
+from app.telegram.worker import ReplicaGroup
 
 log = structlog.get_logger("app.store.writer")
 T = TypeVar("T")
@@ -166,10 +168,13 @@ class ChunkWriter:
         *,
         chunk_size: int,
         inline_threshold: int,
+        replicas: int = 1,
         owner: str | None = None,
         on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        # Copies of every chunk, each an upload of its own (REPLICAS).
+        self.replicas = replicas
         self._owner = owner
         self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
@@ -317,52 +322,124 @@ class ChunkWriter:
     async def store_chunk(
         self, data: bytes | bytearray, *, label: str = "", index: int = 0
     ) -> PieceSpec:
-        """Send one chunk to Telegram and record it as pending. The caller
-        holds a buffer of the budget for `data`."""
+        """Send one chunk to Telegram as `replicas` independent copies, each
+        an upload of its own, and record it (with them) as pending. The
+        caller holds a buffer of the budget for `data`. A chunk is recorded
+        only with all its copies: one that fails fails the chunk, and the
+        copies sent meanwhile go to the GC."""
         with self.running():
-            filename = f"{secrets.token_hex(8)}.bin"
-            caption = f"{label} #{index}" if label else None
-            intent = await self._open_intent()
+            hashes = await block_hashes_off_loop(data)
+            if self.replicas > 1:
+                chats = self._dispatcher.replica_chats(self.replicas)
+                group: ReplicaGroup | None = ReplicaGroup()
+            else:
+                # One copy chooses its chat itself, as every send did before replicas.
+                chats, group = [None], None
+            sends = [
+                asyncio.ensure_future(self._send_copy(data, chat, group, label=label, index=index))
+                for chat in chats
+            ]
             try:
-                document = await self._dispatcher.send_document(data, filename, caption=caption)
+                await asyncio.wait(sends, return_when=asyncio.FIRST_EXCEPTION)
             except BaseException:
-                # No chunk row will hold whatever Telegram posted: an orphan for
-                # the dispatcher's on_orphan or for reconciliation to delete.
-                await self._resolve_intent(intent)
+                for send in sends:
+                    send.cancel()
+                await self._forget_copies(sends)
                 raise
-            digest = hashlib.sha256(data).hexdigest()
+            if any(send.done() and send.exception() is not None for send in sends):
+                for send in sends:
+                    send.cancel()
+                failure = next(
+                    send.exception()
+                    for send in sends
+                    if send.done() and not send.cancelled() and send.exception() is not None
+                )
+                await self._forget_copies(sends)
+                assert failure is not None
+                raise failure
+            copies = [send.result() for send in sends]
+            documents = [document for document, _ in copies]
+            intents = [intent for _, intent in copies]
             # Shielded: a cancellation arriving while the commit is on its way
             # cannot tell whether the row was written; the commit's own end can.
-            recording = self._detach(self._record(document, digest, intent))
+            recording = self._detach(self._record(documents, hashes, intents))
             try:
                 chunk_id = await asyncio.shield(recording)
             except asyncio.CancelledError:
-                await self._abandon_recording(recording, document, intent)
+                await self._abandon_recording(recording, documents, intents)
                 raise
             except BaseException:
-                # Telegram has it but the database does not: it must not stay.
-                self._gc.enqueue_document(document, reason="failed_upload")
-                await self._resolve_intent(intent)
+                # Telegram has them but the database does not: they must not stay.
+                for document, intent in copies:
+                    self._gc.enqueue_document(document, reason="failed_upload")
+                    await self._resolve_intent(intent)
                 raise
             return PieceSpec(chunk_id=chunk_id, offset=0, length=len(data))
 
-    async def _record(self, document: StoredDocument, digest: str, intent: int | None) -> int:
-        """The chunk row, and the intent resolved, in one transaction."""
+    async def _send_copy(
+        self,
+        data: bytes | bytearray,
+        chat_id: int | None,
+        group: ReplicaGroup | None,
+        *,
+        label: str,
+        index: int,
+    ) -> tuple[StoredDocument, int | None]:
+        """One copy sent, with the send intent that covers it (resolved by the
+        chunk's record, or here if the send fails)."""
+        filename = f"{secrets.token_hex(8)}.bin"
+        caption = f"{label} #{index}" if label else None
+        intent = await self._open_intent()
+        try:
+            document = await self._dispatcher.send_document(
+                data, filename, caption=caption, chat_id=chat_id, replicas=group
+            )
+        except BaseException:
+            # No chunk row will hold whatever Telegram posted: an orphan for
+            # the dispatcher's on_orphan or for reconciliation to delete.
+            await self._resolve_intent(intent)
+            raise
+        return document, intent
+
+    async def _forget_copies(
+        self, sends: Sequence[asyncio.Future[tuple[StoredDocument, int | None]]]
+    ) -> None:
+        """The chunk failed: the copies that were stored go to the GC."""
+        await asyncio.gather(*sends, return_exceptions=True)
+        for send in sends:
+            if send.cancelled() or send.exception() is not None:
+                continue
+            document, intent = send.result()
+            self._gc.enqueue_document(document, reason="failed_upload")
+            await self._resolve_intent(intent)
+
+    async def _record(
+        self, documents: list[StoredDocument], hashes: bytes, intents: list[int | None]
+    ) -> int:
+        """The chunk row with its copies, and the intents resolved, in one
+        transaction."""
         async with session_scope(self._sessionmaker) as session:
-            chunk = await ChunkRepository(session).add_pending(document, digest, owner=self._owner)
-            if intent is not None:
-                await IntentRepository(session).resolve(intent)
-                if document.chat_id not in self._watermarks_known:
+            chunk = await ChunkRepository(session).add_pending(
+                documents, hashes_root(hashes), owner=self._owner, block_hashes=hashes
+            )
+            for intent in intents:
+                if intent is not None:
+                    await IntentRepository(session).resolve(intent)
+            for document in documents:
+                if intents[0] is not None and document.chat_id not in self._watermarks_known:
                     await WatermarkRepository(session).ensure(document.chat_id, document.message_id)
-        if intent is not None:
-            self._watermarks_known.add(document.chat_id)
+        if intents[0] is not None:
+            self._watermarks_known.update(document.chat_id for document in documents)
         return chunk.id
 
     async def _abandon_recording(
-        self, recording: asyncio.Future[int], document: StoredDocument, intent: int | None
+        self,
+        recording: asyncio.Future[int],
+        documents: list[StoredDocument],
+        intents: list[int | None],
     ) -> None:
         """The upload was cancelled while its chunk was being recorded: let the
-        recording end, then release the chunk (or ledger the message)."""
+        recording end, then release the chunk (or ledger its copies' messages)."""
         with contextlib.suppress(BaseException):
             await asyncio.shield(recording)
         if recording.done() and not recording.cancelled() and recording.exception() is None:
@@ -373,8 +450,9 @@ class ChunkWriter:
                     )
                 )
             return
-        self._gc.enqueue_document(document, reason="failed_upload")
-        await self._resolve_intent(intent)
+        for document, intent in zip(documents, intents, strict=True):
+            self._gc.enqueue_document(document, reason="failed_upload")
+            await self._resolve_intent(intent)
 
     async def _open_intent(self) -> int | None:
         """Record the send about to start (None: no owner, as in some tests)."""

@@ -32,13 +32,13 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from app.telegram import jitter
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
@@ -267,7 +267,7 @@ class Attempts:
             # succeed, rather than held for a retry that will never be made.
             delay = self._transient_backoff * 2 ** (tries_here - 1)
             if not job.abandoned:
-                await asyncio.wait((job.future,), timeout=delay * random.uniform(0.8, 1.2))
+                await asyncio.wait((job.future,), timeout=delay * jitter.uniform(0.8, 1.2))
             if not job.abandoned:
                 self._router.enqueue(worker, job, front=True)
             return

@@ -80,6 +80,19 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def _served_from(response: httpx.Response, offset: int) -> int | None:
+    """Where a file download starts: 0 for a 200 (the whole file), `offset`
+    for a 206 whose Content-Range says so; None for an error (or a range
+    other than the one asked for, which is taken for one)."""
+    if response.status_code == 200:
+        return 0
+    if response.status_code == 206 and offset > 0:
+        served = response.headers.get("content-range", "")
+        if served.startswith(f"bytes {offset}-"):
+            return offset
+    return None
+
+
 class BotClient:
     def __init__(
         self,
@@ -207,16 +220,32 @@ class BotClient:
         """Stream a file's bytes. Each read has its own timeout, so a stalled
         transfer fails as a TransientError instead of hanging. A 404 means the
         file_path expired: call getFile again."""
+        async with self.open_file_at(file_path, 0) as (_start, body):
+            yield body
+
+    @asynccontextmanager
+    async def open_file_at(
+        self, file_path: str, offset: int
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """Stream a file's bytes from `offset` on, asked for with a Range
+        header; (where the stream starts, the stream). The file server serves
+        static files and honours it (206); a server that ignores it sends the
+        whole file (200, start 0), and the caller skips what it does not need."""
         url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
+        headers = {"Range": f"bytes={offset}-"} if offset > 0 else None
         request = self._http.build_request(
-            "GET", url, timeout=httpx.Timeout(self._connect_timeout, read=STREAM_READ_TIMEOUT)
+            "GET",
+            url,
+            headers=headers,
+            timeout=httpx.Timeout(self._connect_timeout, read=STREAM_READ_TIMEOUT),
         )
         try:
             response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
         try:
-            if response.status_code != 200:
+            start = _served_from(response, offset)
+            if start is None:
                 try:
                     body = await response.aread()
                 except httpx.HTTPError as exc:
@@ -224,7 +253,7 @@ class BotClient:
                 raise self._error_from_response(response.status_code, body)
             # Only reading the body is guarded: errors of the caller's own code
             # inside the `async with` are not this bot's.
-            yield self._iter_bytes(response)
+            yield start, self._iter_bytes(response)
         finally:
             await response.aclose()
 

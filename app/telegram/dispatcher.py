@@ -54,7 +54,7 @@ from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
 from app.telegram.routing import Router
 from app.telegram.types import StoredDocument
-from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job
+from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job, ReplicaGroup
 
 __all__ = ["BotStatus", "BotWorker", "Dispatcher", "Job"]
 
@@ -125,6 +125,8 @@ class Dispatcher:
         # app.store.leases): a reader here asks it for their file paths.
         self.held_elsewhere: frozenset[int] = frozenset()
         self._job_ids = itertools.count(1)
+        # Whose turn it is to take a chunk's first copy (replica_chats).
+        self._replica_turns = itertools.count()
         self._accepting = False
         if leased:
             self.require_leases()
@@ -310,14 +312,38 @@ class Dispatcher:
         *,
         caption: str | None = None,
         chat_id: int | None = None,
+        replicas: ReplicaGroup | None = None,
     ) -> StoredDocument:
         """Store `data` as a document through some bot, in `chat_id` or else in
-        the storage chat its bot can post to soonest (the result says which)."""
+        the storage chat its bot can post to soonest (the result says which).
+        A send of one of several copies names their `replicas`: it goes to a
+        bot none of the others has, where the pool allows."""
 
         def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
             return client.send_document(chat, data, filename, caption=caption)
 
-        return await self._submit("sendDocument", run, is_send=True, chat_id=chat_id)
+        return await self._submit(
+            "sendDocument", run, is_send=True, chat_id=chat_id, replicas=replicas
+        )
+
+    def replica_chats(self, copies: int) -> list[int | None]:
+        """The chat each of a chunk's `copies` goes to: distinct storage chats
+        some usable bot may post to, taken in turn so that every chat gets
+        its share; None (the send chooses) for a copy beyond them. One copy
+        chooses its chat itself, as every send did before replicas."""
+        if copies <= 1:
+            return [None] * copies
+        open_chats = [
+            chat
+            for chat in self.chat_ids
+            if any(w.usable and chat in w.chats for w in self.workers.values())
+        ]
+        if not open_chats:
+            return [None] * copies
+        turn = next(self._replica_turns) % len(open_chats)
+        ordered = open_chats[turn:] + open_chats[:turn]
+        chosen: list[int | None] = list(ordered[:copies])
+        return chosen + [None] * (copies - len(chosen))
 
     async def forward_message(
         self, from_chat_id: int, message_id: int, *, exclude: set[int] | None = None
@@ -454,6 +480,7 @@ class Dispatcher:
         exclude: set[int] | None = None,
         priority: bool = False,
         chat_id: int | None = None,
+        replicas: ReplicaGroup | None = None,
     ) -> T:
         if not self._accepting:
             raise DispatcherClosed("the dispatcher is not accepting jobs")
@@ -469,6 +496,7 @@ class Dispatcher:
             priority=priority,
             tried=set(exclude or ()),
             enqueued_at=self._clock(),
+            replicas=replicas,
         )
         self._router.route(job)
         # If our caller is cancelled, awaiting the future cancels it, and a job

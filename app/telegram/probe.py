@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
 from app.periodic import Periodic
+from app.telegram import jitter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
@@ -126,7 +126,7 @@ class BotProber:
                     retry_in=round(wait, 1),
                     error=str(exc),
                 )
-                await asyncio.sleep(wait * random.uniform(1.0, 1.2))
+                await asyncio.sleep(wait * jitter.uniform(1.0, 1.2))
                 pause = min(pause * 2, self._max_pause)
                 continue
             if not chats:
@@ -134,7 +134,7 @@ class BotProber:
                 self._dispatcher.note_check_problem(
                     bot_id, "no storage chat lets it post: " + "; ".join(refusals)
                 )
-                await asyncio.sleep(pause * random.uniform(1.0, 1.2))
+                await asyncio.sleep(pause * jitter.uniform(1.0, 1.2))
                 pause = min(pause * 2, self._max_pause)
                 continue
             self.bots[bot_id] = info

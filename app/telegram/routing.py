@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from app.telegram import jitter
 from app.telegram.errors import BotUnusable, NoUsableBot
 from app.telegram.worker import BotWorker, Job
 
@@ -118,11 +118,15 @@ class Router:
         if not untried:
             # Every usable bot failed this job: pause, forget, start over.
             job.tried.clear()
-            delay = self.all_failed_pause * random.uniform(1.0, 1.2)
+            delay = self.all_failed_pause * jitter.uniform(1.0, 1.2)
             log.warning("all_bots_failed_job", job_id=job.id, kind=job.kind, pause=round(delay, 2))
             self.route_later(job, delay)
             return
-        worker = self.pick_bot(exclude=job.tried | unable)
+        # A bot another copy of the same chunk has is taken only when no
+        # other one can run the job now.
+        worker = self.pick_bot(exclude=job.tried | unable | job.avoided()) or self.pick_bot(
+            exclude=job.tried | unable
+        )
         if worker is None:
             # Every candidate is cooling down: queue on the one that frees first.
             # Its worker waits out the cooldown; an idle bot may take it earlier.
@@ -155,6 +159,8 @@ class Router:
 
     def enqueue(self, worker: BotWorker, job: Job[Any], *, front: bool = False) -> None:
         worker.last_assigned = next(self._assignments)
+        if job.replicas is not None:
+            job.replicas.bots[job.id] = worker.bot_id
         if front:
             worker.queue.appendleft(job)
         elif job.priority:
@@ -239,7 +245,7 @@ class Router:
             return None, None if not worker.leased else 0.5
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
-            return None, worker.cooldown_until - now + random.uniform(0, 0.1)
+            return None, worker.cooldown_until - now + jitter.uniform(0, 0.1)
         worker.drop_abandoned()
         pacing: float | None = None  # the shortest wait of a queued send
         for job in worker.queue:
@@ -264,6 +270,8 @@ class Router:
             for job in other.queue:
                 if job.pinned_bot is not None or job.abandoned or thief.bot_id in job.tried:
                     continue
+                if thief.bot_id in job.avoided():
+                    continue  # another copy of the chunk is the thief's already
                 if not self.serves(thief, job):
                     continue
                 if idle and self.send_delay(other, job, now) == 0:
@@ -276,6 +284,8 @@ class Router:
         if best is None or owner is None:
             return None
         owner.queue.remove(best)
+        if best.replicas is not None:
+            best.replicas.bots[best.id] = thief.bot_id
         return best
 
     # --- chats and pacing ---------------------------------------------------------

@@ -37,6 +37,20 @@ PACING_WINDOW = 60.0
 
 
 @dataclass(eq=False)
+class ReplicaGroup:
+    """The sends of one chunk's copies: each goes to a bot no other copy was
+    given, where the pool has one free (a bot that stored two copies is a
+    single point of failure for both: a revoked token, a ban)."""
+
+    # Job id -> the bot routing gave it last.
+    bots: dict[int, int] = field(default_factory=dict)
+
+    def others(self, job_id: int) -> set[int]:
+        """The bots the group's other jobs were given."""
+        return {bot for job, bot in self.bots.items() if job != job_id}
+
+
+@dataclass(eq=False)
 class Job(Generic[T]):
     """One Telegram call, re-runnable on every attempt (its payload is bytes)."""
 
@@ -54,6 +68,8 @@ class Job(Generic[T]):
     # A download waits for it (getFile): it goes ahead of the bot's queued
     # uploads, behind earlier priority jobs. Still one call at a time per token.
     priority: bool = False
+    # The other copies of the same chunk, whose bots this send avoids.
+    replicas: ReplicaGroup | None = None
     attempts: int = 0
     tried: set[int] = field(default_factory=set)
     transient_tries: dict[int, int] = field(default_factory=dict)
@@ -64,6 +80,10 @@ class Job(Generic[T]):
     def abandoned(self) -> bool:
         """The caller went away (its await was cancelled) or the job is settled."""
         return self.future.done()
+
+    def avoided(self) -> set[int]:
+        """Bots this job should rather not run on: its replicas' bots."""
+        return self.replicas.others(self.id) if self.replicas is not None else set()
 
     def fail(self, exc: BaseException) -> None:
         """Give the caller `exc`, unless the job is settled already."""

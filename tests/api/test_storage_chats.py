@@ -23,18 +23,18 @@ from sqlalchemy import select
 
 from app.cli import main
 from app.db.engine import create_engine, create_sessionmaker
-from app.db.models import Chunk
+from app.db.models import ChunkCopy
 from app.db.session import session_scope
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 CHATS = [-1001000000101, -1001000000102, -1001000000103]
 
 
-async def chunks(service: Service) -> list[Chunk]:
+async def chunks(service: Service) -> list[ChunkCopy]:
     engine = create_engine(service.settings.database_url)
     try:
         async with session_scope(create_sessionmaker(engine)) as session:
-            return list(await session.scalars(select(Chunk)))
+            return list(await session.scalars(select(ChunkCopy)))
     finally:
         await engine.dispose()
 

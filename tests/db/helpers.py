@@ -46,19 +46,46 @@ def document(size: int = 100, bot_id: int = 111) -> StoredDocument:
     )
 
 
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk a test stored: its id and size, and its one copy's document."""
+
+    id: int
+    size: int
+    document: StoredDocument
+
+    @property
+    def bot_id(self) -> int:
+        return self.document.bot_id
+
+    @property
+    def chat_id(self) -> int:
+        return self.document.chat_id
+
+    @property
+    def message_id(self) -> int:
+        return self.document.message_id
+
+    @property
+    def file_unique_id(self) -> str:
+        return self.document.file_unique_id
+
+
 async def add_chunks(
     sessionmaker: async_sessionmaker[AsyncSession], sizes: Sequence[int]
-) -> list[Chunk]:
-    """Pending chunks, committed (as the uploader commits each one)."""
+) -> list[StoredChunk]:
+    """Pending chunks of one copy each, committed (as the uploader commits each one)."""
     async with session_scope(sessionmaker) as session:
         repo = ChunkRepository(session)
-        return [
-            await repo.add_pending(document(size), hashlib.sha256(b"%d" % size).hexdigest())
-            for size in sizes
-        ]
+        stored = []
+        for size in sizes:
+            doc = document(size)
+            chunk = await repo.add_pending(doc, hashlib.sha256(b"%d" % size).hexdigest())
+            stored.append(StoredChunk(chunk.id, size, doc))
+        return stored
 
 
-def whole_chunks(chunks: Sequence[Chunk]) -> list[PieceSpec]:
+def whole_chunks(chunks: Sequence[Chunk | StoredChunk]) -> list[PieceSpec]:
     return [PieceSpec(chunk_id=c.id, offset=0, length=c.size) for c in chunks]
 
 

@@ -6,7 +6,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.locking import BATCH_SIZE
-from app.db.models import Chunk, GcEntry
+from app.db.models import Chunk, ChunkCopy, GcEntry
 from app.db.repositories import ChunkRepository, ObjectRepository
 from app.db.session import session_scope
 from tests.db.helpers import add_chunks, count, document, spec, whole_chunks
@@ -22,14 +22,31 @@ async def test_add_pending_records_every_field_of_the_document(session: AsyncSes
 
     loaded = await ChunkRepository(session).get(chunk.id)
     assert loaded is not None
-    assert (loaded.bot_id, loaded.file_id, loaded.file_unique_id) == (
+    assert (loaded.size, loaded.sha256, loaded.state) == (1234, "ab" * 32, "pending")
+    assert loaded.copies_ok == 1
+    (copy,) = (await session.scalars(select(ChunkCopy))).all()
+    assert (copy.chunk_id, copy.bot_id, copy.file_id, copy.file_unique_id) == (
+        chunk.id,
         777,
         doc.file_id,
         doc.file_unique_id,
     )
-    assert (loaded.chat_id, loaded.message_id, loaded.size) == (doc.chat_id, doc.message_id, 1234)
-    assert loaded.sha256 == "ab" * 32
-    assert loaded.state == "pending"
+    assert (copy.chat_id, copy.message_id, copy.state) == (doc.chat_id, doc.message_id, "ok")
+
+
+async def test_a_chunk_of_several_copies_ledgers_every_copys_message_when_released(
+    sessionmaker: Sessions,
+) -> None:
+    copies = [document(size=10, bot_id=bot) for bot in (1, 2, 3)]
+    async with session_scope(sessionmaker) as session:
+        chunk = await ChunkRepository(session).add_pending(copies, "ab" * 32)
+        assert chunk.copies_ok == 3
+    async with session_scope(sessionmaker) as session:
+        assert await ChunkRepository(session).release([chunk.id], "deleted") == 1
+    async with session_scope(sessionmaker) as session:
+        ledgered = {(e.bot_id, e.message_id) for e in await session.scalars(select(GcEntry))}
+        assert ledgered == {(d.bot_id, d.message_id) for d in copies}
+        assert await count(session, ChunkCopy) == 0
 
 
 async def test_mark_live(sessionmaker: Sessions) -> None:
@@ -123,18 +140,25 @@ async def test_release_handles_more_chunks_than_one_statement_takes(
         await session.execute(
             insert(Chunk),
             [
+                {"size": 1, "sha256": "0" * 64, "state": "pending", "created_at": now}
+                for _ in range(many)
+            ],
+        )
+        ids = list(await session.scalars(select(Chunk.id)))
+        await session.execute(
+            insert(ChunkCopy),
+            [
                 {
-                    "size": 1,
-                    "sha256": "0" * 64,
+                    "chunk_id": chunk_id,
                     "bot_id": 1,
                     "file_id": f"f{n}",
                     "file_unique_id": f"u{n}",
                     "chat_id": 1,
                     "message_id": n,
-                    "state": "pending",
+                    "state": "ok",
                     "created_at": now,
                 }
-                for n in range(many)
+                for n, chunk_id in enumerate(ids)
             ],
         )
     async with session_scope(sessionmaker) as session:

@@ -42,7 +42,8 @@ async def test_a_sweep_spares_chunks_of_an_instance_registered_after_it_read_the
     async with session_scope(sessionmaker) as session:
         chunks = ChunkRepository(session)
         running = await chunks.add_pending(document(), "ab" * 32, owner="b")
-        dead = await chunks.add_pending(document(), "ab" * 32, owner="gone")
+        dead_document = document()
+        await chunks.add_pending(dead_document, "ab" * 32, owner="gone")
 
     async with session_scope(sessionmaker) as session:
         collected = await ChunkRepository(session).collect_pending_orphans(LONG_AGO, live)
@@ -51,7 +52,7 @@ async def test_a_sweep_spares_chunks_of_an_instance_registered_after_it_read_the
         ledgered = list(await session.scalars(select(GcEntry.message_id)))
     assert collected == 1
     assert left == {running.id}
-    assert ledgered == [dead.message_id]
+    assert ledgered == [dead_document.message_id]
 
 
 async def test_an_adoption_spares_spooled_parts_of_an_instance_registered_after_it_read(

@@ -1,6 +1,7 @@
 """deploy/ says what deploy/README.md says: the env file's mode, that the
-example starts on SQLite until a database is chosen, and the connections a
-process opens, against which pgbouncer is sized."""
+example starts on SQLite until a database is chosen, the connections a
+process opens, against which pgbouncer is sized, and Caddy's keep-alive
+against the service's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 
 from app.config import Settings
 from app.db.engine import POOL_OVERFLOW, POOL_SIZE
+from app.serving import KEEP_ALIVE_SECONDS
 from tests.deploy.conftest import REPO
 
 DEPLOY = REPO / "deploy"
@@ -64,3 +66,13 @@ def test_pgbouncer_is_sized_for_the_connections_each_process_opens() -> None:
     assert int(pgbouncer["max_db_connections"]) >= int(pgbouncer["default_pool_size"])
     for name in ("default_pool_size", "max_db_connections", "max_client_conn"):
         assert f"`{name} = {pgbouncer[name]}`" in GUIDE, name
+
+
+def test_caddy_closes_its_idle_upstream_connections_before_the_service_does() -> None:
+    # The other way round, Caddy can send a request on a connection the
+    # service is closing that instant, and answer its client 502.
+    caddyfile = (REPO / "Caddyfile").read_text()
+    (value, unit), *others = re.findall(r"^\s*keepalive (\d+)(s|m)\s*$", caddyfile, re.MULTILINE)
+    assert not others
+    caddy_seconds = int(value) * (60 if unit == "m" else 1)
+    assert caddy_seconds < KEEP_ALIVE_SECONDS

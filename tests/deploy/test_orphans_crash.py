@@ -21,7 +21,7 @@ import httpx
 from sqlalchemy import select
 
 from app.db.engine import create_engine
-from app.db.models import Chunk, Piece
+from app.db.models import ChunkCopy, Piece
 from app.demo import create_api_key
 from tests.conftest import run_async
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, configure_sim, wait_for
@@ -55,7 +55,9 @@ def referenced_messages(database_url: str) -> set[int]:
         try:
             async with engine.connect() as connection:
                 rows = await connection.scalars(
-                    select(Chunk.message_id).join(Piece, Piece.chunk_id == Chunk.id).distinct()
+                    select(ChunkCopy.message_id)
+                    .join(Piece, Piece.chunk_id == ChunkCopy.chunk_id)
+                    .distinct()
                 )
                 return set(rows)
         finally:

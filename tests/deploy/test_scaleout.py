@@ -47,7 +47,7 @@ from tests.deploy.conftest import (
 )
 from tests.running_service import payload
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.postgres_only]
 
 BOTS = 6
 CHAT = -1002

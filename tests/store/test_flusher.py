@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
-from app.db.models import Chunk, GcEntry, PartPiece, SpooledPart
+from app.db.models import Chunk, ChunkCopy, GcEntry, PartPiece, SpooledPart
 from app.db.multipart import MultipartRepository
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -80,8 +80,10 @@ async def part_bytes(sessions: Sessions, telegram: FakeTelegram, upload_id: str)
     async with session_scope(sessions) as session:
         rows = (
             await session.execute(
-                select(PartPiece.part_number, Chunk.message_id, PartPiece.offset, PartPiece.length)
-                .join(Chunk, Chunk.id == PartPiece.chunk_id)
+                select(
+                    PartPiece.part_number, ChunkCopy.message_id, PartPiece.offset, PartPiece.length
+                )
+                .join(ChunkCopy, ChunkCopy.chunk_id == PartPiece.chunk_id)
                 .where(PartPiece.upload_id == upload_id)
                 .order_by(PartPiece.part_number, PartPiece.seq)
             )

@@ -13,9 +13,10 @@ import pytest
 
 from app.consumer_abort import CONSUMER_ABORT
 from app.store import reader as reader_module
+from app.store.blocks import block_hashes, hashes_root
 from app.store.download_budget import DownloadBudget
 from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled
-from app.store.locator import ChunkRef
+from app.store.locator import ChunkRef, CopyRef
 from app.store.reader import READ_BLOCK, PieceSpan, RangeReader
 from app.telegram.errors import RateLimited, TransientError
 from tests.running_service import eventually, payload
@@ -49,13 +50,33 @@ class FakeTelegram:
     # Closing a download takes until this is set (httpx's aclose awaits too).
     close_gate: asyncio.Event | None = None
 
-    async def locate(self, chunk: ChunkRef) -> tuple[FakeTelegram, str]:
+    async def locate(self, copy: CopyRef) -> tuple[FakeTelegram, str]:
         if self.locate_error is not None:
             raise self.locate_error
-        return self, str(chunk.chunk_id)
+        return self, str(copy.copy_id)
 
-    def forget(self, chunk: ChunkRef) -> None:
-        self.forgotten.append(chunk.chunk_id)
+    def forget(self, copy: CopyRef) -> None:
+        self.forgotten.append(copy.copy_id)
+
+    def chunk(self, chunk_id: int) -> ChunkRef:
+        """Chunk `chunk_id` of `files`, with its one copy and its block hashes."""
+        data = self.files[chunk_id]
+        hashes = block_hashes(data)
+        return ChunkRef(
+            chunk_id=chunk_id,
+            size=len(data),
+            sha256=hashes_root(hashes),
+            block_hashes=hashes,
+            copies=(CopyRef(chunk_id, 1, f"f{chunk_id}", -1, 1),),
+        )
+
+    @contextlib.asynccontextmanager
+    async def open_file_at(
+        self, file_path: str, offset: int
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """As a file server that ignores Range: the whole file, from 0."""
+        async with self.open_file(file_path) as body:
+            yield 0, body
 
     @contextlib.asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -84,15 +105,9 @@ class FakeTelegram:
             raise step.then
 
 
-def chunk(chunk_id: int, size: int) -> ChunkRef:
-    return ChunkRef(
-        chunk_id=chunk_id, bot_id=1, file_id=f"f{chunk_id}", chat_id=-1, message_id=1, size=size
-    )
-
-
 def whole(telegram: FakeTelegram) -> list[PieceSpan]:
     return [
-        PieceSpan(chunk(chunk_id, len(data)), 0, len(data))
+        PieceSpan(telegram.chunk(chunk_id), 0, len(data))
         for chunk_id, data in sorted(telegram.files.items())
     ]
 
@@ -147,9 +162,9 @@ async def test_streams_exactly_the_requested_bytes_of_each_piece() -> None:
     telegram = FakeTelegram(files)
     budget = DownloadBudget(buffer_bytes=128 * KiB, connections=3, block_size=READ_BLOCK)
     spans = [
-        PieceSpan(chunk(0, 300 * KiB), 10, 300 * KiB - 10),
-        PieceSpan(chunk(1, 300 * KiB), 0, 300 * KiB),
-        PieceSpan(chunk(2, 300 * KiB), 0, 5 * KiB),
+        PieceSpan(telegram.chunk(0), 10, 300 * KiB - 10),
+        PieceSpan(telegram.chunk(1), 0, 300 * KiB),
+        PieceSpan(telegram.chunk(2), 0, 5 * KiB),
     ]
 
     data = await collect(make_reader(telegram, budget).stream(spans))
@@ -231,7 +246,10 @@ async def test_a_dropped_download_lets_its_telegram_reads_finish_closing() -> No
 
 
 async def test_telegram_sending_nothing_fails_the_download() -> None:
-    telegram = FakeTelegram({0: payload(256 * KiB)}, plans={0: [Open(serve=3 * PIECE, hang=True)]})
+    # A block and a half, then nothing: the half block is never checked, so
+    # never sent.
+    served = READ_BLOCK + READ_BLOCK // 2
+    telegram = FakeTelegram({0: payload(256 * KiB)}, plans={0: [Open(serve=served, hang=True)]})
     budget = DownloadBudget(buffer_bytes=1024 * KiB, connections=4, block_size=READ_BLOCK)
     dropped: list[str] = []
     reader = make_reader(telegram, budget, stall_seconds=0.05, on_dropped=dropped.append)
@@ -242,7 +260,7 @@ async def test_telegram_sending_nothing_fails_the_download() -> None:
             async for block in reader.stream(whole(telegram)):
                 received += block
 
-    assert bytes(received) == payload(256 * KiB)[: 3 * PIECE]
+    assert bytes(received) == payload(256 * KiB)[:READ_BLOCK]
     assert dropped == ["telegram_stalled"]
     assert idle(budget)
     assert telegram.open_now == 0

@@ -170,14 +170,17 @@ async def test_when_the_uploader_is_gone_another_bot_forwards_the_message_and_re
 async def test_a_download_that_fails_after_the_headers_is_aborted_not_ended_short(
     service: Service,
 ) -> None:
-    data = payload(2 * CHUNK, seed=3)
+    # Four chunks: the first is read (and checked) before the headers go out,
+    # the next two are prefetched meanwhile; the fourth is fetched only once
+    # the client has taken the first.
+    data = payload(4 * CHUNK, seed=3)
     public_id = await put(service, "doomed.bin", data)
-    service.sim.set_faults(fault_download_drop_rate=1.0)  # every download drops halfway
 
     received = bytearray()
     async with service.client() as http, http.stream("GET", f"/f/{public_id}") as response:
         assert response.status_code == 200
         announced = response.headers.get("content-length")
+        service.sim.set_faults(fault_download_drop_rate=1.0)  # every download drops halfway
         # A body that simply ended here would be a short 200 ("DID NOT RAISE").
         with pytest.raises(httpx.RemoteProtocolError):
             async for piece in response.aiter_raw():

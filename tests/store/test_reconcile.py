@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.config import BotToken, Settings
 from app.db.chunks import ChunkRepository
 from app.db.intents import IntentRepository
-from app.db.models import ChatWatermark, Chunk, Instance, SendIntent
+from app.db.models import ChatWatermark, Chunk, ChunkCopy, Instance, SendIntent
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.services import Services, start_services
@@ -110,7 +110,7 @@ async def store_object(services: Services, key: str, size: int = 2 * CHUNK + 100
 async def chunk_messages(services: Services) -> list[int]:
     """Message ids every chunk row holds (live and pending)."""
     async with session_scope(services.sessionmaker) as session:
-        return sorted(await session.scalars(select(Chunk.message_id)))
+        return sorted(await session.scalars(select(ChunkCopy.message_id)))
 
 
 async def watermark(services: Services) -> ChatWatermark | None:
@@ -332,7 +332,9 @@ async def test_the_periodic_sweep_retires_a_dead_tasks_chunks_and_never_a_runnin
     async with session_scope(services.sessionmaker) as session:
         pending = set(
             await session.scalars(
-                select(Chunk.message_id).where(Chunk.owner == own, Chunk.state == "pending")
+                select(ChunkCopy.message_id)
+                .join(Chunk, Chunk.id == ChunkCopy.chunk_id)
+                .where(Chunk.owner == own, Chunk.state == "pending")
             )
         )
         intents = set(await session.scalars(select(SendIntent.id)))

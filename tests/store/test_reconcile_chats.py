@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.config import BotToken
 from app.db.chunks import ChunkRepository
 from app.db.intents import ANY_CHAT, IntentRepository
-from app.db.models import ChatWatermark, Chunk, Instance
+from app.db.models import ChatWatermark, ChunkCopy, Instance
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.services import Services, start_services
@@ -107,7 +107,7 @@ async def store_object(services: Services, key: str, size: int = 4 * CHUNK + 100
 async def held(services: Services) -> dict[int, list[int]]:
     """Message ids the chunk rows hold, per chat."""
     async with session_scope(services.sessionmaker) as session:
-        rows = list(await session.execute(select(Chunk.chat_id, Chunk.message_id)))
+        rows = list(await session.execute(select(ChunkCopy.chat_id, ChunkCopy.message_id)))
     return {chat: sorted(m for c, m in rows if c == chat) for chat in CHATS}
 
 

@@ -79,7 +79,13 @@ class FakeTelegram:
         return len(self.bots)
 
     async def send_document(
-        self, data: bytes, filename: str, *, caption: str | None = None
+        self,
+        data: bytes,
+        filename: str,
+        *,
+        caption: str | None = None,
+        chat_id: int | None = None,
+        replicas: object = None,
     ) -> StoredDocument:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)

@@ -1,7 +1,7 @@
 """The database schema, as SQLAlchemy models, one module per domain:
 
 * :mod:`~app.db.models.objects` -- stored objects, their pieces, buckets;
-* :mod:`~app.db.models.chunks` -- chunks, the GC ledger, send intents and chat
+* :mod:`~app.db.models.chunks` -- chunks and their copies, the GC ledger, send intents and chat
   watermarks (what keeps every Telegram message accounted for);
 * :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
   spooled parts;
@@ -18,10 +18,13 @@ test compares them.
 from app.db.models.base import NEVER_REUSE_IDS, Base
 from app.db.models.chunks import (
     CHUNK_STATES,
+    COPY_STATES,
     GC_REASONS,
     ChatWatermark,
     Chunk,
+    ChunkCopy,
     ChunkState,
+    CopyState,
     GcEntry,
     GcReason,
     SendIntent,
@@ -49,6 +52,7 @@ from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
 
 __all__ = [
     "CHUNK_STATES",
+    "COPY_STATES",
     "GC_REASONS",
     "KEY_SCOPES",
     "MAX_BUCKET_NAME_LENGTH",
@@ -65,7 +69,9 @@ __all__ = [
     "Bucket",
     "ChatWatermark",
     "Chunk",
+    "ChunkCopy",
     "ChunkState",
+    "CopyState",
     "GcEntry",
     "GcReason",
     "Instance",

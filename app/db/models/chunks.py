@@ -11,49 +11,114 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, get_args
 
-from sqlalchemy import BigInteger, CheckConstraint, Index, Integer, String, Text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.models.base import NEVER_REUSE_IDS, Base, in_list
 from app.db.types import BigIntPK, UtcDateTime, utcnow
 
 ChunkState = Literal["pending", "live"]
-GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphaned"]
+GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphaned", "damaged"]
+# A copy is 'ok' until a read or the scrub finds it gone from Telegram
+# ('missing') or its bytes wrong ('corrupt'); a bad copy stays a row until a
+# repair replaced it, so that the last evidence of a chunk is never dropped.
+CopyState = Literal["ok", "missing", "corrupt"]
 
 CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
 GC_REASONS: tuple[str, ...] = get_args(GcReason)
+COPY_STATES: tuple[str, ...] = get_args(CopyState)
 
 
 class Chunk(Base):
-    """One Telegram document holding up to 19 MiB of some object(s)."""
+    """Up to 19 MiB of some object(s), stored as one or more copies
+    (`ChunkCopy`): each an independent Telegram document."""
 
     __tablename__ = "chunks"
     __table_args__ = (
         CheckConstraint(in_list("state", CHUNK_STATES), name="state"),
         CheckConstraint("size >= 0", name="size"),
+        CheckConstraint("copies_ok >= 0", name="copies_ok"),
         # collect_pending_orphans scans pending chunks by age.
         Index(None, "state", "created_at"),
+        # The scrub's repairs: chunks with fewer good copies than REPLICAS.
+        Index(None, "copies_ok"),
         NEVER_REUSE_IDS,
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     size: Mapped[int] = mapped_column(BigInteger)
+    # With `block_hashes`: the SHA-256 of those digests, one after another
+    # (what the scrub checks a whole copy against); without (chunks stored
+    # before verified reads): the SHA-256 of the bytes themselves.
     sha256: Mapped[str] = mapped_column(String(64))
-    # file_id only works with the bot that uploaded the document.
-    bot_id: Mapped[int] = mapped_column(BigInteger)
-    file_id: Mapped[str] = mapped_column(Text)
-    file_unique_id: Mapped[str] = mapped_column(Text)
-    chat_id: Mapped[int] = mapped_column(BigInteger)
-    message_id: Mapped[int] = mapped_column(BigInteger)
+    # The first 16 bytes of the SHA-256 of each 64 KiB block, in order: a
+    # read checks every block before it sends a byte of it. None for chunks
+    # stored before verified reads, until the scrub has read one whole.
+    block_hashes: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, default=None)
     # 'pending' from the end of its upload until an object references it;
     # pending chunks left by a crash are collected once their owner is gone.
     state: Mapped[str] = mapped_column(String(16), default="pending")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     # The instance whose upload made it (None: before instances existed).
     owner: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    # How many of its copies are 'ok', kept in step with chunk_copies by
+    # every write that changes one.
+    copies_ok: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When a read or the scrub found no intact copy left: its objects are
+    # lost (answered as damaged, never served, counted). Cleared if a copy
+    # turns out intact after all.
+    lost_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"
+
+
+class ChunkCopy(Base):
+    """One Telegram document holding a chunk's bytes: an upload of its own
+    (a forward would share the file on Telegram's side, and a takedown would
+    take both). A chunk's copies live in distinct storage chats, and are
+    sent by distinct bots, where the pool allows."""
+
+    __tablename__ = "chunk_copies"
+    __table_args__ = (
+        CheckConstraint(in_list("state", COPY_STATES), name="state"),
+        Index(None, "chunk_id"),
+        # Reconciliation: which message ids of a chat a row holds.
+        Index(None, "chat_id", "message_id"),
+        # The scrub visits the copies checked longest ago first.
+        Index(None, "checked_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    chunk_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("chunks.id", ondelete="CASCADE"))
+    # file_id only works with the bot that uploaded the document.
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    file_id: Mapped[str] = mapped_column(Text)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16), default="ok")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # When Telegram last said it holds the file (getFile), and when its
+    # bytes were last read whole and found right; None: not yet.
+    checked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
+    verified_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
+
+    def __repr__(self) -> str:
+        return (
+            f"ChunkCopy(id={self.id}, chunk_id={self.chunk_id}, chat_id={self.chat_id}, "
+            f"message_id={self.message_id}, state={self.state!r})"
+        )
 
 
 class GcEntry(Base):

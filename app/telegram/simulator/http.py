@@ -231,7 +231,8 @@ class _FileEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         bot_id = self.sim._bot_for_token(str(request.path_params["token"]))
-        if bot_id is None:
+        # The token is in the path: a revoked one opens no file either.
+        if bot_id is None or self.sim._bots[bot_id].revoked:
             await _error(ApiError(401, "Unauthorized"))(scope, receive, send)
             return
         with self.sim._connection(_CONNECTION_ABORT.get()), self.sim._downloading(bot_id):

@@ -1,5 +1,6 @@
 // The operator's view (GET /api/status), refreshed while it is shown: a row
-// per bot, the upload budget, the GC backlog and a throughput chart.
+// per bot, the upload budget, the GC backlog, the stored data's state
+// (objects degraded, lost, repaired) and a throughput chart.
 
 import { api, el, formatBytes, formatDuration } from './api.js';
 
@@ -80,6 +81,14 @@ function facts(status) {
     ],
     ['Messages waiting to be deleted (GC)', String(status.gc_backlog)],
   ];
+  const data = status.durability;
+  if (data.counted) {
+    items.push(
+      [`Objects below ${data.replicas} intact copies (being repaired)`, String(data.degraded_objects)],
+      ['Objects lost (no intact copy left)', String(data.lost_objects)],
+      ['Copies repaired since the start', String(data.repaired)],
+    );
+  }
   $('facts').replaceChildren(
     ...items.flatMap(([term, value]) => [el('dt', { text: term }), el('dd', { text: value })]),
   );

@@ -1,0 +1,132 @@
+"""Reading bytes of one copy of a chunk, each checked before it is handed on.
+
+A read of chunk bytes [start, end) asks Telegram's file server for the copy
+from the start of the first block it touches (a Range request: the server
+serves static files and honours it; one that sends the whole file instead is
+read from 0, the blocks before `start` skipped unheld). Every block the
+range touches is hashed when it is complete and compared with the digest
+stored for it (app.store.blocks).
+Only then are its bytes in the range handed on. A block that does not match
+raises CopyCorrupt: the caller reads around it, from another copy, at the
+byte where this one stopped.
+
+A chunk stored before verified reads has no block digests, only the SHA-256
+of its whole bytes: its copy is read whole into a temporary file (on disk,
+not in memory), checked, and only then handed on; its block digests are
+reported (`on_hashes`) so that the next read goes block by block.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Awaitable, Callable
+
+from app.store.blocks import (
+    BLOCK_SIZE,
+    BlockMismatch,
+    WholeChunkCheck,
+    block_digest,
+    expected_digest,
+    hashes_root,
+)
+from app.store.locator import ChunkRef, CopyRef
+from app.telegram.client import BotClient
+from app.telegram.errors import TelegramError
+
+#: Hands on checked bytes (the reader: its budget, then its queue).
+Deliver = Callable[[bytes], Awaitable[None]]
+#: A legacy chunk read whole and found right: (chunk id, block digests, root).
+HashesFound = Callable[[int, bytes, str], None]
+
+# How much of a legacy copy is handed on at a time (the budget's unit).
+_HAND_ON = 64 * 1024
+
+
+class CopyCorrupt(Exception):
+    """A copy's bytes are not the chunk's: read around it."""
+
+
+async def fetch_checked(
+    client: BotClient,
+    file_path: str,
+    chunk: ChunkRef,
+    copy: CopyRef,
+    start: int,
+    end: int,
+    deliver: Deliver,
+    on_hashes: HashesFound | None = None,
+) -> None:
+    """Hand on chunk bytes [start, end) of `copy`, every one checked."""
+    if chunk.block_hashes is None:
+        await _fetch_legacy(client, file_path, chunk, copy, start, end, deliver, on_hashes)
+        return
+    hashes = chunk.block_hashes
+    first_block = start // BLOCK_SIZE
+    block = bytearray()
+    # From the first block the range touches: the bytes before it are never
+    # downloaded where the file server honours the Range asked for.
+    async with client.open_file_at(file_path, first_block * BLOCK_SIZE) as (served, body):
+        position = served  # the chunk offset of the next byte the copy sends
+        async for data in body:
+            view = memoryview(data)
+            while view:
+                if position >= chunk.size:
+                    raise CopyCorrupt(
+                        f"copy {copy.copy_id} of chunk {chunk.chunk_id} is longer than the chunk"
+                    )
+                index = position // BLOCK_SIZE
+                block_end = min((index + 1) * BLOCK_SIZE, chunk.size)
+                count = min(len(view), block_end - position)
+                if index >= first_block:
+                    block += view[:count]
+                view = view[count:]
+                position += count
+                if index < first_block or position < block_end:
+                    continue  # a block before the range (never held), or not whole yet
+                if block_digest(block) != expected_digest(hashes, index):
+                    raise CopyCorrupt(
+                        f"copy {copy.copy_id} of chunk {chunk.chunk_id}: block {index} "
+                        "does not match its stored hash"
+                    )
+                block_start = index * BLOCK_SIZE
+                first = max(start, block_start) - block_start
+                await deliver(bytes(block[first : min(end, block_end) - block_start]))
+                if block_end >= end:
+                    return
+                block.clear()
+    raise TelegramError(
+        f"copy {copy.copy_id} of chunk {chunk.chunk_id} ended after {position} of "
+        f"{chunk.size} bytes"
+    )
+
+
+async def _fetch_legacy(
+    client: BotClient,
+    file_path: str,
+    chunk: ChunkRef,
+    copy: CopyRef,
+    start: int,
+    end: int,
+    deliver: Deliver,
+    on_hashes: HashesFound | None,
+) -> None:
+    check = WholeChunkCheck(chunk.size, chunk.sha256, None)
+    with tempfile.TemporaryFile(prefix="teleuploader-chunk-") as whole:
+        async with client.open_file(file_path) as body:
+            async for data in body:
+                check.feed(data)
+                whole.write(data)
+        try:
+            hashes = check.finish()
+        except (BlockMismatch, ValueError) as exc:
+            raise CopyCorrupt(f"copy {copy.copy_id} of chunk {chunk.chunk_id}: {exc}") from None
+        if on_hashes is not None:
+            on_hashes(chunk.chunk_id, hashes, hashes_root(hashes))
+        whole.seek(start)
+        left = end - start
+        while left > 0:
+            data = whole.read(min(_HAND_ON, left))
+            if not data:
+                raise CopyCorrupt(f"copy {copy.copy_id} of chunk {chunk.chunk_id} is short")
+            left -= len(data)
+            await deliver(data)

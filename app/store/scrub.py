@@ -1,0 +1,484 @@
+"""The scrub: every chunk copy checked within SCRUB_PERIOD, and every loss
+repaired from a good copy.
+
+* **Checks.** Each round (every `ROUND_SECONDS`) asks Telegram about the
+  copies checked longest ago (getFile through the bot that uploaded the
+  copy, one call like any other: the dispatcher's one-call-per-token rule
+  holds), as many as it takes to visit every copy once a period, spread
+  evenly. Within a daily byte budget (SCRUB_READ_BYTES_PER_DAY) it also
+  reads copies whole and checks every block against its stored hash (deep).
+  A copy Telegram no longer holds is 'missing', one with wrong bytes
+  'corrupt'. A round gives way to user traffic: it stops when the bots have
+  work queued.
+* **Repairs.** A chunk with fewer intact copies than REPLICAS (a bad copy
+  found by a check or by a read, or REPLICAS raised) is read whole from an
+  intact copy, checked, and stored again as a new, independent copy, in a
+  chat (and by a bot) none of its intact copies uses where there is one. The
+  new copy is recorded, and only then the bad ones' messages go to the GC
+  ledger. A crash in between loses nothing: the good copies were never
+  touched, and a copy sent but not recorded is an orphan reconciliation
+  deletes. A repair holds one upload buffer (of the process-wide budget)
+  for the chunk's bytes.
+* **Lost.** A chunk none of whose copies is intact is lost, and so are the
+  objects made of it: they are answered as damaged, never served, and
+  counted (`Health`) on /metrics, the status page, `teleuploader check` and
+  the object's own API answer. The scrub asks again about a lost chunk's
+  copies every round it has time for: one Telegram had only "temporarily
+  unavailable" may come back.
+
+With several instances, each checks the copies of the bots it holds; any
+repairs a chunk it finds short (a repair adds a copy only while the chunk is
+short of REPLICAS, under its row's lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
+from app.db.intents import ANY_CHAT, IntentRepository
+from app.db.session import session_scope
+from app.periodic import Periodic
+from app.store.blocks import BlockMismatch, WholeChunkCheck, hashes_root
+from app.store.gc import GarbageCollector
+from app.store.locator import ChunkLocator, CopyRef, is_gone
+from app.store.upload_buffers import UploadBuffers
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import BotUnusable, TelegramError
+from app.telegram.types import StoredDocument
+from app.telegram.worker import ReplicaGroup
+
+log = structlog.get_logger("app.store.scrub")
+
+ROUND_SECONDS = 60.0
+# Repairs per round, at most (each re-uploads a chunk).
+REPAIRS_PER_ROUND = 20
+# Copies a full pass reads from the database at a time.
+PASS_BATCH = 1000
+DAY = 86400.0
+
+
+@dataclass
+class PassReport:
+    """What one pass (a round, or a full pass asked for) found and did."""
+
+    checked: int = 0
+    missing: int = 0
+    corrupt: int = 0
+    repaired: int = 0
+    # Whole copies read and checked (deep), and their bytes.
+    read: int = 0
+    read_bytes: int = 0
+    degraded_objects: int = 0
+    lost_objects: int = 0
+
+    def add(self, other: PassReport) -> None:
+        for name in ("checked", "missing", "corrupt", "repaired", "read", "read_bytes"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class FullPass:
+    """A full pass run on request (`teleuploader scrub`)."""
+
+    deep: bool
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+    report: PassReport = field(default_factory=PassReport)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "running": self.finished_at is None,
+            "deep": self.deep,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "error": self.error,
+            **asdict(self.report),
+        }
+
+
+class Scrub:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        gc: GarbageCollector,
+        locator: ChunkLocator,
+        buffers: UploadBuffers,
+        *,
+        replicas: int,
+        period: float,
+        read_bytes_per_day: int,
+        owner: str | None = None,
+        round_seconds: float = ROUND_SECONDS,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._sessionmaker = sessionmaker
+        self._gc = gc
+        self._locator = locator
+        self._buffers = buffers
+        self.replicas = replicas
+        self._period = period
+        self._read_per_round = read_bytes_per_day * round_seconds / DAY
+        self._owner = owner
+        self.loop = Periodic(
+            "scrub", self._round, interval=round_seconds, jitter=0.1, run_at_start=True
+        )
+        self._round_seconds = round_seconds
+        # Reports of reads and checks, written in the background.
+        self._background: set[asyncio.Task[None]] = set()
+        self.repaired = 0  # since the start (a metric)
+        self.last_health: Health | None = None
+        self.full_pass: FullPass | None = None
+        self._full_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # one pass or round at a time
+
+    def start(self) -> None:
+        if self._period > 0:
+            self.loop.start()
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+        if self._full_task is not None:
+            self._full_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._full_task
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    # --- what reads report --------------------------------------------------------
+
+    def report_bad(self, chunk_id: int, copy_id: int, state: str) -> None:
+        """A read found a copy missing or corrupt: recorded, and a repair soon."""
+        bad: BadState = "corrupt" if state == "corrupt" else "missing"
+        self._in_background(self._mark_bad(copy_id, bad))
+
+    def hashes_found(self, chunk_id: int, hashes: bytes, root: str) -> None:
+        """A chunk stored before verified reads was read whole and found right."""
+
+        async def record() -> None:
+            async with session_scope(self._sessionmaker) as session:
+                await CopyRepository(session).set_block_hashes(chunk_id, hashes, root)
+
+        self._in_background(record())
+
+    async def _mark_bad(self, copy_id: int, state: BadState) -> None:
+        async with session_scope(self._sessionmaker) as session:
+            await CopyRepository(session).mark_bad(copy_id, state)
+        self.loop.wake()
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as exc:  # the next check finds it again
+                log.warning("scrub_report_failed", error=str(exc))
+
+        task = asyncio.create_task(guarded())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- health -----------------------------------------------------------------------
+
+    async def health(self) -> Health:
+        async with session_scope(self._sessionmaker) as session:
+            health = await CopyRepository(session).health(self.replicas)
+        self.last_health = health
+        return health
+
+    # --- full passes (the API) -----------------------------------------------------------
+
+    def start_full_pass(self, *, deep: bool) -> FullPass:
+        """Run a full pass now in the background (or the one running)."""
+        if self.full_pass is not None and self.full_pass.finished_at is None:
+            return self.full_pass
+        full = FullPass(deep=deep)
+        self.full_pass = full
+
+        async def run() -> None:
+            try:
+                await self.run_pass(deep=deep, into=full.report)
+            except Exception as exc:
+                full.error = str(exc) or type(exc).__name__
+                log.warning("scrub_pass_failed", error=full.error)
+            finally:
+                full.finished_at = datetime.now(UTC)
+
+        self._full_task = asyncio.create_task(run(), name="scrub-pass")
+        return full
+
+    async def run_pass(self, *, deep: bool, into: PassReport | None = None) -> PassReport:
+        """Every copy this instance may ask about checked (and read whole,
+        `deep`), then every short chunk repaired."""
+        report = into if into is not None else PassReport()
+        async with self._lock:
+            after = 0
+            while True:
+                async with session_scope(self._sessionmaker) as session:
+                    copy_ids = await CopyRepository(session).copy_ids(
+                        after, PASS_BATCH, not_by=self._dispatcher.held_elsewhere
+                    )
+                if not copy_ids:
+                    break
+                for copy_id in copy_ids:
+                    await self._check(copy_id, deep=deep, report=report)
+                after = copy_ids[-1]
+            while await self._repairs(report, limit=REPAIRS_PER_ROUND):
+                pass
+            await self._count(report)
+        log.info("scrub_pass_done", deep=deep, **asdict(report))
+        return report
+
+    # --- the background rounds -----------------------------------------------------------
+
+    async def _round(self) -> None:
+        async with self._lock:
+            report = PassReport()
+            await self._repairs(report, limit=REPAIRS_PER_ROUND)
+            async with session_scope(self._sessionmaker) as session:
+                copies = await CopyRepository(session).health(self.replicas)
+            # Every copy once a period, spread evenly over its rounds.
+            due = math.ceil(copies.copies * self._round_seconds / self._period)
+            async with session_scope(self._sessionmaker) as session:
+                copy_ids = await CopyRepository(session).due_for_check(
+                    max(due, 1), not_by=self._dispatcher.held_elsewhere
+                )
+            for copy_id in copy_ids:
+                if self._dispatcher.backlog() > 0:
+                    break  # user traffic first: the next round goes on
+                deep = report.read_bytes < self._read_per_round
+                await self._check(copy_id, deep=deep, report=report)
+            await self._count(report)
+            if report.missing or report.corrupt or report.repaired:
+                log.info("scrub_round", **asdict(report))
+
+    async def _count(self, report: PassReport) -> None:
+        health = await self.health()
+        report.degraded_objects = health.objects_degraded
+        report.lost_objects = health.objects_lost
+
+    # --- one copy ----------------------------------------------------------------------------
+
+    async def _check(self, copy_id: int, *, deep: bool, report: PassReport) -> None:
+        async with session_scope(self._sessionmaker) as session:
+            repo = CopyRepository(session)
+            found = await repo.copy(copy_id)
+            if found is None:
+                return  # released meanwhile
+            chunk_id, copy = found
+            chunk = (await repo.chunks([chunk_id])).get(chunk_id)
+        if chunk is None:
+            return
+        worker = self._dispatcher.workers.get(copy.bot_id)
+        if worker is not None and worker.probing:
+            return  # its bot is still being checked: the next round asks
+        try:
+            verdict = await self._look_at(chunk, copy, deep=deep, report=report)
+        except TelegramError as exc:
+            # Telegram is unwell, not the copy: it is asked again next time.
+            log.warning("copy_check_failed", copy_id=copy_id, error=str(exc))
+            return
+        report.checked += 1
+        async with session_scope(self._sessionmaker) as session:
+            repo = CopyRepository(session)
+            if verdict is None:
+                await repo.mark_checked(copy_id, verified=deep)
+            else:
+                await repo.mark_bad(copy_id, verdict)
+        if verdict == "missing":
+            report.missing += 1
+        elif verdict == "corrupt":
+            report.corrupt += 1
+
+    async def _look_at(
+        self, chunk: ChunkRow, copy: CopyRow, *, deep: bool, report: PassReport
+    ) -> BadState | None:
+        """None if the copy is there (and, `deep`, right), else what is wrong."""
+        ref = _ref(copy)
+        worker = self._dispatcher.workers.get(copy.bot_id)
+        if worker is None or not worker.usable:
+            # Its bot is out of the pool for good: the copy is reached only
+            # through others' forwards. A copy of its own replaces it.
+            return "missing"
+        try:
+            if not deep:
+                await self._dispatcher.file_path(copy.bot_id, copy.file_id)
+                return None if worker.usable else "missing"
+            client, file_path = await self._locator.locate(ref)
+            check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
+            async with client.open_file(file_path) as body:
+                async for data in body:
+                    check.feed(data)
+            hashes = check.finish()
+        except (BlockMismatch, ValueError):
+            return "corrupt"
+        except BotUnusable:
+            return "missing"  # its bot is out (revoked, kicked): a copy of its own replaces it
+        except TelegramError as exc:
+            if is_gone(exc):
+                return "missing"
+            raise
+        report.read += 1
+        report.read_bytes += chunk.size
+        if chunk.block_hashes is None:
+            self.hashes_found(chunk.id, hashes, hashes_root(hashes))
+        if not worker.usable:
+            # Its bot was found revoked on the way (the read went through
+            # another bot's forward): a copy of its own replaces it.
+            return "missing"
+        return None
+
+    # --- repairs ---------------------------------------------------------------------------
+
+    async def _repairs(self, report: PassReport, *, limit: int) -> int:
+        """Repair up to `limit` short chunks; how many were repaired."""
+        async with session_scope(self._sessionmaker) as session:
+            short = await CopyRepository(session).needing_repair(self.replicas, limit)
+        repaired = 0
+        for chunk_id in short:
+            try:
+                if await self.repair(chunk_id, report=report):
+                    repaired += 1
+            except TelegramError as exc:
+                log.warning("chunk_repair_failed", chunk_id=chunk_id, error=str(exc))
+        return repaired
+
+    async def repair(self, chunk_id: int, *, report: PassReport | None = None) -> bool:
+        """Bring the chunk back to REPLICAS intact copies; True if a copy was
+        added. A chunk with no intact copy left is lost (counted)."""
+        report = report if report is not None else PassReport()
+        async with session_scope(self._sessionmaker) as session:
+            chunk = (await CopyRepository(session).chunks([chunk_id])).get(chunk_id)
+        if chunk is None:
+            return False
+        good = [copy for copy in chunk.copies if copy.ok]
+        await self._buffers.acquire()
+        try:
+            data = await self._read_intact(chunk, good)
+            if data is None:
+                # None intact: ask about the others again (they may be back).
+                data = await self._read_intact(chunk, [c for c in chunk.copies if not c.ok])
+                if data is None:
+                    log.error("chunk_lost", chunk_id=chunk_id, copies=len(chunk.copies))
+                    return False
+                good = [c for c in chunk.copies if c.ok]
+            added = await self._store_copies(chunk, good, data, self.replicas - len(good))
+        finally:
+            data = None
+            self._buffers.release()
+        async with session_scope(self._sessionmaker) as session:
+            retired = await CopyRepository(session).retire_bad(chunk_id, keep=self.replicas)
+        if retired:
+            self._gc.wake()
+        if added:
+            self.repaired += added
+            report.repaired += added
+            log.info("chunk_repaired", chunk_id=chunk_id, copies_added=added, bad_retired=retired)
+        return added > 0
+
+    async def _read_intact(self, chunk: ChunkRow, copies: list[CopyRow]) -> bytes | None:
+        """The chunk's bytes from the first of `copies` that gives them whole
+        and right (the others found bad on the way are marked so)."""
+        for copy in copies:
+            data = bytearray()
+            try:
+                client, file_path = await self._locator.locate(_ref(copy))
+                check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
+                async with client.open_file(file_path) as body:
+                    async for piece in body:
+                        check.feed(piece)
+                        data += piece
+                check.finish()
+            except (BlockMismatch, ValueError):
+                await self._mark_bad(copy.id, "corrupt")
+                continue
+            except TelegramError as exc:
+                if is_gone(exc):
+                    await self._mark_bad(copy.id, "missing")
+                else:
+                    log.warning("copy_read_failed", copy_id=copy.id, error=str(exc))
+                continue
+            worker = self._dispatcher.workers.get(copy.bot_id)
+            if not copy.ok and worker is not None and worker.usable:
+                # Taken for a bad copy, but whole and right: intact again
+                # (not one whose bot is gone: it is read, and replaced).
+                async with session_scope(self._sessionmaker) as session:
+                    await CopyRepository(session).mark_checked(copy.id, verified=True)
+            return bytes(data)
+        return None
+
+    async def _store_copies(
+        self, chunk: ChunkRow, good: list[CopyRow], data: bytes, wanted: int
+    ) -> int:
+        """Up to `wanted` new copies, in chats and by bots the intact ones do
+        not use where possible; how many were recorded."""
+        if wanted <= 0:
+            return 0
+        taken = {copy.chat_id for copy in good}
+        chats = [
+            chat
+            for chat in self._dispatcher.replica_chats(len(taken) + wanted)
+            if chat not in taken
+        ]
+        chats = (chats + [None] * wanted)[:wanted]
+        group = ReplicaGroup({-(index + 1): copy.bot_id for index, copy in enumerate(good)})
+        added = 0
+        for chat in chats:
+            intent = await self._open_intent()
+            try:
+                document = await self._dispatcher.send_document(
+                    data, f"repair-{chunk.id}.bin", chat_id=chat, replicas=group
+                )
+            except TelegramError as exc:
+                await self._resolve_intent(intent)
+                log.warning("chunk_repair_send_failed", chunk_id=chunk.id, error=str(exc))
+                continue
+            if not await self._record_copy(chunk.id, document, intent):
+                self._gc.enqueue_document(document, reason="orphaned")
+                continue
+            added += 1
+        return added
+
+    async def _record_copy(
+        self, chunk_id: int, document: StoredDocument, intent: int | None
+    ) -> bool:
+        async with session_scope(self._sessionmaker) as session:
+            copy_id = await CopyRepository(session).add_copy(
+                chunk_id, document, at_most=self.replicas
+            )
+            if intent is not None:
+                await IntentRepository(session).resolve(intent)
+        return copy_id is not None
+
+    async def _open_intent(self) -> int | None:
+        if self._owner is None:
+            return None
+        async with session_scope(self._sessionmaker) as session:
+            return await IntentRepository(session).open(self._owner, ANY_CHAT)
+
+    async def _resolve_intent(self, intent: int | None) -> None:
+        if intent is None:
+            return
+        with contextlib.suppress(Exception):
+            async with session_scope(self._sessionmaker) as session:
+                await IntentRepository(session).resolve(intent)
+
+
+def _ref(copy: CopyRow) -> CopyRef:
+    return CopyRef(
+        copy_id=copy.id,
+        bot_id=copy.bot_id,
+        file_id=copy.file_id,
+        chat_id=copy.chat_id,
+        message_id=copy.message_id,
+    )

@@ -1,0 +1,122 @@
+"""A chunk's copies after they were stored (app/db/copies.py): the counts of
+intact copies and the lost mark follow every change, on both backends."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.copies import CopyRepository
+from app.db.models import Chunk, ChunkCopy, GcEntry
+from app.db.repositories import ChunkRepository, ObjectRepository
+from app.db.session import session_scope
+from tests.db.helpers import document, spec
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+async def two_copy_object(sessionmaker: Sessions, key: str = "k") -> tuple[int, list[int]]:
+    """An object of one chunk of two copies: (chunk id, copy ids)."""
+    async with session_scope(sessionmaker) as session:
+        chunk = await ChunkRepository(session).add_pending(
+            [document(size=10, bot_id=1), document(size=10, bot_id=2)], "ab" * 32
+        )
+        await ObjectRepository(session).put(spec(key, [_piece(chunk.id)]))
+        copy_ids = list(
+            await session.scalars(
+                select(ChunkCopy.id).where(ChunkCopy.chunk_id == chunk.id).order_by(ChunkCopy.id)
+            )
+        )
+    return chunk.id, copy_ids
+
+
+def _piece(chunk_id: int) -> object:
+    from app.db.object_rows import PieceSpec
+
+    return PieceSpec(chunk_id=chunk_id, offset=0, length=10)
+
+
+async def state(sessionmaker: Sessions, chunk_id: int) -> tuple[int, bool]:
+    async with session_scope(sessionmaker) as session:
+        chunk = await session.get(Chunk, chunk_id)
+        assert chunk is not None
+        return chunk.copies_ok, chunk.lost_at is not None
+
+
+async def test_bad_copies_count_down_to_lost_and_a_good_check_brings_one_back(
+    sessionmaker: Sessions,
+) -> None:
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    assert await state(sessionmaker, chunk_id) == (2, False)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        assert await repo.mark_bad(first, "missing")
+        assert not await repo.mark_bad(first, "missing")  # bad already: no second count
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        assert await CopyRepository(session).mark_bad(second, "corrupt")
+    assert await state(sessionmaker, chunk_id) == (0, True)
+    async with session_scope(sessionmaker) as session:
+        health = await CopyRepository(session).health(replicas=2)
+        assert (health.objects_lost, health.objects_degraded, health.chunks_lost) == (1, 0, 1)
+        # Present again but known to hold wrong bytes: not intact until read.
+        await CopyRepository(session).mark_checked(second)
+    assert await state(sessionmaker, chunk_id) == (0, True)
+    async with session_scope(sessionmaker) as session:
+        await CopyRepository(session).mark_checked(first)  # a missing one is back
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        health = await CopyRepository(session).health(replicas=2)
+        assert (health.objects_lost, health.objects_degraded) == (0, 1)
+
+
+async def test_a_repair_adds_a_copy_only_while_the_chunk_is_short_and_retires_the_bad_ones(
+    sessionmaker: Sessions,
+) -> None:
+    chunk_id, (first, _second) = await two_copy_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        await CopyRepository(session).mark_bad(first, "missing")
+    replacement = document(size=10, bot_id=3)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        assert await repo.add_copy(chunk_id, replacement, at_most=2) is not None
+        # A second repair that raced this one finds it whole: refused.
+        assert await repo.add_copy(chunk_id, document(size=10), at_most=2) is None
+        assert await repo.retire_bad(chunk_id, keep=2) == 1
+    assert await state(sessionmaker, chunk_id) == (2, False)
+    async with session_scope(sessionmaker) as session:
+        ledgered = [(e.message_id, e.reason) for e in await session.scalars(select(GcEntry))]
+        left = set(await session.scalars(select(ChunkCopy.state)))
+        assert await CopyRepository(session).needing_repair(2, 10) == []
+        assert await CopyRepository(session).object_damage(1, 2) is None
+    assert len(ledgered) == 1 and ledgered[0][1] == "damaged"
+    assert left == {"ok"}
+
+
+async def test_bad_copies_stay_until_enough_good_ones_exist(sessionmaker: Sessions) -> None:
+    """The last evidence of a chunk is never dropped."""
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        await repo.mark_bad(first, "missing")
+        await repo.mark_bad(second, "missing")
+        assert await repo.retire_bad(chunk_id, keep=2) == 0
+        assert await repo.needing_repair(2, 10) == [chunk_id]
+        assert await repo.object_damage(1, 2) == "lost"
+    async with session_scope(sessionmaker) as session:
+        assert len(list(await session.scalars(select(ChunkCopy.id)))) == 2
+
+
+async def test_the_scrub_visits_the_copies_checked_longest_ago_first(
+    sessionmaker: Sessions,
+) -> None:
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        await CopyRepository(session).mark_checked(first)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        assert await repo.due_for_check(10) == [second, first]
+        assert await repo.due_for_check(10, not_by=[2]) == [first]
+        assert await repo.copy_ids(0, 10) == [first, second]
+        assert await repo.copy_ids(first, 10) == [second]
+        assert (await repo.chunks([chunk_id]))[chunk_id].copies[0].id == first
