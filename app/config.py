@@ -12,11 +12,21 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
+
+if TYPE_CHECKING:
+    from app.sealing.keys import Keyring
 
 MiB = 1024 * 1024
 
@@ -24,6 +34,11 @@ MiB = 1024 * 1024
 # 20 * 10**6 or 20 * 2**20 bytes. 19 MiB is below both; a chunk that uploads but
 # cannot be fetched back is data loss.
 MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
+# The getFile limits a sealed chunk (its frames' tags included) must stay
+# within: Telegram's, taken as the smaller reading (10**6), and a local Bot
+# API server's 2000 MB.
+GETFILE_LIMIT = 20 * 10**6
+LOCAL_GETFILE_LIMIT = 2000 * 10**6
 
 _TOKEN_RE = re.compile(r"^(\d{3,20}):([A-Za-z0-9_-]{20,})$")
 
@@ -312,6 +327,20 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("S3_DOMAIN", "s3_domain"),
         description="Enables virtual-host style requests: <bucket>.<S3_DOMAIN>.",
     )
+    # --- Encryption at rest (docs/encryption.md) -------------------------------
+    encryption_keys: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("ENCRYPTION_KEYS", "encryption_keys"),
+        description="id:base64-32-bytes master keys, comma-separated; the first seals new chunks.",
+    )
+    encryption_keys_file: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("ENCRYPTION_KEYS_FILE", "encryption_keys_file"),
+        description="A file of id:base64 keys, one a line (systemd LoadCredential=).",
+    )
+    # The parsed keyring (app.sealing.keys.Keyring), None without keys.
+    _keyring: Any = PrivateAttr(default=None)
+
     # --- Logging --------------------------------------------------------------
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", validation_alias=AliasChoices("LOG_LEVEL", "log_level")
@@ -409,7 +438,48 @@ class Settings(BaseSettings):
                 "Telegram's getFile refuses files over 20 MB, so such chunks could never be "
                 "downloaded; lower it, or set TELEGRAM_LOCAL_SERVER=true for a local Bot API server"
             )
+        self._keyring = self._load_keyring()
         return self
+
+    def _load_keyring(self) -> Any:
+        """The keyring of ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE (None: neither),
+        checked now so that a bad key stops the start with one line. Only
+        then is `cryptography` imported."""
+        if self.encryption_keys is not None and self.encryption_keys_file is not None:
+            raise ValueError(
+                "ENCRYPTION_KEYS and ENCRYPTION_KEYS_FILE are both set: keep one of them"
+            )
+        if self.encryption_keys is not None:
+            text, source = self.encryption_keys.get_secret_value(), "ENCRYPTION_KEYS"
+        elif self.encryption_keys_file is not None:
+            source = f"ENCRYPTION_KEYS_FILE ({self.encryption_keys_file})"
+            try:
+                text = Path(self.encryption_keys_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise ValueError(f"{source}: cannot be read: {reason}") from None
+        else:
+            return None
+        from app.sealing.keys import BadMasterKey, parse_keys, split_entries
+        from app.sealing.layout import largest_plaintext, sealed_size
+
+        try:
+            keyring = parse_keys(split_entries(text), source)
+        except BadMasterKey as exc:
+            raise ValueError(str(exc)) from None
+        limit = LOCAL_GETFILE_LIMIT if self.telegram_local_server else GETFILE_LIMIT
+        if sealed_size(self.chunk_size) > limit:
+            raise ValueError(
+                f"CHUNK_SIZE={self.chunk_size} sealed is {sealed_size(self.chunk_size)} bytes, "
+                f"above getFile's {limit}: with encryption on, CHUNK_SIZE is at most "
+                f"{largest_plaintext(limit)}"
+            )
+        return keyring
+
+    def keyring(self) -> Keyring | None:
+        """The master keys (app.sealing.keys.Keyring), or None: encryption off."""
+        keyring: Keyring | None = self._keyring
+        return keyring
 
     @property
     def bot_ids(self) -> list[int]:

@@ -5,6 +5,7 @@ corrupt, repaired) is app.db.copies."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
 
@@ -34,8 +35,11 @@ class PostedDocument(Protocol):
     def size(self) -> int: ...
 
 
-def copy_values(chunk_id: int, document: PostedDocument, now: datetime) -> dict[str, object]:
-    """The chunk_copies row of a document Telegram stored."""
+def copy_values(
+    chunk_id: int, document: PostedDocument, now: datetime, salt: bytes | None = None
+) -> dict[str, object]:
+    """The chunk_copies row of a document Telegram stored (`salt`: a sealed
+    chunk's copy)."""
     return {
         "chunk_id": chunk_id,
         "bot_id": document.bot_id,
@@ -45,6 +49,7 @@ def copy_values(chunk_id: int, document: PostedDocument, now: datetime) -> dict[
         "message_id": document.message_id,
         "state": "ok",
         "created_at": now,
+        "seal_salt": salt,
     }
 
 
@@ -62,6 +67,16 @@ def ledger_values(
         "attempts": 0,
         "next_attempt_at": now,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class SealRecord:
+    """What the database keeps of a sealed chunk (docs/encryption.md)."""
+
+    size: int  # plaintext bytes
+    key_id: str  # the master key that wrapped the data key
+    wrapped_key: bytes
+    salts: Sequence[bytes]  # one per copy, in the order of its documents
 
 
 class ChunksMissing(Exception):
@@ -83,10 +98,13 @@ class ChunkRepository:
         owner: str | None = None,
         *,
         block_hashes: bytes | None = None,
+        seal: SealRecord | None = None,
     ) -> Chunk:
         """Record a freshly uploaded chunk: its copies, one document each (or
         its one document). It stays 'pending' until `mark_live`; `owner` is
-        the instance whose upload it belongs to."""
+        the instance whose upload it belongs to. A sealed chunk's `seal`
+        gives its plaintext size, its wrapped data key and each copy's salt
+        (the documents hold the sealed size)."""
         documents: list[PostedDocument] = (
             list(copies) if isinstance(copies, list | tuple) else [cast(PostedDocument, copies)]
         )
@@ -95,18 +113,24 @@ class ChunkRepository:
         now = utcnow()
         chunk = Chunk(
             owner=owner,
-            size=documents[0].size,
+            size=documents[0].size if seal is None else seal.size,
             sha256=sha256,
             block_hashes=block_hashes,
             state="pending",
             created_at=now,
             copies_ok=len(documents),
+            seal_key_id=None if seal is None else seal.key_id,
+            sealed_data_key=None if seal is None else seal.wrapped_key,
         )
+        salts: Sequence[bytes | None] = [None] * len(documents) if seal is None else seal.salts
         self._session.add(chunk)
         await self._session.flush()
         await self._session.execute(
             insert(ChunkCopy),
-            [copy_values(chunk.id, document, now) for document in documents],
+            [
+                copy_values(chunk.id, document, now, salt)
+                for document, salt in zip(documents, salts, strict=True)
+            ],
         )
         return chunk
 

@@ -35,6 +35,8 @@ class CopyRow:
     chat_id: int
     message_id: int
     state: str
+    # A sealed chunk's copy: the salt of its copy key.
+    salt: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -52,6 +54,9 @@ class ChunkRow:
     block_hashes: bytes | None
     lost: bool
     copies: tuple[CopyRow, ...]
+    # Sealed: the master key id and the wrapped data key (None: plaintext).
+    seal_key_id: str | None = None
+    sealed_data_key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,7 @@ _COPY_COLUMNS = (
     ChunkCopy.chat_id,
     ChunkCopy.message_id,
     ChunkCopy.state,
+    ChunkCopy.seal_salt,
 )
 _LEDGER_COLUMNS = (
     ChunkCopy.bot_id,
@@ -84,9 +90,9 @@ _PREFERRED = (case((ChunkCopy.state == "ok", 0), else_=1), ChunkCopy.id)
 
 
 def _copy_row(row: Sequence[Any]) -> CopyRow:
-    copy_id, bot_id, file_id, chat_id, message_id, state = row
+    copy_id, bot_id, file_id, chat_id, message_id, state, salt = row
     return CopyRow(
-        int(copy_id), int(bot_id), str(file_id), int(chat_id), int(message_id), str(state)
+        int(copy_id), int(bot_id), str(file_id), int(chat_id), int(message_id), str(state), salt
     )
 
 
@@ -110,11 +116,17 @@ class CopyRepository:
             for chunk_id, *copy in rows:
                 copies.setdefault(chunk_id, []).append(_copy_row(copy))
             chunks = await self._session.execute(
-                select(Chunk.id, Chunk.size, Chunk.sha256, Chunk.block_hashes, Chunk.lost_at).where(
-                    Chunk.id.in_(batch)
-                )
+                select(
+                    Chunk.id,
+                    Chunk.size,
+                    Chunk.sha256,
+                    Chunk.block_hashes,
+                    Chunk.lost_at,
+                    Chunk.seal_key_id,
+                    Chunk.sealed_data_key,
+                ).where(Chunk.id.in_(batch))
             )
-            for chunk_id, size, sha256, block_hashes, lost_at in chunks:
+            for chunk_id, size, sha256, block_hashes, lost_at, key_id, wrapped in chunks:
                 found[chunk_id] = ChunkRow(
                     id=chunk_id,
                     size=size,
@@ -122,6 +134,8 @@ class CopyRepository:
                     block_hashes=block_hashes,
                     lost=lost_at is not None,
                     copies=tuple(copies.get(chunk_id, ())),
+                    seal_key_id=key_id,
+                    sealed_data_key=wrapped,
                 )
         return found
 
@@ -265,7 +279,7 @@ class CopyRepository:
             await self._count(chunk_id, +1)
 
     async def add_copy(
-        self, chunk_id: int, document: PostedDocument, *, at_most: int
+        self, chunk_id: int, document: PostedDocument, *, at_most: int, salt: bytes | None = None
     ) -> int | None:
         """A new intact copy of the chunk (a repair, or a replica more); its
         id, or None if the chunk is gone or has `at_most` intact copies
@@ -278,7 +292,7 @@ class CopyRepository:
         if copies_ok is None or copies_ok >= at_most:
             return None
         now = utcnow()
-        values = copy_values(chunk_id, document, now)
+        values = copy_values(chunk_id, document, now, salt)
         values["checked_at"] = values["verified_at"] = now
         copy_id = await self._session.scalar(
             insert(ChunkCopy).values(**values).returning(ChunkCopy.id)

@@ -51,6 +51,8 @@ class Chunk(Base):
         Index(None, "state", "created_at"),
         # The scrub's repairs: chunks with fewer good copies than REPLICAS.
         Index(None, "copies_ok"),
+        # `teleuploader encryption status` and `rotate`: chunks per master key.
+        Index(None, "seal_key_id"),
         NEVER_REUSE_IDS,
     )
 
@@ -77,6 +79,14 @@ class Chunk(Base):
     # lost (answered as damaged, never served, counted). Cleared if a copy
     # turns out intact after all.
     lost_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
+    # Sealed chunks (docs/encryption.md): the master key that wrapped the
+    # chunk's data key, and that key wrapped. None: stored as plaintext.
+    # A sealed chunk keeps no plaintext hashes (`sha256` is empty,
+    # `block_hashes` None): each frame's tag is its check.
+    seal_key_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
+    sealed_data_key: Mapped[bytes | None] = mapped_column(
+        LargeBinary, nullable=True, default=None
+    )
 
     def __repr__(self) -> str:
         return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"
@@ -113,6 +123,9 @@ class ChunkCopy(Base):
     # bytes were last read whole and found right; None: not yet.
     checked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
     verified_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
+    # A sealed chunk's copy: the salt of its own copy key (a repair seals
+    # under a new one). None: the chunk is plaintext.
+    seal_salt: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,87 @@
+"""What encryption at rest keeps in the database: counts per master key,
+and the batches `teleuploader encryption rotate` re-wraps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import distinct, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Chunk, Piece, StoredObject
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCount:
+    """Chunks and objects under one master key id (None: plaintext)."""
+
+    key_id: str | None
+    chunks: int
+    objects: int
+
+
+@dataclass(frozen=True, slots=True)
+class WrappedKey:
+    chunk_id: int
+    key_id: str
+    wrapped: bytes
+
+
+class SealingRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def counts(self) -> list[KeyCount]:
+        """Chunks and objects per master key id, plaintext (None) last. An
+        object counts under every key one of its chunks uses; inline objects
+        (in the database, never in Telegram) count as plaintext."""
+        chunks = dict(
+            (
+                await self._session.execute(
+                    select(Chunk.seal_key_id, func.count()).group_by(Chunk.seal_key_id)
+                )
+            ).all()
+        )
+        objects = dict(
+            (
+                await self._session.execute(
+                    select(Chunk.seal_key_id, func.count(distinct(Piece.object_id)))
+                    .join(Chunk, Chunk.id == Piece.chunk_id)
+                    .group_by(Chunk.seal_key_id)
+                )
+            ).all()
+        )
+        inline = await self._session.scalar(
+            select(func.count()).select_from(StoredObject).where(StoredObject.inline_data.is_not(None))
+        )
+        objects[None] = objects.get(None, 0) + (inline or 0)
+        ids = sorted(key for key in set(chunks) | set(objects) if key is not None)
+        return [
+            KeyCount(key, int(chunks.get(key, 0)), int(objects.get(key, 0)))
+            for key in [*ids, None]
+        ]
+
+    async def wrapped_not_under(self, key_id: str, after: int, limit: int) -> list[WrappedKey]:
+        """Sealed chunks whose data key another master key wrapped, in id
+        order after `after` (a resumable pass)."""
+        rows = await self._session.execute(
+            select(Chunk.id, Chunk.seal_key_id, Chunk.sealed_data_key)
+            .where(Chunk.seal_key_id.is_not(None), Chunk.seal_key_id != key_id, Chunk.id > after)
+            .order_by(Chunk.id)
+            .limit(limit)
+        )
+        return [WrappedKey(int(i), str(k), bytes(w or b"")) for i, k, w in rows]
+
+    async def rewrap(self, chunk_id: int, old: WrappedKey, key_id: str, wrapped: bytes) -> bool:
+        """Store a data key wrapped anew, unless the row changed since it was
+        read (then False: the next pass looks again)."""
+        result = await self._session.execute(
+            update(Chunk)
+            .where(
+                Chunk.id == chunk_id,
+                Chunk.seal_key_id == old.key_id,
+                Chunk.sealed_data_key == old.wrapped,
+            )
+            .values(seal_key_id=key_id, sealed_data_key=wrapped)
+        )
+        return bool(getattr(result, "rowcount", 0))
