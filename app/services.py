@@ -29,6 +29,7 @@ from app.metrics import Metrics, UploadBudgetUse
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
+from app.store.encryption import Encryption
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
@@ -208,6 +209,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(dispatcher.close_clients)
     gc = GarbageCollector(dispatcher, sessionmaker, on_undeletable=metrics.gc_undeletable.inc)
     buffers = UploadBuffers(settings.upload_buffers)
+    encryption = Encryption(settings.keyring())
     writer = ChunkWriter(
         dispatcher,
         sessionmaker,
@@ -218,6 +220,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         replicas=settings.replicas,
         owner=spool.instance_id,
         on_bytes=metrics.bytes_uploaded.inc,
+        encryption=encryption,
     )
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
     instance = InstanceHeartbeat(
@@ -258,6 +261,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         period=settings.scrub_period_seconds,
         read_bytes_per_day=settings.scrub_read_bytes_per_day,
         owner=spool.instance_id,
+        encryption=encryption,
     )
     reader = RangeReader(
         locator,

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from app.config import BotToken, Settings
 from app.demo import create_api_key
 from app.main import create_app
+from app.sealing.layout import sealed_size
 from app.serving import serve_in_task
 from app.telegram.client import tls_context
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
@@ -132,8 +133,12 @@ class ServiceLauncher:
         overrides.setdefault("spool_dir", spool)
         tuning = take_tuning(overrides)
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
-        # Telegram's cap is 20 MB; every chunk of this service is at most chunk_size.
-        sim.configure(max_getfile_bytes=settings.chunk_size)
+        # Telegram's cap is 20 MB; every chunk of this service is at most
+        # chunk_size (sealed: with its frames' tags).
+        sealed = settings.keyring() is not None
+        sim.configure(
+            max_getfile_bytes=sealed_size(settings.chunk_size) if sealed else settings.chunk_size
+        )
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         app = create_app(settings, tuning)
         server = await self._stack.enter_async_context(AsyncExitStack())

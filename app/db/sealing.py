@@ -52,13 +52,14 @@ class SealingRepository:
             ).all()
         )
         inline = await self._session.scalar(
-            select(func.count()).select_from(StoredObject).where(StoredObject.inline_data.is_not(None))
+            select(func.count())
+            .select_from(StoredObject)
+            .where(StoredObject.inline_data.is_not(None))
         )
         objects[None] = objects.get(None, 0) + (inline or 0)
         ids = sorted(key for key in set(chunks) | set(objects) if key is not None)
         return [
-            KeyCount(key, int(chunks.get(key, 0)), int(objects.get(key, 0)))
-            for key in [*ids, None]
+            KeyCount(key, int(chunks.get(key, 0)), int(objects.get(key, 0))) for key in [*ids, None]
         ]
 
     async def wrapped_not_under(self, key_id: str, after: int, limit: int) -> list[WrappedKey]:

@@ -34,6 +34,7 @@ from app.store.errors import (
     BotUnusable,
     ContentUnavailable,
     DispatcherClosed,
+    EncryptionKeyUnavailable,
     NoUsableBot,
     ObjectDamaged,
     ObjectNotFound,
@@ -59,6 +60,9 @@ NO_BOT_RETRY_AFTER = 30
 STORAGE_RETRY_AFTER = 5
 #: Retry-After when a chunk could not be read back from Telegram.
 READ_RETRY_AFTER = 5
+#: Retry-After when an object's master key is not configured (an operator
+#: has to act: not soon).
+KEY_RETRY_AFTER = 300
 
 # Postgres SQLSTATEs of a connection that failed or went away: class 08
 # (connection exception), the server shutting down or starting (57P01-57P03)
@@ -125,6 +129,16 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
         return Failure(404, "not_found", "NoSuchKey", str(exc) or "the object does not exist")
     if isinstance(exc, UploadTooLarge):
         return Failure(413, "payload_too_large", "EntityTooLarge", str(exc), s3_status=400)
+    if isinstance(exc, EncryptionKeyUnavailable):
+        # 503: the data is intact; it comes back once the operator puts the
+        # master key back into ENCRYPTION_KEYS (logged by the store, by id).
+        return Failure(
+            503,
+            "encryption_key_unavailable",
+            "EncryptionKeyUnavailable",
+            str(exc),
+            KEY_RETRY_AFTER,
+        )
     if isinstance(exc, ObjectDamaged):
         # Not 503: no retry brings a lost chunk back (docs: "Durability").
         log.error("object_damaged", path=path, error=str(exc))

@@ -157,6 +157,12 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     # Ours, not AWS's: no intact copy of the object's data is left in
     # Telegram (docs: "Durability"). Not 503: retrying cannot help.
     "ObjectDamaged": (502, "The object is damaged: no intact copy of its data is left."),
+    # Ours: the object is encrypted under a master key this service is not
+    # given (docs/encryption.md); it is never served as its sealed bytes.
+    "EncryptionKeyUnavailable": (
+        503,
+        "The object is encrypted under a master key that is not configured.",
+    ),
     "NotImplemented": (
         501,
         "A header you provided implies functionality that is not implemented.",

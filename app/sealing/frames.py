@@ -161,9 +161,7 @@ class SealedBody(io.RawIOBase):
         if index != self._frame_index:
             start = index * FRAME_SIZE
             plain = self._plain[start : start + frame_plaintext_size(self._size, index)]
-            self._frame = seal_frame(
-                self._cipher, index, plain, final=index == self._frames - 1
-            )
+            self._frame = seal_frame(self._cipher, index, plain, final=index == self._frames - 1)
             self._frame_index = index
         return self._frame
 

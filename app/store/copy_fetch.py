@@ -14,6 +14,11 @@ A chunk stored before verified reads has no block digests, only the SHA-256
 of its whole bytes: its copy is read whole into a temporary file (on disk,
 not in memory), checked, and only then handed on; its block digests are
 reported (`on_hashes`) so that the next read goes block by block.
+
+A sealed chunk (docs/encryption.md) is read from the first frame the range
+touches, at its sealed offset; every frame is opened (its tag checked)
+before a byte of it is handed on, and one that does not open raises
+CopyCorrupt, exactly as a block with the wrong hash does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Awaitable, Callable
 
+from app.sealing.layout import FRAME_SIZE, SEALED_FRAME_SIZE
+from app.store import encryption
 from app.store.blocks import (
     BLOCK_SIZE,
     BlockMismatch,
@@ -57,6 +64,9 @@ async def fetch_checked(
     on_hashes: HashesFound | None = None,
 ) -> None:
     """Hand on chunk bytes [start, end) of `copy`, every one checked."""
+    if chunk.data_key is not None:
+        await _fetch_sealed(client, file_path, chunk, copy, start, end, deliver)
+        return
     if chunk.block_hashes is None:
         await _fetch_legacy(client, file_path, chunk, copy, start, end, deliver, on_hashes)
         return
@@ -97,6 +107,40 @@ async def fetch_checked(
     raise TelegramError(
         f"copy {copy.copy_id} of chunk {chunk.chunk_id} ended after {position} of "
         f"{chunk.size} bytes"
+    )
+
+
+async def _fetch_sealed(
+    client: BotClient,
+    file_path: str,
+    chunk: ChunkRef,
+    copy: CopyRef,
+    start: int,
+    end: int,
+    deliver: Deliver,
+) -> None:
+    assert chunk.data_key is not None
+    if copy.salt is None:
+        raise CopyCorrupt(f"copy {copy.copy_id} of sealed chunk {chunk.chunk_id} has no salt")
+    first = start // FRAME_SIZE
+    from app.sealing.frames import FrameCorrupt
+
+    async with client.open_file_at(file_path, first * SEALED_FRAME_SIZE) as (served, body):
+        frames = encryption.opener(chunk.data_key, copy.salt, chunk.size, first, at=served)
+        try:
+            async for data in body:
+                for index, plain in frames.feed(data):
+                    frame_start = index * FRAME_SIZE
+                    frame_end = frame_start + len(plain)
+                    lo = max(start, frame_start) - frame_start
+                    if wanted := plain[lo : min(end, frame_end) - frame_start]:
+                        await deliver(wanted)
+                    if frame_end >= end:
+                        return
+        except FrameCorrupt as exc:
+            raise CopyCorrupt(f"copy {copy.copy_id} of chunk {chunk.chunk_id}: {exc}") from None
+    raise TelegramError(
+        f"copy {copy.copy_id} of sealed chunk {chunk.chunk_id} ended before byte {end}"
     )
 
 

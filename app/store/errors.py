@@ -49,3 +49,15 @@ class DownloadStalled(ContentUnavailable):
 
 class ClientStalled(StoreError):
     """The client took no byte for the stall timeout: its download was dropped."""
+
+
+class EncryptionKeyUnavailable(StoreError):
+    """An object is sealed under a master key that is not configured: it
+    cannot be opened here, and is never served as its sealed bytes."""
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(
+            f"the object is encrypted under master key {key_id!r}, which is not configured "
+            "(ENCRYPTION_KEYS)"
+        )
+        self.key_id = key_id

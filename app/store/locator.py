@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -56,6 +56,8 @@ class CopyRef:
     file_id: str
     chat_id: int
     message_id: int
+    # A sealed chunk's copy: the salt of its copy key.
+    salt: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ class ChunkRef:
     copies: tuple[CopyRef, ...]
     # No intact copy was left when it was read from the database.
     lost: bool = False
+    # A sealed chunk: its data key, unwrapped (docs/encryption.md); None:
+    # plaintext, checked against its block hashes instead.
+    data_key: bytes | None = field(default=None, repr=False)
 
 
 class ChunkLocator:

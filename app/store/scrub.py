@@ -48,10 +48,13 @@ from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
 from app.periodic import Periodic
-from app.store.blocks import BlockMismatch, WholeChunkCheck, hashes_root
+from app.store.blocks import hashes_root
+from app.store.encryption import Encryption
+from app.store.errors import EncryptionKeyUnavailable
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, CopyRef, is_gone
 from app.store.upload_buffers import UploadBuffers
+from app.store.whole_copy import CopyBad, WholeCopy
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, TelegramError
 from app.telegram.types import StoredDocument
@@ -121,8 +124,10 @@ class Scrub:
         read_bytes_per_day: int,
         owner: str | None = None,
         round_seconds: float = ROUND_SECONDS,
+        encryption: Encryption | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._encryption = encryption if encryption is not None else Encryption(None)
         self._sessionmaker = sessionmaker
         self._gc = gc
         self._locator = locator
@@ -284,8 +289,9 @@ class Scrub:
             return  # its bot is still being checked: the next round asks
         try:
             verdict = await self._look_at(chunk, copy, deep=deep, report=report)
-        except TelegramError as exc:
-            # Telegram is unwell, not the copy: it is asked again next time.
+        except (TelegramError, EncryptionKeyUnavailable) as exc:
+            # Telegram is unwell (or the key is not here), not the copy: it
+            # is asked again next time.
             log.warning("copy_check_failed", copy_id=copy_id, error=str(exc))
             return
         report.checked += 1
@@ -314,13 +320,14 @@ class Scrub:
             if not deep:
                 await self._dispatcher.file_path(copy.bot_id, copy.file_id)
                 return None if worker.usable else "missing"
+            check = WholeCopy(chunk, copy, self._encryption)
             client, file_path = await self._locator.locate(ref)
-            check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
             async with client.open_file(file_path) as body:
                 async for data in body:
-                    check.feed(data)
+                    for _ in check.feed(data):
+                        pass
             hashes = check.finish()
-        except (BlockMismatch, ValueError):
+        except CopyBad:
             return "corrupt"
         except BotUnusable:
             return "missing"  # its bot is out (revoked, kicked): a copy of its own replaces it
@@ -330,7 +337,7 @@ class Scrub:
             raise
         report.read += 1
         report.read_bytes += chunk.size
-        if chunk.block_hashes is None:
+        if chunk.block_hashes is None and hashes is not None:
             self.hashes_found(chunk.id, hashes, hashes_root(hashes))
         if not worker.usable:
             # Its bot was found revoked on the way (the read went through
@@ -349,7 +356,7 @@ class Scrub:
             try:
                 if await self.repair(chunk_id, report=report):
                     repaired += 1
-            except TelegramError as exc:
+            except (TelegramError, EncryptionKeyUnavailable) as exc:
                 log.warning("chunk_repair_failed", chunk_id=chunk_id, error=str(exc))
         return repaired
 
@@ -392,14 +399,14 @@ class Scrub:
         for copy in copies:
             data = bytearray()
             try:
+                check = WholeCopy(chunk, copy, self._encryption)
                 client, file_path = await self._locator.locate(_ref(copy))
-                check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
                 async with client.open_file(file_path) as body:
                     async for piece in body:
-                        check.feed(piece)
-                        data += piece
+                        for plain in check.feed(piece):
+                            data += plain
                 check.finish()
-            except (BlockMismatch, ValueError):
+            except CopyBad:
                 await self._mark_bad(copy.id, "corrupt")
                 continue
             except TelegramError as exc:
@@ -433,28 +440,41 @@ class Scrub:
         chats = (chats + [None] * wanted)[:wanted]
         group = ReplicaGroup({-(index + 1): copy.bot_id for index, copy in enumerate(good)})
         added = 0
+        data_key = None
+        if chunk.seal_key_id is not None and chunk.sealed_data_key is not None:
+            data_key = self._encryption.data_key(chunk.id, chunk.seal_key_id, chunk.sealed_data_key)
         for chat in chats:
+            # A sealed chunk's new copy: a salt (so a copy key) of its own.
+            salt, body = (
+                (None, None) if data_key is None else self._encryption.seal_copy(data_key, data)
+            )
             intent = await self._open_intent()
             try:
                 document = await self._dispatcher.send_document(
-                    data, f"repair-{chunk.id}.bin", chat_id=chat, replicas=group
+                    data if body is None else body,
+                    f"repair-{chunk.id}.bin",
+                    chat_id=chat,
+                    replicas=group,
                 )
             except TelegramError as exc:
                 await self._resolve_intent(intent)
                 log.warning("chunk_repair_send_failed", chunk_id=chunk.id, error=str(exc))
                 continue
-            if not await self._record_copy(chunk.id, document, intent):
+            finally:
+                if body is not None:
+                    body.close()
+            if not await self._record_copy(chunk.id, document, intent, salt):
                 self._gc.enqueue_document(document, reason="orphaned")
                 continue
             added += 1
         return added
 
     async def _record_copy(
-        self, chunk_id: int, document: StoredDocument, intent: int | None
+        self, chunk_id: int, document: StoredDocument, intent: int | None, salt: bytes | None
     ) -> bool:
         async with session_scope(self._sessionmaker) as session:
             copy_id = await CopyRepository(session).add_copy(
-                chunk_id, document, at_most=self.replicas
+                chunk_id, document, at_most=self.replicas, salt=salt
             )
             if intent is not None:
                 await IntentRepository(session).resolve(intent)
@@ -481,4 +501,5 @@ def _ref(copy: CopyRow) -> CopyRef:
         file_id=copy.file_id,
         chat_id=copy.chat_id,
         message_id=copy.message_id,
+        salt=copy.salt,
     )

@@ -42,6 +42,7 @@ from app.db.session import session_scope
 from app.db.single_statement_sql import inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
+from app.store.encryption import Encryption
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkRef, CopyRef
@@ -394,8 +395,11 @@ class ObjectStore:
         if trimmed is None:
             # The object was replaced or deleted after `info` was read.
             raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")
+        # A sealed chunk's data key is unwrapped now: a master key that is
+        # not configured is an error before any header goes out.
+        encryption = self._writer.encryption
         spans = [
-            PieceSpan(chunk=chunk_ref(chunk), offset=spec.offset, length=spec.length)
+            PieceSpan(chunk=chunk_ref(chunk, encryption), offset=spec.offset, length=spec.length)
             for spec, chunk in trimmed
         ]
         stream = self._reader.stream(spans)
@@ -450,8 +454,12 @@ def _checksum_of(row: ObjectRow) -> StoredChecksum | None:
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)
 
 
-def chunk_ref(chunk: ChunkRow) -> ChunkRef:
-    """The reader's view of a chunk the database handed over."""
+def chunk_ref(chunk: ChunkRow, encryption: Encryption) -> ChunkRef:
+    """The reader's view of a chunk the database handed over (a sealed
+    chunk's data key unwrapped: EncryptionKeyUnavailable if it cannot be)."""
+    data_key = None
+    if chunk.seal_key_id is not None and chunk.sealed_data_key is not None:
+        data_key = encryption.data_key(chunk.id, chunk.seal_key_id, chunk.sealed_data_key)
     return ChunkRef(
         chunk_id=chunk.id,
         size=chunk.size,
@@ -464,10 +472,12 @@ def chunk_ref(chunk: ChunkRow) -> ChunkRef:
                 file_id=copy.file_id,
                 chat_id=copy.chat_id,
                 message_id=copy.message_id,
+                salt=copy.salt,
             )
             for copy in chunk.copies
         ),
         lost=chunk.lost,
+        data_key=data_key,
     )
 
 

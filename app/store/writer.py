@@ -21,6 +21,11 @@ upload's message, posted but not yet recorded, for such an orphan. The
 writer also tells the periodic sweep since when its oldest running upload
 has been storing chunks (`oldest_running`): pending chunks of this instance
 older than that belong to no running upload.
+
+With master keys configured (`Encryption`), every chunk gets a data key of
+its own and every copy is sealed under a key of its own, as it is sent
+(docs/encryption.md); the document's name and caption then say nothing of
+the object.
 """
 
 from __future__ import annotations
@@ -39,12 +44,13 @@ from typing import Any, TypeVar
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.chunks import ChunkRepository
+from app.db.chunks import ChunkRepository, SealRecord
 from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import block_hashes_off_loop, hashes_root
+from app.store.encryption import ChunkKeys, Encryption
 from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
@@ -171,8 +177,10 @@ class ChunkWriter:
         replicas: int = 1,
         owner: str | None = None,
         on_bytes: Callable[[int], None] | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self.encryption = encryption if encryption is not None else Encryption(None)
         # Copies of every chunk, each an upload of its own (REPLICAS).
         self.replicas = replicas
         self._owner = owner
@@ -328,7 +336,13 @@ class ChunkWriter:
         only with all its copies: one that fails fails the chunk, and the
         copies sent meanwhile go to the GC."""
         with self.running():
-            hashes = await block_hashes_off_loop(data)
+            keys: ChunkKeys | None = None
+            if self.encryption.enabled:
+                # Sealed: each frame's tag checks it; plaintext hashes would
+                # only tell the database holder what the bytes are.
+                keys, hashes = self.encryption.new_chunk(), None
+            else:
+                hashes = await block_hashes_off_loop(data)
             if self.replicas > 1:
                 chats = self._dispatcher.replica_chats(self.replicas)
                 group: ReplicaGroup | None = ReplicaGroup()
@@ -336,7 +350,9 @@ class ChunkWriter:
                 # One copy chooses its chat itself, as every send did before replicas.
                 chats, group = [None], None
             sends = [
-                asyncio.ensure_future(self._send_copy(data, chat, group, label=label, index=index))
+                asyncio.ensure_future(
+                    self._send_copy(data, chat, group, keys, label=label, index=index)
+                )
                 for chat in chats
             ]
             try:
@@ -358,11 +374,15 @@ class ChunkWriter:
                 assert failure is not None
                 raise failure
             copies = [send.result() for send in sends]
-            documents = [document for document, _ in copies]
-            intents = [intent for _, intent in copies]
+            documents = [document for document, _, _ in copies]
+            intents = [intent for _, intent, _ in copies]
+            seal = None
+            if keys is not None:
+                salts = [salt for _, _, salt in copies if salt is not None]
+                seal = SealRecord(len(data), keys.key_id, keys.wrapped, salts)
             # Shielded: a cancellation arriving while the commit is on its way
             # cannot tell whether the row was written; the commit's own end can.
-            recording = self._detach(self._record(documents, hashes, intents))
+            recording = self._detach(self._record(documents, hashes, intents, seal))
             try:
                 chunk_id = await asyncio.shield(recording)
             except asyncio.CancelledError:
@@ -370,7 +390,7 @@ class ChunkWriter:
                 raise
             except BaseException:
                 # Telegram has them but the database does not: they must not stay.
-                for document, intent in copies:
+                for document, intent, _ in copies:
                     self._gc.enqueue_document(document, reason="failed_upload")
                     await self._resolve_intent(intent)
                 raise
@@ -381,46 +401,66 @@ class ChunkWriter:
         data: bytes | bytearray,
         chat_id: int | None,
         group: ReplicaGroup | None,
+        keys: ChunkKeys | None,
         *,
         label: str,
         index: int,
-    ) -> tuple[StoredDocument, int | None]:
+    ) -> tuple[StoredDocument, int | None, bytes | None]:
         """One copy sent, with the send intent that covers it (resolved by the
-        chunk's record, or here if the send fails)."""
+        chunk's record, or here if the send fails), and its salt if sealed."""
         filename = f"{secrets.token_hex(8)}.bin"
-        caption = f"{label} #{index}" if label else None
+        # A sealed copy's caption would name what the sealing hides.
+        caption = f"{label} #{index}" if label and keys is None else None
+        salt, body = None, None
+        if keys is not None:
+            salt, body = self.encryption.seal_copy(keys.data_key, data)
         intent = await self._open_intent()
         try:
             document = await self._dispatcher.send_document(
-                data, filename, caption=caption, chat_id=chat_id, replicas=group
+                data if body is None else body,
+                filename,
+                caption=caption,
+                chat_id=chat_id,
+                replicas=group,
             )
         except BaseException:
             # No chunk row will hold whatever Telegram posted: an orphan for
             # the dispatcher's on_orphan or for reconciliation to delete.
             await self._resolve_intent(intent)
             raise
-        return document, intent
+        finally:
+            if body is not None:
+                body.close()  # drops its hold on the chunk at once
+        return document, intent, salt
 
     async def _forget_copies(
-        self, sends: Sequence[asyncio.Future[tuple[StoredDocument, int | None]]]
+        self, sends: Sequence[asyncio.Future[tuple[StoredDocument, int | None, bytes | None]]]
     ) -> None:
         """The chunk failed: the copies that were stored go to the GC."""
         await asyncio.gather(*sends, return_exceptions=True)
         for send in sends:
             if send.cancelled() or send.exception() is not None:
                 continue
-            document, intent = send.result()
+            document, intent, _ = send.result()
             self._gc.enqueue_document(document, reason="failed_upload")
             await self._resolve_intent(intent)
 
     async def _record(
-        self, documents: list[StoredDocument], hashes: bytes, intents: list[int | None]
+        self,
+        documents: list[StoredDocument],
+        hashes: bytes | None,
+        intents: list[int | None],
+        seal: SealRecord | None,
     ) -> int:
         """The chunk row with its copies, and the intents resolved, in one
         transaction."""
         async with session_scope(self._sessionmaker) as session:
             chunk = await ChunkRepository(session).add_pending(
-                documents, hashes_root(hashes), owner=self._owner, block_hashes=hashes
+                documents,
+                "" if hashes is None else hashes_root(hashes),
+                owner=self._owner,
+                block_hashes=hashes,
+                seal=seal,
             )
             for intent in intents:
                 if intent is not None:

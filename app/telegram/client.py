@@ -28,7 +28,13 @@ from app.telegram.errors import (
     TransientError,
     error_from_reply,
 )
-from app.telegram.types import BotInfo, ChatMemberInfo, FileLocation, StoredDocument
+from app.telegram.types import (
+    BotInfo,
+    ChatMemberInfo,
+    DocumentBody,
+    FileLocation,
+    StoredDocument,
+)
 
 CONNECT_TIMEOUT = 10.0
 # Time Telegram may take to answer once it has the whole body (it stores the file).
@@ -141,7 +147,7 @@ class BotClient:
     async def send_document(
         self,
         chat_id: int,
-        data: bytes | bytearray,
+        data: bytes | bytearray | DocumentBody,
         filename: str,
         *,
         caption: str | None = None,
@@ -157,8 +163,10 @@ class BotClient:
         # reference cycle (Response.stream -> BoundAsyncStream -> Response) that
         # only the cyclic GC frees, seconds later. Each sent chunk would stay in
         # memory until then. A file object, closed here, drops the chunk at once.
-        body = _ChunkReader(data)
+        # A DocumentBody is its caller's to close (it is read again on a retry).
+        body: Any = _ChunkReader(data) if isinstance(data, bytes | bytearray) else data
         try:
+            body.seek(0)
             message = await self._call(
                 "sendDocument",
                 data=fields,
@@ -166,7 +174,8 @@ class BotClient:
                 body_size=len(data),
             )
         finally:
-            body.close()
+            if isinstance(body, _ChunkReader):
+                body.close()
         return self._stored_document(message, expected_size=len(data))
 
     async def get_file(self, file_id: str) -> FileLocation:

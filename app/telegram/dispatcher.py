@@ -53,7 +53,7 @@ from app.telegram.attempts import (
 from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
 from app.telegram.routing import Router
-from app.telegram.types import StoredDocument
+from app.telegram.types import DocumentBody, StoredDocument
 from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job, ReplicaGroup
 
 __all__ = ["BotStatus", "BotWorker", "Dispatcher", "Job"]
@@ -307,7 +307,7 @@ class Dispatcher:
 
     async def send_document(
         self,
-        data: bytes | bytearray,
+        data: bytes | bytearray | DocumentBody,
         filename: str,
         *,
         caption: str | None = None,

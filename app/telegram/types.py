@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +53,13 @@ class ChatMemberInfo:
     @property
     def is_admin(self) -> bool:
         return self.status in ("administrator", "creator")
+
+
+class DocumentBody(Protocol):
+    """A document's bytes made as they are read (a sealed chunk,
+    app.sealing.frames.SealedBody): seekable, with a known length, so that
+    the request has a Content-Length and a retry reads it again from 0."""
+
+    def __len__(self) -> int: ...
+    def seek(self, offset: int, whence: int = 0) -> int: ...
+    def read(self, size: int = -1, /) -> bytes | None: ...

@@ -84,9 +84,7 @@ class Chunk(Base):
     # A sealed chunk keeps no plaintext hashes (`sha256` is empty,
     # `block_hashes` None): each frame's tag is its check.
     seal_key_id: Mapped[str | None] = mapped_column(String(32), nullable=True, default=None)
-    sealed_data_key: Mapped[bytes | None] = mapped_column(
-        LargeBinary, nullable=True, default=None
-    )
+    sealed_data_key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"Chunk(id={self.id}, size={self.size}, state={self.state!r})"

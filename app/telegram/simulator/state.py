@@ -221,6 +221,13 @@ class TelegramSimulator(TelegramRules):
         log.warning("sim_file_corrupted", chat_id=chat_id, message_id=message_id, offset=offset)
         return offset
 
+    def swap_files(self, first: tuple[int, int], second: tuple[int, int]) -> None:
+        """Exchange the files of two messages, each (chat id, message id), on
+        Telegram's side: each serves the other's bytes from now on."""
+        a, b = self._message(*first).file, self._message(*second).file
+        a.data, b.data = b.data, a.data
+        log.warning("sim_files_swapped", first=first, second=second)
+
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
         """Someone other than the service posts in the chat (a person, or a
         bot outside the pool): a message id is taken. Returns it."""
