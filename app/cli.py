@@ -79,11 +79,13 @@ def run_command(command: Callable[[], int]) -> int:
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
     from app.db.migrations import SchemaOutOfDate
+    from app.encryption_cli import EncryptionCliError
     from app.services import StartupError
     from app.serving import CannotListen
 
     one_line: tuple[type[Exception], ...] = (
         CliError,
+        EncryptionCliError,
         SettingsError,
         StartupError,
         SchemaOutOfDate,
@@ -238,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name")
     revoke.set_defaults(handler=cmd_keys_revoke)
     keys.set_defaults(handler=lambda _args: _usage(keys))
+    from app.encryption_cli import add_commands as add_encryption_commands
+
+    add_encryption_commands(commands, _usage)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import distinct, func, select, update
+from sqlalchemy import distinct, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Chunk, Piece, StoredObject
@@ -86,3 +86,13 @@ class SealingRepository:
             .values(seal_key_id=key_id, sealed_data_key=wrapped)
         )
         return bool(getattr(result, "rowcount", 0))
+
+    async def object_sealed(self, object_id: int) -> bool:
+        """Whether any of the object's chunks is sealed (all are, but for
+        pieces copied from objects stored before encryption was on)."""
+        sealed = exists().where(
+            Piece.object_id == object_id,
+            Chunk.id == Piece.chunk_id,
+            Chunk.seal_key_id.is_not(None),
+        )
+        return bool(await self._session.scalar(select(sealed)))

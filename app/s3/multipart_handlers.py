@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.checksums import CHECKSUM_SIZES, object_checksum
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, tagging
+from app.s3 import checksum_headers, sse, tagging
 from app.s3.context import (
     MAX_KEYS,
     XML,
@@ -65,6 +65,7 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
+    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     algorithm, kind = checksum_headers.requested(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
@@ -91,6 +92,7 @@ async def upload_part(req: S3Request) -> Response:
     """A part's checksum is kept in its upload's algorithm (verified if the
     client sent it, computed here if not), else the one the client sent."""
     part_number = _part_number(req)
+    sse.check_customer_keys(req.headers)
     upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
     result = BodyResult()
     body = req.body(result)
@@ -133,6 +135,7 @@ async def upload_part_copy(req: S3Request) -> Response:
 
 
 async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
+    sse.check_customer_keys(req.headers)
     source = await source_object(req)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
@@ -191,11 +194,17 @@ async def complete_upload(req: S3Request) -> Response:
     def result(info: ObjectInfo) -> bytes:
         return complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
 
-    return await _answer_in_time(req, completing, result)
+    async def headers(info: ObjectInfo) -> dict[str, str]:
+        return sse.response_headers(await req.store.sealed(info))
+
+    return await _answer_in_time(req, completing, result, headers)
 
 
 async def _answer_in_time(
-    req: S3Request, work: asyncio.Future[T], result: Callable[[T], bytes]
+    req: S3Request,
+    work: asyncio.Future[T],
+    result: Callable[[T], bytes],
+    headers: Callable[[T], Awaitable[dict[str, str]]] | None = None,
 ) -> Response:
     """The XML `result` of `work`, or, if it takes longer than EARLY_ANSWER
     seconds, what AWS does for a slow Complete or copy: 200 at once, the
@@ -213,7 +222,8 @@ async def _answer_in_time(
     except BaseException:
         work.cancel()
         raise
-    return xml_response(result(done))
+    # (Headers cannot follow an early answer: that one goes without them.)
+    return xml_response(result(done), headers=None if headers is None else await headers(done))
 
 
 # A client that hangs up does not stop the work (its task is not cancelled):

@@ -15,7 +15,7 @@ from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, htt
 from app.http.header_names import is_header_name
 from app.http.ranges import RangeNotSatisfiable, parse_range
 from app.parsing import parse_decimal
-from app.s3 import checksum_headers, metadata_text, tagging
+from app.s3 import checksum_headers, metadata_text, sse, tagging
 from app.s3.context import (
     STORED_HEADERS,
     S3Request,
@@ -53,6 +53,7 @@ async def put_object(req: S3Request) -> Response:
     result = BodyResult()
     tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
     conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
+    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     info = await req.s3.put_object(
         req.bucket,
         req.key,
@@ -65,15 +66,21 @@ async def put_object(req: S3Request) -> Response:
         conditions=conditions,
     )
     return empty_response(
-        headers={"ETag": info.etag, **checksum_headers.response_headers(info.checksum)}
+        headers={
+            "ETag": info.etag,
+            **checksum_headers.response_headers(info.checksum),
+            **sse.response_headers(await req.store.sealed(info)),
+        }
     )
 
 
 async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
+    sse.check_customer_keys(req.headers)
     part = await _requested_part(req, info)
     headers = _object_headers(info)
+    headers.update(sse.response_headers(await req.store.sealed(info)))
     headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
@@ -177,6 +184,7 @@ async def copy_object(req: S3Request) -> Response:
 
 
 async def _copy_object_once(req: S3Request) -> Response:
+    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     source = await source_object(req)
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
@@ -202,7 +210,10 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata=metadata,
         tags=_copy_tags(req, source),
     )
-    return xml_response(copy_object_xml(copied.etag, copied.updated_at))
+    return xml_response(
+        copy_object_xml(copied.etag, copied.updated_at),
+        headers=sse.response_headers(await req.store.sealed(copied)),
+    )
 
 
 def _copy_tags(req: S3Request, source: ObjectInfo) -> dict[str, str] | None:

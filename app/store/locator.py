@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from app.db.copies import ChunkRow
+from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
 from app.store.shared_paths import FILE_PATH_TTL, SharedPaths
 from app.telegram.client import BotClient
@@ -171,3 +173,30 @@ class ChunkLocator:
                 f"bot {document.bot_id} left the pool", status=0, bot_id=document.bot_id
             )
         return client, await self._file_path(document.bot_id, document.file_id)
+
+
+def chunk_ref(chunk: ChunkRow, encryption: Encryption) -> ChunkRef:
+    """The reader's view of a chunk the database handed over (a sealed
+    chunk's data key unwrapped: EncryptionKeyUnavailable if it cannot be)."""
+    data_key = None
+    if chunk.seal_key_id is not None and chunk.sealed_data_key is not None:
+        data_key = encryption.data_key(chunk.id, chunk.seal_key_id, chunk.sealed_data_key)
+    return ChunkRef(
+        chunk_id=chunk.id,
+        size=chunk.size,
+        sha256=chunk.sha256,
+        block_hashes=chunk.block_hashes,
+        copies=tuple(
+            CopyRef(
+                copy_id=copy.id,
+                bot_id=copy.bot_id,
+                file_id=copy.file_id,
+                chat_id=copy.chat_id,
+                message_id=copy.message_id,
+                salt=copy.salt,
+            )
+            for copy in chunk.copies
+        ),
+        lost=chunk.lost,
+        data_key=data_key,
+    )

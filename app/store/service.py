@@ -30,7 +30,7 @@ from app.checksums import COMPOSITE as COMPOSITE
 from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
-from app.db.copies import ChunkRow, CopyRepository
+from app.db.copies import CopyRepository
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, new_public_id, row_values
 from app.db.object_rows import PartSummary as PartSummary
 from app.db.object_rows import StoredChecksum as StoredChecksum
@@ -38,14 +38,14 @@ from app.db.objects import ListOrder as ListOrder  # for the API: orders of a li
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
+from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.db.single_statement_sql import inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
-from app.store.encryption import Encryption
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkRef, CopyRef
+from app.store.locator import chunk_ref
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.reader import PieceSpan, RangeReader
@@ -128,6 +128,19 @@ class ObjectStore:
         self._writer = writer
         self._reader = reader
         self._gc = gc
+
+    @property
+    def encryption_enabled(self) -> bool:
+        """Whether new chunks are sealed (ENCRYPTION_KEYS)."""
+        return self._writer.encryption.enabled
+
+    async def sealed(self, info: ObjectInfo) -> bool:
+        """Whether the object's bytes in Telegram are sealed (with encryption
+        off, none is asked: those objects could not be read anyway)."""
+        if not self.encryption_enabled or info.size == 0:
+            return False
+        async with session_scope(self._sessionmaker) as session:
+            return await SealingRepository(session).object_sealed(info.id)
 
     async def close(self) -> None:
         """Let statements in flight finish and close what they hold."""
@@ -452,33 +465,6 @@ def _checksum_of(row: ObjectRow) -> StoredChecksum | None:
     if row.checksum_algorithm is None or row.checksum is None:
         return None
     return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)
-
-
-def chunk_ref(chunk: ChunkRow, encryption: Encryption) -> ChunkRef:
-    """The reader's view of a chunk the database handed over (a sealed
-    chunk's data key unwrapped: EncryptionKeyUnavailable if it cannot be)."""
-    data_key = None
-    if chunk.seal_key_id is not None and chunk.sealed_data_key is not None:
-        data_key = encryption.data_key(chunk.id, chunk.seal_key_id, chunk.sealed_data_key)
-    return ChunkRef(
-        chunk_id=chunk.id,
-        size=chunk.size,
-        sha256=chunk.sha256,
-        block_hashes=chunk.block_hashes,
-        copies=tuple(
-            CopyRef(
-                copy_id=copy.id,
-                bot_id=copy.bot_id,
-                file_id=copy.file_id,
-                chat_id=copy.chat_id,
-                message_id=copy.message_id,
-                salt=copy.salt,
-            )
-            for copy in chunk.copies
-        ),
-        lost=chunk.lost,
-        data_key=data_key,
-    )
 
 
 async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:

@@ -6,8 +6,9 @@ loads, whenever it loads it; an import that fails writes none, unlike
 Each library that the server does not use is memory every idle server holds
 (bench/README.md, idle_rss_bench.py): Alembic is for `teleuploader migrate`,
 rich and pygments for the client commands, awscrt for the first checksum
-that needs it; watchfiles and pydantic.v1 serve nothing the server does,
-and the test tools are never for it. Their numbers are in
+that needs it, cryptography for encryption at rest (with keys configured);
+watchfiles and pydantic.v1 serve nothing the server does, and the test
+tools are never for it. Their numbers are in
 bench/README.md; this file keeps them out.
 """
 
@@ -39,6 +40,10 @@ NOT_FOR_SERVE = {
     "app.demo": "`teleuploader demo`",
     "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
     "watchfiles": "uvicorn's --reload, which serve does not offer",
+    # 9 MiB of memory: loaded only with ENCRYPTION_KEYS, or to read a sealed chunk.
+    "cryptography": "encryption at rest (app/sealing), with master keys configured",
+    "app.sealing.frames": "encryption at rest, with master keys configured",
+    "app.sealing.keys": "encryption at rest, with master keys configured",
     "pydantic.v1": "FastAPI's refusal of pydantic 1 models: there are none",
     "hypothesis": "the tests",
     "pytest": "the tests",

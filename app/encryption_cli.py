@@ -1,0 +1,135 @@
+"""`teleuploader encryption ...`: master keys, and what the database holds
+under each (docs/encryption.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from app.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+T = TypeVar("T")
+
+
+class EncryptionCliError(Exception):
+    """A problem to report in one line."""
+
+
+def add_commands(commands: Any, usage: Callable[[argparse.ArgumentParser], int]) -> None:
+    """`encryption new-key | status | rotate` under the command `commands`."""
+    encryption = commands.add_parser("encryption", help="encryption at rest: keys and rotation")
+    actions = encryption.add_subparsers(title="encryption commands", metavar="ACTION")
+    new_key = actions.add_parser(
+        "new-key", help="print a new master key as an ENCRYPTION_KEYS entry (id:base64)"
+    )
+    new_key.add_argument("id", help="the key's id: 1-32 of A-Z a-z 0-9 _ . -")
+    new_key.set_defaults(handler=cmd_new_key)
+    status = actions.add_parser(
+        "status", help="chunks and objects per master key id, and plaintext ones"
+    )
+    status.set_defaults(handler=cmd_status)
+    rotate = actions.add_parser(
+        "rotate",
+        help="re-wrap every data key under the current (first) master key: database only, "
+        "resumable, safe while the service runs",
+    )
+    rotate.add_argument("--batch", type=int, default=500, help="chunks per transaction")
+    rotate.set_defaults(handler=cmd_rotate)
+    encryption.set_defaults(handler=lambda _args: usage(encryption))
+
+
+def cmd_new_key(args: argparse.Namespace) -> int:
+    from app.sealing.keys import BadMasterKey, new_master_key_text
+
+    try:
+        print(new_master_key_text(args.id))
+    except BadMasterKey as exc:
+        raise EncryptionCliError(str(exc)) from None
+    print(
+        "(add it first in ENCRYPTION_KEYS to seal new chunks with it; keep a copy: "
+        "without it, what it sealed cannot be read)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from app.db.sealing import KeyCount, SealingRepository
+    from app.db.session import session_scope
+
+    async def run(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> list[KeyCount]:
+        async with session_scope(sessions) as session:
+            return await SealingRepository(session).counts()
+
+    settings, counts = _with_database(run)
+    keyring = settings.keyring()
+    configured = set() if keyring is None else set(keyring.ids)
+    current = None if keyring is None else keyring.current.id
+    print(f"{'key id':<34} {'chunks':>10} {'objects':>10}  state")
+    for count in counts:
+        if count.key_id is None:
+            name, state = "(plaintext)", ""
+        else:
+            name = count.key_id
+            state = (
+                "current"
+                if count.key_id == current
+                else "configured"
+                if count.key_id in configured
+                else "NOT CONFIGURED: unreadable"
+            )
+        print(f"{name:<34} {count.chunks:>10} {count.objects:>10}  {state}")
+    return 0
+
+
+def cmd_rotate(args: argparse.Namespace) -> int:
+    from app.store.key_rotation import Rotation, rotate
+
+    def progress(done: Rotation) -> None:
+        print(f"rotate: {done.rewrapped} re-wrapped", end="\r", file=sys.stderr, flush=True)
+
+    async def run(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> Rotation:
+        keyring = settings.keyring()
+        if keyring is None:
+            raise EncryptionCliError("no master key: set ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE")
+        return await rotate(sessions, keyring, batch=max(1, args.batch), on_progress=progress)
+
+    settings, done = _with_database(run)
+    keyring = settings.keyring()
+    assert keyring is not None
+    print(f"rotate: {done.rewrapped} data keys re-wrapped under {keyring.current.id}")
+    if done.unavailable:
+        print(
+            f"rotate: {done.unavailable} chunks are under master keys that are not "
+            "configured (see `teleuploader encryption status`); they stay as they are",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _with_database(
+    run: Callable[[Settings, async_sessionmaker[AsyncSession]], Awaitable[T]],
+) -> tuple[Settings, T]:
+    from app.cli import database_problems
+    from app.db.engine import create_engine, create_sessionmaker
+    from app.db.migrations import check_schema
+
+    settings = load_settings()
+
+    async def go() -> T:
+        engine = create_engine(settings.database_url)
+        try:
+            await check_schema(engine)
+            return await run(settings, create_sessionmaker(engine))
+        finally:
+            await engine.dispose()
+
+    with database_problems("DATABASE_URL", settings.database_url):
+        return settings, asyncio.run(go())
