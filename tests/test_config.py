@@ -3,6 +3,7 @@ secrets masked."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "S3_SECRET_ACCESS_KEY",
         "BOT_LEASE_SECONDS",
         "S3_MIN_PART_SIZE",
+        "ENCRYPTION_KEYS",
+        "ENCRYPTION_KEYS_FILE",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)  # no stray .env
@@ -284,3 +287,47 @@ def test_storage_chats_that_contradict_are_one_clear_line(
     monkeypatch.setenv("STORAGE_CHAT_IDS", many)
     with pytest.raises(SettingsError, match=message):
         load_settings()
+
+
+KEY = "k1:" + base64.b64encode(bytes(range(32))).decode()
+
+
+def test_master_keys_from_the_environment_or_a_credentials_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert load_settings().keyring() is None
+    monkeypatch.setenv("ENCRYPTION_KEYS", f"{KEY},k0:{KEY[3:]}")
+    keyring = load_settings().keyring()
+    assert keyring is not None and keyring.ids == ("k1", "k0")
+    assert KEY[3:] not in repr(load_settings())
+    monkeypatch.delenv("ENCRYPTION_KEYS")
+    credential = tmp_path / "encryption-keys"
+    credential.write_text(f"# newest first\n{KEY}\n")
+    monkeypatch.setenv("ENCRYPTION_KEYS_FILE", str(credential))
+    keyring = load_settings().keyring()
+    assert keyring is not None and keyring.current.id == "k1"
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        ({"ENCRYPTION_KEYS": KEY[:-6] + "====="}, "ENCRYPTION_KEYS: entry 1 (id k1): the key is"),
+        ({"ENCRYPTION_KEYS": KEY[3:]}, "ENCRYPTION_KEYS: entry 1 is not of the form"),
+        ({"ENCRYPTION_KEYS": KEY, "ENCRYPTION_KEYS_FILE": "/k"}, "both set: keep one"),
+        ({"ENCRYPTION_KEYS_FILE": "/nonexistent/keys"}, "cannot be read: No such file"),
+        (
+            {"ENCRYPTION_KEYS": KEY, "TELEGRAM_LOCAL_SERVER": "true", "CHUNK_SIZE": str(2 * 10**9)},
+            "CHUNK_SIZE is at most 1999511824",
+        ),
+    ],
+)
+def test_bad_master_keys_stop_the_start_in_one_line_without_the_key(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], says: str
+) -> None:
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert says in message and "\n" not in message
+    assert KEY[3:15] not in message and KEY[20:30] not in message
