@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import distinct, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.locking import lock_database_for_write
 from app.db.models import Chunk, Piece, StoredObject
 
 
@@ -64,7 +65,10 @@ class SealingRepository:
 
     async def wrapped_not_under(self, key_id: str, after: int, limit: int) -> list[WrappedKey]:
         """Sealed chunks whose data key another master key wrapped, in id
-        order after `after` (a resumable pass)."""
+        order after `after` (a resumable pass). The caller rewrites them in
+        this transaction: on SQLite it becomes the writer first (a read
+        transaction cannot take the write lock once another has written)."""
+        await lock_database_for_write(self._session)
         rows = await self._session.execute(
             select(Chunk.id, Chunk.seal_key_id, Chunk.sealed_data_key)
             .where(Chunk.seal_key_id.is_not(None), Chunk.seal_key_id != key_id, Chunk.id > after)

@@ -93,7 +93,7 @@ class _StoredFile:
     """One file on Telegram's side, shared by every message and file_id of it."""
 
     unique_id: str
-    # Replaced only by `corrupt`: every message and file_id of the file then
+    # Replaced only by `corrupt` (and `swap_files`): every message and file_id of the file then
     # serves the damaged bytes, as damage on Telegram's side would.
     data: bytes
     file_name: str

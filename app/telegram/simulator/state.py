@@ -364,6 +364,9 @@ class TelegramSimulator(TelegramRules):
             if include_gone or self._still_has(message)
         ]
 
+    def message_caption(self, chat_id: int, message_id: int) -> str | None:
+        return self._message(chat_id, message_id).caption
+
     def message_sender(self, chat_id: int, message_id: int) -> int:
         """The id of the bot that posted (or forwarded) the message."""
         return self._file_ids[self._message(chat_id, message_id).file_id].bot_id
