@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import secrets
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,8 +49,8 @@ from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import block_hashes_off_loop, hashes_root
 from app.store.encryption import ChunkKeys, Encryption
-from app.store.errors import UploadTooLarge
 from app.store.gc import GarbageCollector
+from app.store.hashing_reader import HashingReader
 from app.store.upload_buffers import UploadBuffers
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.types import StoredDocument
@@ -95,73 +93,6 @@ def plan_chunk_size(expected_size: int | None, max_chunk: int, lanes: int) -> in
     if expected_size / rounded >= max_chunk / 2:
         count = rounded
     return -(-expected_size // count)
-
-
-class _HashingReader:
-    """Reads a client's stream on demand, hashing and counting as bytes arrive.
-
-    Nothing is read before `read` asks for it: the caller decides when the
-    client's bytes may come into memory.
-    """
-
-    def __init__(
-        self,
-        stream: AsyncIterator[bytes],
-        *,
-        max_size: int | None,
-        on_bytes: Callable[[int], None] | None,
-    ) -> None:
-        self._stream = stream.__aiter__()
-        self._max_size = max_size
-        self._on_bytes = on_bytes
-        self._pending: deque[bytes] = deque()
-        self._pending_size = 0
-        self.md5 = hashlib.md5(usedforsecurity=False)
-        self.sha256 = hashlib.sha256()
-        self.total = 0
-        self.eof = False
-
-    @property
-    def buffered(self) -> int:
-        return self._pending_size
-
-    async def fill(self, size: int) -> None:
-        """Read until `size` bytes are buffered or the stream ends."""
-        while self._pending_size < size and not self.eof:
-            try:
-                data = await anext(self._stream)
-            except StopAsyncIteration:
-                self.eof = True
-                break
-            if not data:
-                continue
-            self.total += len(data)
-            if self._max_size is not None and self.total > self._max_size:
-                raise UploadTooLarge(self._max_size)
-            self.md5.update(data)
-            self.sha256.update(data)
-            if self._on_bytes is not None:
-                self._on_bytes(len(data))
-            self._pending.append(bytes(data))
-            self._pending_size += len(data)
-
-    def take(self, size: int) -> bytearray:
-        """The first `size` buffered bytes (or all there are), as one buffer.
-
-        Copied piece by piece into a buffer of the final size, each piece
-        dropped as soon as it is in: joining would hold the chunk twice."""
-        size = min(size, self._pending_size)
-        self._pending_size -= size
-        chunk = bytearray(size)
-        filled = 0
-        while filled < size:
-            head = self._pending.popleft()
-            if len(head) > size - filled:
-                self._pending.appendleft(head[size - filled :])
-                head = head[: size - filled]
-            chunk[filled : filled + len(head)] = head
-            filled += len(head)
-        return chunk
 
 
 class ChunkWriter:
@@ -262,7 +193,7 @@ class ChunkWriter:
         inline_threshold = self.inline_threshold if allow_inline else 0
         lanes = self.parallelism()
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
-        reader = _HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
+        reader = HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
         # Content that may live inline is read without a buffer: it is small,
         # and the registry's many tiny files must not queue behind big uploads.
         # A body known to be bigger is not read at all until it has a buffer.
