@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.set_defaults(handler=lambda _args: _usage(keys))
     from app.encryption_cli import add_commands as add_encryption_commands
 
-    add_encryption_commands(commands, _usage)
+    add_encryption_commands(commands, _usage, _client_options)
     return parser
 
 

@@ -21,8 +21,13 @@ class EncryptionCliError(Exception):
     """A problem to report in one line."""
 
 
-def add_commands(commands: Any, usage: Callable[[argparse.ArgumentParser], int]) -> None:
-    """`encryption new-key | status | rotate` under the command `commands`."""
+def add_commands(
+    commands: Any,
+    usage: Callable[[argparse.ArgumentParser], int],
+    client_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """`encryption new-key | status | rotate | migrate` under `commands`;
+    `client_options` adds --url and --key (migrate goes through the service)."""
     encryption = commands.add_parser("encryption", help="encryption at rest: keys and rotation")
     actions = encryption.add_subparsers(title="encryption commands", metavar="ACTION")
     new_key = actions.add_parser(
@@ -41,6 +46,14 @@ def add_commands(commands: Any, usage: Callable[[argparse.ArgumentParser], int])
     )
     rotate.add_argument("--batch", type=int, default=500, help="chunks per transaction")
     rotate.set_defaults(handler=cmd_rotate)
+    migrate = actions.add_parser(
+        "migrate",
+        help="ask the running service (an admin key) to seal the chunks stored before "
+        "encryption was on, within its pacing",
+    )
+    migrate.add_argument("--wait", action="store_true", help="follow the pass until it ends")
+    client_options(migrate)
+    migrate.set_defaults(handler=cmd_migrate)
     encryption.set_defaults(handler=lambda _args: usage(encryption))
 
 
@@ -112,6 +125,43 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def cmd_migrate(args: argparse.Namespace, poll_seconds: float = 1.0) -> int:
+    """Exit 0 when the pass (if followed) left nothing it could not seal."""
+    import time
+
+    import httpx
+
+    if not args.key:
+        raise EncryptionCliError("an admin API key is needed: --key or TELEUPLOADER_KEY")
+    path = "/api/admin/encryption/migrate"
+    headers = {"Authorization": f"Bearer {args.key}"}
+    try:
+        with httpx.Client(base_url=args.url, headers=headers, timeout=30) as http:
+            response = http.post(path)
+            while True:
+                if response.status_code not in (200, 202):
+                    detail = response.json().get("detail", response.text[:200])
+                    raise EncryptionCliError(
+                        f"the service answered {response.status_code}: {detail}"
+                    )
+                status: dict[str, Any] = response.json()
+                done = status["last_pass"] or {}
+                print(
+                    f"migrate: {done.get('sealed', 0)} sealed, {done.get('skipped', 0)} skipped, "
+                    f"{status['plaintext_chunks']} plaintext chunks left",
+                    file=sys.stderr,
+                )
+                if not args.wait or not done.get("running", False):
+                    break
+                time.sleep(poll_seconds)
+                response = http.get(path)
+    except httpx.HTTPError as exc:
+        raise EncryptionCliError(f"cannot reach {args.url}: {exc}") from None
+    if done.get("error"):
+        raise EncryptionCliError(f"the migration failed: {done['error']}")
+    return 1 if args.wait and done.get("skipped") else 0
 
 
 def _with_database(

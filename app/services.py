@@ -40,6 +40,7 @@ from app.store.reader import READ_BLOCK, RangeReader
 from app.store.reconcile import Reconciler, may_have_posted
 from app.store.resumable import ResumableStore
 from app.store.scrub import Scrub
+from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
 from app.store.spool import Spool
@@ -82,6 +83,8 @@ class Services:
     throughput: ThroughputHistory
     prober: BotProber
     scrub: Scrub
+    # `teleuploader encryption migrate`: plaintext chunks sealed (with keys).
+    sealing_migration: SealingMigration
     access: AccessStore
     metrics: Metrics
     started_at: datetime
@@ -348,6 +351,17 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     # Its checks and repairs go through the dispatcher.
     scrub.start()
     stack.push_async_callback(scrub.stop)
+    sealing_migration = SealingMigration(
+        dispatcher,
+        sessionmaker,
+        gc,
+        locator,
+        buffers,
+        encryption,
+        replicas=settings.replicas,
+        owner=spool.instance_id,
+    )
+    stack.push_async_callback(sealing_migration.stop)
     # Sends of spooled parts need the dispatcher; what they leave stays in
     # the spool for the next start.
     stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
@@ -413,6 +427,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         resumable=resumable,
         prober=prober,
         scrub=scrub,
+        sealing_migration=sealing_migration,
         access=access,
         started_at=started_at,
         _stack=stack,

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import distinct, exists, func, select, update
+from sqlalchemy import delete, distinct, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.chunks import PostedDocument, SealRecord, copy_values, ledger_values
 from app.db.locking import lock_database_for_write
-from app.db.models import Chunk, Piece, StoredObject
+from app.db.models import Chunk, ChunkCopy, GcEntry, Piece, StoredObject
+from app.db.types import utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +102,76 @@ class SealingRepository:
             Chunk.seal_key_id.is_not(None),
         )
         return bool(await self._session.scalar(select(sealed)))
+
+    async def plaintext_chunks(self, after: int, limit: int) -> list[int]:
+        """Live plaintext chunks in id order after `after` (pending ones
+        belong to uploads still running, and are sealed if keys are on)."""
+        return list(
+            await self._session.scalars(
+                select(Chunk.id)
+                .where(Chunk.state == "live", Chunk.seal_key_id.is_(None), Chunk.id > after)
+                .order_by(Chunk.id)
+                .limit(limit)
+            )
+        )
+
+    async def replace_with_sealed(
+        self, chunk_id: int, documents: list[PostedDocument], seal: SealRecord
+    ) -> bool:
+        """A plaintext chunk becomes sealed: its new copies in, its old
+        copies' messages to the GC ledger, in this transaction. False (and
+        nothing changed) if the chunk is gone or no longer plaintext: the
+        caller ledgers `documents`."""
+        await lock_database_for_write(self._session)
+        still = await self._session.scalar(
+            select(Chunk.id)
+            .where(Chunk.id == chunk_id, Chunk.seal_key_id.is_(None))
+            .with_for_update()
+        )
+        if still is None:
+            return False
+        old = (
+            await self._session.execute(
+                select(
+                    ChunkCopy.bot_id,
+                    ChunkCopy.chat_id,
+                    ChunkCopy.message_id,
+                    ChunkCopy.file_unique_id,
+                ).where(ChunkCopy.chunk_id == chunk_id)
+            )
+        ).all()
+        now = utcnow()
+        if old:
+            await self._session.execute(
+                insert(GcEntry),
+                [
+                    ledger_values(bot, chat, message, unique, "overwritten", now)
+                    for bot, chat, message, unique in old
+                ],
+            )
+        await self._session.execute(
+            delete(ChunkCopy)
+            .where(ChunkCopy.chunk_id == chunk_id)
+            .execution_options(synchronize_session=False)
+        )
+        await self._session.execute(
+            insert(ChunkCopy),
+            [
+                {**copy_values(chunk_id, document, now, salt), "verified_at": now}
+                for document, salt in zip(documents, seal.salts, strict=True)
+            ],
+        )
+        await self._session.execute(
+            update(Chunk)
+            .where(Chunk.id == chunk_id)
+            .values(
+                seal_key_id=seal.key_id,
+                sealed_data_key=seal.wrapped_key,
+                sha256="",
+                block_hashes=None,
+                copies_ok=len(documents),
+                lost_at=None,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return True

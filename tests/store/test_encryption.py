@@ -200,7 +200,7 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, service: Service, keys: str, *argv:
 
 
 @pytest.mark.both_backends  # rotation's conditional UPDATE and the counts are SQL of their own
-async def test_keys_added_removed_and_rotated_during_uploads_lose_nothing(
+async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_lose_nothing(
     launcher: ServiceLauncher,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -257,3 +257,15 @@ async def test_keys_added_removed_and_rotated_during_uploads_lose_nothing(
     for public_id, data in files.items():
         response = await get(after, public_id)
         assert response.status_code == 200 and response.content == data, public_id
+
+    # The plaintext chunks sealed through the running service; their
+    # plaintext messages deleted from Telegram.
+    migrate = ["migrate", "--wait", "--url", after.url, "--key", after.key]
+    assert await asyncio.to_thread(run_cli, monkeypatch, after, K2, *migrate) == 0
+    chunks, _ = await rows(after)
+    assert all(chunk.seal_key_id == "k2" for chunk in chunks)
+    await eventually(
+        lambda: not [body for _, _, body in sim.stored_files(include_gone=False) if MARKER in body]
+    )
+    for public_id, data in files.items():
+        assert (await get(after, public_id)).content == data, public_id
