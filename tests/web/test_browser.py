@@ -377,9 +377,10 @@ async def test_buckets_are_browsed_read_only(
 
 
 async def test_a_key_with_bidi_controls_is_shown_as_it_is(
-    open_page: Any, start_service: ServiceFactory
+    browser: Browser, start_service: ServiceFactory
 ) -> None:
     # "invoice\u202egnp.exe" would read "invoiceexe.png"; the page spells the control out.
+    # Its own service, with S3 credentials: not `open_page`'s, whose bots it would wait for.
     s3_service = await start_service(bots=1, s3_credentials={ACCESS_KEY: SECRET})
     s3 = boto3.client(
         "s3",
@@ -391,12 +392,18 @@ async def test_a_key_with_bidi_controls_is_shown_as_it_is(
     await asyncio.to_thread(s3.create_bucket, Bucket="mail")
     await asyncio.to_thread(s3.put_object, Bucket="mail", Key="invoice\u202egnp.exe", Body=b"x")
 
-    page = await open_page(DESKTOP, url=s3_service.url)
+    context = await browser.new_context(viewport=DESKTOP, base_url=s3_service.url)
+    page = await context.new_page()
+    watch = PageWatch()
+    page.on("console", watch.console)
+    page.on("pageerror", watch.page_error)
+    await page.goto("/")
     await sign_in(page, s3_service.key)
     await page.get_by_role("button", name="Buckets", exact=True).click()
     await page.get_by_role("button", name="mail", exact=True).click()
     name = page.locator("#objects-body td.name")
     await expect(name).to_have_text("invoice[U+202E]gnp.exe")
+    assert not watch.problems, f"the page logged errors: {watch.problems}"
 
 
 # ReDoc shows Redocly's logo from its CDN, unconditionally; the docs' CSP refuses
