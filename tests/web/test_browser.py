@@ -79,13 +79,17 @@ class PageWatch:
 
 
 @pytest.fixture
-async def open_page(browser: Browser, service: Service) -> AsyncIterator[Any]:
+async def open_page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A page on `url`, or on the `service` fixture's service. That one is
+    started only when asked for: a test with a service of its own must not
+    have another one holding the bots it waits for."""
     watches: list[PageWatch] = []
 
     async def open_page(viewport: dict[str, int] = DESKTOP, url: str | None = None) -> Page:
-        context = await browser.new_context(
-            viewport=viewport, base_url=url or service.url, accept_downloads=True
-        )
+        if url is None:
+            service: Service = request.getfixturevalue("service")
+            url = service.url
+        context = await browser.new_context(viewport=viewport, base_url=url, accept_downloads=True)
         page = await context.new_page()
         watch = PageWatch()
         page.on("console", watch.console)
@@ -377,10 +381,9 @@ async def test_buckets_are_browsed_read_only(
 
 
 async def test_a_key_with_bidi_controls_is_shown_as_it_is(
-    browser: Browser, start_service: ServiceFactory
+    open_page: Any, start_service: ServiceFactory
 ) -> None:
     # "invoice\u202egnp.exe" would read "invoiceexe.png"; the page spells the control out.
-    # Its own service, with S3 credentials: not `open_page`'s, whose bots it would wait for.
     s3_service = await start_service(bots=1, s3_credentials={ACCESS_KEY: SECRET})
     s3 = boto3.client(
         "s3",
@@ -392,18 +395,12 @@ async def test_a_key_with_bidi_controls_is_shown_as_it_is(
     await asyncio.to_thread(s3.create_bucket, Bucket="mail")
     await asyncio.to_thread(s3.put_object, Bucket="mail", Key="invoice\u202egnp.exe", Body=b"x")
 
-    context = await browser.new_context(viewport=DESKTOP, base_url=s3_service.url)
-    page = await context.new_page()
-    watch = PageWatch()
-    page.on("console", watch.console)
-    page.on("pageerror", watch.page_error)
-    await page.goto("/")
+    page = await open_page(DESKTOP, url=s3_service.url)
     await sign_in(page, s3_service.key)
     await page.get_by_role("button", name="Buckets", exact=True).click()
     await page.get_by_role("button", name="mail", exact=True).click()
     name = page.locator("#objects-body td.name")
     await expect(name).to_have_text("invoice[U+202E]gnp.exe")
-    assert not watch.problems, f"the page logged errors: {watch.problems}"
 
 
 # ReDoc shows Redocly's logo from its CDN, unconditionally; the docs' CSP refuses
