@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Awaitable, Callable
 
 import structlog
+
+from app import jitter
 
 log = structlog.get_logger("app.periodic")
 
@@ -84,7 +85,7 @@ class Periodic:
     def next_wait(self) -> float:
         interval = self._interval() if callable(self._interval) else self._interval
         if self._jitter:
-            interval *= random.uniform(1.0 - self._jitter, 1.0 + self._jitter)
+            interval *= jitter.uniform(1.0 - self._jitter, 1.0 + self._jitter)
         return max(0.0, interval)
 
     async def _loop(self) -> None:

@@ -236,6 +236,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         ),
         on_adopted=resume_adopted,
         running_since=writer.oldest_running,
+        interval=tuning.heartbeat_seconds,
     )
     leases = BotLeases(
         dispatcher,

@@ -16,6 +16,9 @@ class Tuning:
     # How long an instance holds a bot's lease without renewing it: with
     # several instances, a dead one's bots move within this time.
     bot_lease_seconds: float = 15.0
+    # How often an instance says it is alive; every 12th beat it also takes
+    # over what dead instances left (app/store/instance.py).
+    heartbeat_seconds: float = 5.0
     # How often expired tus uploads are looked for and deleted.
     tus_cleanup_interval_seconds: float = 60.0
     # How long an unknown or revoked API key is refused from memory, without
@@ -27,6 +30,8 @@ class Tuning:
     def __post_init__(self) -> None:
         if not 3.0 <= self.bot_lease_seconds <= 300.0:
             raise ValueError("bot_lease_seconds is 3-300")
+        if not 0.1 <= self.heartbeat_seconds <= 60.0:
+            raise ValueError("heartbeat_seconds is 0.1-60")
         if self.tus_cleanup_interval_seconds <= 0:
             raise ValueError("tus_cleanup_interval_seconds must be positive")
         if not 0.0 <= self.refused_key_cache_seconds <= 60.0:

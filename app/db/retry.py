@@ -10,7 +10,6 @@ error goes to the caller at once.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -18,6 +17,7 @@ import structlog
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app import jitter
 from app.db.session import session_scope
 
 log = structlog.get_logger("app.db.retry")
@@ -68,5 +68,5 @@ async def in_transaction(
                 attempt=attempt,
                 cause=str(exc.orig).splitlines()[0][:200],
             )
-            await asyncio.sleep(random.uniform(0, CONFLICT_PAUSE * attempt))
+            await asyncio.sleep(jitter.uniform(0, CONFLICT_PAUSE * attempt))
     raise AssertionError("unreachable: the last attempt returns or raises")

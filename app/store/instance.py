@@ -40,7 +40,6 @@ from app.store.spool import Spool
 
 log = structlog.get_logger("app.store.instance")
 
-HEARTBEAT_SECONDS = 5.0
 # An instance that has not beaten for this long is taken for dead.
 STALE_AFTER_SECONDS = 30.0
 # Every this many beats, take over what instances that died left behind.
@@ -64,7 +63,7 @@ class InstanceHeartbeat:
         reconciler: Reconciler | None = None,
         on_adopted: Callable[[], Awaitable[None]] | None = None,
         running_since: Callable[[], datetime | None] | None = None,
-        interval: float = HEARTBEAT_SECONDS,
+        interval: float,
         stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
         self._sessionmaker = sessionmaker

@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from app.telegram import jitter
+from app import jitter
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,

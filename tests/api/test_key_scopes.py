@@ -169,8 +169,11 @@ async def test_with_keys_required_for_downloads_a_read_key_downloads(
 
 # --- bogus keys -----------------------------------------------------------------------
 
+# Six waves of 50 at once: enough that most arrive while the first lookup runs.
+REQUESTS = 300
 
-async def test_a_thousand_requests_with_one_bogus_key_cost_one_query_and_all_get_401(
+
+async def test_hundreds_of_concurrent_requests_with_one_bogus_key_cost_one_query_and_get_401(
     start_service: ServiceFactory,
 ) -> None:
     # A refusal remembered for the whole test: the count must not depend on
@@ -185,9 +188,9 @@ async def test_a_thousand_requests_with_one_bogus_key_cost_one_query_and_all_get
 
     with key_queries() as queries:
         async with service.client(limits=httpx.Limits(max_connections=50)) as http:
-            statuses = await asyncio.gather(*(attempt(http) for _ in range(1000)))
+            statuses = await asyncio.gather(*(attempt(http) for _ in range(REQUESTS)))
 
-    assert statuses == [401] * 1000
+    assert statuses == [401] * REQUESTS
     assert len(queries) == 1, queries
     # A real key still works at once, and costs its own lookup.
     with key_queries() as queries:

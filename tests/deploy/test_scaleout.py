@@ -53,6 +53,8 @@ BOTS = 6
 CHAT = -1002
 CHUNK = 256 * 1024
 LEASE = 4  # Tuning.bot_lease_seconds: short, so takeover is quick to watch
+# Tuning.heartbeat_seconds: a dead instance's uploads are swept every 12 beats.
+HEARTBEAT = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +104,7 @@ def start(sim: Simulator, database: Database, processes: Processes, tmp_path: Pa
             SPOOL_DIR=str(tmp_path / f"spool-{port}"),
             PYTHONPATH=str(REPO),
         )
-        command = serve_command({"bot_lease_seconds": LEASE})
+        command = serve_command({"bot_lease_seconds": LEASE, "heartbeat_seconds": HEARTBEAT})
         proc = processes.start("teleuploader-serve", command, env=env)
         service = Service(proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=env, key=key)
         wait_for(

@@ -3,8 +3,9 @@
 SIGTERM: new writes are refused, running uploads and downloads finish within
 the grace period, and the process exits 0. An upload cut off by the grace
 period leaves no object, and its chunks are deleted from Telegram (the GC
-ledger survives the restart and the next start deletes them). The upload
-tests run on SQLite and on Postgres through pgbouncer.
+ledger survives the restart and the next start deletes them): that one runs
+on SQLite and on Postgres through pgbouncer; the others are the process's
+behaviour, not the database's, and run on SQLite.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.demo import create_api_key
 from tests.conftest import run_async
@@ -77,6 +79,7 @@ def upload_in_thread(
     return thread, started, outcome
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_sigterm_lets_running_uploads_finish_and_exits_0(
     start_service: ServiceStarter, database_url: str, telegram_sim: Simulator
 ) -> None:

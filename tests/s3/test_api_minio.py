@@ -26,7 +26,6 @@ from minio.commonconfig import CopySource
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
-from app.store.writer import plan_chunk_size
 from tests.running_service import CHAT_ID, CHUNK, INLINE, Service, ServiceFactory
 
 ACCESS_KEY = "AKIDTELEUPLOADERMINIO"
@@ -181,7 +180,6 @@ async def test_put_unknown_length_streams_multipart(mc: Client) -> None:
     in parallel) of a multipart upload; the last part is short."""
     body = data(2 * PART + 3 * CHUNK + 7, seed=2)
     parts = [body[:PART], body[PART : 2 * PART], body[2 * PART :]]
-    before = mc.messages()
     reader = Reader(body)
 
     result = await mc(
@@ -199,12 +197,9 @@ async def test_put_unknown_length_streams_multipart(mc: Client) -> None:
     stat = await mc(mc.minio.stat_object, BUCKET, "packages/blob")
     assert stat.size == len(body)
     assert stat.etag == multipart_etag(parts)
-    # Each part keeps the 3 bots busy on its own (5 MiB against 3 x 64 KiB
-    # chunks), so it skipped the spool and was cut into equal chunks spread
-    # over the bots; nothing more was sent.
-    assert mc.messages() - before == sum(
-        -(-len(p) // plan_chunk_size(len(p), CHUNK, 3)) for p in parts
-    )
+    # How many messages the parts became depends on whether each one went
+    # straight to the bots or through the spool, which is the machine's load
+    # to decide (tests/s3/test_write_behind.py checks both paths).
     assert await mc.read("packages/blob") == body
     # A range across the boundary of parts 1 and 2.
     assert (

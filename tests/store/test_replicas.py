@@ -303,7 +303,11 @@ async def test_a_damaged_chunk_after_the_first_cuts_the_download_never_ends_it_s
     async with service.client() as http:
         put = await http.put("/api/files/long.bin", content=data, headers=service.auth)
         public_id = put.json()["public_id"]
-    last = max(await copies(service), key=lambda copy: copy.chunk_id)
+    # The copy of the object's last piece: chunk ids follow the order in
+    # which the parallel uploads finished, not the pieces' order.
+    async with session_scope(services_of(service).sessionmaker) as session:
+        last_chunk = await session.scalar(select(Piece.chunk_id).order_by(Piece.start.desc()))
+    (last,) = [copy for copy in await copies(service) if copy.chunk_id == last_chunk]
     service.sim.take_down(last.chat_id, last.message_id)
     received = bytearray()
     async with service.client() as http, http.stream("GET", f"/f/{public_id}") as response:

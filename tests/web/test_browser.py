@@ -33,6 +33,8 @@ DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 360, "height": 760}
 # Long enough for 40 MiB through the simulator on a busy machine.
 UPLOAD_TIMEOUT_MS = 180_000
+# The emulated uplink: 40 MiB take 5 s, several of the page's 16 MiB requests.
+UPLINK = 8 * MiB
 
 
 @pytest.fixture
@@ -79,13 +81,17 @@ class PageWatch:
 
 
 @pytest.fixture
-async def open_page(browser: Browser, service: Service) -> AsyncIterator[Any]:
+async def open_page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A page on `url`, or on the `service` fixture's service. That one is
+    started only when asked for: a test with a service of its own must not
+    have another one holding the bots it waits for."""
     watches: list[PageWatch] = []
 
     async def open_page(viewport: dict[str, int] = DESKTOP, url: str | None = None) -> Page:
-        context = await browser.new_context(
-            viewport=viewport, base_url=url or service.url, accept_downloads=True
-        )
+        if url is None:
+            service: Service = request.getfixturevalue("service")
+            url = service.url
+        context = await browser.new_context(viewport=viewport, base_url=url, accept_downloads=True)
         page = await context.new_page()
         watch = PageWatch()
         page.on("console", watch.console)
@@ -112,7 +118,7 @@ async def shoot(page: Page, directory: Path, name: str) -> None:
 
 
 async def slow_uplink(page: Page) -> CDPSession:
-    """4 MiB/s up, so that a reload or a lost connection lands mid-upload;
+    """UPLINK up, so that a reload or a lost connection lands mid-upload;
     the session returned can take the connection away (`set_online`)."""
     cdp = await page.context.new_cdp_session(page)
     await set_online(cdp, True)
@@ -126,7 +132,7 @@ async def set_online(cdp: CDPSession, online: bool) -> None:
             "offline": not online,
             "latency": 0,
             "downloadThroughput": -1,
-            "uploadThroughput": 4 * MiB,
+            "uploadThroughput": UPLINK,
         },
     )
 
@@ -164,7 +170,7 @@ async def test_upload_through_the_page_then_download_and_delete(
 ) -> None:
     page = await open_page()
     await sign_in(page, service.key)
-    # About 10 s for 40 MiB: long enough to see the progress with its speed,
+    # About 5 s for 40 MiB: long enough to see the progress with its speed,
     # however fast the machine.
     await slow_uplink(page)
 
