@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from app.db.copies import ChunkRow
+from app.db.copies import ChunkRow, CopyRow
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
 from app.store.shared_paths import FILE_PATH_TTL, SharedPaths
@@ -186,17 +186,19 @@ def chunk_ref(chunk: ChunkRow, encryption: Encryption) -> ChunkRef:
         size=chunk.size,
         sha256=chunk.sha256,
         block_hashes=chunk.block_hashes,
-        copies=tuple(
-            CopyRef(
-                copy_id=copy.id,
-                bot_id=copy.bot_id,
-                file_id=copy.file_id,
-                chat_id=copy.chat_id,
-                message_id=copy.message_id,
-                salt=copy.salt,
-            )
-            for copy in chunk.copies
-        ),
+        copies=tuple(copy_ref(copy) for copy in chunk.copies),
         lost=chunk.lost,
         data_key=data_key,
+    )
+
+
+def copy_ref(copy: CopyRow) -> CopyRef:
+    """Where a copy the database handed over can be read."""
+    return CopyRef(
+        copy_id=copy.id,
+        bot_id=copy.bot_id,
+        file_id=copy.file_id,
+        chat_id=copy.chat_id,
+        message_id=copy.message_id,
+        salt=copy.salt,
     )

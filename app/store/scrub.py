@@ -52,7 +52,7 @@ from app.store.blocks import hashes_root
 from app.store.encryption import Encryption
 from app.store.errors import EncryptionKeyUnavailable
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkLocator, CopyRef, is_gone
+from app.store.locator import ChunkLocator, copy_ref, is_gone
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, WholeCopy
 from app.telegram.dispatcher import Dispatcher
@@ -310,7 +310,7 @@ class Scrub:
         self, chunk: ChunkRow, copy: CopyRow, *, deep: bool, report: PassReport
     ) -> BadState | None:
         """None if the copy is there (and, `deep`, right), else what is wrong."""
-        ref = _ref(copy)
+        ref = copy_ref(copy)
         worker = self._dispatcher.workers.get(copy.bot_id)
         if worker is None or not worker.usable:
             # Its bot is out of the pool for good: the copy is reached only
@@ -400,7 +400,7 @@ class Scrub:
             data = bytearray()
             try:
                 check = WholeCopy(chunk, copy, self._encryption)
-                client, file_path = await self._locator.locate(_ref(copy))
+                client, file_path = await self._locator.locate(copy_ref(copy))
                 async with client.open_file(file_path) as body:
                     async for piece in body:
                         for plain in check.feed(piece):
@@ -492,14 +492,3 @@ class Scrub:
         with contextlib.suppress(Exception):
             async with session_scope(self._sessionmaker) as session:
                 await IntentRepository(session).resolve(intent)
-
-
-def _ref(copy: CopyRow) -> CopyRef:
-    return CopyRef(
-        copy_id=copy.id,
-        bot_id=copy.bot_id,
-        file_id=copy.file_id,
-        chat_id=copy.chat_id,
-        message_id=copy.message_id,
-        salt=copy.salt,
-    )

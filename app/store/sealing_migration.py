@@ -31,7 +31,7 @@ from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkLocator, CopyRef
+from app.store.locator import ChunkLocator, copy_ref
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, WholeCopy
 from app.telegram.dispatcher import Dispatcher
@@ -157,8 +157,7 @@ class SealingMigration:
             data = bytearray()
             try:
                 check = WholeCopy(chunk, copy, self._encryption)
-                ref = CopyRef(copy.id, copy.bot_id, copy.file_id, copy.chat_id, copy.message_id)
-                client, file_path = await self._locator.locate(ref)
+                client, file_path = await self._locator.locate(copy_ref(copy))
                 async with client.open_file(file_path) as body:
                     async for piece in body:
                         for plain in check.feed(piece):
