@@ -119,8 +119,13 @@ class ObjectStore:
         gc: GarbageCollector,
         *,
         statements: SingleStatements | None = None,
+        trash: bool = False,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Deletes and replacements go to the trash (the sessions keep it:
+        # app.db.trash.configure); then none may take the single statements
+        # that delete or overwrite a row in place.
+        self._trash = trash
         # Default: Core statements on the sessions' engine (tests, tools).
         engine = sessionmaker.kw["bind"]
         self._statements = statements or AsyncStatements(engine, engine)
@@ -179,7 +184,9 @@ class ObjectStore:
             # (its owner checked, its public id kept), take it under a new
             # key only; conditional writes and chunks to release take the
             # session's path.
-            over_chunkless = not write.keep_public_id and write.only_if_owned_by is None
+            over_chunkless = (
+                not write.keep_public_id and write.only_if_owned_by is None and not self._trash
+            )
             stored = await self._store_small(spec, over_chunkless=over_chunkless)
             if stored is not None:
                 return stored
@@ -328,7 +335,7 @@ class ObjectStore:
         )
         if source.inline_data is not None:
             # The content is in hand: stored like a small PUT's.
-            stored = await self._store_small(spec, over_chunkless=True)
+            stored = await self._store_small(spec, over_chunkless=not self._trash)
             if stored is not None:
                 return stored
 
@@ -414,7 +421,7 @@ class ObjectStore:
         # clients send it for keys long gone); the session finds and releases
         # the chunks otherwise. An object written between the two statements
         # came after this delete.
-        if await self._statements.delete_chunkless_object(bucket, key):
+        if not self._trash and await self._statements.delete_chunkless_object(bucket, key):
             return True
         if await self._statements.object(bucket, key) is None:
             return False
