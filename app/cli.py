@@ -103,6 +103,7 @@ def _one_line(exc: Exception) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     from app.db.models import KEY_SCOPES
+    from app.trash_cli import add_trash_commands
 
     parser = argparse.ArgumentParser(
         prog="teleuploader",
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name")
     revoke.set_defaults(handler=cmd_keys_revoke)
     keys.set_defaults(handler=lambda _args: _usage(keys))
+    add_trash_commands(commands, _client_options)
     return parser
 
 
