@@ -64,7 +64,8 @@ async function restoreItem(item, asName = null) {
     await api('POST', asName === null ? path : `${path}?as=${encodeURIComponent(asName)}`);
   } catch (error) {
     if (error.status === 409) {
-      const other = window.prompt(`${error.message}\n\nRestore under this name:`, `${item.key || item.name} (restored)`);
+      const suggested = `${item.key || item.name} (restored)`;
+      const other = window.prompt(`${error.message}\n\nRestore under this name:`, suggested);
       if (other) restoreItem(item, other);
       return;
     }
