@@ -21,6 +21,7 @@ from app.api.files import NAMED_PREFIX, parse_id_cursor
 from app.config import Settings
 from app.store.callers import Caller
 from app.store.limits import MAX_KEY_LENGTH
+from app.store.object_write import object_name
 from app.store.service import ObjectInfo
 from app.store.trash import NameTaken, RestoreRefused, TrashItem, TrashScope, TrashStore
 
@@ -111,8 +112,8 @@ async def list_trash(
     return TrashList(items=[_trashed_out(item) for item in page], next_cursor=next_cursor)
 
 
-def _new_place(as_name: str, *, native: bool) -> tuple[str, str | None]:
-    """The key (and, for a native file, the name) `?as=` asks for."""
+def _new_place(as_name: str, *, native: bool) -> tuple[str, str]:
+    """The key and the name `?as=` asks for."""
     if not as_name.strip() or "\x00" in as_name:
         raise ApiError(400, "bad_request", "`as` must be a non-empty name without NUL")
     if native:
@@ -121,7 +122,7 @@ def _new_place(as_name: str, *, native: bool) -> tuple[str, str | None]:
             raise ApiError(400, "bad_request", "`as` is not a usable file name")
         key = NAMED_PREFIX + as_name
     else:
-        clean, key = None, as_name
+        clean, key = object_name(as_name), as_name
     if len(key) > MAX_KEY_LENGTH:
         raise ApiError(400, "bad_request", f"`as` is longer than {MAX_KEY_LENGTH} characters")
     return key, clean

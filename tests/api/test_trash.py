@@ -163,6 +163,7 @@ async def test_objects_a_registry_deleted_come_back_under_their_keys(
         service, "POST", f"/api/trash/{link_id}/restore", service.auth, params={"as": "old-link"}
     )
     assert moved.status_code == 200, moved.text
+    assert moved.json()["name"] == "old-link"
     assert await read(s3, "registry", "old-link") == link
     assert await read(s3, "registry", "_uploads/link") == b"sha256:def"
 
