@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import trash
 from app.db.api_keys import hash_key
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
@@ -204,6 +205,40 @@ async def test_downgrade_below_multipart_ledgers_the_chunks_only_uploads_used(
         )
         assert abs(entry.enqueued_at - datetime.now(UTC)) < timedelta(minutes=1)
         assert entry.next_attempt_at == entry.enqueued_at
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_below_the_trash_deletes_what_it_held_and_ledgers_its_own_chunks(
+    empty_database: Database,
+) -> None:
+    """A trashed object's row would hold its chunks forever under a bucket
+    nothing reads: it goes, and the chunks only it used go to the ledger."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url)
+    engine = create_engine(empty_database.url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        trash.configure(sessionmaker, 3600)
+        shared, alone = await add_chunks(sessionmaker, [100, 50])
+        async with session_scope(sessionmaker) as session:
+            repo = ObjectRepository(session)
+            await repo.put(spec("a", whole_chunks([shared, alone]), bucket="_native"))
+            await repo.put(spec("b", whole_chunks([shared]), bucket="_native"))
+            await repo.delete("_native", "a")
+        await engine.dispose()
+
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0015")
+
+        async with session_scope(sessionmaker) as session:
+            keys = set(await session.scalars(text("SELECT key FROM objects")))
+            remaining = set(await session.scalars(select(Chunk.id)))
+            ledger = [(e.message_id, e.reason) for e in await session.scalars(select(GcEntry))]
+        assert keys == {"b"}
+        assert remaining == {shared.id}
+        assert ledger == [(alone.message_id, "deleted")]
         await engine.dispose()
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await schema_is_current(engine)
