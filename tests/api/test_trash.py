@@ -138,6 +138,7 @@ async def test_objects_a_registry_deleted_come_back_under_their_keys(
     )
 
     assert (await s3("list_objects_v2", Bucket="registry")).get("Contents", []) == []
+    assert (await s3("list_object_versions", Bucket="registry")).get("Versions", []) == []
     assert code(await s3.error("head_object", Bucket="registry", Key="blobs/layer")) == "404"
     trashed = {i["key"]: i for i in await trash_of(service, service.auth)}
     assert set(trashed) == {"blobs/layer", "_uploads/link"}
