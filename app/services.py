@@ -15,7 +15,7 @@ import os
 import socket
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from sqlalchemy import text
@@ -278,7 +278,9 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         reader,
         gc,
         statements=statements,
-        trash=settings.trash_retention_seconds > 0,
+        trash_retention=timedelta(seconds=settings.trash_retention_seconds)
+        if settings.trash_retention_seconds > 0
+        else None,
     )
     trash_store = TrashStore(sessionmaker)
     access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)

@@ -26,11 +26,10 @@ from app.db.chunks import ChunkRepository
 from app.db.locking import batches, lock_database_for_write, lock_object_key
 from app.db.models import Bucket, Piece, StoredObject, TrashEntry, TrashReason
 from app.db.object_rows import ObjectRow, new_public_id
+from app.db.single_statement_sql import TRASH_BUCKET as TRASH_BUCKET
+from app.db.single_statement_sql import trash_key
 from app.db.types import utcnow
 
-#: Where trashed objects' rows live. Starting with "_", it is no S3 bucket
-#: (S3 refuses such names) and not the native API's `_native`.
-TRASH_BUCKET = "_trash"
 # The sessions' `info` entry holding the retention (a timedelta; absent: off).
 _RETENTION = "trash_retention"
 
@@ -99,7 +98,7 @@ class TrashRepository:
         with `new_id` it gets a new public id, leaving its own to the object
         that replaces it (a native file keeps its link across uploads)."""
         now = now or utcnow()
-        moved: dict[str, Any] = {"bucket": TRASH_BUCKET, "key": f"{obj.id:020d}"}
+        moved: dict[str, Any] = {"bucket": TRASH_BUCKET, "key": trash_key(obj.id)}
         if new_id:
             moved["public_id"] = new_public_id()
         await self._session.execute(

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -39,7 +39,7 @@ from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
 from app.db.session import session_scope
-from app.db.single_statement_sql import inserted_row
+from app.db.single_statement_sql import TrashMove, inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
@@ -119,13 +119,14 @@ class ObjectStore:
         gc: GarbageCollector,
         *,
         statements: SingleStatements | None = None,
-        trash: bool = False,
+        trash_retention: timedelta | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
-        # Deletes and replacements go to the trash (the sessions keep it:
-        # app.db.trash.configure); then none may take the single statements
-        # that delete or overwrite a row in place.
-        self._trash = trash
+        # Deletes and replacements go to the trash for this long (the
+        # sessions keep it too: app.db.trash.configure); small objects then
+        # take the single statements that trash them instead of those that
+        # overwrite or delete them in place.
+        self._trash_retention = trash_retention
         # Default: Core statements on the sessions' engine (tests, tools).
         engine = sessionmaker.kw["bind"]
         self._statements = statements or AsyncStatements(engine, engine)
@@ -184,9 +185,7 @@ class ObjectStore:
             # (its owner checked, its public id kept), take it under a new
             # key only; conditional writes and chunks to release take the
             # session's path.
-            over_chunkless = (
-                not write.keep_public_id and write.only_if_owned_by is None and not self._trash
-            )
+            over_chunkless = not write.keep_public_id and write.only_if_owned_by is None
             stored = await self._store_small(spec, over_chunkless=over_chunkless)
             if stored is not None:
                 return stored
@@ -222,7 +221,14 @@ class ObjectStore:
         spec.check()
         now = utcnow()
         values = row_values(spec, new_public_id(), now, now)
-        if over_chunkless:
+        if over_chunkless and self._trash_retention:
+            outcome = await self._statements.trash_chunkless_object(
+                self._trash_move(spec.bucket, spec.key, "replaced", now), values
+            )
+            if outcome is None or outcome.stored is None:
+                return None
+            row_id, values["created_at"] = outcome.stored
+        elif over_chunkless:
             stored = await self._statements.put_chunkless_object(values)
             if stored is None:
                 return None
@@ -335,7 +341,7 @@ class ObjectStore:
         )
         if source.inline_data is not None:
             # The content is in hand: stored like a small PUT's.
-            stored = await self._store_small(spec, over_chunkless=not self._trash)
+            stored = await self._store_small(spec, over_chunkless=True)
             if stored is not None:
                 return stored
 
@@ -421,7 +427,13 @@ class ObjectStore:
         # clients send it for keys long gone); the session finds and releases
         # the chunks otherwise. An object written between the two statements
         # came after this delete.
-        if not self._trash and await self._statements.delete_chunkless_object(bucket, key):
+        if self._trash_retention:
+            outcome = await self._statements.trash_chunkless_object(
+                self._trash_move(bucket, key, "deleted", utcnow())
+            )
+            if outcome is not None:
+                return outcome.trashed
+        elif await self._statements.delete_chunkless_object(bucket, key):
             return True
         if await self._statements.object(bucket, key) is None:
             return False
@@ -431,6 +443,10 @@ class ObjectStore:
         if repo.chunks_released:
             self._gc.wake()
         return deleted
+
+    def _trash_move(self, bucket: str, key: str, reason: str, now: datetime) -> TrashMove:
+        assert self._trash_retention is not None
+        return TrashMove(bucket, key, reason, now, now + self._trash_retention)
 
     async def delete_by_public_id(
         self, public_id: str, *, bucket: str, only_if_owned_by: int | None = None
