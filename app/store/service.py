@@ -222,12 +222,19 @@ class ObjectStore:
         now = utcnow()
         values = row_values(spec, new_public_id(), now, now)
         if over_chunkless and self._trash_retention:
-            outcome = await self._statements.trash_chunkless_object(
-                self._trash_move(spec.bucket, spec.key, "replaced", now), values
-            )
-            if outcome is None or outcome.stored is None:
-                return None
-            row_id, values["created_at"] = outcome.stored
+            # A new key (the common case) is one statement; over an object,
+            # that object goes to the trash in the same transaction as the
+            # new row is written.
+            new_id = await self._statements.insert_object_unless_exists(values)
+            if new_id is not None:
+                row_id = new_id
+            else:
+                outcome = await self._statements.trash_chunkless_object(
+                    self._trash_move(spec.bucket, spec.key, "replaced", now), values
+                )
+                if outcome is None or outcome.stored is None:
+                    return None
+                row_id, values["created_at"] = outcome.stored
         elif over_chunkless:
             stored = await self._statements.put_chunkless_object(values)
             if stored is None:
