@@ -433,17 +433,22 @@ class ObjectStore:
         # is no object at all (a delete is answered alike either way, and
         # clients send it for keys long gone); the session finds and releases
         # the chunks otherwise. An object written between the two statements
-        # came after this delete.
+        # came after this delete. With the trash on, the read comes first
+        # (an absent key costs no transaction), then a small object goes to
+        # the trash in one short transaction; one with chunks, in the session.
         if self._trash_retention:
+            if await self._statements.object(bucket, key) is None:
+                return False
             outcome = await self._statements.trash_chunkless_object(
                 self._trash_move(bucket, key, "deleted", utcnow())
             )
             if outcome is not None:
                 return outcome.trashed
-        elif await self._statements.delete_chunkless_object(bucket, key):
-            return True
-        if await self._statements.object(bucket, key) is None:
-            return False
+        else:
+            if await self._statements.delete_chunkless_object(bucket, key):
+                return True
+            if await self._statements.object(bucket, key) is None:
+                return False
         async with session_scope(self._sessionmaker) as session:
             repo = ObjectRepository(session)
             deleted = await repo.delete(bucket, key)
