@@ -18,7 +18,7 @@ from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.trash import BucketGone, KeyTaken, TrashedObject, TrashRepository
 from app.store.errors import StoreError
-from app.store.service import ObjectInfo
+from app.store.object_info import ObjectInfo
 
 log = structlog.get_logger("app.store.trash")
 
