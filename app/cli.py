@@ -105,6 +105,7 @@ def _one_line(exc: Exception) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     from app.db.models import KEY_SCOPES
+    from app.trash_cli import add_trash_commands
 
     parser = argparse.ArgumentParser(
         prog="teleuploader",
@@ -243,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.encryption_cli import add_commands as add_encryption_commands
 
     add_encryption_commands(commands, _usage, _client_options)
+    add_trash_commands(commands, _client_options)
     return parser
 
 

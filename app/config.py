@@ -235,6 +235,16 @@ class Settings(BaseSettings):
         description="Bytes a day the scrub reads whole and checks against their hashes.",
     )
 
+    trash_retention_seconds: float = Field(
+        default=24 * 3600,
+        ge=0,
+        validation_alias=AliasChoices(
+            "TRASH_RETENTION_SECONDS", "TRASH_RETENTION", "trash_retention_seconds"
+        ),
+        description="Deleted and replaced objects stay restorable this long (GET /api/trash); "
+        "0 turns the trash off (deletes are final).",
+    )
+
     # --- Upload budget and staging spool --------------------------------------
     upload_buffer_chunks: int | None = Field(
         default=None,

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from app import __version__
-from app.api import encryption, files, health, scrub, session, status, tus
+from app.api import encryption, files, health, scrub, session, status, trash, tus
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.sign_in_limits import SignInLimits
@@ -85,6 +85,7 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     )
     app.include_router(health.router)
     app.include_router(files.router)
+    app.include_router(trash.router)
     app.include_router(tus.router)
     app.include_router(session.router)
     app.include_router(status.router)

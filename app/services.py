@@ -15,13 +15,14 @@ import os
 import socket
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config import Settings
+from app.db import trash
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
@@ -44,6 +45,7 @@ from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
 from app.store.spool import Spool
+from app.store.trash import TrashStore
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
@@ -69,6 +71,7 @@ class Services:
     gc: GarbageCollector
     writer: ChunkWriter
     store: ObjectStore
+    trash: TrashStore
     # Shared by the S3 API and the web page's bucket browser, so both see
     # one memory of which buckets exist.
     buckets: BucketStore
@@ -164,6 +167,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(engine.dispose)
     await check_schema(engine)
     sessionmaker = create_sessionmaker(engine)
+    trash.configure(sessionmaker, settings.trash_retention_seconds)
     statements = single_statements_for(engine)
 
     # --- every part, built (nothing runs yet) -----------------------------------
@@ -276,7 +280,17 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         on_bad_copy=scrub.report_bad,
         on_hashes=scrub.hashes_found,
     )
-    store = ObjectStore(sessionmaker, writer, reader, gc, statements=statements)
+    store = ObjectStore(
+        sessionmaker,
+        writer,
+        reader,
+        gc,
+        statements=statements,
+        trash_retention=timedelta(seconds=settings.trash_retention_seconds)
+        if settings.trash_retention_seconds > 0
+        else None,
+    )
+    trash_store = TrashStore(sessionmaker)
     access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
     resumable = ResumableStore(
         sessionmaker,
@@ -417,6 +431,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         gc=gc,
         writer=writer,
         store=store,
+        trash=trash_store,
         buckets=buckets,
         multipart=multipart,
         buffers=buffers,

@@ -8,7 +8,8 @@ HTTP server and the sockets out: one process drives ``create_app`` directly
 through ASGI (a hand-built scope, uvloop as ``serve`` uses), one request at a
 time, with SigV4 headers signed once beforehand, and measures its own CPU
 time (``time.process_time``) over ``--ops`` HEADs, GETs and PUTs of 2 KiB
-objects and DELETEs of keys never written, on SQLite and on Postgres through
+objects (under new keys, and REPLACE: again and again over one key) and
+DELETEs of keys never written, on SQLite and on Postgres through
 pgbouncer. The app logs at
 ``--log-level`` (INFO, the service's default: a line per request, to a file).
 
@@ -63,7 +64,7 @@ from common import REPO, extract
 ACCESS_KEY, SECRET = "bench", "bench-secret-0123456789"
 BUCKET = "bench"
 OBJECT_SIZE = 2048
-KINDS = ("HEAD", "GET", "PUT", "DELETE")
+KINDS = ("HEAD", "GET", "PUT", "REPLACE", "DELETE")
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -171,6 +172,7 @@ async def _measure(
             key = f"/{BUCKET}/object"
             await call("PUT", key, _signed("PUT", key, body), body)
             head, get = _signed("HEAD", key, b""), _signed("GET", key, b"")
+            put_again = _signed("PUT", key, body)
             puts = [f"/{BUCKET}/new-{i}" for i in range(ops + 100)]
             signed_puts = [_signed("PUT", path, body) for path in puts]
             # Keys never written: clients delete keys long gone.
@@ -180,6 +182,9 @@ async def _measure(
                 "HEAD": lambda i: call("HEAD", key, head),
                 "GET": lambda i: call("GET", key, get),
                 "PUT": lambda i: call("PUT", puts[i], signed_puts[i], body),
+                # A key written again and again (a registry's link files): the
+                # replaced version goes to the trash when TRASH_RETENTION_SECONDS > 0.
+                "REPLACE": lambda i: call("PUT", key, put_again, body),
                 "DELETE": lambda i: call("DELETE", absent[i], signed_deletes[i]),
             }
             result: dict[str, float] = {}

@@ -75,6 +75,10 @@ def make_settings(
         "sends_per_minute": 0,
         "shutdown_grace_seconds": 5,
         "log_level": "WARNING",
+        # Deletes are final, as the tests of everything but the trash expect
+        # (that the old messages go, that a key is free): TRASH_RETENTION_SECONDS=0
+        # is the behaviour they pin. tests/api/test_trash.py turns it on.
+        "trash_retention_seconds": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

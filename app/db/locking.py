@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 T = TypeVar("T")
 
@@ -58,6 +58,14 @@ async def lock_object_key(session: AsyncSession, bucket: str, key: str) -> None:
         await lock_database_for_write(session)
         return
     await session.execute(select(func.pg_advisory_xact_lock(_lock_id(bucket, key))))
+
+
+async def lock_object_key_on(connection: AsyncConnection, bucket: str, key: str) -> None:
+    """`lock_object_key` for a Core connection's transaction (the same lock)."""
+    if connection.dialect.name == "sqlite":
+        await connection.execute(text("UPDATE gc_ledger SET id = id WHERE 0 = 1"))
+        return
+    await connection.execute(select(func.pg_advisory_xact_lock(_lock_id(bucket, key))))
 
 
 def _lock_id(bucket: str, key: str) -> int:

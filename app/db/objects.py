@@ -26,6 +26,7 @@ from app.db.object_rows import (
     new_public_id,
     row_values,
 )
+from app.db.trash import TrashRepository, retention_of
 from app.db.types import utcnow
 
 #: The orders of the native listing (ObjectRepository.list).
@@ -206,7 +207,8 @@ class ObjectRepository:
 
         All in the caller's transaction, which must commit for it to count:
         the new chunks become live, the previous object's row and pieces go
-        and its chunks are released ('overwritten'). Concurrent writers of a
+        and its chunks are released ('overwritten'), or, when the session
+        keeps a trash, the previous object goes there whole. Concurrent writers of a
         key queue on a per-key lock, so the last to commit wins and readers
         see either version whole. The new object gets a new row id and, unless
         `keep_public_id`, a new public id.
@@ -247,14 +249,21 @@ class ObjectRepository:
             raise NotOwner(spec.bucket, spec.key)
         if check is not None:
             check(previous.etag)
-        old_chunk_ids = await self._chunk_ids_of(previous.id)
+        retention = retention_of(self._session)
+        # A trashed version keeps its chunks: none to release.
+        old_chunk_ids = [] if retention else await self._chunk_ids_of(previous.id)
         await self._lock_chunks(new_chunk_ids, old_chunk_ids)
         await self._chunks.mark_live(new_chunk_ids)
         public_id = previous.public_id if keep_public_id else new_public_id()
         created_at = previous.created_at
-        await self._delete_row(previous)
+        if retention:
+            await TrashRepository(self._session).put(
+                previous, "replaced", retention, new_id=keep_public_id, now=now
+            )
+        else:
+            await self._delete_row(previous)
         replacement = await self._insert(spec, public_id, created_at, now)
-        assert replacement is not None  # the key is free: its row was just deleted
+        assert replacement is not None  # the key is free: its row was just moved or deleted
         await self._insert_pieces(replacement, spec)
         # After the new pieces exist, so a chunk shared by both versions stays.
         await self._chunks.release(old_chunk_ids, "overwritten")
@@ -278,7 +287,8 @@ class ObjectRepository:
         return updated is not None
 
     async def delete(self, bucket: str, key: str) -> bool:
-        """Delete the object and release its chunks ('deleted'). False if there was none."""
+        """Delete the object and release its chunks ('deleted'), or trash it
+        (`app.db.trash`). False if there was none."""
         await lock_object_key(self._session, bucket, key)
         found = await self._get_for_update(bucket, key)
         return await self._delete_and_release(found, "deleted")
@@ -361,8 +371,14 @@ class ObjectRepository:
         self._session.expunge(obj)
 
     async def _delete_and_release(self, obj: StoredObject | None, reason: GcReason) -> bool:
+        """Delete `obj` and release its chunks, or move it to the trash when
+        the session keeps one (its chunks stay until it expires)."""
         if obj is None:
             return False
+        retention = retention_of(self._session)
+        if retention:
+            await TrashRepository(self._session).put(obj, "deleted", retention)
+            return True
         chunk_ids = await self._chunk_ids_of(obj.id)
         await self._delete_row(obj)
         await self._chunks.release(chunk_ids, reason)

@@ -53,15 +53,23 @@ from sqlalchemy.util import greenlet_spawn
 
 from app.db.compiled import CompiledStatement, StatementCache
 from app.db.engine import create_engine
-from app.db.object_rows import ObjectRow
+from app.db.locking import lock_object_key_on
+from app.db.object_rows import INSERTS_UNLESS_EXISTS, ObjectRow
 from app.db.single_statement_sql import (
     BY_KEY,
     BY_PUBLIC_ID,
     CHUNKLESS_DELETE,
     CHUNKLESS_PUT,
+    CURRENT,
     INSERT,
     INSERT_KEYS,
+    TO_TRASH,
+    TRASH_BUCKET,
+    TRASH_ENTRY,
     WRITES,
+    TrashMove,
+    TrashOutcome,
+    trash_key,
 )
 from app.db.sqlite_statements import SqliteThreadStatements
 
@@ -103,6 +111,15 @@ class SingleStatements(Protocol):
         """Delete the object under (bucket, key) if it references no chunk
         (none to release), committed; False if there is none, or it has
         chunks, or (on Postgres) the connection failed after the delete."""
+
+    async def trash_chunkless_object(
+        self, move: TrashMove, replacement: dict[str, Any] | None = None
+    ) -> TrashOutcome | None:
+        """In one transaction under the key's lock: move the object under
+        (move.bucket, move.key) to the trash (`app.db.trash`) if it references
+        no chunk, then insert `replacement` (`object_rows.row_values`, keeping
+        the replaced object's creation time) there, committed. None if the
+        object references chunks: nothing is done (the session's path)."""
 
     async def close(self) -> None: ...
 
@@ -191,6 +208,43 @@ class AsyncStatements:
             # that was made finds nothing the second time).
         async with self._writes.begin() as connection:
             return (await connection.execute(CHUNKLESS_DELETE, values)).first() is not None
+
+    async def trash_chunkless_object(
+        self, move: TrashMove, replacement: dict[str, Any] | None = None
+    ) -> TrashOutcome | None:
+        # Not on the driver: several statements in one transaction. Shielded
+        # like every write.
+        return await asyncio.shield(self._trash_chunkless(move, replacement))
+
+    async def _trash_chunkless(
+        self, move: TrashMove, replacement: dict[str, Any] | None
+    ) -> TrashOutcome | None:
+        insert = INSERTS_UNLESS_EXISTS[self._writes.dialect.name]
+        async with self._writes.begin() as connection:
+            await lock_object_key_on(connection, move.bucket, move.key)
+            current = (
+                await connection.execute(CURRENT, {"bucket": move.bucket, "key": move.key})
+            ).first()
+            if current is not None and current[2]:
+                return None
+            if current is not None:
+                object_id, replacement_created = current[0], current[1]
+                await connection.execute(
+                    TO_TRASH,
+                    {
+                        "object_id": object_id,
+                        "trash_bucket": TRASH_BUCKET,
+                        "trash_key": trash_key(object_id),
+                    },
+                )
+                await connection.execute(TRASH_ENTRY, move.entry(object_id))
+            stored = None
+            if replacement is not None:
+                if current is not None:
+                    replacement = {**replacement, "created_at": replacement_created}
+                new_id = (await connection.execute(insert, replacement)).scalar_one()
+                stored = (int(new_id), replacement["created_at"])
+            return TrashOutcome(trashed=current is not None, stored=stored)
 
     async def _write(self, kind: str, values: dict[str, Any]) -> Sequence[Any] | None:
         """The row `WRITES[kind]` returns for `values` (None: it wrote nothing)."""

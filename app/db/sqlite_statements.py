@@ -24,9 +24,17 @@ from app.db.single_statement_sql import (
     BY_PUBLIC_ID,
     CHUNKLESS_DELETE,
     CHUNKLESS_PUT,
+    CURRENT,
     INSERT,
     INSERT_KEYS,
+    TO_TRASH,
+    TRASH_BUCKET,
+    TRASH_ENTRY,
+    TRASH_KEYS,
     WRITES,
+    TrashMove,
+    TrashOutcome,
+    trash_key,
 )
 from app.db.types import json_loads
 
@@ -72,6 +80,9 @@ class SqliteThreadStatements:
             for kind, by_dialect in WRITES.items()
         }
         self._chunkless_delete = CompiledStatement(CHUNKLESS_DELETE, dialect)
+        self._current = CompiledStatement(CURRENT, dialect)
+        self._to_trash = CompiledStatement(TO_TRASH, dialect)
+        self._trash_entry = CompiledStatement(TRASH_ENTRY, dialect, keys=TRASH_KEYS)
         self._compiled_reads = StatementCache(dialect)
         self._held: list[PoolProxiedConnection] = []
         # The event loop's read connection (used by one read at a time: a
@@ -169,6 +180,64 @@ class SqliteThreadStatements:
     async def delete_chunkless_object(self, bucket: str, key: str) -> bool:
         row = await self._write(self._chunkless_delete, {"bucket": bucket, "key": key})
         return row is not None
+
+    async def trash_chunkless_object(
+        self, move: TrashMove, replacement: dict[str, Any] | None = None
+    ) -> TrashOutcome | None:
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(
+            loop.run_in_executor(self._write_thread, self._trash_chunkless, move, replacement)
+        )
+
+    def _trash_chunkless(
+        self, move: TrashMove, replacement: dict[str, Any] | None
+    ) -> TrashOutcome | None:
+        """On the writer's thread: one transaction, the database's write lock
+        (the key's lock on SQLite) taken first."""
+        connection = self._connection(self._writes)
+        cursor = connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                outcome = self._trash_in_transaction(connection, move, replacement)
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT" if outcome is not None else "ROLLBACK")
+        finally:
+            cursor.close()
+        return outcome
+
+    def _trash_in_transaction(
+        self,
+        connection: PoolProxiedConnection,
+        move: TrashMove,
+        replacement: dict[str, Any] | None,
+    ) -> TrashOutcome | None:
+        current = self._run_on(connection, self._current, {"bucket": move.bucket, "key": move.key})
+        if current is not None and current[2]:
+            return None
+        if current is not None:
+            object_id = current[0]
+            self._run_on(
+                connection,
+                self._to_trash,
+                {
+                    "object_id": object_id,
+                    "trash_bucket": TRASH_BUCKET,
+                    "trash_key": trash_key(object_id),
+                },
+            )
+            self._run_on(connection, self._trash_entry, move.entry(object_id))
+        stored = None
+        if replacement is not None:
+            if current is not None:
+                replacement = {**replacement, "created_at": current[1]}
+            row = self._run_on(connection, self._compiled_writes[INSERT], replacement)
+            if row is None:
+                raise RuntimeError(f"object {move.bucket}/{move.key} appeared under the write lock")
+            stored = (int(row[0]), replacement["created_at"])
+        return TrashOutcome(trashed=current is not None, stored=stored)
 
     async def _write(
         self, statement: CompiledStatement, values: dict[str, Any]

@@ -31,7 +31,7 @@ from app.store.multipart import (
     UploadInfo,
     UploadMissing,
 )
-from app.store.object_write import ObjectWrite
+from app.store.object_write import ObjectWrite, object_name
 from app.store.service import (
     DEFAULT_CONTENT_TYPE,
     ObjectInfo,
@@ -59,10 +59,6 @@ class SourceChanged(S3Error):
 
     def __init__(self) -> None:
         super().__init__("NoSuchKey", "The source object changed while being copied.")
-
-
-def object_name(key: str) -> str:
-    return key.rstrip("/").rsplit("/", 1)[-1] or key
 
 
 class S3Service:

@@ -22,6 +22,7 @@ from app.db.chunks import ChunkRepository
 from app.db.gc import GcRepository
 from app.db.models import GcReason
 from app.db.session import session_scope
+from app.db.trash import TrashRepository
 from app.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import ChatForbidden, PermanentError, TelegramError
@@ -163,10 +164,21 @@ class GarbageCollector:
     async def _round(self) -> float | None:
         await self._record_unrecorded()
         await self._release_unreleased()
+        expired = await self.expire_trash()
         done = await self.run_once()
         self.last_backlog = await self.backlog()
         # A full batch: more are due, at once.
-        return 0.0 if done >= self._batch else None
+        return 0.0 if max(done, expired) >= self._batch else None
+
+    async def expire_trash(self) -> int:
+        """Delete one batch of objects whose time in the trash is over; their
+        chunks' messages join the ledger (those no live object shares).
+        Returns how many objects went."""
+        async with session_scope(self._sessionmaker) as session:
+            objects, chunks = await TrashRepository(session).expire(self._batch)
+        if objects:
+            log.info("trash_expired", objects=objects, chunks_released=chunks)
+        return objects
 
     async def run_once(self) -> int:
         """Delete one batch of due messages; returns how many entries were settled."""

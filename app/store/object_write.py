@@ -13,6 +13,12 @@ from app.db.objects import WriteCheck
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 
+def object_name(key: str) -> str:
+    """The name an S3 object is given (its downloads' file name): the last
+    part of its key."""
+    return key.rstrip("/").rsplit("/", 1)[-1] or key
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectWrite:
     """The object a stream becomes, and the terms it is stored on."""

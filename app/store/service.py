@@ -19,8 +19,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import replace
-from datetime import datetime
-from typing import Any, NamedTuple
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -31,7 +31,7 @@ from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.copies import CopyRepository
-from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, new_public_id, row_values
+from app.db.object_rows import ObjectSpec, PieceSpec, new_public_id, row_values
 from app.db.object_rows import PartSummary as PartSummary
 from app.db.object_rows import StoredChecksum as StoredChecksum
 from app.db.objects import ListOrder as ListOrder  # for the API: orders of a listing
@@ -40,75 +40,17 @@ from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition
 from app.db.retry import in_transaction
 from app.db.sealing import SealingRepository
 from app.db.session import session_scope
-from app.db.single_statement_sql import inserted_row
+from app.db.single_statement_sql import TrashMove, inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import chunk_ref
+from app.store.object_info import ObjectInfo as ObjectInfo
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.reader import PieceSpan, RangeReader
 from app.store.writer import ChunkWriter, WrittenContent
-
-
-class ObjectInfo(NamedTuple):
-    """A snapshot of an object's row, safe to use after its session closed.
-
-    A named tuple, not a frozen dataclass: as immutable, and built in a
-    fifth of the time (a frozen dataclass sets each field through
-    ``object.__setattr__``), for every GET and HEAD.
-    """
-
-    id: int
-    bucket: str
-    key: str
-    public_id: str
-    name: str
-    content_type: str
-    size: int
-    etag: str
-    md5: str | None
-    sha256: str | None
-    metadata: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    # The API key that uploaded it through the native API (None: S3, or older).
-    owner_key_id: int | None
-    inline_data: bytes | None
-    checksum: StoredChecksum | None
-    # S3 object tags of this version.
-    tags: dict[str, str]
-
-    def __repr__(self) -> str:
-        # Which object, not its content (up to the inline limit of bytes).
-        return (
-            f"ObjectInfo(id={self.id}, bucket={self.bucket!r}, key={self.key!r}, "
-            f"size={self.size}, etag={self.etag!r})"
-        )
-
-    @classmethod
-    def from_row(cls, row: ObjectRow, *, with_content: bool = True) -> ObjectInfo:
-        """The store's view of the row the database hands over (its one shape)."""
-        return cls(
-            id=row.id,
-            bucket=row.bucket,
-            key=row.key,
-            public_id=row.public_id,
-            name=row.name,
-            content_type=row.content_type,
-            size=row.size,
-            etag=row.etag,
-            md5=row.md5,
-            sha256=row.sha256,
-            metadata=dict(row.user_metadata or {}),
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            owner_key_id=row.owner_key_id,
-            inline_data=row.inline_data if with_content else None,
-            checksum=_checksum_of(row),
-            tags=dict(row.tags or {}),
-        )
 
 
 class ObjectStore:
@@ -120,8 +62,14 @@ class ObjectStore:
         gc: GarbageCollector,
         *,
         statements: SingleStatements | None = None,
+        trash_retention: timedelta | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Deletes and replacements go to the trash for this long (the
+        # sessions keep it too: app.db.trash.configure); small objects then
+        # take the single statements that trash them instead of those that
+        # overwrite or delete them in place.
+        self._trash_retention = trash_retention
         # Default: Core statements on the sessions' engine (tests, tools).
         engine = sessionmaker.kw["bind"]
         self._statements = statements or AsyncStatements(engine, engine)
@@ -229,7 +177,21 @@ class ObjectStore:
         spec.check()
         now = utcnow()
         values = row_values(spec, new_public_id(), now, now)
-        if over_chunkless:
+        if over_chunkless and self._trash_retention:
+            # A new key (the common case) is one statement; over an object,
+            # that object goes to the trash in the same transaction as the
+            # new row is written.
+            new_id = await self._statements.insert_object_unless_exists(values)
+            if new_id is not None:
+                row_id = new_id
+            else:
+                outcome = await self._statements.trash_chunkless_object(
+                    self._trash_move(spec.bucket, spec.key, "replaced", now), values
+                )
+                if outcome is None or outcome.stored is None:
+                    return None
+                row_id, values["created_at"] = outcome.stored
+        elif over_chunkless:
             stored = await self._statements.put_chunkless_object(values)
             if stored is None:
                 return None
@@ -430,17 +392,32 @@ class ObjectStore:
         # is no object at all (a delete is answered alike either way, and
         # clients send it for keys long gone); the session finds and releases
         # the chunks otherwise. An object written between the two statements
-        # came after this delete.
-        if await self._statements.delete_chunkless_object(bucket, key):
-            return True
-        if await self._statements.object(bucket, key) is None:
-            return False
+        # came after this delete. With the trash on, the read comes first
+        # (an absent key costs no transaction), then a small object goes to
+        # the trash in one short transaction; one with chunks, in the session.
+        if self._trash_retention:
+            if await self._statements.object(bucket, key) is None:
+                return False
+            outcome = await self._statements.trash_chunkless_object(
+                self._trash_move(bucket, key, "deleted", utcnow())
+            )
+            if outcome is not None:
+                return outcome.trashed
+        else:
+            if await self._statements.delete_chunkless_object(bucket, key):
+                return True
+            if await self._statements.object(bucket, key) is None:
+                return False
         async with session_scope(self._sessionmaker) as session:
             repo = ObjectRepository(session)
             deleted = await repo.delete(bucket, key)
         if repo.chunks_released:
             self._gc.wake()
         return deleted
+
+    def _trash_move(self, bucket: str, key: str, reason: str, now: datetime) -> TrashMove:
+        assert self._trash_retention is not None
+        return TrashMove(bucket, key, reason, now, now + self._trash_retention)
 
     async def delete_by_public_id(
         self, public_id: str, *, bucket: str, only_if_owned_by: int | None = None
@@ -459,12 +436,6 @@ class ObjectStore:
         if repo.chunks_released:
             self._gc.wake()
         return deleted
-
-
-def _checksum_of(row: ObjectRow) -> StoredChecksum | None:
-    if row.checksum_algorithm is None or row.checksum is None:
-        return None
-    return StoredChecksum(row.checksum_algorithm, row.checksum, row.checksum_type or FULL_OBJECT)
 
 
 async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import trash
 from app.db.api_keys import hash_key
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
@@ -45,7 +46,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0016"
+    assert head_revision() == "0017"
 
 
 def test_the_head_the_schema_check_reads_is_alembics() -> None:
@@ -139,7 +140,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0016: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0017: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -204,6 +205,40 @@ async def test_downgrade_below_multipart_ledgers_the_chunks_only_uploads_used(
         )
         assert abs(entry.enqueued_at - datetime.now(UTC)) < timedelta(minutes=1)
         assert entry.next_attempt_at == entry.enqueued_at
+        await engine.dispose()
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+        assert await schema_is_current(engine)
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_below_the_trash_deletes_what_it_held_and_ledgers_its_own_chunks(
+    empty_database: Database,
+) -> None:
+    """A trashed object's row would hold its chunks forever under a bucket
+    nothing reads: it goes, and the chunks only it used go to the ledger."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url)
+    engine = create_engine(empty_database.url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        trash.configure(sessionmaker, 3600)
+        shared, alone = await add_chunks(sessionmaker, [100, 50])
+        async with session_scope(sessionmaker) as session:
+            repo = ObjectRepository(session)
+            await repo.put(spec("a", whole_chunks([shared, alone]), bucket="_native"))
+            await repo.put(spec("b", whole_chunks([shared]), bucket="_native"))
+            await repo.delete("_native", "a")
+        await engine.dispose()
+
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0016")
+
+        async with session_scope(sessionmaker) as session:
+            keys = set(await session.scalars(text("SELECT key FROM objects")))
+            remaining = set(await session.scalars(select(Chunk.id)))
+            ledger = [(e.message_id, e.reason) for e in await session.scalars(select(GcEntry))]
+        assert keys == {"b"}
+        assert remaining == {shared.id}
+        assert ledger == [(alone.message_id, "deleted")]
         await engine.dispose()
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await schema_is_current(engine)

@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
@@ -23,9 +24,17 @@ from app.db.models import StoredObject
 from app.db.object_rows import ObjectSpec, StoredChecksum, new_public_id, row_values
 from app.db.objects import ObjectRepository
 from app.db.session import session_scope
-from app.db.single_statement_sql import BY_KEY, COLUMNS, INSERT_KEYS, ObjectRow, inserted_row
+from app.db.single_statement_sql import (
+    BY_KEY,
+    COLUMNS,
+    INSERT_KEYS,
+    ObjectRow,
+    TrashMove,
+    inserted_row,
+)
 from app.db.single_statements import KEPT_CONNECTIONS, AsyncStatements, single_statements_for
 from app.db.sqlite_statements import SqliteThreadStatements
+from app.db.trash import TrashRepository
 from app.db.types import utcnow
 from tests.conftest import Database
 from tests.db.helpers import add_chunks, whole_chunks
@@ -305,6 +314,50 @@ async def test_a_chunkless_delete_deletes_only_an_object_without_chunks(
         async with session_scope(sessionmaker) as session:
             left = await ObjectRepository(session).list("b")
         assert sorted(row.key for row in left) == ["chunked", "kept"]
+    finally:
+        await statements.close()
+
+
+async def test_a_small_object_goes_to_the_trash_in_one_transaction(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    """With the trash on, a small object's rewrite and delete move the old
+    version to the trash; one made of chunks is left to the session."""
+    statements = single_statements_for(engine)
+    try:
+        first = await put(sessionmaker, "k", b"one")
+        await put_chunked(sessionmaker, "chunked")
+        now = utcnow()
+
+        def move(key: str, reason: str) -> TrashMove:
+            return TrashMove("b", key, reason, now, now + timedelta(hours=1))
+
+        second = row_values(spec("k", b"two"), new_public_id(), now, now)
+        replaced = await statements.trash_chunkless_object(move("k", "replaced"), second)
+        deleted = await statements.trash_chunkless_object(move("k", "deleted"))
+        absent = await statements.trash_chunkless_object(move("k", "deleted"))
+        chunked = await statements.trash_chunkless_object(
+            move("chunked", "replaced"),
+            row_values(spec("chunked", b"x"), new_public_id(), now, now),
+        )
+
+        assert replaced is not None and replaced.trashed and replaced.stored is not None
+        assert deleted == (True, None) and absent == (False, None)
+        assert chunked is None
+        assert await statements.object("b", "k") is None
+        kept = await statements.object("b", "chunked")
+        assert kept is not None and kept.inline_data is None
+        async with session_scope(sessionmaker) as session:
+            trash = TrashRepository(session)
+            old = await trash.get(first)
+            newer = await trash.get(second["public_id"])
+            assert [item.reason for item in await trash.list()] == ["deleted", "replaced"]
+        assert old is not None and newer is not None
+        assert (old.bucket, old.key, old.reason, old.row.size) == ("b", "k", "replaced", 3)
+        assert old.expires_at == now + timedelta(hours=1)
+        # The second version kept the first's creation time, as a rewrite does.
+        assert (newer.row.id, newer.row.created_at) == replaced.stored
+        assert newer.row.created_at == old.row.created_at
     finally:
         await statements.close()
 

@@ -514,3 +514,26 @@ async def test_a_deleted_files_link_note_goes_with_it(open_page: Any, service: S
 
     await expect(row).to_have_count(0)
     await expect(toast).not_to_contain_text("Link")
+
+
+async def test_a_deleted_file_is_restored_from_the_trash_view(
+    open_page: Any, start_service: ServiceFactory
+) -> None:
+    trashing = await start_service(bots=2, trash_retention_seconds=3600)
+    async with trashing.client() as http:
+        stored = await http.put("/api/files/oops.txt", content=b"kept", headers=trashing.auth)
+        public_id = stored.json()["public_id"]
+        deleted = await http.delete(f"/api/files/{public_id}", headers=trashing.auth)
+        assert deleted.status_code == 204
+    page = await open_page(url=trashing.url)
+    await sign_in(page, trashing.key)
+    await page.get_by_role("button", name="Trash", exact=True).click()
+    row = page.locator("#trash-body tr", has_text="oops.txt")
+
+    # A write from the page: the session cookie and its CSRF token.
+    await row.get_by_role("button", name="Restore oops.txt").click()
+
+    await expect(page.locator("#toast")).to_contain_text("Restored “oops.txt”")
+    await expect(row).to_have_count(0)
+    async with trashing.client() as http:
+        assert (await http.get(f"/f/{public_id}")).content == b"kept"

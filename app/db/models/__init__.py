@@ -7,7 +7,8 @@
   spooled parts;
 * :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
 * :mod:`~app.db.models.keys` -- API keys and web sessions;
-* :mod:`~app.db.models.tus` -- resumable uploads.
+* :mod:`~app.db.models.tus` -- resumable uploads;
+* :mod:`~app.db.models.trash` -- deleted and replaced objects kept restorable.
 
 Everything is re-exported here: import models from ``app.db.models``. Importing
 this package puts every table on ``Base.metadata``, which Alembic's env.py
@@ -48,6 +49,7 @@ from app.db.models.objects import (
     Piece,
     StoredObject,
 )
+from app.db.models.trash import TRASH_REASONS, TrashEntry, TrashReason
 from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PART_NUMBER",
     "NEVER_REUSE_IDS",
+    "TRASH_REASONS",
     "TUS_KINDS",
     "UPLOAD_ID_LENGTH",
     "ApiKey",
@@ -83,6 +86,8 @@ __all__ = [
     "SharedFilePath",
     "SpooledPart",
     "StoredObject",
+    "TrashEntry",
+    "TrashReason",
     "TusKind",
     "TusUpload",
     "UploadPart",

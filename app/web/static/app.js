@@ -4,10 +4,11 @@ import { api, forget, onSignedOut, remember, session } from './api.js';
 import { showBuckets } from './buckets.js';
 import { showFiles } from './files.js';
 import { hideStatus, showStatus } from './status.js';
+import { showTrash } from './trash.js';
 import { setUpUploads } from './upload.js';
 
-const VIEWS = ['loading', 'signin', 'upload', 'files', 'buckets', 'status'];
-const SHOW = { files: showFiles, buckets: showBuckets, status: showStatus };
+const VIEWS = ['loading', 'signin', 'upload', 'files', 'buckets', 'trash', 'status'];
+const SHOW = { files: showFiles, buckets: showBuckets, trash: showTrash, status: showStatus };
 
 function $(id) {
   return document.getElementById(id);
