@@ -88,8 +88,11 @@ def stack(request: pytest.FixtureRequest, processes: Processes, tmp_path: Path) 
     """The simulator and the service, on a fresh SQLite database or on the
     session's Postgres database (emptied) through pgbouncer. At teardown, once
     everything but the simulator has stopped: no token had two calls at once."""
+    backend, service_env = (
+        request.param if isinstance(request.param, tuple) else (request.param, None)
+    )
     database_url = None
-    if request.param == "postgres":
+    if backend == "postgres":
         database: Database = request.getfixturevalue("postgres_database")
         empty_tables(database)
         database_url = database.url
@@ -100,6 +103,7 @@ def stack(request: pytest.FixtureRequest, processes: Processes, tmp_path: Path) 
             chunk_size=CHUNK_SIZE,
             bucket=BUCKET,
             database_url=database_url,
+            service_env=service_env,
         )
     yield started
     for proc in reversed(processes.started):
@@ -354,7 +358,12 @@ def _wait_for_gc(stack: Stack, *, within: float = 30) -> int:
     return _live_messages(stack)
 
 
-@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
+# Deletes final (no trash, whose retention would keep the messages for a day):
+# the registry's deletes must free them now. The trash's own expiry is
+# tested in tests/api/test_trash.py.
+@pytest.mark.parametrize(
+    "stack", [("sqlite", {"TRASH_RETENTION_SECONDS": "0"})], ids=["sqlite"], indirect=True
+)
 def test_garbage_collect_frees_telegram_messages(
     image: tuple[Path, Image], stack: Stack, processes: Processes, tmp_path: Path
 ) -> None:
