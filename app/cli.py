@@ -10,46 +10,21 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, TypeVar
 
 from app import __version__
+from app.cli_database import CliError, database_problems
 from app.config import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
-
     from app.tuning import Tuning
 
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
-# A new key uploads and manages its own files; `admin` (everyone's files) must
-# be asked for. Keys from before scopes existed were migrated to admin.
-DEFAULT_KEY_SCOPE = "write"
 DEFAULT_SIM_CHAT_ID = [-1001000000001]
 T = TypeVar("T")
-
-
-class CliError(Exception):
-    """A problem to report in one line."""
-
-
-@contextmanager
-def database_problems(setting: str, url: str) -> Iterator[None]:
-    """Turn a database that cannot be used into one line naming `setting`."""
-    from app.db.problems import explain, problem_before_connecting, shown_url
-
-    early = problem_before_connecting(url)
-    if early is not None:
-        raise CliError(f"{setting} ({shown_url(url)}): {early}")
-    try:
-        yield
-    except Exception as exc:
-        reason = explain(exc, url)
-        if reason is None:
-            raise
-        raise CliError(f"{setting} ({shown_url(url)}): {reason}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,13 +54,11 @@ def run_command(command: Callable[[], int]) -> int:
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
     from app.db.migrations import SchemaOutOfDate
-    from app.encryption_cli import EncryptionCliError
     from app.services import StartupError
     from app.serving import CannotListen
 
     one_line: tuple[type[Exception], ...] = (
         CliError,
-        EncryptionCliError,
         SettingsError,
         StartupError,
         SchemaOutOfDate,
@@ -104,7 +77,7 @@ def _one_line(exc: Exception) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.db.models import KEY_SCOPES
+    from app.keys_cli import add_key_commands
     from app.trash_cli import add_trash_commands
 
     parser = argparse.ArgumentParser(
@@ -222,25 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(down)
     down.set_defaults(handler=cmd_download)
 
-    keys = commands.add_parser("keys", help="manage API keys")
-    key_commands = keys.add_subparsers(title="key commands", metavar="ACTION")
-    create = key_commands.add_parser("create", help="create a key and print it (shown once)")
-    create.add_argument("name")
-    create.add_argument(
-        "--scope",
-        choices=KEY_SCOPES,
-        default=DEFAULT_KEY_SCOPE,
-        help="read: list files (and download, with REQUIRE_KEY_FOR_DOWNLOADS); "
-        "write: also upload, and delete or replace the files this key uploaded; "
-        f"admin: everything, on every file ({DEFAULT_KEY_SCOPE})",
-    )
-    create.set_defaults(handler=cmd_keys_create)
-    listing = key_commands.add_parser("list", help="list keys (never their secret part)")
-    listing.set_defaults(handler=cmd_keys_list)
-    revoke = key_commands.add_parser("revoke", help="revoke a key by name")
-    revoke.add_argument("name")
-    revoke.set_defaults(handler=cmd_keys_revoke)
-    keys.set_defaults(handler=lambda _args: _usage(keys))
+    add_key_commands(commands, _usage)
     from app.encryption_cli import add_commands as add_encryption_commands
 
     add_encryption_commands(commands, _usage, _client_options)
@@ -353,102 +308,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         upgrade(url)
     print("database schema is up to date")
     return 0
-
-
-# --- keys -----------------------------------------------------------------------------
-
-
-def cmd_keys_create(args: argparse.Namespace) -> int:
-    from app.db.api_keys import ApiKeyNameTaken, ApiKeyRepository
-
-    async def run(session_factory: _Sessions) -> str:
-        async with session_factory() as session:
-            try:
-                _key, plaintext = await ApiKeyRepository(session).create(
-                    args.name, scope=args.scope
-                )
-            except ApiKeyNameTaken as exc:
-                raise CliError(str(exc)) from None
-        return plaintext
-
-    plaintext = _with_database(run)
-    print(plaintext)
-    print(
-        f"(key {args.name!r} created with scope {args.scope}; it is shown only this once)",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def cmd_keys_list(args: argparse.Namespace) -> int:
-    from app.db.api_keys import ApiKeyRepository
-
-    async def run(session_factory: _Sessions) -> list[tuple[str, str, str, str, str]]:
-        async with session_factory() as session:
-            keys = await ApiKeyRepository(session).list()
-            return [
-                (
-                    key.name,
-                    key.prefix + "…",
-                    key.scope,
-                    key.created_at.strftime("%Y-%m-%d %H:%M"),
-                    "revoked" if key.revoked else "active",
-                )
-                for key in keys
-            ]
-
-    rows = _with_database(run)
-    if not rows:
-        print("no API keys; create one with `teleuploader keys create NAME`")
-    for name, prefix, scope, created, state in rows:
-        print(f"{name:<24} {prefix:<14} {scope:<6} {created}  {state}")
-    return 0
-
-
-def cmd_keys_revoke(args: argparse.Namespace) -> int:
-    from app.db.api_keys import ApiKeyRepository
-
-    async def run(session_factory: _Sessions) -> bool:
-        async with session_factory() as session:
-            return await ApiKeyRepository(session).revoke(args.name)
-
-    if not _with_database(run):
-        raise CliError(f"no active key is named {args.name!r}")
-    print(f"key {args.name!r} revoked")
-    return 0
-
-
-class _Sessions:
-    """Opens sessions that commit when their block ends without error."""
-
-    def __init__(self, settings: Settings) -> None:
-        from app.db.engine import create_engine, create_sessionmaker
-
-        self.engine = create_engine(settings.database_url)
-        self._maker = create_sessionmaker(self.engine)
-
-    def __call__(self) -> AbstractAsyncContextManager[AsyncSession]:
-        from app.db.session import session_scope
-
-        return session_scope(self._maker)
-
-
-def _with_database(run: Callable[[_Sessions], Awaitable[T]]) -> T:
-    """Run `run` against the configured database (its schema must be current)."""
-    from app.db.migrations import check_schema
-
-    settings = load_settings()
-
-    async def go() -> T:
-        sessions = _Sessions(settings)
-        try:
-            await check_schema(sessions.engine)
-            return await run(sessions)
-        finally:
-            await sessions.engine.dispose()
-
-    with database_problems("DATABASE_URL", settings.database_url):
-        return asyncio.run(go())
 
 
 # --- client commands and checks ------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -24,6 +23,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
+
+from app.bot_tokens import BotToken as BotToken
+from app.bot_tokens import parse_tokens
+from app.settings_names import names_given, renamed_problem
+from app.settings_names import retired_settings as retired_settings
 
 if TYPE_CHECKING:
     from app.sealing.keys import Keyring
@@ -39,76 +43,6 @@ MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
 # API server's 2000 MB.
 GETFILE_LIMIT = 20 * 10**6
 LOCAL_GETFILE_LIMIT = 2000 * 10**6
-
-_TOKEN_RE = re.compile(r"^(\d{3,20}):([A-Za-z0-9_-]{20,})$")
-
-
-@dataclass(frozen=True, slots=True)
-class BotToken:
-    """A bot token. Its text never reaches a log or an error: `str()` masks it."""
-
-    bot_id: int
-    secret: str
-
-    @property
-    def value(self) -> str:
-        """The full token, for building Bot API URLs. Nothing else should call this."""
-        return f"{self.bot_id}:{self.secret}"
-
-    @property
-    def masked(self) -> str:
-        return f"{self.bot_id}:***"
-
-    def __str__(self) -> str:
-        return self.masked
-
-    def __repr__(self) -> str:
-        return f"BotToken({self.masked})"
-
-    @classmethod
-    def parse(cls, text: str) -> BotToken:
-        match = _TOKEN_RE.match(text.strip())
-        if match is None:
-            raise ValueError(_why_not_a_token(text.strip()))
-        return cls(bot_id=int(match.group(1)), secret=match.group(2))
-
-
-TOKEN_RULE = (
-    "a token is <bot id>:<secret> as @BotFather gives it, the bot id 3 to 20 digits "
-    "and the secret at least 20 of A-Z a-z 0-9 _ -"
-)
-
-
-def _why_not_a_token(text: str) -> str:
-    """What is wrong with a text that is not a token, showing only what is
-    safe: the bot id, never any of the secret."""
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return "it is in quotes; values are taken literally, leave the quotes out"
-    head, colon, secret = text.partition(":")
-    if not colon:
-        return "it has no ':'"
-    if not head.isdigit():
-        return "the part before ':' is not a bot id"
-    shown = f"({head}:***): "
-    if not 3 <= len(head) <= 20:
-        return f"{shown}its bot id has {len(head)} digits"
-    if re.fullmatch(r"[A-Za-z0-9_-]*", secret) is None:
-        return f"{shown}its secret has a character other than A-Z a-z 0-9 _ -"
-    return f"{shown}its secret is {len(secret)} characters long"
-
-
-def parse_tokens(texts: list[str]) -> list[BotToken]:
-    """Each text a token; a bad one is named by its place in the list."""
-    tokens = []
-    for number, text in enumerate(texts, start=1):
-        try:
-            tokens.append(BotToken.parse(text))
-        except ValueError as exc:
-            where = f"token {number} of {len(texts)}"
-            problem = str(exc)
-            joiner = " " if problem.startswith("(") else ": "
-            raise ValueError(f"{where}{joiner}{problem} ({TOKEN_RULE})") from None
-    return tokens
 
 
 def _split_csv(value: Any) -> list[str]:
@@ -558,60 +492,13 @@ _FIELD_TO_ENV = {
 }
 
 
-#: Names read once and no longer: old name -> the setting that replaced it.
-#: One set without its replacement stops the start (its value would be lost
-#: in silence); beside its replacement it is left alone.
-RENAMED_SETTINGS: dict[str, str] = {
-    "BOT_TOKEN": "BOT_TOKENS",
-    "ADDITIONAL_BOT_TOKENS": "BOT_TOKENS",
-    "STORAGE_CHANNEL_ID": "STORAGE_CHAT_ID",
-    "TELEGRAM_CHUNK_SIZE_BYTES": "CHUNK_SIZE",
-    "BASE_URL": "PUBLIC_BASE_URL",
-    "S3_ACCESS_KEY_ID": "S3_CREDENTIALS",
-    "S3_SECRET_ACCESS_KEY": "S3_CREDENTIALS",
-}
-#: Timers that only tests had a use for: now fixed (app/tuning.py). Set,
-#: they are ignored with a warning at start.
-RETIRED_SETTINGS: tuple[str, ...] = (
-    "BOT_LEASE_SECONDS",
-    "TUS_CLEANUP_INTERVAL_SECONDS",
-    "REFUSED_KEY_CACHE_SECONDS",
-    "S3_MIN_PART_SIZE",
-)
-
-
-def _names_given(env_file: str | None = ".env") -> set[str]:
-    """The variable names of the environment and of the .env file."""
-    names = {name.upper() for name in os.environ}
-    if env_file is not None and Path(env_file).is_file():
-        from dotenv import dotenv_values
-
-        names |= {name.upper() for name in dotenv_values(env_file)}
-    return names
-
-
-def check_renamed(names: set[str]) -> None:
-    """One line for an old name set without its new one."""
-    for old, new in RENAMED_SETTINGS.items():
-        if old in names and new not in names:
-            example = "ACCESS_KEY:SECRET" if new == "S3_CREDENTIALS" else "its value"
-            raise SettingsError(
-                f"{old} is no longer read: set {new} instead ({example}; see the README's "
-                "configuration table)"
-            )
-
-
-def retired_settings() -> list[str]:
-    """The retired names this process was given (the service warns of them)."""
-    names = _names_given()
-    return [name for name in RETIRED_SETTINGS if name in names]
-
-
 def load_settings(**overrides: Any) -> Settings:
     """Build Settings, turning a validation error into one clear line."""
     from pydantic import ValidationError
 
-    check_renamed(_names_given())
+    renamed = renamed_problem(names_given())
+    if renamed is not None:
+        raise SettingsError(renamed)
     try:
         return Settings(**overrides)
     except ValidationError as exc:

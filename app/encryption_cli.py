@@ -4,21 +4,17 @@ under each (docs/encryption.md)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.config import Settings, load_settings
+from app.cli_database import CliError, with_database
+from app.config import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 T = TypeVar("T")
-
-
-class EncryptionCliError(Exception):
-    """A problem to report in one line."""
 
 
 def add_commands(
@@ -63,7 +59,7 @@ def cmd_new_key(args: argparse.Namespace) -> int:
     try:
         print(new_master_key_text(args.id))
     except BadMasterKey as exc:
-        raise EncryptionCliError(str(exc)) from None
+        raise CliError(str(exc)) from None
     print(
         "(add it first in ENCRYPTION_KEYS to seal new chunks with it; keep a copy: "
         "without it, what it sealed cannot be read)",
@@ -80,7 +76,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         async with session_scope(sessions) as session:
             return await SealingRepository(session).counts()
 
-    settings, counts = _with_database(run)
+    settings, counts = with_database(run)
     keyring = settings.keyring()
     configured = set() if keyring is None else set(keyring.ids)
     current = None if keyring is None else keyring.current.id
@@ -110,10 +106,10 @@ def cmd_rotate(args: argparse.Namespace) -> int:
     async def run(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> Rotation:
         keyring = settings.keyring()
         if keyring is None:
-            raise EncryptionCliError("no master key: set ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE")
+            raise CliError("no master key: set ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE")
         return await rotate(sessions, keyring, batch=max(1, args.batch), on_progress=progress)
 
-    settings, done = _with_database(run)
+    settings, done = with_database(run)
     keyring = settings.keyring()
     assert keyring is not None
     print(f"rotate: {done.rewrapped} data keys re-wrapped under {keyring.current.id}")
@@ -134,7 +130,7 @@ def cmd_migrate(args: argparse.Namespace, poll_seconds: float = 1.0) -> int:
     import httpx
 
     if not args.key:
-        raise EncryptionCliError("an admin API key is needed: --key or TELEUPLOADER_KEY")
+        raise CliError("an admin API key is needed: --key or TELEUPLOADER_KEY")
     path = "/api/admin/encryption/migrate"
     headers = {"Authorization": f"Bearer {args.key}"}
     try:
@@ -143,9 +139,7 @@ def cmd_migrate(args: argparse.Namespace, poll_seconds: float = 1.0) -> int:
             while True:
                 if response.status_code not in (200, 202):
                     detail = response.json().get("detail", response.text[:200])
-                    raise EncryptionCliError(
-                        f"the service answered {response.status_code}: {detail}"
-                    )
+                    raise CliError(f"the service answered {response.status_code}: {detail}")
                 status: dict[str, Any] = response.json()
                 done = status["last_pass"] or {}
                 print(
@@ -158,28 +152,7 @@ def cmd_migrate(args: argparse.Namespace, poll_seconds: float = 1.0) -> int:
                 time.sleep(poll_seconds)
                 response = http.get(path)
     except httpx.HTTPError as exc:
-        raise EncryptionCliError(f"cannot reach {args.url}: {exc}") from None
+        raise CliError(f"cannot reach {args.url}: {exc}") from None
     if done.get("error"):
-        raise EncryptionCliError(f"the migration failed: {done['error']}")
+        raise CliError(f"the migration failed: {done['error']}")
     return 1 if args.wait and done.get("skipped") else 0
-
-
-def _with_database(
-    run: Callable[[Settings, async_sessionmaker[AsyncSession]], Awaitable[T]],
-) -> tuple[Settings, T]:
-    from app.cli import database_problems
-    from app.db.engine import create_engine, create_sessionmaker
-    from app.db.migrations import check_schema
-
-    settings = load_settings()
-
-    async def go() -> T:
-        engine = create_engine(settings.database_url)
-        try:
-            await check_schema(engine)
-            return await run(settings, create_sessionmaker(engine))
-        finally:
-            await engine.dispose()
-
-    with database_problems("DATABASE_URL", settings.database_url):
-        return settings, asyncio.run(go())
