@@ -16,7 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    DateTime,
+    LargeBinary,
+    Table,
+    TypeDecorator,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.locking import batches
@@ -54,11 +67,15 @@ def _table(name: str) -> Table:
 
 
 def _python_type(table: Table, column: str) -> type | None:
-    try:
-        kind: type = table.c[column].type.python_type
-    except NotImplementedError:
-        return None
-    return kind
+    """bytes or datetime for the columns whose JSON form differs; else None."""
+    kind = table.c[column].type
+    if isinstance(kind, TypeDecorator):
+        kind = kind.impl_instance
+    if isinstance(kind, LargeBinary):
+        return bytes
+    if isinstance(kind, DateTime):
+        return datetime
+    return None
 
 
 def encode_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
@@ -218,7 +235,15 @@ async def take_lease(session: AsyncSession, holder: str, until: datetime) -> boo
         )
         .values(holder=holder, until=until)
     )
-    return bool(getattr(result, "rowcount", 0))
+    if getattr(result, "rowcount", 0):
+        return True
+    if await session.get(SnapshotLease, _LEASE_NAME) is not None:
+        return False
+    # The row the migration seeds is gone (tables emptied by hand): put it
+    # back. Two instances doing so at once: one insert fails, its round too.
+    session.add(SnapshotLease(name=_LEASE_NAME, holder=holder, until=until))
+    await session.flush()
+    return True
 
 
 async def release_lease(session: AsyncSession, holder: str) -> None:

@@ -86,8 +86,8 @@ async def restore(
                     table = str(batch["table"])
                     restored[table] += await snapshots.load_rows(session, table, batch["rows"])
             taken_at = datetime.fromisoformat(manifest["taken_at"])
-            await snapshots.record_messages(session, taken_at, _own_messages(found))
             await snapshots.reset_id_sequences(session)
+            await snapshots.record_messages(session, taken_at, _own_messages(found))
     report = RestoreReport(
         taken_at=datetime.fromisoformat(manifest["taken_at"]),
         schema=str(manifest.get("schema", "")),
