@@ -78,6 +78,12 @@ def _python_type(table: Table, column: str) -> type | None:
     return None
 
 
+def encode_rows(name: str, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the table `name` as JSON values (see `encode_row`)."""
+    table = _table(name)
+    return [encode_row(table, row) for row in rows]
+
+
 def encode_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
     """A row as JSON values: bytes as base64, times as ISO 8601 text."""
     out: dict[str, Any] = {}
@@ -108,7 +114,8 @@ def decode_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
 async def dump_rows(
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    """Every snapshot table's rows, in batches of (table name, encoded rows),
+    """Every snapshot table's rows, in batches of (table name, rows; for
+    `encode_rows`),
     all read in one transaction: one consistent view (SQLite's BEGIN gives
     it; Postgres needs REPEATABLE READ)."""
     async with sessionmaker() as session:
@@ -119,7 +126,7 @@ async def dump_rows(
             order = list(table.primary_key.columns)
             result = await session.stream(select(table).order_by(*order))
             async for partition in result.mappings().partitions(_READ_BATCH):
-                yield name, [encode_row(table, dict(row)) for row in partition]
+                yield name, [dict(row) for row in partition]
 
 
 async def is_empty(session: AsyncSession) -> bool:
