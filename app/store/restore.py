@@ -228,7 +228,9 @@ async def _check_sample(
         report.sample_checked += 1
         if client is None:
             report.sample_missing += 1
-            report.problems.append(f"a chunk copy's bot {bot_id} is not in BOT_TOKENS")
+            problem = f"chunk copies of bot {bot_id} cannot be read: its token is not in BOT_TOKENS"
+            if problem not in report.problems:
+                report.problems.append(problem)
             continue
         try:
             await client.get_file(file_id)
