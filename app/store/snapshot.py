@@ -187,8 +187,9 @@ class Snapshots:
                 "key_id": keys.key_id,
                 "wrapped_key": base64.b64encode(keys.wrapped).decode(),
             }
-        # Sealing adds a tag per frame: leave room under the piece size.
-        step = self._piece_size - (64 * 1024 if keys is not None else 0)
+        # Sealed, a piece grows by a tag a frame, as a sealed chunk does (the
+        # chunk size leaves Telegram's limit room for it).
+        step = self._piece_size
         spill.seek(0)
         for index in range(0, max(1, -(-size // step))):
             plain = spill.read(step)

@@ -22,6 +22,7 @@ from tests.conftest import empty_tables
 from tests.db.helpers import Database
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
+from tests.store.test_encryption import K1
 
 HOUR = 3600
 
@@ -46,6 +47,7 @@ async def restore(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     *options: str,
+    keys: str | None = None,
 ) -> tuple[int, str, str]:
     """`teleuploader restore` with only the bots, the chat and the database."""
     settings = service.settings
@@ -54,6 +56,8 @@ async def restore(
     monkeypatch.setenv("STORAGE_CHAT_ID", str(CHAT_ID))
     monkeypatch.setenv("TELEGRAM_API_BASE", settings.telegram_api_base)
     monkeypatch.setenv("DATABASE_URL", settings.database_url)
+    if keys is not None:
+        monkeypatch.setenv("ENCRYPTION_KEYS", keys)
     # In a thread, so that this loop goes on serving the simulator.
     code = await asyncio.to_thread(main, ["restore", *options])
     out, err = capsys.readouterr()
@@ -168,3 +172,28 @@ async def test_a_failed_snapshot_leaves_the_previous_one_pinned_and_restorable(
     back = await launcher.start(sim=service.sim)
     back.key = service.key
     assert await get_link(back, kept_id) == b"in the first snapshot"
+
+
+async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_them(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service = await launcher.start(snapshot_interval_seconds=HOUR, encryption_keys=K1)
+    secret = b"inline words no one may read in the chat"
+    public_id = await put_file(service, "secret.txt", secret)
+    await take_snapshot(service)
+    await launcher.stop(service)
+    await lose_the_database(database)
+    # No document in the chat is a readable (gzip) snapshot: the pieces are sealed.
+    assert not [m for _chat, m, data in service.sim.stored_files() if data[:2] == b"\x1f\x8b"]
+
+    refused, _out, err = await restore(service, monkeypatch, capsys)
+    assert refused == 2 and "ENCRYPTION_KEYS" in err
+    code, out, err = await restore(service, monkeypatch, capsys, keys=K1)
+
+    assert code == 0, out + err
+    back = await launcher.start(sim=service.sim, encryption_keys=K1)
+    back.key = service.key
+    assert await get_link(back, public_id) == secret
