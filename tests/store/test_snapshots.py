@@ -180,10 +180,14 @@ async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_the
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    service = await launcher.start(snapshot_interval_seconds=HOUR, encryption_keys=K1)
+    # Small chunks: the snapshot is cut into several pieces, each sealed.
+    small = {"chunk_size": 1024, "inline_threshold": 512}
+    service = await launcher.start(snapshot_interval_seconds=HOUR, encryption_keys=K1, **small)
     secret = b"inline words no one may read in the chat"
     public_id = await put_file(service, "secret.txt", secret)
-    await take_snapshot(service)
+    big = payload(3000, seed=5)
+    big_id = await put_file(service, "big.bin", big)
+    assert (await take_snapshot(service))["pieces"] >= 2
     await launcher.stop(service)
     await lose_the_database(database)
     # No document in the chat is a readable (gzip) snapshot: the pieces are sealed.
@@ -194,6 +198,7 @@ async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_the
     code, out, err = await restore(service, monkeypatch, capsys, keys=K1)
 
     assert code == 0, out + err
-    back = await launcher.start(sim=service.sim, encryption_keys=K1)
+    back = await launcher.start(sim=service.sim, encryption_keys=K1, **small)
     back.key = service.key
     assert await get_link(back, public_id) == secret
+    assert await get_link(back, big_id) == big
