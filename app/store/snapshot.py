@@ -137,15 +137,17 @@ class Snapshots:
                 await self._send(body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent)
                 for chat in self._dispatcher.chat_ids
             ]
+            for document in manifests:
+                await self._pin(document)
         except BaseException:
+            # Deleting a pinned manifest unpins it: every chat falls back to
+            # the previous snapshot's.
             for document in sent:
                 self._gc.enqueue_document(document, reason="failed_upload")
             async with session_scope(self._sessionmaker) as session:
                 await snapshots.forget_messages(session, taken_at)
                 await snapshots.release_lease(session, self._owner)
             raise
-        for document in manifests:
-            await self._pin(document)
         async with session_scope(self._sessionmaker) as session:
             pruned = await snapshots.prune(session, KEEP)
             await snapshots.release_lease(session, self._owner)
