@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_encryption_commands(commands, _usage, _client_options)
     add_trash_commands(commands, _client_options)
+    from app.snapshot_cli import add_snapshot_commands
+
+    add_snapshot_commands(commands, _client_options)
     return parser
 
 

@@ -178,6 +178,16 @@ class Settings(BaseSettings):
         description="Deleted and replaced objects stay restorable this long (GET /api/trash); "
         "0 turns the trash off (deletes are final).",
     )
+    snapshot_interval_seconds: float = Field(
+        default=3600,
+        ge=0,
+        validation_alias=AliasChoices(
+            "SNAPSHOT_INTERVAL_SECONDS", "SNAPSHOT_INTERVAL", "snapshot_interval_seconds"
+        ),
+        description="A snapshot of the metadata goes to the storage chats this often, and at a "
+        "clean stop (`teleuploader restore` rebuilds a lost database from it); 0 turns "
+        "them off.",
+    )
 
     # --- Upload budget and staging spool --------------------------------------
     upload_buffer_chunks: int | None = Field(

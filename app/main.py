@@ -15,7 +15,17 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from app import __version__
-from app.api import encryption, files, health, scrub, session, status, trash, tus
+from app.api import (
+    encryption,
+    files,
+    health,
+    scrub,
+    session,
+    snapshots,
+    status,
+    trash,
+    tus,
+)
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.sign_in_limits import SignInLimits
@@ -90,6 +100,7 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     app.include_router(session.router)
     app.include_router(status.router)
     app.include_router(scrub.router)
+    app.include_router(snapshots.router)
     app.include_router(encryption.router)
     app.include_router(web_buckets.router)
     app.include_router(web.router)

@@ -44,6 +44,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.trash import TrashStore
 from app.store.upload_buffers import UploadBuffers
@@ -88,6 +89,7 @@ class Services:
     scrub: Scrub
     # `teleuploader encryption migrate`: plaintext chunks sealed (with keys).
     sealing_migration: SealingMigration
+    snapshots: Snapshots
     access: AccessStore
     metrics: Metrics
     started_at: datetime
@@ -291,6 +293,16 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         else None,
     )
     trash_store = TrashStore(sessionmaker)
+    snapshots = Snapshots(
+        dispatcher,
+        sessionmaker,
+        gc,
+        encryption,
+        owner=spool.instance_id,
+        piece_size=settings.chunk_size,
+        interval=settings.snapshot_interval_seconds,
+        on_round=metrics.observe_round,
+    )
     access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
     resumable = ResumableStore(
         sessionmaker,
@@ -381,6 +393,11 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     # the spool for the next start.
     stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
     stack.push_async_callback(_cancel_all, background)
+    snapshots.start()
+    if settings.snapshot_interval_seconds > 0:
+        # Runs before the dispatcher drains (it needs it), after the loop stops.
+        stack.push_async_callback(_final_snapshot, snapshots, settings.shutdown_grace_seconds)
+    stack.push_async_callback(snapshots.stop)
     prober.start()
     stack.push_async_callback(prober.stop)
     throughput.start()
@@ -444,10 +461,21 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         prober=prober,
         scrub=scrub,
         sealing_migration=sealing_migration,
+        snapshots=snapshots,
         access=access,
         started_at=started_at,
         _stack=stack,
     )
+
+
+async def _final_snapshot(snapshots: Snapshots, grace: float) -> None:
+    """A snapshot at a clean stop, best effort within the shutdown grace:
+    the database as it stands at the end goes to the chats."""
+    try:
+        async with asyncio.timeout(grace):
+            await snapshots.take()
+    except Exception as exc:
+        log.warning("final_snapshot_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:

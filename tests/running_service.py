@@ -79,6 +79,9 @@ def make_settings(
         # (that the old messages go, that a key is free): TRASH_RETENTION_SECONDS=0
         # is the behaviour they pin. tests/api/test_trash.py turns it on.
         "trash_retention_seconds": 0,
+        # Snapshots add messages to the chats (tests count them) and a send at
+        # every stop: tests/store/test_snapshots.py turns them on.
+        "snapshot_interval_seconds": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -23,7 +23,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, dialect_name, lock_database_for_write
-from app.db.models import ChatWatermark, ChunkCopy, GcEntry, Instance, SendIntent
+from app.db.models import (
+    ChatWatermark,
+    ChunkCopy,
+    GcEntry,
+    Instance,
+    SendIntent,
+    SnapshotMessage,
+)
 from app.db.types import utcnow
 
 # Ledger entries for ids no row names: the bot is unknown (any admin bot may
@@ -243,7 +250,7 @@ class WatermarkRepository:
 
 
 def _held(chat_id: int, low: int, high: int) -> CompoundSelect[int]:
-    """The ids strictly between `low` and `high` that a chunk copy or ledger row holds."""
+    """The ids strictly between `low` and `high` that a chunk copy, ledger or snapshot row holds."""
     return (
         select(ChunkCopy.message_id)
         .where(
@@ -252,6 +259,11 @@ def _held(chat_id: int, low: int, high: int) -> CompoundSelect[int]:
         .union(
             select(GcEntry.message_id).where(
                 GcEntry.chat_id == chat_id, GcEntry.message_id > low, GcEntry.message_id < high
-            )
+            ),
+            select(SnapshotMessage.message_id).where(
+                SnapshotMessage.chat_id == chat_id,
+                SnapshotMessage.message_id > low,
+                SnapshotMessage.message_id < high,
+            ),
         )
     )

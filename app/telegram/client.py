@@ -224,6 +224,30 @@ class BotClient:
             ),
         )
 
+    async def pin_chat_message(self, chat_id: int, message_id: int) -> None:
+        await self._call(
+            "pinChatMessage",
+            data={
+                "chat_id": str(chat_id),
+                "message_id": str(message_id),
+                "disable_notification": "true",
+            },
+        )
+
+    async def unpin_chat_message(self, chat_id: int, message_id: int) -> None:
+        await self._call(
+            "unpinChatMessage", data={"chat_id": str(chat_id), "message_id": str(message_id)}
+        )
+
+    async def pinned_document(self, chat_id: int) -> StoredDocument | None:
+        """The chat's most recent pinned message (getChat's `pinned_message`),
+        if it is a document; its file_id is this bot's."""
+        result = await self._call("getChat", data={"chat_id": str(chat_id)})
+        pinned = result.get("pinned_message") if isinstance(result, dict) else None
+        if not isinstance(pinned, dict) or not isinstance(pinned.get("document"), dict):
+            return None
+        return self._stored_document(pinned, expected_size=None)
+
     @asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
         """Stream a file's bytes. Each read has its own timeout, so a stalled

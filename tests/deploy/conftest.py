@@ -77,6 +77,9 @@ def base_env(home: Path, **values: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
+        # No snapshot at every stop (it posts messages these tests count);
+        # tests/store/test_snapshots.py covers them.
+        "SNAPSHOT_INTERVAL_SECONDS": "0",
     }
     env.update(values)
     return env

@@ -739,3 +739,31 @@ async def test_run_simulator_serves_on_a_free_port_and_stops() -> None:
     with pytest.raises(httpx.ConnectError):
         async with httpx.AsyncClient() as client:
             await client.get(f"{url}/bot{sim.tokens[0]}/getMe")
+
+
+# --- pinned messages (getChat's pinned_message) ---------------------------------------
+
+
+async def test_get_chat_names_the_latest_standing_pin_with_a_file_id_of_the_callers(
+    bots: list[BotClient],
+) -> None:
+    assert await bots[0].pinned_document(CHAT_ID) is None
+    first = await bots[0].send_document(CHAT_ID, b"first", "a.json")
+    second = await bots[0].send_document(CHAT_ID, b"second", "b.json")
+    await bots[0].pin_chat_message(CHAT_ID, first.message_id)
+    await bots[0].pin_chat_message(CHAT_ID, second.message_id)
+
+    pinned = await bots[1].pinned_document(CHAT_ID)
+    assert pinned is not None and pinned.message_id == second.message_id
+    assert await fetch(bots[1], pinned.file_id) == b"second"
+
+    # Unpinning or deleting the latest pin brings the earlier one back.
+    await bots[0].unpin_chat_message(CHAT_ID, second.message_id)
+    again = await bots[0].pinned_document(CHAT_ID)
+    assert again is not None and again.message_id == first.message_id
+    await bots[0].pin_chat_message(CHAT_ID, second.message_id)
+    await bots[0].delete_message(CHAT_ID, second.message_id)
+    after_delete = await bots[0].pinned_document(CHAT_ID)
+    assert after_delete is not None and after_delete.message_id == first.message_id
+    with pytest.raises(PermanentError, match="message to pin not found"):
+        await bots[0].pin_chat_message(CHAT_ID, second.message_id)

@@ -119,6 +119,9 @@ class _Chat:
     title: str
     last_message_id: int = 0
     messages: dict[int, _Message] = field(default_factory=dict)
+    # Pinned message ids, oldest pin first: getChat's pinned_message is the
+    # most recent pin still standing.
+    pinned: list[int] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.chat_id, "title": self.title, "type": "channel"}

@@ -161,6 +161,55 @@ class TelegramRules:
             return {"status": "member", "user": bot.info()}
         return {"status": "administrator", "user": bot.info(), **_ADMIN_RIGHTS}
 
+    def _pin_chat_message(self, bot_id: int, params: _Params) -> bool:
+        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        message_id = _message_id_param(params, "message_id")
+        if (bot_id, chat.chat_id) in self._demoted:
+            raise ApiError(
+                400, "Bad Request: not enough rights to manage pinned messages in the chat"
+            )
+        if not self._standing(chat, message_id):
+            raise ApiError(400, "Bad Request: message to pin not found")
+        if message_id in chat.pinned:
+            chat.pinned.remove(message_id)
+        chat.pinned.append(message_id)
+        return True
+
+    def _unpin_chat_message(self, bot_id: int, params: _Params) -> bool:
+        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        if (bot_id, chat.chat_id) in self._demoted:
+            raise ApiError(
+                400, "Bad Request: not enough rights to manage pinned messages in the chat"
+            )
+        # Without message_id, Telegram unpins the most recent pin.
+        named = params.fields.get("message_id")
+        standing = [i for i in chat.pinned if self._standing(chat, i)]
+        if not standing:
+            raise ApiError(400, "Bad Request: message to unpin not found")
+        message_id = _message_id_param(params, "message_id") if named else standing[-1]
+        if message_id not in standing:
+            raise ApiError(400, "Bad Request: message to unpin not found")
+        chat.pinned.remove(message_id)
+        return True
+
+    def _get_chat(self, bot_id: int, params: _Params) -> dict[str, Any]:
+        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        result = chat.as_json()
+        standing = [i for i in chat.pinned if self._standing(chat, i)]
+        if standing:
+            message = chat.messages[standing[-1]]
+            pinned = self._message_json(message)
+            # file_ids are per bot: the caller gets one of its own, as from Telegram.
+            pinned["document"]["file_id"] = self._issue_file_id(bot_id, message.file)
+            result["pinned_message"] = pinned
+        return result
+
+    def _standing(self, chat: _Chat, message_id: int) -> bool:
+        message = chat.messages.get(message_id)
+        return (
+            message is not None and not message.deleted and not self._losses.message_gone(message)
+        )
+
     def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
         ref = self._file_paths.get(file_path)
         if ref is None or ref.bot_id != bot_id or self._expired(ref) or self._file_gone(ref.file):
@@ -339,6 +388,9 @@ _METHODS = {
         _Method("deleteMessage", "_delete_message"),
         _Method("forwardMessage", "_forward_message"),
         _Method("getChatMember", "_get_chat_member"),
+        _Method("pinChatMessage", "_pin_chat_message"),
+        _Method("unpinChatMessage", "_unpin_chat_message"),
+        _Method("getChat", "_get_chat"),
     )
 }
 

@@ -1,0 +1,46 @@
+"""Snapshots of the metadata, written into the storage chats (app/store/snapshot.py).
+
+Each message of a snapshot (its pieces, and its manifest in every storage
+chat) has a row: reconciliation takes them for the service's own messages
+(not orphans), and the pruning of old snapshots finds them to ledger. One
+`SnapshotLease` row says which instance writes snapshots now.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.models.base import NEVER_REUSE_IDS, Base
+from app.db.types import BigIntPK, UtcDateTime
+
+
+class SnapshotMessage(Base):
+    """One Telegram message of the snapshot taken at `taken_at`."""
+
+    __tablename__ = "snapshot_messages"
+    __table_args__ = (
+        Index(None, "chat_id", "message_id"),
+        Index(None, "taken_at"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    taken_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    kind: Mapped[str] = mapped_column(String(16))  # "piece" or "manifest"
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+
+
+class SnapshotLease(Base):
+    """Who writes snapshots, until when: one row, named "snapshot"."""
+
+    __tablename__ = "snapshot_lease"
+
+    name: Mapped[str] = mapped_column(String(16), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    until: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)

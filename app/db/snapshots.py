@@ -1,0 +1,266 @@
+"""The SQL of metadata snapshots: every row a restored service needs, read
+out as JSON-ready dicts and loaded back into an empty database; the
+snapshots' own messages; the lease that lets one instance write at a time.
+
+What is left out is what a restore has no use for: the GC ledger and send
+intents (the old database's unfinished business), instances and leases,
+spooled and half-done uploads (their bytes were on the lost machine), web
+sessions (everyone signs in again).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    DateTime,
+    LargeBinary,
+    Table,
+    TypeDecorator,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.locking import batches
+from app.db.models import (
+    ApiKey,
+    Base,
+    Bucket,
+    Chunk,
+    GcEntry,
+    SnapshotLease,
+    SnapshotMessage,
+    StoredObject,
+)
+from app.db.types import utcnow
+
+# In the order a load needs: every row after the rows it references.
+SNAPSHOT_TABLES: tuple[str, ...] = (
+    "buckets",
+    "api_keys",
+    "chunks",
+    "chunk_copies",
+    "objects",
+    "pieces",
+    "trash",
+    "snapshot_messages",
+)
+# A restore refuses a database holding any of these rows.
+_CONTENT = (StoredObject, Chunk, ApiKey, Bucket)
+_READ_BATCH = 2000
+_LEASE_NAME = "snapshot"
+
+
+def _table(name: str) -> Table:
+    return Base.metadata.tables[name]
+
+
+def _python_type(table: Table, column: str) -> type | None:
+    """bytes or datetime for the columns whose JSON form differs; else None."""
+    kind = table.c[column].type
+    if isinstance(kind, TypeDecorator):
+        kind = kind.impl_instance
+    if isinstance(kind, LargeBinary):
+        return bytes
+    if isinstance(kind, DateTime):
+        return datetime
+    return None
+
+
+def encode_rows(name: str, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of the table `name` as JSON values (see `encode_row`)."""
+    table = _table(name)
+    return [encode_row(table, row) for row in rows]
+
+
+def encode_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """A row as JSON values: bytes as base64, times as ISO 8601 text."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if isinstance(value, bytes | bytearray | memoryview):
+            value = base64.b64encode(bytes(value)).decode("ascii")
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        out[name] = value
+    return out
+
+
+def decode_row(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `encode_row`, guided by the columns' types."""
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        if name not in table.c:
+            continue  # a column a later schema dropped
+        kind = _python_type(table, name)
+        if value is not None and kind is bytes:
+            value = base64.b64decode(value)
+        elif value is not None and kind is datetime:
+            value = datetime.fromisoformat(value)
+        out[name] = value
+    return out
+
+
+async def dump_rows(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """Every snapshot table's rows, in batches of (table name, rows; for
+    `encode_rows`),
+    all read in one transaction: one consistent view (SQLite's BEGIN gives
+    it; Postgres needs REPEATABLE READ)."""
+    async with sessionmaker() as session:
+        if session.get_bind().dialect.name == "postgresql":
+            await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        for name in SNAPSHOT_TABLES:
+            table = _table(name)
+            order = list(table.primary_key.columns)
+            result = await session.stream(select(table).order_by(*order))
+            async for partition in result.mappings().partitions(_READ_BATCH):
+                yield name, [dict(row) for row in partition]
+
+
+async def is_empty(session: AsyncSession) -> bool:
+    """Whether the database holds no object, chunk, key or bucket."""
+    for model in _CONTENT:
+        if await session.scalar(select(func.count()).select_from(model)):
+            return False
+    return True
+
+
+async def load_rows(session: AsyncSession, name: str, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert encoded rows of the table `name`, ids kept; how many."""
+    if name not in SNAPSHOT_TABLES:
+        raise ValueError(f"a snapshot holds no table {name!r}")
+    table = _table(name)
+    decoded = [decode_row(table, row) for row in rows]
+    for batch in batches(decoded, _READ_BATCH):
+        await session.execute(insert(table), list(batch))
+    return len(decoded)
+
+
+async def reset_id_sequences(session: AsyncSession) -> None:
+    """After ids were inserted as they were: new rows take ids above them
+    (Postgres sequences do not follow explicit ids; SQLite's AUTOINCREMENT does)."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for name in SNAPSHOT_TABLES:
+        if "id" not in _table(name).c:
+            continue
+        await session.execute(
+            text(
+                f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                f"COALESCE((SELECT MAX(id) FROM {name}), 0) + 1, false)"
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMessageSpec:
+    kind: str  # "piece" or "manifest"
+    bot_id: int
+    chat_id: int
+    message_id: int
+    file_unique_id: str
+
+
+async def record_messages(
+    session: AsyncSession, taken_at: datetime, messages: Iterable[SnapshotMessageSpec]
+) -> None:
+    rows = [
+        {
+            "taken_at": taken_at,
+            "kind": m.kind,
+            "bot_id": m.bot_id,
+            "chat_id": m.chat_id,
+            "message_id": m.message_id,
+            "file_unique_id": m.file_unique_id,
+        }
+        for m in messages
+    ]
+    if rows:
+        await session.execute(insert(SnapshotMessage), rows)
+
+
+async def prune(session: AsyncSession, keep: int) -> int:
+    """Ledger the messages of every snapshot but the newest `keep` and forget
+    them; how many messages went to the GC ledger."""
+    kept = (
+        select(SnapshotMessage.taken_at)
+        .distinct()
+        .order_by(SnapshotMessage.taken_at.desc())
+        .limit(keep)
+    )
+    newest = [t for t in await session.scalars(kept)]
+    if len(newest) < keep:
+        return 0
+    cutoff = min(newest)
+    old = list(
+        await session.scalars(select(SnapshotMessage).where(SnapshotMessage.taken_at < cutoff))
+    )
+    now = utcnow()
+    for message in old:
+        session.add(
+            GcEntry(
+                bot_id=message.bot_id,
+                chat_id=message.chat_id,
+                message_id=message.message_id,
+                file_unique_id=message.file_unique_id,
+                reason="deleted",
+                enqueued_at=now,
+                attempts=0,
+                next_attempt_at=now,
+            )
+        )
+    await session.execute(delete(SnapshotMessage).where(SnapshotMessage.taken_at < cutoff))
+    return len(old)
+
+
+async def take_lease(session: AsyncSession, holder: str, until: datetime) -> bool:
+    """Whether `holder` now writes snapshots until `until`: the lease was
+    free, expired, or its own. One conditional UPDATE, so two instances
+    cannot both win."""
+    now = utcnow()
+    result = await session.execute(
+        update(SnapshotLease)
+        .where(
+            SnapshotLease.name == _LEASE_NAME,
+            or_(
+                SnapshotLease.holder.is_(None),
+                SnapshotLease.holder == holder,
+                and_(SnapshotLease.until.is_not(None), SnapshotLease.until < now),
+            ),
+        )
+        .values(holder=holder, until=until)
+    )
+    if getattr(result, "rowcount", 0):
+        return True
+    if await session.get(SnapshotLease, _LEASE_NAME) is not None:
+        return False
+    # The row the migration seeds is gone (tables emptied by hand): put it
+    # back. Two instances doing so at once: one insert fails, its round too.
+    session.add(SnapshotLease(name=_LEASE_NAME, holder=holder, until=until))
+    await session.flush()
+    return True
+
+
+async def release_lease(session: AsyncSession, holder: str) -> None:
+    await session.execute(
+        update(SnapshotLease)
+        .where(SnapshotLease.name == _LEASE_NAME, SnapshotLease.holder == holder)
+        .values(holder=None, until=None)
+    )
+
+
+async def forget_messages(session: AsyncSession, taken_at: datetime) -> None:
+    """Drop the rows of a snapshot that failed (its messages are ledgered)."""
+    await session.execute(delete(SnapshotMessage).where(SnapshotMessage.taken_at == taken_at))

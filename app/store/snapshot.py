@@ -1,0 +1,272 @@
+"""Snapshots: the metadata written into the storage chats, so that a restore
+(app/store/restore.py) can rebuild a lost database with the Bot API alone.
+
+A snapshot is every row `app.db.snapshots` reads out, as gzip-compressed JSON
+lines, written through a temporary file (never whole in memory), cut into
+pieces of at most CHUNK_SIZE bytes, each sent as a document through the
+dispatcher (its pacing, one call per token at a time). With encryption keys
+configured, the pieces are sealed like chunks: one data key per snapshot,
+wrapped by the current master key, a salt per piece.
+
+A small JSON manifest (what the pieces are, where, their sha256) then goes
+to every storage chat and is pinned there: `getChat` answers it as
+`pinned_message`. Each message is recorded (`snapshot_messages`) before the
+pin, so reconciliation never takes it for an orphan; once the pin stands,
+snapshots older than the last two are pruned through the GC ledger. A
+snapshot that fails half-way ledgers what it sent and pins nothing: the
+previous manifest stays pinned, and usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import IO, Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db import snapshots
+from app.db.intents import IntentRepository
+from app.db.migrations import head_revision
+from app.db.session import session_scope
+from app.db.types import utcnow
+from app.periodic import Periodic
+from app.store.encryption import Encryption
+from app.store.gc import GarbageCollector
+from app.telegram.dispatcher import Dispatcher
+from app.telegram.types import StoredDocument
+
+log = structlog.get_logger("app.store.snapshot")
+
+MANIFEST_FORMAT = "teleuploader-snapshot"
+MANIFEST_VERSION = 1
+KEEP = 2  # snapshots kept; older ones are deleted while bots still may
+# How long one snapshot may hold the writers' lease; a dead writer's lapses.
+LEASE = timedelta(minutes=30)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResult:
+    taken_at: datetime | None  # None: another instance holds the lease
+    counts: dict[str, int]
+    pieces: int
+    compressed_bytes: int
+    pruned: int
+
+
+class Snapshots:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        gc: GarbageCollector,
+        encryption: Encryption,
+        *,
+        owner: str,
+        piece_size: int,
+        interval: float,
+        on_round: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._sessionmaker = sessionmaker
+        self._gc = gc
+        self._encryption = encryption
+        self._owner = owner
+        self._piece_size = piece_size
+        self._lock = asyncio.Lock()
+        self.last: SnapshotResult | None = None
+        self.last_error: str | None = None
+        self.loop = Periodic("snapshot", self._round, interval=interval, jitter=0.1)
+        self.loop.on_round = on_round
+        self._enabled = interval > 0
+
+    def start(self) -> None:
+        if self._enabled:
+            self.loop.start()
+
+    async def stop(self) -> None:
+        await self.loop.stop()
+
+    async def _round(self) -> None:
+        await self.take()
+
+    async def take(self) -> SnapshotResult:
+        """Write a snapshot now (one at a time per process; across instances,
+        whoever holds the lease). Raises if a send fails; nothing is pinned then."""
+        async with self._lock:
+            try:
+                result = await self._take()
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                raise
+            self.last_error = None
+            if result.taken_at is not None:
+                self.last = result
+            return result
+
+    async def _take(self) -> SnapshotResult:
+        taken_at = utcnow()
+        async with session_scope(self._sessionmaker) as session:
+            won = await snapshots.take_lease(session, self._owner, taken_at + LEASE)
+        if not won:
+            log.info("snapshot_skipped", reason="another instance writes snapshots")
+            return SnapshotResult(None, {}, 0, 0, 0)
+        sent: list[StoredDocument] = []
+        try:
+            with tempfile.TemporaryFile() as spill:
+                counts = await self._write_rows(spill)
+                size = spill.tell()
+                manifest = await self._send_pieces(spill, size, taken_at, sent)
+            manifest.update(
+                format=MANIFEST_FORMAT,
+                version=MANIFEST_VERSION,
+                taken_at=taken_at.isoformat(),
+                schema=head_revision(),
+                counts=counts,
+            )
+            body = json.dumps(manifest, separators=(",", ":")).encode()
+            manifests = [
+                await self._send(body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent)
+                for chat in self._dispatcher.chat_ids
+            ]
+            for document in manifests:
+                await self._pin(document)
+        except BaseException:
+            # Deleting a pinned manifest unpins it: every chat falls back to
+            # the previous snapshot's.
+            for document in sent:
+                self._gc.enqueue_document(document, reason="failed_upload")
+            async with session_scope(self._sessionmaker) as session:
+                await snapshots.forget_messages(session, taken_at)
+                await snapshots.release_lease(session, self._owner)
+            raise
+        async with session_scope(self._sessionmaker) as session:
+            pruned = await snapshots.prune(session, KEEP)
+            await snapshots.release_lease(session, self._owner)
+        log.info(
+            "snapshot_taken",
+            taken_at=taken_at.isoformat(),
+            pieces=len(manifest["pieces"]),
+            compressed_bytes=size,
+            pruned=pruned,
+            **{f"{name}_rows": count for name, count in counts.items()},
+        )
+        return SnapshotResult(taken_at, counts, len(manifest["pieces"]), size, pruned)
+
+    async def _pin(self, document: StoredDocument) -> None:
+        await self._dispatcher.call(
+            document.bot_id,
+            "pinChatMessage",
+            lambda client: client.pin_chat_message(document.chat_id, document.message_id),
+        )
+
+    async def _write_rows(self, spill: IO[bytes]) -> dict[str, int]:
+        counts = dict.fromkeys(snapshots.SNAPSHOT_TABLES, 0)
+        with gzip.GzipFile(fileobj=spill, mode="wb", compresslevel=6) as out:
+            async for table, rows in snapshots.dump_rows(self._sessionmaker):
+                counts[table] += len(rows)
+                # Encoding and compressing 100k rows is seconds of CPU: in a
+                # thread, a batch at a time, so that requests go on meanwhile.
+                await asyncio.to_thread(_write_batch, out, table, rows)
+        return counts
+
+    async def _send_pieces(
+        self, spill: IO[bytes], size: int, taken_at: datetime, sent: list[StoredDocument]
+    ) -> dict[str, Any]:
+        """Send the spilled snapshot in pieces; the manifest's part about them."""
+        manifest: dict[str, Any] = {"compression": "gzip", "sealing": None, "pieces": []}
+        keys = self._encryption.new_chunk() if self._encryption.enabled else None
+        if keys is not None:
+            manifest["sealing"] = {
+                "key_id": keys.key_id,
+                "wrapped_key": base64.b64encode(keys.wrapped).decode(),
+            }
+        # Sealed, a piece grows by a tag a frame, as a sealed chunk does (the
+        # chunk size leaves Telegram's limit room for it).
+        step = self._piece_size
+        spill.seek(0)
+        for index in range(0, max(1, -(-size // step))):
+            plain = spill.read(step)
+            entry: dict[str, Any] = {"plain_size": len(plain)}
+            if keys is not None:
+                salt, sealed = self._encryption.seal_copy(keys.data_key, plain)
+                with sealed:
+                    data = sealed.read() or b""
+                entry["salt"] = base64.b64encode(salt).decode()
+            else:
+                data = plain
+            chats = self._dispatcher.chat_ids
+            document = await self._send(
+                data,
+                f"snapshot-{_stamp(taken_at)}-{index}.bin",
+                taken_at,
+                chats[index % len(chats)],
+                sent,
+            )
+            entry.update(
+                bot_id=document.bot_id,
+                chat_id=document.chat_id,
+                message_id=document.message_id,
+                file_id=document.file_id,
+                file_unique_id=document.file_unique_id,
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            manifest["pieces"].append(entry)
+        return manifest
+
+    async def _send(
+        self,
+        data: bytes,
+        filename: str,
+        taken_at: datetime,
+        chat_id: int,
+        sent: list[StoredDocument],
+    ) -> StoredDocument:
+        """One message, recorded as the snapshot's with its send intent
+        resolved in one transaction: reconciliation sees it held throughout."""
+        async with session_scope(self._sessionmaker) as session:
+            intent = await IntentRepository(session).open(self._owner, chat_id)
+        try:
+            document = await self._dispatcher.send_document(data, filename, chat_id=chat_id)
+        except BaseException:
+            async with session_scope(self._sessionmaker) as session:
+                await IntentRepository(session).resolve(intent)
+            raise
+        sent.append(document)
+        kind = "manifest" if filename.startswith("manifest-") else "piece"
+        async with session_scope(self._sessionmaker) as session:
+            await snapshots.record_messages(
+                session,
+                taken_at,
+                [
+                    snapshots.SnapshotMessageSpec(
+                        kind,
+                        document.bot_id,
+                        document.chat_id,
+                        document.message_id,
+                        document.file_unique_id,
+                    )
+                ],
+            )
+            await IntentRepository(session).resolve(intent)
+        return document
+
+
+def _write_batch(out: gzip.GzipFile, table: str, rows: list[dict[str, Any]]) -> None:
+    line = json.dumps(
+        {"table": table, "rows": snapshots.encode_rows(table, rows)}, separators=(",", ":")
+    )
+    out.write(line.encode() + b"\n")
+
+
+def _stamp(taken_at: datetime) -> str:
+    return taken_at.strftime("%Y%m%dT%H%M%SZ")

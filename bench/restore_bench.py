@@ -1,0 +1,201 @@
+"""Snapshot and restore of N objects: how big a snapshot is per object, how
+long it takes to write, and how long `restore` takes to rebuild an empty
+database from it (the RTO of a lost database, before the service starts).
+
+In one process: the Telegram simulator, the service's parts
+(`start_services`, as `teleuploader serve` builds them) on a SQLite database
+filled with N object rows (a tenth of them chunked: a chunk, a copy, a
+piece each; the rest inline), a snapshot taken through the service, then
+`app.store.restore.restore` into a second, migrated, empty database.
+
+    .venv/bin/python bench/restore_bench.py --objects 100000
+    .venv/bin/python bench/restore_bench.py --objects 1000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert
+
+from app.config import BotToken, Settings
+from app.db.engine import create_engine, create_sessionmaker
+from app.db.migrations import upgrade
+from app.db.models import Chunk, ChunkCopy, Piece, StoredObject
+from app.db.types import utcnow
+from app.services import start_services
+from app.store.encryption import Encryption
+from app.store.restore import restore
+from app.telegram.client import BotClient
+from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+
+CHAT_ID = -1001000000042
+TARGET_SECONDS = 120.0  # issue 36: 100,000 objects restored within 2 minutes
+BATCH = 5000
+
+
+async def fill(url: str, objects: int) -> None:
+    engine = create_engine(url)
+    now = utcnow()
+    try:
+        for start in range(1, objects + 1, BATCH):
+            ids = range(start, min(objects, start + BATCH - 1) + 1)
+            chunked = [i for i in ids if i % 10 == 0]
+            async with engine.begin() as connection:
+                await connection.execute(
+                    insert(StoredObject),
+                    [
+                        {
+                            "id": i,
+                            "bucket": "b",
+                            "key": f"dir/{i:08d}.txt",
+                            "public_id": secrets.token_urlsafe(12),
+                            "name": f"{i:08d}.txt",
+                            "content_type": "text/plain",
+                            "size": 2_000_000 if i % 10 == 0 else 100,
+                            "etag": secrets.token_hex(16),
+                            "md5": secrets.token_hex(16),
+                            "user_metadata": {"owner": "bench"},
+                            "inline_data": None if i % 10 == 0 else secrets.token_bytes(100),
+                            "created_at": now,
+                            "updated_at": now,
+                        }
+                        for i in ids
+                    ],
+                )
+                if chunked:
+                    await connection.execute(
+                        insert(Chunk),
+                        [
+                            {
+                                "id": i,
+                                "size": 2_000_000,
+                                "sha256": secrets.token_hex(32),
+                                "state": "live",
+                                "created_at": now,
+                                "copies_ok": 1,
+                            }
+                            for i in chunked
+                        ],
+                    )
+                    await connection.execute(
+                        insert(ChunkCopy),
+                        [
+                            {
+                                "chunk_id": i,
+                                "bot_id": 1,
+                                "file_id": "BQACAgIAAx" + secrets.token_urlsafe(48),
+                                "file_unique_id": secrets.token_urlsafe(12),
+                                "chat_id": CHAT_ID,
+                                "message_id": i,
+                                "state": "ok",
+                                "created_at": now,
+                            }
+                            for i in chunked
+                        ],
+                    )
+                    await connection.execute(
+                        insert(Piece),
+                        [
+                            {
+                                "object_id": i,
+                                "seq": 0,
+                                "chunk_id": i,
+                                "start": 0,
+                                "offset": 0,
+                                "length": 2_000_000,
+                            }
+                            for i in chunked
+                        ],
+                    )
+    finally:
+        await engine.dispose()
+
+
+async def run(objects: int, work: Path) -> dict[str, Any]:
+    source = f"sqlite+aiosqlite:///{work / 'source.db'}"
+    target = f"sqlite+aiosqlite:///{work / 'target.db'}"
+    await asyncio.to_thread(upgrade, source)
+    await asyncio.to_thread(upgrade, target)
+    await fill(source, objects)
+    sim = TelegramSimulator(SimulatorConfig(tokens=make_tokens(2), chat_ids=[CHAT_ID]))
+    async with run_simulator(sim) as telegram_url:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None,
+            bot_tokens=[BotToken.parse(t) for t in sim.tokens],
+            storage_chat_id=CHAT_ID,
+            telegram_api_base=telegram_url,
+            database_url=source,
+            sends_per_minute=0,
+            snapshot_interval_seconds=0,
+            scrub_period_seconds=0,
+            spool_dir=str(work / "spool"),
+            log_level="WARNING",
+        )
+        services = await start_services(settings)
+        try:
+            await asyncio.wait_for(services.wait_ready(), 30)
+            began = time.perf_counter()
+            taken = await services.snapshots.take()
+            snapshot_seconds = time.perf_counter() - began
+        finally:
+            await services.close()
+        clients = [BotClient(t, api_base=telegram_url) for t in settings.bot_tokens]
+        engine = create_engine(target)
+        try:
+            began = time.perf_counter()
+            report = await restore(
+                create_sessionmaker(engine), clients, [CHAT_ID], Encryption(None)
+            )
+            restore_seconds = time.perf_counter() - began
+        finally:
+            for client in clients:
+                await client.aclose()
+            await engine.dispose()
+    return {
+        "objects": objects,
+        "snapshot_bytes": taken.compressed_bytes,
+        "bytes_per_object": round(taken.compressed_bytes / objects, 1),
+        "pieces": taken.pieces,
+        "snapshot_seconds": round(snapshot_seconds, 2),
+        "restore_seconds": round(restore_seconds, 2),
+        "restored_objects": report.restored["objects"],
+        "problems": report.problems,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=100_000)
+    parser.add_argument("--json", type=Path, help="write the numbers here too")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="restore-bench-") as directory:
+        result = asyncio.run(run(args.objects, Path(directory)))
+    print("| objects | snapshot bytes | bytes/object | pieces | snapshot s | restore s |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {result['objects']:,} | {result['snapshot_bytes']:,} | {result['bytes_per_object']} "
+        f"| {result['pieces']} | {result['snapshot_seconds']} | {result['restore_seconds']} |"
+    )
+    if args.objects >= 100_000:
+        met = result["restore_seconds"] <= TARGET_SECONDS
+        verdict = "met" if met else "NOT met"
+        print(f"restore of 100,000 objects within {TARGET_SECONDS:.0f} s: {verdict}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    broken = result["restored_objects"] != args.objects
+    if broken:
+        print(f"restored {result['restored_objects']} objects of {args.objects}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Snapshots and restore end to end (real HTTP, boto3 for S3, the Telegram
+simulator): the service writes its metadata into the storage chat and pins a
+manifest there; the database is lost; `teleuploader restore` rebuilds it from
+the chat alone; the service comes back with every link, S3 object and key."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app.cli import main
+from app.db.engine import create_engine
+from app.db.models import Base
+from tests.conftest import empty_tables
+from tests.db.helpers import Database
+from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
+from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
+from tests.store.test_encryption import K1
+
+HOUR = 3600
+
+
+async def lose_the_database(database: Database) -> None:
+    """Every row gone, as on a new, migrated database."""
+    if database.backend == "postgres":
+        empty_tables(database)  # TRUNCATE ... RESTART IDENTITY: the ids start over
+        return
+    engine = create_engine(database.url)
+    try:
+        async with engine.begin() as connection:
+            for table in reversed(Base.metadata.sorted_tables):
+                await connection.execute(table.delete())
+            await connection.execute(text("DELETE FROM sqlite_sequence"))
+    finally:
+        await engine.dispose()
+
+
+async def restore(
+    service: Service,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *options: str,
+    keys: str | None = None,
+) -> tuple[int, str, str]:
+    """`teleuploader restore` with only the bots, the chat and the database."""
+    settings = service.settings
+    monkeypatch.chdir(Path(__file__).parent)  # no .env file around
+    monkeypatch.setenv("BOT_TOKENS", ",".join(service.sim.tokens))
+    monkeypatch.setenv("STORAGE_CHAT_ID", str(CHAT_ID))
+    monkeypatch.setenv("TELEGRAM_API_BASE", settings.telegram_api_base)
+    monkeypatch.setenv("DATABASE_URL", settings.database_url)
+    if keys is not None:
+        monkeypatch.setenv("ENCRYPTION_KEYS", keys)
+    # In a thread, so that this loop goes on serving the simulator.
+    code = await asyncio.to_thread(main, ["restore", *options])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def put_file(service: Service, name: str, data: bytes) -> str:
+    async with service.client() as http:
+        answer = await http.put(f"/api/files/{name}", headers=service.auth, content=data)
+    assert answer.status_code in (200, 201), answer.text
+    public_id: str = answer.json()["public_id"]
+    return public_id
+
+
+async def get_link(service: Service, public_id: str) -> bytes:
+    async with service.client() as http:
+        answer = await http.get(f"/f/{public_id}")
+    assert answer.status_code == 200, answer.text
+    return answer.content
+
+
+async def take_snapshot(service: Service) -> dict[str, Any]:
+    async with service.client() as http:
+        answer = await http.post("/api/admin/snapshot", headers=service.auth)
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+# Both backends: the restore's bulk inserts and its id sequences are SQL
+# that differs (Postgres sequences do not follow explicit ids).
+@pytest.mark.both_backends
+async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_keys(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first = await launcher.start(
+        snapshot_interval_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET}
+    )
+    small, big = b"inline bytes", payload(2 * CHUNK + 7, seed=3)
+    small_id = await put_file(first, "note.txt", small)
+    big_id = await put_file(first, "big.bin", big)
+    s3 = S3(first)
+    await s3("create_bucket", Bucket="box")
+    body = payload(CHUNK + 5, seed=4)
+    put = await s3("put_object", Bucket="box", Key="a/b.bin", Body=body, Metadata={"k": "v"})
+    taken = await take_snapshot(first)
+    assert taken["taken"] and taken["rows"]["objects"] == 3 and taken["pieces"] == 1
+    # Written after the snapshot: the snapshot at the clean stop carries it.
+    late_id = await put_file(first, "late.txt", b"after the snapshot")
+    await launcher.stop(first)
+    await lose_the_database(database)
+
+    code, out, _err = await restore(first, monkeypatch, capsys)
+
+    assert code == 0, out + _err
+    assert "objects 4" in out and "api_keys 1" in out and "not found: 0" in out
+    again, _out, err = await restore(first, monkeypatch, capsys)
+    assert again == 2 and "the database is not empty" in err
+    second = await launcher.start(
+        sim=first.sim, snapshot_interval_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET}
+    )
+    second.key = first.key  # the old key, restored
+    assert await get_link(second, small_id) == small
+    assert await get_link(second, big_id) == big
+    assert await get_link(second, late_id) == b"after the snapshot"
+    s3 = S3(second)
+    got = await s3("get_object", Bucket="box", Key="a/b.bin")
+    assert await asyncio.to_thread(got["Body"].read) == body
+    assert got["Metadata"] == {"k": "v"}
+    assert got["ETag"] == put["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+    # New rows take new ids: an upload after the restore works and keeps the old ones.
+    new_id = await put_file(second, "new.txt", b"new")
+    assert await get_link(second, new_id) == b"new"
+    assert await get_link(second, small_id) == small
+    # The restored database knows the snapshots in the chat: a new one makes
+    # three, and the oldest (the one taken on demand: a piece and a manifest) goes.
+    assert (await take_snapshot(second))["pruned_messages"] == 2
+
+
+async def test_a_failed_snapshot_leaves_the_previous_one_pinned_and_restorable(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    service = await launcher.start(snapshot_interval_seconds=HOUR, shutdown_grace_seconds=1)
+    kept_id = await put_file(service, "kept.txt", b"in the first snapshot")
+    first = await take_snapshot(service)
+    await put_file(service, "lost.txt", b"only in the database")
+    # Every bot loses its right to post: the next snapshot's first send fails.
+    for bot_id in service.sim.bot_ids:
+        service.sim.demote(bot_id, CHAT_ID)
+    async with service.client() as http:
+        failed = await http.post("/api/admin/snapshot", headers=service.auth)
+    assert failed.status_code >= 400
+    await launcher.stop(service)  # its stop's snapshot fails the same way
+    await lose_the_database(database)
+
+    code, out, _err = await restore(service, monkeypatch, capsys, "--json")
+
+    assert code == 0, out + _err
+    # The service's log lines share stdout; the report is the last line.
+    report = json.loads(out.strip().splitlines()[-1])
+    when = datetime.fromisoformat(first["taken_at"].replace("Z", "+00:00"))
+    assert datetime.fromisoformat(report["taken_at"]) == when
+    assert report["restored"]["objects"] == 1 and report["problems"] == []
+    for bot_id in service.sim.bot_ids:
+        service.sim.unkick(bot_id, CHAT_ID)
+    back = await launcher.start(sim=service.sim)
+    back.key = service.key
+    assert await get_link(back, kept_id) == b"in the first snapshot"
+
+
+async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_them(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Small chunks: the snapshot is cut into several pieces, each sealed.
+    small = {"chunk_size": 1024, "inline_threshold": 512}
+    service = await launcher.start(snapshot_interval_seconds=HOUR, encryption_keys=K1, **small)
+    secret = b"inline words no one may read in the chat"
+    public_id = await put_file(service, "secret.txt", secret)
+    big = payload(3000, seed=5)
+    big_id = await put_file(service, "big.bin", big)
+    assert (await take_snapshot(service))["pieces"] >= 2
+    await launcher.stop(service)
+    await lose_the_database(database)
+    # No document in the chat is a readable (gzip) snapshot: the pieces are sealed.
+    assert not [m for _chat, m, data in service.sim.stored_files() if data[:2] == b"\x1f\x8b"]
+
+    refused, _out, err = await restore(service, monkeypatch, capsys)
+    assert refused == 2 and "ENCRYPTION_KEYS" in err
+    code, out, err = await restore(service, monkeypatch, capsys, keys=K1)
+
+    assert code == 0, out + err
+    back = await launcher.start(sim=service.sim, encryption_keys=K1, **small)
+    back.key = service.key
+    assert await get_link(back, public_id) == secret
+    assert await get_link(back, big_id) == big
