@@ -40,9 +40,14 @@ async def test_more_clients_than_buffers_wait_their_turn_and_all_succeed(
         with service.sim.holding("sendDocument"):
             puts = asyncio.gather(*(put(n) for n in range(12)))
 
+            # Both held sends must have reached Telegram: a buffer is taken
+            # before its chunk's call arrives, on a busy machine a while before.
             async def all_waiting() -> bool:
                 now = await metrics()
-                return gauge(now, "teleuploader_upload_buffer_waiters") == 12
+                return (
+                    gauge(now, "teleuploader_upload_buffer_waiters") == 12
+                    and service.sim.held_calls("sendDocument") == 2
+                )
 
             await eventually(all_waiting)
             now = await metrics()
