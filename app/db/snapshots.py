@@ -38,6 +38,7 @@ from app.db.models import (
     Base,
     Bucket,
     Chunk,
+    ChunkCopy,
     GcEntry,
     SnapshotLease,
     SnapshotMessage,
@@ -171,6 +172,15 @@ class SnapshotMessageSpec:
     chat_id: int
     message_id: int
     file_unique_id: str
+
+
+async def sample_copies(session: AsyncSession, count: int) -> list[tuple[int, str]]:
+    """(bot id, file id) of up to `count` chunk copies picked at random by
+    the database (both backends have random()), not by reading them all."""
+    rows = await session.execute(
+        select(ChunkCopy.bot_id, ChunkCopy.file_id).order_by(func.random()).limit(count)
+    )
+    return [(bot_id, file_id) for bot_id, file_id in rows.all()]
 
 
 async def record_messages(

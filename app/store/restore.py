@@ -16,18 +16,15 @@ import base64
 import gzip
 import hashlib
 import json
-import random
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import snapshots
-from app.db.models import ChunkCopy
 from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.snapshot import MANIFEST_FORMAT
@@ -222,8 +219,8 @@ async def _check_sample(
     report: RestoreReport,
 ) -> None:
     async with session_scope(sessionmaker) as session:
-        copies = list((await session.execute(select(ChunkCopy.bot_id, ChunkCopy.file_id))).all())
-    for bot_id, file_id in random.sample(copies, min(SAMPLE, len(copies))):
+        sample = await snapshots.sample_copies(session, SAMPLE)
+    for bot_id, file_id in sample:
         client = by_bot.get(bot_id)
         report.sample_checked += 1
         if client is None:
