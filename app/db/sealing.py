@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, distinct, exists, func, insert, select, update
+from sqlalchemy import delete, distinct, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, SealRecord, copy_values, ledger_values
 from app.db.locking import lock_database_for_write
 from app.db.models import Chunk, ChunkCopy, GcEntry, Piece, StoredObject
 from app.db.types import utcnow
+from app.sealing import CUSTOMER_KEY_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,12 @@ class SealingRepository:
         await lock_database_for_write(self._session)
         rows = await self._session.execute(
             select(Chunk.id, Chunk.seal_key_id, Chunk.sealed_data_key)
-            .where(Chunk.seal_key_id.is_not(None), Chunk.seal_key_id != key_id, Chunk.id > after)
+            .where(
+                Chunk.seal_key_id.is_not(None),
+                # Customer keys (SSE-C) are the customers': no master key wraps them.
+                Chunk.seal_key_id.not_in((key_id, CUSTOMER_KEY_ID)),
+                Chunk.id > after,
+            )
             .order_by(Chunk.id)
             .limit(limit)
         )
@@ -93,15 +99,16 @@ class SealingRepository:
         )
         return bool(getattr(result, "rowcount", 0))
 
-    async def object_sealed(self, object_id: int) -> bool:
-        """Whether any of the object's chunks is sealed (all are, but for
-        pieces copied from objects stored before encryption was on)."""
-        sealed = exists().where(
-            Piece.object_id == object_id,
-            Chunk.id == Piece.chunk_id,
-            Chunk.seal_key_id.is_not(None),
+    async def object_seals(self, object_id: int) -> list[tuple[str | None, bytes | None]]:
+        """(seal key id, wrapped data key) of each distinct chunk of the
+        object: plaintext, master-sealed, or wrapped under a customer key."""
+        rows = await self._session.execute(
+            select(Chunk.seal_key_id, Chunk.sealed_data_key)
+            .join(Piece, Piece.chunk_id == Chunk.id)
+            .where(Piece.object_id == object_id)
+            .distinct()
         )
-        return bool(await self._session.scalar(select(sealed)))
+        return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
 
     async def plaintext_chunks(self, after: int, limit: int) -> list[int]:
         """Live plaintext chunks in id order after `after` (pending ones

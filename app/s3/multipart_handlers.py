@@ -65,7 +65,8 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    # A customer key is checked, not kept: each part brings it (SSE-C).
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     algorithm, kind = checksum_headers.requested(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
@@ -76,12 +77,14 @@ async def create_upload(req: S3Request) -> Response:
         checksum_type=kind,
         tags=tagging.parse_header(req.headers.get("x-amz-tagging")),
     )
-    headers = {}
+    headers = sse.response_headers(False, customer)
     if algorithm is not None and kind is not None:
-        headers = {
-            checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
-            checksum_headers.TYPE_HEADER: kind,
-        }
+        headers.update(
+            {
+                checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
+                checksum_headers.TYPE_HEADER: kind,
+            }
+        )
     return xml_response(
         initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
         headers=headers,
@@ -92,7 +95,7 @@ async def upload_part(req: S3Request) -> Response:
     """A part's checksum is kept in its upload's algorithm (verified if the
     client sent it, computed here if not), else the one the client sent."""
     part_number = _part_number(req)
-    sse.check_customer_keys(req.headers)
+    customer = sse.customer_key(req.headers)
     upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
     result = BodyResult()
     body = req.body(result)
@@ -108,17 +111,18 @@ async def upload_part(req: S3Request) -> Response:
             sent = checksum_headers.of_body(result)
             return sent.value if sent is not None else None
 
-    etag = await req.s3.upload_part(
-        req.bucket,
-        req.key,
-        req.query["uploadId"],
-        part_number,
-        body,
-        expected_size=req.declared_size(),
-        checksum=checksum,
-        upload=upload,
-    )
-    headers = {"ETag": etag}
+    with req.store.customer_key(customer):
+        etag = await req.s3.upload_part(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            part_number,
+            body,
+            expected_size=req.declared_size(),
+            checksum=checksum,
+            upload=upload,
+        )
+    headers = {"ETag": etag, **sse.response_headers(False, customer)}
     value, sent = checksum(), checksum_headers.of_body(result)
     named = algorithm or (sent.algorithm if sent is not None else None)
     if value is not None and named is not None:
@@ -135,7 +139,7 @@ async def upload_part_copy(req: S3Request) -> Response:
 
 
 async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
-    sse.check_customer_keys(req.headers)
+    sse.refuse_customer_copy(req.headers)
     source = await source_object(req)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
@@ -194,8 +198,11 @@ async def complete_upload(req: S3Request) -> Response:
     def result(info: ObjectInfo) -> bytes:
         return complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
 
+    customer = sse.customer_key(req.headers)
+
     async def headers(info: ObjectInfo) -> dict[str, str]:
-        return sse.response_headers(await req.store.sealed(info))
+        seal = await req.store.seal_of(info)
+        return sse.response_headers(seal.master, customer if seal.needs_customer_key else None)
 
     return await _answer_in_time(req, completing, result, headers)
 

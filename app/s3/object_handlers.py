@@ -53,23 +53,25 @@ async def put_object(req: S3Request) -> Response:
     result = BodyResult()
     tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
     conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
-    info = await req.s3.put_object(
-        req.bucket,
-        req.key,
-        req.body(result),
-        content_type=content_type,
-        metadata=metadata,
-        expected_size=req.declared_size(),
-        checksum=lambda: checksum_headers.of_body(result),
-        tags=tags,
-        conditions=conditions,
-    )
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    with req.store.customer_key(customer):
+        info = await req.s3.put_object(
+            req.bucket,
+            req.key,
+            req.body(result),
+            content_type=content_type,
+            metadata=metadata,
+            expected_size=req.declared_size(),
+            checksum=lambda: checksum_headers.of_body(result),
+            tags=tags,
+            conditions=conditions,
+        )
+    sealed = customer is None and (await req.store.seal_of(info)).master
     return empty_response(
         headers={
             "ETag": info.etag,
             **checksum_headers.response_headers(info.checksum),
-            **sse.response_headers(await req.store.sealed(info)),
+            **sse.response_headers(sealed, customer),
         }
     )
 
@@ -77,10 +79,13 @@ async def put_object(req: S3Request) -> Response:
 async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
-    sse.check_customer_keys(req.headers)
+    customer = await _check_customer_key(req, info, sse.customer_key(req.headers))
     part = await _requested_part(req, info)
     headers = _object_headers(info)
-    headers.update(sse.response_headers(await req.store.sealed(info)))
+    seal_headers = sse.response_headers(False, customer)
+    if customer is None:
+        seal_headers = sse.response_headers((await req.store.seal_of(info)).master)
+    headers.update(seal_headers)
     headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
@@ -134,8 +139,26 @@ async def get_object(req: S3Request) -> Response:
         # Already in memory: a plain response, without a streaming response's
         # task that watches for the client going away.
         return Response(inline, status_code=status, headers=headers)
-    body = await req.store.open_range(info, start, end)
+    # The chunks' data keys are unwrapped as the range is opened.
+    with req.store.customer_key(customer):
+        body = await req.store.open_range(info, start, end)
     return StreamingResponse(body, status_code=status, headers=headers)
+
+
+async def _check_customer_key(
+    req: S3Request, info: ObjectInfo, customer: bytes | None
+) -> bytes | None:
+    """The customer key that opens the object (None: it needs none), or the
+    refusal AWS gives: 400 without it, 403 for another one, 400 for a key
+    given for an object stored without one."""
+    seal = await req.store.seal_of(info)
+    if seal.needs_customer_key:
+        seal.check_customer_key(customer)
+        return customer
+    if customer is not None and info.size > 0:
+        raise sse.not_applicable()
+    # An empty object has no chunk to seal: it is answered as it was asked.
+    return customer if info.size == 0 else None
 
 
 #: A part of an object: [start, end), the object's number of parts (None if
@@ -184,8 +207,18 @@ async def copy_object(req: S3Request) -> Response:
 
 
 async def _copy_object_once(req: S3Request) -> Response:
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     source = await source_object(req)
+    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
+    source_key = await _check_customer_key(req, source, source_key)
+    if source.size > 0 and customer != source_key:
+        # A copy shares the source's chunks, sealed as they are: changing
+        # the customer key would mean sealing every byte anew.
+        raise S3Error(
+            "NotImplemented",
+            "A copy that changes the customer key (SSE-C) of an object is not implemented; "
+            "copy it under the same key, or download and upload it again.",
+        )
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.")
@@ -212,7 +245,9 @@ async def _copy_object_once(req: S3Request) -> Response:
     )
     return xml_response(
         copy_object_xml(copied.etag, copied.updated_at),
-        headers=sse.response_headers(await req.store.sealed(copied)),
+        headers=sse.response_headers(
+            customer is None and (await req.store.seal_of(copied)).master, customer
+        ),
     )
 
 

@@ -43,6 +43,7 @@ from app.db.objects import ObjectRepository, WriteCheck
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
+from app.store.encryption import customer_key_given
 from app.store.errors import ObjectNotFound
 from app.store.flusher import Flusher, FlushFailed
 from app.store.range_checksum import range_checksum
@@ -162,6 +163,7 @@ class MultipartStore:
         if (
             spool is not None
             and expected_size
+            and not customer_key_given()  # the spool holds plaintext
             and not self._objects.keeps_the_pool_busy(expected_size)
             and spool.reserve(expected_size)
         ):
@@ -306,7 +308,7 @@ class MultipartStore:
         """A part from bytes in hand (a copy of an inline object): spooled
         when it can be, else stored in Telegram now."""
         spool = self._spool
-        if spool is not None and data and spool.reserve(len(data)):
+        if spool is not None and data and not customer_key_given() and spool.reserve(len(data)):
             try:
                 await self._spool_part(
                     spool,
