@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, SealRecord, copy_values, ledger_values
 from app.db.locking import lock_database_for_write
-from app.db.models import Chunk, ChunkCopy, GcEntry, Piece, StoredObject
+from app.db.models import Chunk, ChunkCopy, GcEntry, PartPiece, Piece, StoredObject
 from app.db.types import utcnow
 from app.sealing import CUSTOMER_KEY_ID
 
@@ -108,6 +108,21 @@ class SealingRepository:
             .where(Piece.object_id == object_id)
             .distinct()
         )
+        return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
+
+    async def upload_seals(
+        self, upload_id: str, *, limit: int | None = None
+    ) -> list[tuple[str | None, bytes | None]]:
+        """As `object_seals`, for the parts of a multipart upload so far (at
+        most `limit` chunks)."""
+        query = (
+            select(Chunk.seal_key_id, Chunk.sealed_data_key)
+            .join(PartPiece, PartPiece.chunk_id == Chunk.id)
+            .where(PartPiece.upload_id == upload_id)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        rows = await self._session.execute(query.distinct() if limit is None else query)
         return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
 
     async def plaintext_chunks(self, after: int, limit: int) -> list[int]:

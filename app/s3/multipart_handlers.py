@@ -41,6 +41,7 @@ from app.s3.xml.responses import (
 )
 from app.s3.xml.writer import Checksum
 from app.store.limits import MAX_PART_NUMBER
+from app.store.multipart import UploadInfo
 from app.store.service import ObjectInfo
 
 # A Complete or a part copy answers normally within this many seconds; later,
@@ -97,6 +98,9 @@ async def upload_part(req: S3Request) -> Response:
     part_number = _part_number(req)
     customer = sse.customer_key(req.headers)
     upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    # Before the body is read; one earlier chunk tells, as every part is
+    # checked so (CompleteMultipartUpload checks them all).
+    sse.check_part_key(await req.s3.upload_seal(upload, sample=True), customer)
     result = BodyResult()
     body = req.body(result)
     algorithm = upload.checksum_algorithm
@@ -139,8 +143,10 @@ async def upload_part_copy(req: S3Request) -> Response:
 
 
 async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
-    sse.refuse_customer_copy(req.headers)
+    customer = sse.customer_key(req.headers)
     source = await source_object(req)
+    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
+    source_key = await sse.opening_key(req.store, source, source_key)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
     if copy_range:
@@ -158,15 +164,54 @@ async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
                 details={"ActualObjectSize": str(source.size)},
             )
         end = last + 1
-    return await req.s3.upload_part_copy(
-        req.bucket,
-        req.key,
-        req.query["uploadId"],
-        _part_number(req),
-        source,
-        start,
-        end,
-    )
+    upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    sse.check_part_key(await req.s3.upload_seal(upload, sample=True), customer)
+    if end > start and customer != source_key:
+        return await _resealed_part(req, upload, source, (source_key, customer), (start, end))
+    # By reference to the source's chunks (a checksum reads them: with its key).
+    with req.store.customer_key(source_key):
+        return await req.s3.upload_part_copy(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            _part_number(req),
+            source,
+            start,
+            end,
+        )
+
+
+async def _resealed_part(
+    req: S3Request,
+    upload: UploadInfo,
+    source: ObjectInfo,
+    keys: tuple[bytes | None, bytes | None],
+    span: tuple[int, int],
+) -> CopiedPart:
+    """A copied part whose customer key differs from its source's (`keys`:
+    the source's, the part's): bytes `span` read with the one and stored,
+    sealed anew, with the other."""
+    (source_key, customer), (start, end) = keys, span
+    if upload.checksum_algorithm is not None:
+        raise S3Error(
+            "NotImplemented",
+            "UploadPartCopy that changes the customer key (SSE-C) into an upload with a "
+            "checksum algorithm is not implemented.",
+        )
+    with req.store.customer_key(source_key):
+        content = await req.store.open_range(source, start, end)
+    with req.store.customer_key(customer):
+        etag = await req.s3.upload_part(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            _part_number(req),
+            content,
+            expected_size=end - start,
+            checksum=lambda: None,
+            upload=upload,
+        )
+    return CopiedPart(etag, None, None)
 
 
 def _copy_part_result(copied: CopiedPart) -> bytes:
@@ -185,6 +230,9 @@ async def complete_upload(req: S3Request) -> Response:
     await _check_checksums(req, parts, parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
+    customer = sse.customer_key(req.headers)
+    upload = await req.s3.require_upload(bucket, key, req.query["uploadId"])
+    sse.check_part_key(await req.s3.upload_seal(upload), customer, completing=True)
     completing = asyncio.ensure_future(
         req.s3.complete_upload(
             bucket,
@@ -197,8 +245,6 @@ async def complete_upload(req: S3Request) -> Response:
 
     def result(info: ObjectInfo) -> bytes:
         return complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
-
-    customer = sse.customer_key(req.headers)
 
     async def headers(info: ObjectInfo) -> dict[str, str]:
         seal = await req.store.seal_of(info)

@@ -79,7 +79,7 @@ async def put_object(req: S3Request) -> Response:
 async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
-    customer = await _check_customer_key(req, info, sse.customer_key(req.headers))
+    customer = await sse.opening_key(req.store, info, sse.customer_key(req.headers))
     part = await _requested_part(req, info)
     headers = _object_headers(info)
     seal_headers = sse.response_headers(False, customer)
@@ -145,22 +145,6 @@ async def get_object(req: S3Request) -> Response:
     return StreamingResponse(body, status_code=status, headers=headers)
 
 
-async def _check_customer_key(
-    req: S3Request, info: ObjectInfo, customer: bytes | None
-) -> bytes | None:
-    """The customer key that opens the object (None: it needs none), or the
-    refusal AWS gives: 400 without it, 403 for another one, 400 for a key
-    given for an object stored without one."""
-    seal = await req.store.seal_of(info)
-    if seal.needs_customer_key:
-        seal.check_customer_key(customer)
-        return customer
-    if customer is not None and info.size > 0:
-        raise sse.not_applicable()
-    # An empty object has no chunk to seal: it is answered as it was asked.
-    return customer if info.size == 0 else None
-
-
 #: A part of an object: [start, end), the object's number of parts (None if
 #: CompleteMultipartUpload did not make it), the part's checksum.
 Part = tuple[int, int, int | None, StoredChecksum | None]
@@ -210,20 +194,16 @@ async def _copy_object_once(req: S3Request) -> Response:
     customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     source = await source_object(req)
     source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
-    source_key = await _check_customer_key(req, source, source_key)
-    if source.size > 0 and customer != source_key:
-        # A copy shares the source's chunks, sealed as they are: changing
-        # the customer key would mean sealing every byte anew.
-        raise S3Error(
-            "NotImplemented",
-            "A copy that changes the customer key (SSE-C) of an object is not implemented; "
-            "copy it under the same key, or download and upload it again.",
-        )
+    source_key = await sse.opening_key(req.store, source, source_key)
+    # A copy shares the source's chunks, sealed as they are; one that
+    # changes the customer key (to another, to none, from none) seals every
+    # byte anew: read with the source's key, stored with the target's.
+    reseal = source.size > 0 and customer != source_key
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.")
     same = (source.bucket, source.key) == (req.bucket, req.key)
-    if same and directive == "COPY":
+    if same and directive == "COPY" and not reseal:
         raise S3Error(
             "InvalidRequest",
             "This copy request is illegal because it is trying to copy an object to itself "
@@ -235,19 +215,32 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata: dict[str, Any] = req.metadata()
     else:
         content_type, metadata = source.content_type, source.metadata
-    copied = await req.s3.copy_object(
-        source,
-        bucket=req.bucket,
-        key=req.key,
-        content_type=content_type,
-        metadata=metadata,
-        tags=_copy_tags(req, source),
-    )
+    if reseal:
+        with req.store.customer_key(source_key):
+            content = await req.store.open_range(source, 0, source.size)
+        with req.store.customer_key(customer):
+            copied = await req.s3.put_object(
+                req.bucket,
+                req.key,
+                content,
+                content_type=content_type,
+                metadata=metadata,
+                expected_size=source.size,
+                tags=_copy_tags(req, source),
+            )
+    else:
+        copied = await req.s3.copy_object(
+            source,
+            bucket=req.bucket,
+            key=req.key,
+            content_type=content_type,
+            metadata=metadata,
+            tags=_copy_tags(req, source),
+        )
+    sealed = customer is None and (await req.store.seal_of(copied)).master
     return xml_response(
         copy_object_xml(copied.etag, copied.updated_at),
-        headers=sse.response_headers(
-            customer is None and (await req.store.seal_of(copied)).master, customer
-        ),
+        headers=sse.response_headers(sealed, customer),
     )
 
 

@@ -21,6 +21,7 @@ import hashlib
 from collections.abc import Mapping
 
 from app.s3.errors import S3Error
+from app.store.service import ObjectInfo, ObjectSeal, ObjectStore
 
 HEADER = "x-amz-server-side-encryption"
 AES256 = "AES256"
@@ -119,12 +120,42 @@ def check_write(headers: Mapping[str, str], *, encryption_on: bool) -> bytes | N
     )
 
 
-def refuse_customer_copy(headers: Mapping[str, str]) -> None:
-    """UploadPartCopy with customer keys is not implemented: refused, never
-    ignored (the part would be stored under another key than the client's)."""
-    if any(name.startswith((CUSTOMER, COPY_SOURCE_CUSTOMER)) for name in headers):
+async def opening_key(store: ObjectStore, info: ObjectInfo, key: bytes | None) -> bytes | None:
+    """The customer key that opens the object (None: it needs none), or the
+    refusal AWS gives: 400 InvalidRequest without it, 403 AccessDenied for
+    another one (the store's errors), 400 for a key given for an object
+    stored without one."""
+    seal = await store.seal_of(info)
+    if seal.needs_customer_key:
+        seal.check_customer_key(key)
+        return key
+    if key is not None and info.size > 0:
+        raise not_applicable()
+    # An empty object has no chunk to seal: it is answered as it was asked.
+    return key if info.size == 0 else None
+
+
+def check_part_key(seal: ObjectSeal, key: bytes | None, *, completing: bool = False) -> None:
+    """The parts of a multipart upload are all under one customer key, or
+    none is: `seal` is its parts' so far, `key` the one this request brings
+    (a part's, or CompleteMultipartUpload's, where it may be left out)."""
+    if key is None:
+        if seal.needs_customer_key and seal.uncustomed:
+            raise S3Error(
+                "InvalidRequest",
+                "The parts of this upload are not all stored under the same customer key.",
+            )
+        if seal.needs_customer_key and not completing:
+            raise S3Error(
+                "InvalidRequest",
+                "The multipart upload initiate requested encryption. Subsequent part requests "
+                "must include the appropriate encryption parameters.",
+            )
+        return
+    if seal.uncustomed or not seal.opens_with(key):
         raise S3Error(
-            "NotImplemented", "UploadPartCopy with customer keys (SSE-C) is not implemented."
+            "InvalidArgument",
+            "The provided encryption parameters did not match the ones used originally.",
         )
 
 

@@ -16,6 +16,8 @@ class ObjectSeal(NamedTuple):
     master: bool
     # The records of its chunks wrapped under a customer key.
     customer: tuple[bytes, ...]
+    # Some chunk is not under a customer key (plaintext or master-sealed).
+    uncustomed: bool = False
 
     @property
     def needs_customer_key(self) -> bool:
@@ -29,8 +31,12 @@ class ObjectSeal(NamedTuple):
             return
         if key is None:
             raise CustomerKeyRequired()
-        if not all(customer_key_matches(key, record) for record in self.customer):
+        if not self.opens_with(key):
             raise CustomerKeyMismatch()
+
+    def opens_with(self, key: bytes) -> bool:
+        """Whether `key` is the customer key of every chunk under one."""
+        return all(customer_key_matches(key, record) for record in self.customer)
 
 
 PLAIN = ObjectSeal(master=False, customer=())
@@ -40,4 +46,5 @@ def seal_from(rows: list[tuple[str | None, bytes | None]], *, master_keys: bool)
     """The seal of an object from its chunks' (key id, wrapped key) rows."""
     customer = tuple(wrapped for key_id, wrapped in rows if key_id == CUSTOMER_KEY_ID and wrapped)
     master = master_keys and any(key_id not in (None, CUSTOMER_KEY_ID) for key_id, _ in rows)
-    return ObjectSeal(master=master, customer=customer)
+    uncustomed = any(key_id != CUSTOMER_KEY_ID for key_id, _ in rows)
+    return ObjectSeal(master=master, customer=customer, uncustomed=uncustomed)

@@ -15,7 +15,9 @@ from sqlalchemy import select
 
 from app.db.models.base import Base
 from app.db.session import session_scope
+from app.sealing.keys import parse_keys
 from app.services import Services
+from app.store.key_rotation import rotate
 from tests.running_service import CHUNK, Service, ServiceFactory
 from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 
@@ -38,10 +40,15 @@ def status(error: Any) -> int:
     return int(error.response["ResponseMetadata"]["HTTPStatusCode"])
 
 
-async def body(s3: S3, key: str, **params: Any) -> bytes:
-    got = await s3("get_object", Bucket="box", Key=key, **params)
-    assert got["SSECustomerAlgorithm"] == "AES256"
-    assert got["SSECustomerKeyMD5"] == base64.b64encode(hashlib.md5(KEY).digest()).decode()
+async def body(s3: S3, key: str, customer: bytes | None = KEY, **params: Any) -> bytes:
+    extra = sse(customer) if customer is not None else {}
+    got = await s3("get_object", Bucket="box", Key=key, **extra, **params)
+    if customer is not None:
+        assert got["SSECustomerAlgorithm"] == "AES256"
+        md5 = base64.b64encode(hashlib.md5(customer).digest()).decode()
+        assert got["SSECustomerKeyMD5"] == md5
+    else:
+        assert "SSECustomerAlgorithm" not in got
     data: bytes = await asyncio.to_thread(got["Body"].read)
     return data
 
@@ -72,9 +79,9 @@ async def test_an_object_under_a_customer_key_opens_with_that_key_only(s3: S3) -
     # Small objects too go to Telegram sealed, never into the database.
     await s3("put_object", Bucket="box", Key="small", Body=MARKER, **sse(KEY))
 
-    assert await body(s3, "secret", **sse(KEY)) == data
-    assert await body(s3, "secret", Range="bytes=60000-140000", **sse(KEY)) == data[60000:140001]
-    assert await body(s3, "small", **sse(KEY)) == MARKER
+    assert await body(s3, "secret") == data
+    assert await body(s3, "secret", Range="bytes=60000-140000") == data[60000:140001]
+    assert await body(s3, "small") == MARKER
     head = await s3("head_object", Bucket="box", Key="secret", **sse(KEY))
     assert head["ContentLength"] == len(data) and head["SSECustomerAlgorithm"] == "AES256"
 
@@ -138,63 +145,92 @@ async def test_malformed_customer_key_headers_are_refused_with_400(
     assert (await s3("list_objects_v2", Bucket="box"))["KeyCount"] == 0
 
 
+# Both backends: the seal queries (DISTINCT over bytea, a LIMIT 1 sample of
+# an upload's chunks) are SQL that differs between SQLite and Postgres.
+@pytest.mark.both_backends
 async def test_multipart_and_copies_under_customer_keys(s3: S3) -> None:
+    plain = os.urandom(3000)
+    await s3("put_object", Bucket="box", Key="plain", Body=plain)
     upload = await s3("create_multipart_upload", Bucket="box", Key="parts", **sse(KEY))
     assert upload["SSECustomerAlgorithm"] == "AES256"
-    parts = [marked(CHUNK, seed=1), marked(3000, seed=2)]
-    etags = []
-    for number, part in enumerate(parts, start=1):
-        answer = await s3(
-            "upload_part",
-            Bucket="box",
-            Key="parts",
-            UploadId=upload["UploadId"],
-            PartNumber=number,
-            Body=part,
-            **sse(KEY),
-        )
-        etags.append(answer["ETag"])
+    where = {"Bucket": "box", "Key": "parts", "UploadId": upload["UploadId"]}
+    first = marked(CHUNK, seed=1)
+    one = await s3("upload_part", **where, PartNumber=1, Body=first, **sse(KEY))
+    # Every part brings the upload's key.
+    for params in ({}, sse(OTHER_KEY)):
+        error = await s3.error("upload_part", **where, PartNumber=2, Body=b"x" * 100, **params)
+        assert status(error) == 400, params
+    # A part copied from a plaintext object is sealed under the upload's key.
+    two = await s3("upload_part_copy", **where, PartNumber=2, CopySource="box/plain", **sse(KEY))
+    parts = [
+        {"ETag": one["ETag"], "PartNumber": 1},
+        {"ETag": two["CopyPartResult"]["ETag"], "PartNumber": 2},
+    ]
     done = await s3(
-        "complete_multipart_upload",
-        Bucket="box",
-        Key="parts",
-        UploadId=upload["UploadId"],
-        MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n} for n, e in enumerate(etags, 1)]},
-        **sse(KEY),
+        "complete_multipart_upload", **where, MultipartUpload={"Parts": parts}, **sse(KEY)
     )
     assert done["ETag"].endswith('-2"')
-    whole = b"".join(parts)
-    assert await body(s3, "parts", **sse(KEY)) == whole
+    whole = first + plain
+    assert await body(s3, "parts") == whole
     assert status(await s3.error("get_object", Bucket="box", Key="parts")) == 400
 
-    # A copy under the same key shares the sealed chunks; the source's key
-    # is checked first.
-    copy = await s3(
-        "copy_object",
-        Bucket="box",
-        Key="copy",
-        CopySource="box/parts",
-        CopySourceSSECustomerAlgorithm="AES256",
-        CopySourceSSECustomerKey=KEY,
-        **sse(KEY),
+    # Copies: under the same key (sharing the sealed chunks), another key
+    # and none (sealed anew); the source's key is checked first.
+    source = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": KEY}
+    targets = {"same": sse(KEY), "rekeyed": sse(OTHER_KEY), "unsealed": {}}
+    for target, params in targets.items():
+        copy = await s3(
+            "copy_object", Bucket="box", Key=target, CopySource="box/parts", **source, **params
+        )
+        assert copy.get("SSECustomerAlgorithm") == params.get("SSECustomerAlgorithm"), target
+    assert await body(s3, "same") == whole
+    assert await body(s3, "rekeyed", OTHER_KEY) == whole
+    assert status(await s3.error("get_object", Bucket="box", Key="rekeyed", **sse(KEY))) == 403
+    assert await body(s3, "unsealed", None) == whole
+    wrong_source = {**source, "CopySourceSSECustomerKey": OTHER_KEY}
+    error = await s3.error(
+        "copy_object", Bucket="box", Key="c", CopySource="box/parts", **wrong_source
     )
-    assert copy["SSECustomerAlgorithm"] == "AES256"
-    assert await body(s3, "copy", **sse(KEY)) == whole
-    wrong_source = await s3.error(
-        "copy_object",
-        Bucket="box",
-        Key="copy2",
-        CopySource="box/parts",
-        CopySourceSSECustomerAlgorithm="AES256",
-        CopySourceSSECustomerKey=OTHER_KEY,
-        **sse(KEY),
-    )
-    assert status(wrong_source) == 403
-    no_source_key = await s3.error("copy_object", Bucket="box", Key="copy2", CopySource="box/parts")
-    assert status(no_source_key) == 400
-    assert [item["Key"] for item in (await s3("list_objects_v2", Bucket="box"))["Contents"]] == [
-        "copy",
+    assert status(error) == 403
+    error = await s3.error("copy_object", Bucket="box", Key="c", CopySource="box/parts")
+    assert status(error) == 400
+    listing = await s3("list_objects_v2", Bucket="box")
+    assert [item["Key"] for item in listing["Contents"]] == [
         "parts",
+        "plain",
+        "rekeyed",
+        "same",
+        "unsealed",
     ]
+    # Only the copy the client asked to be plaintext is plaintext in Telegram.
     files = s3.service.sim.stored_files()
-    assert files and [chat for chat, _, stored in files if MARKER in stored] == []
+    holding = [stored for _, _, stored in files if MARKER in stored]
+    assert files and all(stored in whole for stored in holding)
+    assert sum(len(stored) for stored in holding) == len(whole)
+
+
+async def test_customer_keys_beside_master_keys_and_their_rotation(
+    start_service: ServiceFactory,
+) -> None:
+    """With ENCRYPTION_KEYS set too, a customer key still decides: the object
+    answers as SSE-C, not SSE-S3, and rotating the master keys re-wraps only
+    what they wrap (the customer's chunks are not theirs to open)."""
+    master = "m1:" + base64.b64encode(bytes(range(32))).decode()
+    newer = "m2:" + base64.b64encode(bytes(range(1, 33))).decode()
+    service = await start_service(encryption_keys=master, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="box")
+    data = marked(CHUNK + 100)
+    put = await s3("put_object", Bucket="box", Key="customer", Body=data, **sse(KEY))
+    assert "ServerSideEncryption" not in put and put["SSECustomerAlgorithm"] == "AES256"
+    sealed = await s3("put_object", Bucket="box", Key="master", Body=data)
+    assert sealed["ServerSideEncryption"] == "AES256"
+
+    services: Services = service.app.state.services
+    keyring = parse_keys([newer, master], "test")
+    done = await rotate(services.sessionmaker, keyring)
+    assert (done.rewrapped, done.unavailable) == (2, 0)  # the master-sealed object's 2 chunks
+    assert await body(s3, "customer") == data
+    head = await s3("head_object", Bucket="box", Key="master")
+    assert head["ServerSideEncryption"] == "AES256" and "SSECustomerAlgorithm" not in head
+    assert status(await s3.error("get_object", Bucket="box", Key="customer")) == 400
