@@ -10,6 +10,7 @@ import hashlib
 import os
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -84,6 +85,25 @@ async def test_an_object_under_a_customer_key_opens_with_that_key_only(s3: S3) -
     assert await body(s3, "small") == MARKER
     head = await s3("head_object", Bucket="box", Key="secret", **sse(KEY))
     assert head["ContentLength"] == len(data) and head["SSECustomerAlgorithm"] == "AES256"
+
+    # A presigned URL signs the key headers: the client still sends them.
+    url = await asyncio.to_thread(
+        s3.client.generate_presigned_url,
+        "get_object",
+        Params={"Bucket": "box", "Key": "secret", **sse(KEY)},
+    )
+    headers = {
+        "x-amz-server-side-encryption-customer-algorithm": "AES256",
+        "x-amz-server-side-encryption-customer-key": base64.b64encode(KEY).decode(),
+        "x-amz-server-side-encryption-customer-key-MD5": base64.b64encode(
+            hashlib.md5(KEY).digest()
+        ).decode(),
+    }
+    async with httpx.AsyncClient() as http:
+        presigned = await http.get(url, headers=headers)
+        assert presigned.status_code == 200 and presigned.content == data
+        assert (await http.get(url)).status_code in (400, 403)
+    assert base64.b64encode(KEY).decode() not in url
 
     # Refused as AWS refuses: no key 400, another key 403, on GET and HEAD.
     for operation in ("get_object", "head_object"):
@@ -213,8 +233,9 @@ async def test_customer_keys_beside_master_keys_and_their_rotation(
     start_service: ServiceFactory,
 ) -> None:
     """With ENCRYPTION_KEYS set too, a customer key still decides: the object
-    answers as SSE-C, not SSE-S3, and rotating the master keys re-wraps only
-    what they wrap (the customer's chunks are not theirs to open)."""
+    answers as SSE-C, not SSE-S3; rotating the master keys re-wraps only what
+    they wrap, and the scrub's deep pass reads only what it can open (the
+    customer's chunks are not the service's to open)."""
     master = "m1:" + base64.b64encode(bytes(range(32))).decode()
     newer = "m2:" + base64.b64encode(bytes(range(1, 33))).decode()
     service = await start_service(encryption_keys=master, s3_credentials={ACCESS_KEY: SECRET})
@@ -227,6 +248,9 @@ async def test_customer_keys_beside_master_keys_and_their_rotation(
     assert sealed["ServerSideEncryption"] == "AES256"
 
     services: Services = service.app.state.services
+    report = await services.scrub.run_pass(deep=True)
+    # Each object's two chunks; only the master-sealed ones are read.
+    assert (report.checked, report.read, report.missing, report.corrupt) == (4, 2, 0, 0)
     keyring = parse_keys([newer, master], "test")
     done = await rotate(services.sessionmaker, keyring)
     assert (done.rewrapped, done.unavailable) == (2, 0)  # the master-sealed object's 2 chunks
