@@ -231,8 +231,11 @@ async def complete_upload(req: S3Request) -> Response:
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
     customer = sse.customer_key(req.headers)
-    upload = await req.s3.require_upload(bucket, key, req.query["uploadId"])
-    sse.check_part_key(await req.s3.upload_seal(upload), customer, completing=True)
+    upload = await req.s3.find_upload(bucket, key, req.query["uploadId"])
+    # None: already completed (a retry gets the first answer) or gone; the
+    # Complete itself answers that.
+    if upload is not None:
+        sse.check_part_key(await req.s3.upload_seal(upload), customer, completing=True)
     completing = asyncio.ensure_future(
         req.s3.complete_upload(
             bucket,

@@ -285,6 +285,10 @@ class S3Service:
         """How the parts of `upload` so far are sealed (`sample`: one chunk's)."""
         return await self._multipart.seal_of(upload, sample=sample)
 
+    async def find_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo | None:
+        """The upload, or None (completed, aborted, or never made)."""
+        return await self._multipart.get(upload_id, bucket=bucket, key=key)
+
     async def upload_part_copy(
         self,
         bucket: str,

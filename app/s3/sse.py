@@ -140,7 +140,7 @@ def check_part_key(seal: ObjectSeal, key: bytes | None, *, completing: bool = Fa
     none is: `seal` is its parts' so far, `key` the one this request brings
     (a part's, or CompleteMultipartUpload's, where it may be left out)."""
     if key is None:
-        if seal.needs_customer_key and seal.uncustomed:
+        if seal.needs_customer_key and seal.other_chunks:
             raise S3Error(
                 "InvalidRequest",
                 "The parts of this upload are not all stored under the same customer key.",
@@ -152,7 +152,7 @@ def check_part_key(seal: ObjectSeal, key: bytes | None, *, completing: bool = Fa
                 "must include the appropriate encryption parameters.",
             )
         return
-    if seal.uncustomed or not seal.opens_with(key):
+    if seal.other_chunks or not seal.opens_with(key):
         raise S3Error(
             "InvalidArgument",
             "The provided encryption parameters did not match the ones used originally.",

@@ -17,7 +17,7 @@ class ObjectSeal(NamedTuple):
     # The records of its chunks wrapped under a customer key.
     customer: tuple[bytes, ...]
     # Some chunk is not under a customer key (plaintext or master-sealed).
-    uncustomed: bool = False
+    other_chunks: bool = False
 
     @property
     def needs_customer_key(self) -> bool:
@@ -46,5 +46,5 @@ def seal_from(rows: list[tuple[str | None, bytes | None]], *, master_keys: bool)
     """The seal of an object from its chunks' (key id, wrapped key) rows."""
     customer = tuple(wrapped for key_id, wrapped in rows if key_id == CUSTOMER_KEY_ID and wrapped)
     master = master_keys and any(key_id not in (None, CUSTOMER_KEY_ID) for key_id, _ in rows)
-    uncustomed = any(key_id != CUSTOMER_KEY_ID for key_id, _ in rows)
-    return ObjectSeal(master=master, customer=customer, uncustomed=uncustomed)
+    other_chunks = any(key_id != CUSTOMER_KEY_ID for key_id, _ in rows)
+    return ObjectSeal(master=master, customer=customer, other_chunks=other_chunks)
