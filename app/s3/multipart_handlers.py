@@ -146,7 +146,7 @@ async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
     customer = sse.customer_key(req.headers)
     source = await source_object(req)
     source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
-    source_key = await sse.opening_key(req.store, source, source_key)
+    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
     if copy_range:

@@ -79,13 +79,11 @@ async def put_object(req: S3Request) -> Response:
 async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
-    customer = await sse.opening_key(req.store, info, sse.customer_key(req.headers))
+    seal = await req.store.seal_of(info)
+    customer = sse.opening_key(seal, info, sse.customer_key(req.headers))
     part = await _requested_part(req, info)
     headers = _object_headers(info)
-    seal_headers = sse.response_headers(False, customer)
-    if customer is None:
-        seal_headers = sse.response_headers((await req.store.seal_of(info)).master)
-    headers.update(seal_headers)
+    headers.update(sse.response_headers(seal.master, customer))
     headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
@@ -194,7 +192,7 @@ async def _copy_object_once(req: S3Request) -> Response:
     customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     source = await source_object(req)
     source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
-    source_key = await sse.opening_key(req.store, source, source_key)
+    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
     # A copy shares the source's chunks, sealed as they are; one that
     # changes the customer key (to another, to none, from none) seals every
     # byte anew: read with the source's key, stored with the target's.

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Mapping
 
 from app.s3.errors import S3Error
-from app.store.service import ObjectInfo, ObjectSeal, ObjectStore
+from app.store.service import ObjectInfo, ObjectSeal
 
 HEADER = "x-amz-server-side-encryption"
 AES256 = "AES256"
@@ -120,12 +120,11 @@ def check_write(headers: Mapping[str, str], *, encryption_on: bool) -> bytes | N
     )
 
 
-async def opening_key(store: ObjectStore, info: ObjectInfo, key: bytes | None) -> bytes | None:
-    """The customer key that opens the object (None: it needs none), or the
-    refusal AWS gives: 400 InvalidRequest without it, 403 AccessDenied for
-    another one (the store's errors), 400 for a key given for an object
-    stored without one."""
-    seal = await store.seal_of(info)
+def opening_key(seal: ObjectSeal, info: ObjectInfo, key: bytes | None) -> bytes | None:
+    """The customer key that opens the object whose seal is `seal` (None:
+    it needs none), or the refusal AWS gives: 400 InvalidRequest without it,
+    403 AccessDenied for another one (the store's errors), 400 for a key
+    given for an object stored without one."""
     if seal.needs_customer_key:
         seal.check_customer_key(key)
         return key
