@@ -3,9 +3,11 @@ and the batches `teleuploader encryption rotate` re-wraps."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, distinct, func, insert, select, update
+from sqlalchemy import Select, bindparam, delete, distinct, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, SealRecord, copy_values, ledger_values
@@ -13,6 +15,24 @@ from app.db.locking import lock_database_for_write
 from app.db.models import Chunk, ChunkCopy, GcEntry, PartPiece, Piece, StoredObject
 from app.db.types import utcnow
 from app.sealing import CUSTOMER_KEY_ID
+
+# (seal key id, wrapped data key) of each distinct chunk of an object:
+# plaintext, master-sealed, or wrapped under a customer key. Asked on every
+# GET and HEAD of an object in chunks, so one statement built once, for the
+# single-statement reader (app.db.single_statements), not a session.
+_CHUNKS = Chunk.__table__.c
+_PIECES = Piece.__table__.c
+OBJECT_SEALS: Select[Any] = (
+    select(_CHUNKS.seal_key_id, _CHUNKS.sealed_data_key)
+    .join(Piece.__table__, _PIECES.chunk_id == _CHUNKS.id)
+    .where(_PIECES.object_id == bindparam("object_id"))
+    .distinct()
+)
+
+
+def seal_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[str | None, bytes | None]]:
+    """OBJECT_SEALS' rows, or `SealingRepository.upload_seals`'."""
+    return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,17 +119,6 @@ class SealingRepository:
         )
         return bool(getattr(result, "rowcount", 0))
 
-    async def object_seals(self, object_id: int) -> list[tuple[str | None, bytes | None]]:
-        """(seal key id, wrapped data key) of each distinct chunk of the
-        object: plaintext, master-sealed, or wrapped under a customer key."""
-        rows = await self._session.execute(
-            select(Chunk.seal_key_id, Chunk.sealed_data_key)
-            .join(Piece, Piece.chunk_id == Chunk.id)
-            .where(Piece.object_id == object_id)
-            .distinct()
-        )
-        return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
-
     async def upload_seals(
         self, upload_id: str, *, limit: int | None = None
     ) -> list[tuple[str | None, bytes | None]]:
@@ -123,7 +132,7 @@ class SealingRepository:
         if limit is not None:
             query = query.limit(limit)
         rows = await self._session.execute(query.distinct() if limit is None else query)
-        return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
+        return seal_rows(rows)
 
     async def plaintext_chunks(self, after: int, limit: int) -> list[int]:
         """Live plaintext chunks in id order after `after` (pending ones

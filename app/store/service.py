@@ -39,7 +39,7 @@ from app.db.objects import ListOrder as ListOrder  # for the API: orders of a li
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
-from app.db.sealing import SealingRepository
+from app.db.sealing import OBJECT_SEALS, seal_rows
 from app.db.session import session_scope
 from app.db.single_statement_sql import TrashMove, inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
@@ -91,9 +91,8 @@ class ObjectStore:
         Objects without chunks ask nothing: they are in the database."""
         if info.size == 0 or info.inline_data is not None:
             return PLAIN
-        async with session_scope(self._sessionmaker) as session:
-            rows = await SealingRepository(session).object_seals(info.id)
-        return seal_from(rows, master_keys=self.encryption_enabled)
+        rows = await self._statements.rows(OBJECT_SEALS, {"object_id": info.id})
+        return seal_from(seal_rows(rows), master_keys=self.encryption_enabled)
 
     @staticmethod
     def customer_key(key: bytes | None) -> AbstractContextManager[None]:
