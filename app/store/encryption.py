@@ -1,9 +1,10 @@
 """Encryption at rest, the store's side (docs/encryption.md): sealing new
-chunks when master keys are configured, and opening sealed ones.
+chunks when master keys are configured or the request gave a customer key
+(S3 SSE-C), and opening sealed ones.
 
-`app.sealing.frames` and `app.sealing.keys` import `cryptography`, which a
-service without keys never loads: they are imported here only when a chunk
-is sealed or opened.
+`app.sealing.frames`, `app.sealing.keys` and `app.sealing.customer` import
+`cryptography`, which a service without keys does not load until a customer
+key comes: they are imported here only when a chunk is sealed or opened.
 """
 
 from __future__ import annotations
