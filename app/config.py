@@ -392,8 +392,23 @@ class Settings(BaseSettings):
                 "Telegram's getFile refuses files over 20 MB, so such chunks could never be "
                 "downloaded; lower it, or set TELEGRAM_LOCAL_SERVER=true for a local Bot API server"
             )
+        self._check_sealed_chunk_size()
         self._keyring = self._load_keyring()
         return self
+
+    def _check_sealed_chunk_size(self) -> None:
+        """A sealed chunk (its frames' tags included) must fit getFile. Checked
+        with or without master keys: an S3 client's own key (SSE-C) seals
+        chunks on any service."""
+        from app.sealing.layout import largest_plaintext, sealed_size
+
+        limit = LOCAL_GETFILE_LIMIT if self.telegram_local_server else GETFILE_LIMIT
+        if sealed_size(self.chunk_size) > limit:
+            raise ValueError(
+                f"CHUNK_SIZE={self.chunk_size} sealed is {sealed_size(self.chunk_size)} bytes, "
+                f"above getFile's {limit}: chunks are sealed (encryption at rest, S3 SSE-C), "
+                f"so CHUNK_SIZE is at most {largest_plaintext(limit)}"
+            )
 
     def _load_keyring(self) -> Any:
         """The keyring of ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE (None: neither),
@@ -415,19 +430,11 @@ class Settings(BaseSettings):
         else:
             return None
         from app.sealing.keys import BadMasterKey, parse_keys, split_entries
-        from app.sealing.layout import largest_plaintext, sealed_size
 
         try:
             keyring = parse_keys(split_entries(text), source)
         except BadMasterKey as exc:
             raise ValueError(str(exc)) from None
-        limit = LOCAL_GETFILE_LIMIT if self.telegram_local_server else GETFILE_LIMIT
-        if sealed_size(self.chunk_size) > limit:
-            raise ValueError(
-                f"CHUNK_SIZE={self.chunk_size} sealed is {sealed_size(self.chunk_size)} bytes, "
-                f"above getFile's {limit}: with encryption on, CHUNK_SIZE is at most "
-                f"{largest_plaintext(limit)}"
-            )
         return keyring
 
     def keyring(self) -> Keyring | None:

@@ -141,11 +141,9 @@ class ServiceLauncher:
         tuning = take_tuning(overrides)
         settings = make_settings(self._database, telegram_url, sim.tokens, **overrides)
         # Telegram's cap is 20 MB; every chunk of this service is at most
-        # chunk_size (sealed: with its frames' tags).
-        sealed = settings.keyring() is not None
-        sim.configure(
-            max_getfile_bytes=sealed_size(settings.chunk_size) if sealed else settings.chunk_size
-        )
+        # chunk_size, sealed (master keys or an S3 client's key): with its
+        # frames' tags.
+        sim.configure(max_getfile_bytes=sealed_size(settings.chunk_size))
         key = await create_api_key(settings.database_url, name=f"test-{secrets.token_hex(4)}")
         app = create_app(settings, tuning)
         server = await self._stack.enter_async_context(AsyncExitStack())

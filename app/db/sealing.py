@@ -3,15 +3,36 @@ and the batches `teleuploader encryption rotate` re-wraps."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, distinct, exists, func, insert, select, update
+from sqlalchemy import Select, bindparam, delete, distinct, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, SealRecord, copy_values, ledger_values
 from app.db.locking import lock_database_for_write
-from app.db.models import Chunk, ChunkCopy, GcEntry, Piece, StoredObject
+from app.db.models import Chunk, ChunkCopy, GcEntry, PartPiece, Piece, StoredObject
 from app.db.types import utcnow
+from app.sealing import CUSTOMER_KEY_ID
+
+# (seal key id, wrapped data key) of each distinct chunk of an object:
+# plaintext, master-sealed, or wrapped under a customer key. Asked on every
+# GET and HEAD of an object in chunks, so one statement built once, for the
+# single-statement reader (app.db.single_statements), not a session.
+_CHUNKS = Chunk.__table__.c
+_PIECES = Piece.__table__.c
+OBJECT_SEALS: Select[Any] = (
+    select(_CHUNKS.seal_key_id, _CHUNKS.sealed_data_key)
+    .join(Piece.__table__, _PIECES.chunk_id == _CHUNKS.id)
+    .where(_PIECES.object_id == bindparam("object_id"))
+    .distinct()
+)
+
+
+def seal_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[str | None, bytes | None]]:
+    """OBJECT_SEALS' rows, or `SealingRepository.upload_seals`'."""
+    return [(key_id, None if wrapped is None else bytes(wrapped)) for key_id, wrapped in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +94,12 @@ class SealingRepository:
         await lock_database_for_write(self._session)
         rows = await self._session.execute(
             select(Chunk.id, Chunk.seal_key_id, Chunk.sealed_data_key)
-            .where(Chunk.seal_key_id.is_not(None), Chunk.seal_key_id != key_id, Chunk.id > after)
+            .where(
+                Chunk.seal_key_id.is_not(None),
+                # Customer keys (SSE-C) are the customers': no master key wraps them.
+                Chunk.seal_key_id.not_in((key_id, CUSTOMER_KEY_ID)),
+                Chunk.id > after,
+            )
             .order_by(Chunk.id)
             .limit(limit)
         )
@@ -93,15 +119,20 @@ class SealingRepository:
         )
         return bool(getattr(result, "rowcount", 0))
 
-    async def object_sealed(self, object_id: int) -> bool:
-        """Whether any of the object's chunks is sealed (all are, but for
-        pieces copied from objects stored before encryption was on)."""
-        sealed = exists().where(
-            Piece.object_id == object_id,
-            Chunk.id == Piece.chunk_id,
-            Chunk.seal_key_id.is_not(None),
+    async def upload_seals(
+        self, upload_id: str, *, limit: int | None = None
+    ) -> list[tuple[str | None, bytes | None]]:
+        """As `object_seals`, for the parts of a multipart upload so far (at
+        most `limit` chunks)."""
+        query = (
+            select(Chunk.seal_key_id, Chunk.sealed_data_key)
+            .join(PartPiece, PartPiece.chunk_id == Chunk.id)
+            .where(PartPiece.upload_id == upload_id)
         )
-        return bool(await self._session.scalar(select(sealed)))
+        if limit is not None:
+            query = query.limit(limit)
+        rows = await self._session.execute(query.distinct() if limit is None else query)
+        return seal_rows(rows)
 
     async def plaintext_chunks(self, after: int, limit: int) -> list[int]:
         """Live plaintext chunks in id order after `after` (pending ones

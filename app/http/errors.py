@@ -33,6 +33,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from app.store.errors import (
     BotUnusable,
     ContentUnavailable,
+    CustomerKeyMismatch,
+    CustomerKeyRequired,
     DispatcherClosed,
     EncryptionKeyUnavailable,
     NoUsableBot,
@@ -129,6 +131,12 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
         return Failure(404, "not_found", "NoSuchKey", str(exc) or "the object does not exist")
     if isinstance(exc, UploadTooLarge):
         return Failure(413, "payload_too_large", "EntityTooLarge", str(exc), s3_status=400)
+    # Before EncryptionKeyUnavailable, their base: the client's own key (S3
+    # SSE-C) is missing or wrong, as AWS answers it.
+    if isinstance(exc, CustomerKeyRequired):
+        return Failure(400, "customer_key_required", "InvalidRequest", str(exc))
+    if isinstance(exc, CustomerKeyMismatch):
+        return Failure(403, "customer_key_mismatch", "AccessDenied", "Access Denied")
     if isinstance(exc, EncryptionKeyUnavailable):
         # 503: the data is intact; it comes back once the operator puts the
         # master key back into ENCRYPTION_KEYS (logged by the store, by id).

@@ -56,6 +56,10 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     ),
     "InvalidArgument": (400, "Invalid Argument"),
     "InvalidBucketName": (400, "The specified bucket is not valid."),
+    "InvalidEncryptionAlgorithmError": (
+        400,
+        "The encryption request you specified is not valid. The valid value is AES256.",
+    ),
     "InvalidDigest": (400, "The Content-MD5 or checksum you specified is not valid."),
     "IncorrectNumberOfFilesInPostRequest": (
         400,

@@ -41,6 +41,7 @@ from app.s3.xml.responses import (
 )
 from app.s3.xml.writer import Checksum
 from app.store.limits import MAX_PART_NUMBER
+from app.store.multipart import UploadInfo
 from app.store.service import ObjectInfo
 
 # A Complete or a part copy answers normally within this many seconds; later,
@@ -65,7 +66,8 @@ def _part_number(req: S3Request) -> int:
 
 
 async def create_upload(req: S3Request) -> Response:
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    # A customer key is checked, not kept: each part brings it (SSE-C).
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     algorithm, kind = checksum_headers.requested(req.headers)
     upload = await req.s3.create_upload(
         req.bucket,
@@ -76,12 +78,14 @@ async def create_upload(req: S3Request) -> Response:
         checksum_type=kind,
         tags=tagging.parse_header(req.headers.get("x-amz-tagging")),
     )
-    headers = {}
+    headers = sse.response_headers(False, customer)
     if algorithm is not None and kind is not None:
-        headers = {
-            checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
-            checksum_headers.TYPE_HEADER: kind,
-        }
+        headers.update(
+            {
+                checksum_headers.ALGORITHM_HEADER: algorithm.upper(),
+                checksum_headers.TYPE_HEADER: kind,
+            }
+        )
     return xml_response(
         initiate_multipart_upload_xml(req.bucket, req.key, upload.upload_id),
         headers=headers,
@@ -92,8 +96,11 @@ async def upload_part(req: S3Request) -> Response:
     """A part's checksum is kept in its upload's algorithm (verified if the
     client sent it, computed here if not), else the one the client sent."""
     part_number = _part_number(req)
-    sse.check_customer_keys(req.headers)
+    customer = sse.customer_key(req.headers)
     upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    # Before the body is read; one earlier chunk tells, as every part is
+    # checked so (CompleteMultipartUpload checks them all).
+    sse.check_part_key(await req.s3.upload_seal(upload, sample=True), customer)
     result = BodyResult()
     body = req.body(result)
     algorithm = upload.checksum_algorithm
@@ -108,17 +115,18 @@ async def upload_part(req: S3Request) -> Response:
             sent = checksum_headers.of_body(result)
             return sent.value if sent is not None else None
 
-    etag = await req.s3.upload_part(
-        req.bucket,
-        req.key,
-        req.query["uploadId"],
-        part_number,
-        body,
-        expected_size=req.declared_size(),
-        checksum=checksum,
-        upload=upload,
-    )
-    headers = {"ETag": etag}
+    with req.store.customer_key(customer):
+        etag = await req.s3.upload_part(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            part_number,
+            body,
+            expected_size=req.declared_size(),
+            checksum=checksum,
+            upload=upload,
+        )
+    headers = {"ETag": etag, **sse.response_headers(False, customer)}
     value, sent = checksum(), checksum_headers.of_body(result)
     named = algorithm or (sent.algorithm if sent is not None else None)
     if value is not None and named is not None:
@@ -135,8 +143,10 @@ async def upload_part_copy(req: S3Request) -> Response:
 
 
 async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
-    sse.check_customer_keys(req.headers)
+    customer = sse.customer_key(req.headers)
     source = await source_object(req)
+    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
+    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
     if copy_range:
@@ -154,15 +164,54 @@ async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
                 details={"ActualObjectSize": str(source.size)},
             )
         end = last + 1
-    return await req.s3.upload_part_copy(
-        req.bucket,
-        req.key,
-        req.query["uploadId"],
-        _part_number(req),
-        source,
-        start,
-        end,
-    )
+    upload = await req.s3.require_upload(req.bucket, req.key, req.query["uploadId"])
+    sse.check_part_key(await req.s3.upload_seal(upload, sample=True), customer)
+    if end > start and customer != source_key:
+        return await _resealed_part(req, upload, source, (source_key, customer), (start, end))
+    # By reference to the source's chunks (a checksum reads them: with its key).
+    with req.store.customer_key(source_key):
+        return await req.s3.upload_part_copy(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            _part_number(req),
+            source,
+            start,
+            end,
+        )
+
+
+async def _resealed_part(
+    req: S3Request,
+    upload: UploadInfo,
+    source: ObjectInfo,
+    keys: tuple[bytes | None, bytes | None],
+    span: tuple[int, int],
+) -> CopiedPart:
+    """A copied part whose customer key differs from its source's (`keys`:
+    the source's, the part's): bytes `span` read with the one and stored,
+    sealed anew, with the other."""
+    (source_key, customer), (start, end) = keys, span
+    if upload.checksum_algorithm is not None:
+        raise S3Error(
+            "NotImplemented",
+            "UploadPartCopy that changes the customer key (SSE-C) into an upload with a "
+            "checksum algorithm is not implemented.",
+        )
+    with req.store.customer_key(source_key):
+        content = await req.store.open_range(source, start, end)
+    with req.store.customer_key(customer):
+        etag = await req.s3.upload_part(
+            req.bucket,
+            req.key,
+            req.query["uploadId"],
+            _part_number(req),
+            content,
+            expected_size=end - start,
+            checksum=lambda: None,
+            upload=upload,
+        )
+    return CopiedPart(etag, None, None)
 
 
 def _copy_part_result(copied: CopiedPart) -> bytes:
@@ -181,6 +230,12 @@ async def complete_upload(req: S3Request) -> Response:
     await _check_checksums(req, parts, parse_complete_part_checksums(body))
     bucket, key = req.bucket, req.key
     location = f"/{bucket}/{key}"
+    customer = sse.customer_key(req.headers)
+    upload = await req.s3.find_upload(bucket, key, req.query["uploadId"])
+    # None: already completed (a retry gets the first answer) or gone; the
+    # Complete itself answers that.
+    if upload is not None:
+        sse.check_part_key(await req.s3.upload_seal(upload), customer, completing=True)
     completing = asyncio.ensure_future(
         req.s3.complete_upload(
             bucket,
@@ -195,7 +250,8 @@ async def complete_upload(req: S3Request) -> Response:
         return complete_multipart_upload_xml(location, bucket, key, info.etag, _xml_checksum(info))
 
     async def headers(info: ObjectInfo) -> dict[str, str]:
-        return sse.response_headers(await req.store.sealed(info))
+        seal = await req.store.seal_of(info)
+        return sse.response_headers(seal.master, customer if seal.needs_customer_key else None)
 
     return await _answer_in_time(req, completing, result, headers)
 

@@ -53,23 +53,25 @@ async def put_object(req: S3Request) -> Response:
     result = BodyResult()
     tags = tagging.parse_header(req.headers.get("x-amz-tagging"))
     conditions = WriteConditions.from_headers(req.headers, f"/{req.bucket}/{req.key}")
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
-    info = await req.s3.put_object(
-        req.bucket,
-        req.key,
-        req.body(result),
-        content_type=content_type,
-        metadata=metadata,
-        expected_size=req.declared_size(),
-        checksum=lambda: checksum_headers.of_body(result),
-        tags=tags,
-        conditions=conditions,
-    )
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    with req.store.customer_key(customer):
+        info = await req.s3.put_object(
+            req.bucket,
+            req.key,
+            req.body(result),
+            content_type=content_type,
+            metadata=metadata,
+            expected_size=req.declared_size(),
+            checksum=lambda: checksum_headers.of_body(result),
+            tags=tags,
+            conditions=conditions,
+        )
+    sealed = customer is None and (await req.store.seal_of(info)).master
     return empty_response(
         headers={
             "ETag": info.etag,
             **checksum_headers.response_headers(info.checksum),
-            **sse.response_headers(await req.store.sealed(info)),
+            **sse.response_headers(sealed, customer),
         }
     )
 
@@ -77,10 +79,11 @@ async def put_object(req: S3Request) -> Response:
 async def get_object(req: S3Request) -> Response:
     """GetObject and HeadObject, of the whole object, a Range or a part (partNumber)."""
     info = await req.s3.head_object(req.bucket, req.key)
-    sse.check_customer_keys(req.headers)
+    seal = await req.store.seal_of(info)
+    customer = sse.opening_key(seal, info, sse.customer_key(req.headers))
     part = await _requested_part(req, info)
     headers = _object_headers(info)
-    headers.update(sse.response_headers(await req.store.sealed(info)))
+    headers.update(sse.response_headers(seal.master, customer))
     headers.update(tagging.count_header(info.tags))
     precondition = evaluate(req.headers, etag=info.etag, last_modified=info.updated_at)
     if precondition is not None:
@@ -134,7 +137,9 @@ async def get_object(req: S3Request) -> Response:
         # Already in memory: a plain response, without a streaming response's
         # task that watches for the client going away.
         return Response(inline, status_code=status, headers=headers)
-    body = await req.store.open_range(info, start, end)
+    # The chunks' data keys are unwrapped as the range is opened.
+    with req.store.customer_key(customer):
+        body = await req.store.open_range(info, start, end)
     return StreamingResponse(body, status_code=status, headers=headers)
 
 
@@ -184,13 +189,19 @@ async def copy_object(req: S3Request) -> Response:
 
 
 async def _copy_object_once(req: S3Request) -> Response:
-    sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
+    customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
     source = await source_object(req)
+    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
+    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
+    # A copy shares the source's chunks, sealed as they are; one that
+    # changes the customer key (to another, to none, from none) seals every
+    # byte anew: read with the source's key, stored with the target's.
+    reseal = source.size > 0 and customer != source_key
     directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive.")
     same = (source.bucket, source.key) == (req.bucket, req.key)
-    if same and directive == "COPY":
+    if same and directive == "COPY" and not reseal:
         raise S3Error(
             "InvalidRequest",
             "This copy request is illegal because it is trying to copy an object to itself "
@@ -202,17 +213,32 @@ async def _copy_object_once(req: S3Request) -> Response:
         metadata: dict[str, Any] = req.metadata()
     else:
         content_type, metadata = source.content_type, source.metadata
-    copied = await req.s3.copy_object(
-        source,
-        bucket=req.bucket,
-        key=req.key,
-        content_type=content_type,
-        metadata=metadata,
-        tags=_copy_tags(req, source),
-    )
+    if reseal:
+        with req.store.customer_key(source_key):
+            content = await req.store.open_range(source, 0, source.size)
+        with req.store.customer_key(customer):
+            copied = await req.s3.put_object(
+                req.bucket,
+                req.key,
+                content,
+                content_type=content_type,
+                metadata=metadata,
+                expected_size=source.size,
+                tags=_copy_tags(req, source),
+            )
+    else:
+        copied = await req.s3.copy_object(
+            source,
+            bucket=req.bucket,
+            key=req.key,
+            content_type=content_type,
+            metadata=metadata,
+            tags=_copy_tags(req, source),
+        )
+    sealed = customer is None and (await req.store.seal_of(copied)).master
     return xml_response(
         copy_object_xml(copied.etag, copied.updated_at),
-        headers=sse.response_headers(await req.store.sealed(copied)),
+        headers=sse.response_headers(sealed, customer),
     )
 
 

@@ -31,6 +31,7 @@ from app.store.multipart import (
     UploadInfo,
     UploadMissing,
 )
+from app.store.object_seal import ObjectSeal
 from app.store.object_write import ObjectWrite, object_name
 from app.store.service import (
     DEFAULT_CONTENT_TYPE,
@@ -279,6 +280,14 @@ class S3Service:
             raise _too_large(self._max_upload_size) from None
         except UploadMissing:
             raise _no_such_upload(bucket, key) from None
+
+    async def upload_seal(self, upload: UploadInfo, *, sample: bool = False) -> ObjectSeal:
+        """How the parts of `upload` so far are sealed (`sample`: one chunk's)."""
+        return await self._multipart.seal_of(upload, sample=sample)
+
+    async def find_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo | None:
+        """The upload, or None (completed, aborted, or never made)."""
+        return await self._multipart.get(upload_id, bucket=bucket, key=key)
 
     async def upload_part_copy(
         self,

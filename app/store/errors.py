@@ -61,3 +61,24 @@ class EncryptionKeyUnavailable(StoreError):
             "(ENCRYPTION_KEYS)"
         )
         self.key_id = key_id
+
+
+class CustomerKeyRequired(EncryptionKeyUnavailable):
+    """An object written with a customer key (S3 SSE-C) was asked for
+    without one: only its owner's key opens it."""
+
+    def __init__(self) -> None:
+        StoreError.__init__(
+            self,
+            "The object was stored using a form of Server Side Encryption. The correct "
+            "parameters must be provided to retrieve the object.",
+        )
+        self.key_id = "~customer"
+
+
+class CustomerKeyMismatch(EncryptionKeyUnavailable):
+    """The customer key given is not the one the object was written with."""
+
+    def __init__(self) -> None:
+        StoreError.__init__(self, "The customer key given does not open the object.")
+        self.key_id = "~customer"

@@ -41,10 +41,13 @@ from app.db.multipart import (
 from app.db.object_rows import PieceSpec
 from app.db.objects import ObjectRepository, WriteCheck
 from app.db.retry import in_transaction
+from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
+from app.store.encryption import customer_key_given
 from app.store.errors import ObjectNotFound
 from app.store.flusher import Flusher, FlushFailed
+from app.store.object_seal import ObjectSeal, seal_from
 from app.store.range_checksum import range_checksum
 from app.store.service import ObjectInfo, ObjectStore
 from app.store.spool import Spool, SpoolFull
@@ -162,6 +165,7 @@ class MultipartStore:
         if (
             spool is not None
             and expected_size
+            and not customer_key_given()  # the spool holds plaintext
             and not self._objects.keeps_the_pool_busy(expected_size)
             and spool.reserve(expected_size)
         ):
@@ -242,6 +246,16 @@ class MultipartStore:
             self._flusher.notify(upload.upload_id)
         return etag
 
+    async def seal_of(self, upload: UploadInfo, *, sample: bool = False) -> ObjectSeal:
+        """How the upload's parts so far are sealed (SSE-C: every part must
+        bring the same customer key). `sample`: one chunk's seal only, which
+        is enough when every part is checked as it comes (one row, not a
+        scan per part of an upload of thousands)."""
+        async with session_scope(self._sessionmaker) as session:
+            repo = SealingRepository(session)
+            rows = await repo.upload_seals(upload.upload_id, limit=1 if sample else None)
+        return seal_from(rows, master_keys=self._objects.encryption_enabled)
+
     async def upload_part_copy(
         self,
         upload: UploadInfo,
@@ -306,7 +320,7 @@ class MultipartStore:
         """A part from bytes in hand (a copy of an inline object): spooled
         when it can be, else stored in Telegram now."""
         spool = self._spool
-        if spool is not None and data and spool.reserve(len(data)):
+        if spool is not None and data and not customer_key_given() and spool.reserve(len(data)):
             try:
                 await self._spool_part(
                     spool,

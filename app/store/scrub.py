@@ -48,6 +48,7 @@ from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
 from app.periodic import Periodic
+from app.sealing import CUSTOMER_KEY_ID
 from app.store.blocks import hashes_root
 from app.store.encryption import Encryption
 from app.store.errors import EncryptionKeyUnavailable
@@ -287,6 +288,10 @@ class Scrub:
         worker = self._dispatcher.workers.get(copy.bot_id)
         if worker is not None and worker.probing:
             return  # its bot is still being checked: the next round asks
+        # A chunk under a customer key (S3 SSE-C) opens only with its
+        # owner's key, which the service does not keep: its copies are
+        # checked for presence only, never marked verified.
+        deep = deep and chunk.seal_key_id != CUSTOMER_KEY_ID
         try:
             verdict = await self._look_at(chunk, copy, deep=deep, report=report)
         except (TelegramError, EncryptionKeyUnavailable) as exc:

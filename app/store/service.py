@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,15 +39,18 @@ from app.db.objects import ListOrder as ListOrder  # for the API: orders of a li
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
 from app.db.retry import in_transaction
-from app.db.sealing import SealingRepository
+from app.db.sealing import OBJECT_SEALS, seal_rows
 from app.db.session import session_scope
 from app.db.single_statement_sql import TrashMove, inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
+from app.store import encryption
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector
 from app.store.locator import chunk_ref
 from app.store.object_info import ObjectInfo as ObjectInfo
+from app.store.object_seal import PLAIN, seal_from
+from app.store.object_seal import ObjectSeal as ObjectSeal
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.reader import PieceSpan, RangeReader
@@ -82,13 +86,19 @@ class ObjectStore:
         """Whether new chunks are sealed (ENCRYPTION_KEYS)."""
         return self._writer.encryption.enabled
 
-    async def sealed(self, info: ObjectInfo) -> bool:
-        """Whether the object's bytes in Telegram are sealed (with encryption
-        off, none is asked: those objects could not be read anyway)."""
-        if not self.encryption_enabled or info.size == 0:
-            return False
-        async with session_scope(self._sessionmaker) as session:
-            return await SealingRepository(session).object_sealed(info.id)
+    async def seal_of(self, info: ObjectInfo) -> ObjectSeal:
+        """How the object's bytes in Telegram are sealed (docs/encryption.md).
+        Objects without chunks ask nothing: they are in the database."""
+        if info.size == 0 or info.inline_data is not None:
+            return PLAIN
+        rows = await self._statements.rows(OBJECT_SEALS, {"object_id": info.id})
+        return seal_from(seal_rows(rows), master_keys=self.encryption_enabled)
+
+    @staticmethod
+    def customer_key(key: bytes | None) -> AbstractContextManager[None]:
+        """Within the block, written chunks are sealed under the customer key
+        `key` (S3 SSE-C), and chunks sealed under it open."""
+        return encryption.customer_key(key)
 
     async def close(self) -> None:
         """Let statements in flight finish and close what they hold."""

@@ -48,7 +48,7 @@ from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import block_hashes_off_loop, hashes_root
-from app.store.encryption import ChunkKeys, Encryption
+from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
 from app.store.upload_buffers import UploadBuffers
@@ -190,7 +190,9 @@ class ChunkWriter:
         allow_inline: bool,
         expected_size: int | None,
     ) -> WrittenContent:
-        inline_threshold = self.inline_threshold if allow_inline else 0
+        # A customer key's content is sealed in Telegram, never kept inline.
+        inline = allow_inline and not customer_key_given()
+        inline_threshold = self.inline_threshold if inline else 0
         lanes = self.parallelism()
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
         reader = HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
@@ -268,7 +270,7 @@ class ChunkWriter:
         copies sent meanwhile go to the GC."""
         with self.running():
             keys: ChunkKeys | None = None
-            if self.encryption.enabled:
+            if self.encryption.seals_new_chunks:
                 # Sealed: each frame's tag checks it; plaintext hashes would
                 # only tell the database holder what the bytes are.
                 keys, hashes = self.encryption.new_chunk(), None

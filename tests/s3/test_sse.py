@@ -23,11 +23,20 @@ async def s3(s3_service: Service) -> S3:
 
 async def test_encryption_a_service_cannot_give_is_refused_and_nothing_stored(s3: S3) -> None:
     """AES256 without keys would store plaintext the client believes sealed;
-    SSE-KMS and customer keys (SSE-C) are not implemented."""
+    SSE-KMS is not implemented; a customer key (SSE-C, which works without
+    master keys: test_sse_c.py) cannot be combined with AES256."""
     refusals = [
         ({"ServerSideEncryption": "AES256"}, "InvalidArgument", 400),
         ({"ServerSideEncryption": "aws:kms"}, "NotImplemented", 501),
-        ({"SSECustomerAlgorithm": "AES256", "SSECustomerKey": CUSTOMER_KEY}, "NotImplemented", 501),
+        (
+            {
+                "ServerSideEncryption": "AES256",
+                "SSECustomerAlgorithm": "AES256",
+                "SSECustomerKey": CUSTOMER_KEY,
+            },
+            "InvalidArgument",
+            400,
+        ),
     ]
     for params, expected, status in refusals:
         error = await s3.error("put_object", Bucket="box", Key="k", Body=b"x" * 100, **params)
