@@ -1,6 +1,6 @@
 """Snapshots of the metadata in the storage chats (SNAPSHOT_INTERVAL_SECONDS).
 
-Revision ID: 0019
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-12-06
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0019"
+revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
