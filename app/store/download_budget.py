@@ -257,6 +257,11 @@ class ReaderShare:
         self.shared = 0
         self.slots = 0
 
+    def window(self) -> int:
+        """The bytes this reader may have fetched ahead of its client now: an
+        equal share of the buffer, which shrinks as readers come."""
+        return self._budget._share()
+
     def claim(self, *, current: bool) -> Claim:
         claim = Claim(self._budget, self, current=current)
         if self.closed:
