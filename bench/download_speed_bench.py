@@ -115,10 +115,10 @@ def download_alone(url: str, pid: int, result: Result) -> None:
 
 
 def fair_run(url: str, options: Options, result: Result) -> None:
+    """Each reader's bytes from the moment all have their first byte to the
+    moment the first is done: while all of them compete."""
     got = [0] * options.fair
     first_done = threading.Event()
-    snapshot: list[int] = []
-    lock = threading.Lock()
     span = options.fair_size * MiB
     stride = max(span, (options.size * MiB - span) // max(1, options.fair - 1))
 
@@ -130,22 +130,25 @@ def fair_run(url: str, options: Options, result: Result) -> None:
         with urllib.request.urlopen(request, timeout=600) as response:
             while piece := response.read(256 * 1024):
                 got[index] += len(piece)
-        with lock:
-            if not first_done.is_set():
-                snapshot.extend(got)
-                first_done.set()
+        first_done.set()
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(options.fair)]
-    began = time.monotonic()
     for thread in threads:
         thread.start()
-    first_done.wait()
-    elapsed = time.monotonic() - began
+    start: list[int] | None = None
+    began = 0.0
+    while not first_done.wait(0.02):
+        if start is None and all(got):
+            start, began = list(got), time.monotonic()
+    end, elapsed = list(got), time.monotonic() - began
     for thread in threads:
         thread.join()
-    mean = sum(snapshot) / len(snapshot)
-    result.fair_shares = [value / mean for value in snapshot]
-    result.fair_total_mbps = sum(snapshot) / elapsed / MB
+    if start is None:
+        raise Broken("a reader finished before every reader had its first byte")
+    deltas = [after - before for before, after in zip(start, end, strict=True)]
+    mean = sum(deltas) / len(deltas)
+    result.fair_shares = [value / mean for value in deltas]
+    result.fair_total_mbps = sum(deltas) / elapsed / MB
 
 
 def measure(name: str, options: Options, workdir: Path, code: Path | None, data: bytes) -> Result:

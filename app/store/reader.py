@@ -180,18 +180,21 @@ class RangeReader:
         sent = 0
         launched_bytes = 0
         dropped = False
-        # Pieces started but waiting for a connection hold nothing, but there
-        # is no point in more of them than there are connections.
-        depth = max(self._prefetch + 1, self._budget.connections)
 
         def launch_ahead() -> None:
             """Start the next pieces: always the current one and `prefetch`
-            after it, more while what is fetched and unsent fits the window."""
+            after it, more while what is fetched and unsent fits the window
+            and the pieces ahead fit the reader's share of the connections
+            (both shrink as other readers come: fetches already started
+            would otherwise keep a head start)."""
             nonlocal launched_bytes
-            while len(pieces) < len(spans) and len(pieces) - current < depth:
+            while len(pieces) < len(spans):
                 span = spans[len(pieces)]
-                beyond = len(pieces) - current > self._prefetch
-                if beyond and launched_bytes - sent + span.length > share.window():
+                ahead = len(pieces) - current
+                if ahead > self._prefetch and (
+                    launched_bytes - sent + span.length > share.window()
+                    or ahead >= share.fair_connections()
+                ):
                     return
                 piece = _Piece(span, share.claim(current=not pieces))
                 piece.task = asyncio.create_task(self._fetch(piece))
