@@ -123,8 +123,10 @@ class BotClient:
             timeout=httpx.Timeout(connect_timeout, read=60.0, write=60.0),
             # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
             # downloads the budget allows, plus the one Bot API call a bot runs.
+            # 16 kept alive: a download fetches up to 16 parts of chunks at once
+            # (app/store/reader.py), and each new connection costs a handshake.
             limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=4, keepalive_expiry=60.0
+                max_connections=max_connections, max_keepalive_connections=16, keepalive_expiry=60.0
             ),
         )
 
