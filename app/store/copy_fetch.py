@@ -1,9 +1,11 @@
 """Reading bytes of one copy of a chunk, each checked before it is handed on.
 
 A read of chunk bytes [start, end) asks Telegram's file server for the copy
-from the start of the first block it touches (a Range request: the server
-serves static files and honours it; one that sends the whole file instead is
-read from 0, the blocks before `start` skipped unheld). Every block the
+from the start of the first block it touches to the end of the last one (a
+Range request: the server serves static files and honours it; one that sends
+the whole file instead is read from 0, the blocks before `start` skipped
+unheld, and `on_whole_file` hears of it so that the reader stops asking for
+parts of chunks). Every block the
 range touches is hashed when it is complete and compared with the digest
 stored for it (app.store.blocks).
 Only then are its bytes in the range handed on. A block that does not match
@@ -24,7 +26,7 @@ CopyCorrupt, exactly as a block with the wrong hash does.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.sealing.layout import FRAME_SIZE, SEALED_FRAME_SIZE
 from app.store import encryption
@@ -44,6 +46,8 @@ from app.telegram.errors import TelegramError
 Deliver = Callable[[bytes], Awaitable[None]]
 #: A legacy chunk read whole and found right: (chunk id, block digests, root).
 HashesFound = Callable[[int, bytes, str], None]
+#: The file server sent a whole file where a range of it was asked for.
+WholeFileSent = Callable[[], None]
 
 # How much of a legacy copy is handed on at a time (the budget's unit).
 _HAND_ON = 64 * 1024
@@ -62,20 +66,27 @@ async def fetch_checked(
     end: int,
     deliver: Deliver,
     on_hashes: HashesFound | None = None,
+    on_whole_file: WholeFileSent | None = None,
 ) -> None:
     """Hand on chunk bytes [start, end) of `copy`, every one checked."""
     if chunk.data_key is not None:
-        await _fetch_sealed(client, file_path, chunk, copy, start, end, deliver)
+        await _fetch_sealed(client, file_path, chunk, copy, start, end, deliver, on_whole_file)
         return
     if chunk.block_hashes is None:
         await _fetch_legacy(client, file_path, chunk, copy, start, end, deliver, on_hashes)
         return
     hashes = chunk.block_hashes
     first_block = start // BLOCK_SIZE
+    last_end = min(-(-end // BLOCK_SIZE) * BLOCK_SIZE, chunk.size)
     block = bytearray()
-    # From the first block the range touches: the bytes before it are never
-    # downloaded where the file server honours the Range asked for.
-    async with client.open_file_at(file_path, first_block * BLOCK_SIZE) as (served, body):
+    # From the first block the range touches to the end of the last: the bytes
+    # outside are never downloaded where the file server honours the Range.
+    async with client.open_file_at(file_path, first_block * BLOCK_SIZE, last_end) as (
+        served,
+        body,
+    ):
+        if served < first_block * BLOCK_SIZE and on_whole_file is not None:
+            on_whole_file()
         position = served  # the chunk offset of the next byte the copy sends
         async for data in body:
             view = memoryview(data)
@@ -102,12 +113,22 @@ async def fetch_checked(
                 first = max(start, block_start) - block_start
                 await deliver(bytes(block[first : min(end, block_end) - block_start]))
                 if block_end >= end:
+                    await _see_end(body, served == first_block * BLOCK_SIZE)
                     return
                 block.clear()
     raise TelegramError(
         f"copy {copy.copy_id} of chunk {chunk.chunk_id} ended after {position} of "
         f"{chunk.size} bytes"
     )
+
+
+async def _see_end(body: AsyncIterator[bytes], ranged: bool) -> None:
+    """Let the HTTP client see the end of a range whose last byte is read, so
+    that its connection goes back to the pool: one closed half-read costs the
+    next part a new TCP and TLS handshake. Only one more read, and only for a
+    range answered as such (a whole file may have megabytes left)."""
+    if ranged:
+        await anext(body, None)
 
 
 async def _fetch_sealed(
@@ -118,14 +139,20 @@ async def _fetch_sealed(
     start: int,
     end: int,
     deliver: Deliver,
+    on_whole_file: WholeFileSent | None,
 ) -> None:
     assert chunk.data_key is not None
     if copy.salt is None:
         raise CopyCorrupt(f"copy {copy.copy_id} of sealed chunk {chunk.chunk_id} has no salt")
     first = start // FRAME_SIZE
+    last = -(-end // FRAME_SIZE)  # the frame after the last one the range touches
     from app.sealing.frames import FrameCorrupt
 
-    async with client.open_file_at(file_path, first * SEALED_FRAME_SIZE) as (served, body):
+    async with client.open_file_at(
+        file_path, first * SEALED_FRAME_SIZE, last * SEALED_FRAME_SIZE
+    ) as (served, body):
+        if served < first * SEALED_FRAME_SIZE and on_whole_file is not None:
+            on_whole_file()
         frames = encryption.opener(chunk.data_key, copy.salt, chunk.size, first, at=served)
         try:
             async for data in body:
@@ -136,6 +163,7 @@ async def _fetch_sealed(
                     if wanted := plain[lo : min(end, frame_end) - frame_start]:
                         await deliver(wanted)
                     if frame_end >= end:
+                        await _see_end(body, served == first * SEALED_FRAME_SIZE)
                         return
         except FrameCorrupt as exc:
             raise CopyCorrupt(f"copy {copy.copy_id} of chunk {chunk.chunk_id}: {exc}") from None

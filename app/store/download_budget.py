@@ -257,6 +257,17 @@ class ReaderShare:
         self.shared = 0
         self.slots = 0
 
+    def window(self) -> int:
+        """The bytes this reader may have fetched ahead of its client now: an
+        equal share of the buffer, which shrinks as readers come."""
+        return self._budget._share()
+
+    def fair_connections(self) -> int:
+        """The connections this reader's read-ahead may count on now: an equal
+        share of them, as for bytes."""
+        budget = self._budget
+        return max(1, budget.connections // max(1, len(budget._readers)))
+
     def claim(self, *, current: bool) -> Claim:
         claim = Claim(self._budget, self, current=current)
         if self.closed:

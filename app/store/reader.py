@@ -1,10 +1,17 @@
 """The download pipeline: stream a byte range of an object back from Telegram.
 
-Only the pieces the range touches are read. Each piece is fetched by its own
-task into a queue: the piece being sent (the current one) streams straight
-through, and the next few are fetched meanwhile (prefetch). How many bytes
-they may queue and how many Telegram connections they may open is decided by
-the process-wide `DownloadBudget`, which every download shares.
+Only the pieces the range touches are read, and a piece is at most
+`FETCH_RANGE` bytes of a chunk: a chunk is fetched as several Range requests
+at once, so that one download keeps several Telegram connections busy (each
+gives only so much) within the same byte budget. Each piece is fetched by its
+own task into a queue: the piece being sent (the current one) streams
+straight through, and the next ones are fetched meanwhile (read-ahead). How
+far ahead a reader fetches follows its client: pieces are started only while
+the bytes fetched and not yet sent stay within the reader's window (its equal
+share of the buffer), so a slow client holds at most its window and a paused
+one starts no fetch. How many bytes the fetches may queue and how many
+Telegram connections they may open is decided by the process-wide
+`DownloadBudget`, which every download shares.
 
 Nothing waits for ever:
 
@@ -33,6 +40,7 @@ from dataclasses import dataclass
 import structlog
 
 from app.consumer_abort import CONSUMER_ABORT
+from app.sealing.layout import FRAME_SIZE
 from app.store.blocks import BLOCK_SIZE
 from app.store.copy_fetch import CopyCorrupt, HashesFound, fetch_checked
 from app.store.download_budget import Claim, DownloadBudget
@@ -58,6 +66,12 @@ log = structlog.get_logger("app.store.reader")
 # so blocks are seldom cut.
 READ_BLOCK = BLOCK_SIZE
 FETCH_ATTEMPTS = 4
+# The most one fetch asks for: at 40 MB/s per connection and 20 ms to the first
+# byte, 4 MiB keeps a connection busy for ~100 ms per request, and a 64 MiB
+# buffer still holds 16 of them. A multiple of the block and of the sealed
+# frame, so that every fetch starts on a boundary it can check from.
+FETCH_RANGE = 4 * 1024 * 1024
+assert FETCH_RANGE % BLOCK_SIZE == 0 and FETCH_RANGE % FRAME_SIZE == 0
 # The pause between attempts. Tests replace it to see what is waited for
 # rather than time it.
 _pause = asyncio.sleep
@@ -73,6 +87,23 @@ class PieceSpan:
     chunk: ChunkRef
     offset: int
     length: int
+
+
+def split_spans(spans: Sequence[PieceSpan], size: int) -> list[PieceSpan]:
+    """`spans` cut at every `size` bytes of their chunk. A chunk stored before
+    block digests is kept whole: each of its reads fetches the whole copy."""
+    out: list[PieceSpan] = []
+    for span in spans:
+        chunk = span.chunk
+        if chunk.block_hashes is None and chunk.data_key is None:
+            out.append(span)
+            continue
+        position, end = span.offset, span.offset + span.length
+        while position < end:
+            cut = min(end, (position // size + 1) * size)
+            out.append(PieceSpan(chunk, position, cut - position))
+            position = cut
+    return out
 
 
 class _End:
@@ -112,7 +143,8 @@ class RangeReader:
         locator: ChunkLocator,
         budget: DownloadBudget,
         *,
-        prefetch: int = 2,
+        prefetch: int = 1,
+        fetch_range: int = FETCH_RANGE,
         stall_seconds: float = 60.0,
         retry_delay: float = 0.5,
         on_bytes: Callable[[int], None] | None = None,
@@ -125,6 +157,12 @@ class RangeReader:
         self._on_hashes = on_hashes
         self._budget = budget
         self._prefetch = max(0, prefetch)
+        if fetch_range <= 0 or fetch_range % BLOCK_SIZE or fetch_range % FRAME_SIZE:
+            raise ValueError("fetch_range must be a positive multiple of the block and frame")
+        self._fetch_range = fetch_range
+        # Set once a file server sends whole files for ranges: then each part
+        # of a chunk would cost the whole chunk, and chunks are read whole.
+        self._whole_chunks = False
         self._stall = stall_seconds
         self._retry_delay = retry_delay
         self._on_bytes = on_bytes
@@ -134,17 +172,35 @@ class RangeReader:
         """Yield the bytes of `spans` in order."""
         if not spans:
             return
+        if not self._whole_chunks:
+            spans = split_spans(spans, self._fetch_range)
         share = self._budget.open_reader()
         abort = CONSUMER_ABORT.get()
         pieces: list[_Piece] = []
         sent = 0
+        launched_bytes = 0
         dropped = False
 
-        def launch(index: int) -> None:
-            piece = _Piece(spans[index], share.claim(current=index == 0))
-            piece.task = asyncio.create_task(self._fetch(piece))
-            piece.task.add_done_callback(piece.fetch_done)
-            pieces.append(piece)
+        def launch_ahead() -> None:
+            """Start the next pieces: always the current one and `prefetch`
+            after it, more while what is fetched and unsent fits the window
+            and the pieces ahead fit the reader's share of the connections
+            (both shrink as other readers come: fetches already started
+            would otherwise keep a head start)."""
+            nonlocal launched_bytes
+            while len(pieces) < len(spans):
+                span = spans[len(pieces)]
+                ahead = len(pieces) - current
+                if ahead > self._prefetch and (
+                    launched_bytes - sent + span.length > share.window()
+                    or ahead >= share.fair_connections()
+                ):
+                    return
+                piece = _Piece(span, share.claim(current=not pieces))
+                piece.task = asyncio.create_task(self._fetch(piece))
+                piece.task.add_done_callback(piece.fetch_done)
+                pieces.append(piece)
+                launched_bytes += span.length
 
         def drop() -> None:
             nonlocal dropped
@@ -175,9 +231,9 @@ class RangeReader:
         watch = _StallWatch(self._stall, on_client=drop, on_source=starve)
         current = 0
         try:
-            for index in range(min(len(spans), self._prefetch + 1)):
-                launch(index)
+            launch_ahead()
             for current in range(len(spans)):
+                launch_ahead()
                 piece = pieces[current]
                 piece.claim.make_current()
                 while True:
@@ -223,10 +279,7 @@ class RangeReader:
                         )
                     sent += len(item)
                     piece.claim.give(len(item))
-                # This piece is done: start the next one in the prefetch window.
-                following = current + self._prefetch + 1
-                if following < len(spans):
-                    launch(following)
+                    launch_ahead()
         finally:
             watch.stop()
             tasks = _cancel(pieces)
@@ -338,9 +391,15 @@ class RangeReader:
                 span.offset + span.length,
                 deliver,
                 self._on_hashes,
+                self._ranges_ignored,
             )
         finally:
             claim.disconnect()
+
+    def _ranges_ignored(self) -> None:
+        if not self._whole_chunks:
+            log.warning("file_server_ignores_range", fallback="whole_chunks")
+        self._whole_chunks = True
 
     def _report(self, chunk: ChunkRef, copy: CopyRef, state: str, error: str) -> None:
         log.warning(

@@ -92,7 +92,7 @@ def _served_from(response: httpx.Response, offset: int) -> int | None:
     other than the one asked for, which is taken for one)."""
     if response.status_code == 200:
         return 0
-    if response.status_code == 206 and offset > 0:
+    if response.status_code == 206:
         served = response.headers.get("content-range", "")
         if served.startswith(f"bytes {offset}-"):
             return offset
@@ -123,8 +123,10 @@ class BotClient:
             timeout=httpx.Timeout(connect_timeout, read=60.0, write=60.0),
             # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
             # downloads the budget allows, plus the one Bot API call a bot runs.
+            # 16 kept alive: a download fetches up to 16 parts of chunks at once
+            # (app/store/reader.py), and each new connection costs a handshake.
             limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=4, keepalive_expiry=60.0
+                max_connections=max_connections, max_keepalive_connections=16, keepalive_expiry=60.0
             ),
         )
 
@@ -258,14 +260,20 @@ class BotClient:
 
     @asynccontextmanager
     async def open_file_at(
-        self, file_path: str, offset: int
+        self, file_path: str, offset: int, end: int | None = None
     ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
-        """Stream a file's bytes from `offset` on, asked for with a Range
-        header; (where the stream starts, the stream). The file server serves
-        static files and honours it (206); a server that ignores it sends the
-        whole file (200, start 0), and the caller skips what it does not need."""
+        """Stream a file's bytes from `offset` on (up to `end`, exclusive, when
+        given), asked for with a Range header; (where the stream starts, the
+        stream). The file server serves static files and honours it (206); a
+        server that ignores it sends the whole file (200, start 0), and the
+        caller skips what it does not need."""
         url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
-        headers = {"Range": f"bytes={offset}-"} if offset > 0 else None
+        headers = None
+        if end is not None:
+            # A last byte past the file's end is cut to it by the server (RFC 9110).
+            headers = {"Range": f"bytes={offset}-{max(offset, end - 1)}"}
+        elif offset > 0:
+            headers = {"Range": f"bytes={offset}-"}
         request = self._http.build_request(
             "GET",
             url,

@@ -72,7 +72,7 @@ class FakeTelegram:
 
     @contextlib.asynccontextmanager
     async def open_file_at(
-        self, file_path: str, offset: int
+        self, file_path: str, offset: int, end: int | None = None
     ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
         """As a file server that ignores Range: the whole file, from 0."""
         async with self.open_file(file_path) as body:

@@ -168,11 +168,12 @@ async def test_when_the_uploader_is_gone_another_bot_forwards_the_message_and_re
 
 
 async def test_a_download_that_fails_after_the_headers_is_aborted_not_ended_short(
-    service: Service,
+    start_service: ServiceFactory,
 ) -> None:
-    # Four chunks: the first is read (and checked) before the headers go out,
-    # the next two are prefetched meanwhile; the fourth is fetched only once
-    # the client has taken the first.
+    # Four chunks and a window of two: the first is read (and checked) before
+    # the headers go out, the second is read ahead meanwhile; the last two are
+    # fetched only once the client has taken what came before.
+    service = await start_service(download_buffer_bytes=2 * CHUNK)
     data = payload(4 * CHUNK, seed=3)
     public_id = await put(service, "doomed.bin", data)
 
