@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import SpooledPart
 from app.db.object_rows import PieceSpec
+from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.gc import GarbageCollector
@@ -328,8 +329,14 @@ class Flusher:
 
     async def _commit(self, flush: _UploadFlush, part: _Part) -> None:
         pieces = [part.pieces[offset] for offset in sorted(part.pieces)]
-        async with session_scope(self._sessionmaker) as session:
-            committed = await SpoolRepository(session).commit_pieces(part.row_id, pieces)
+
+        # Parts of one upload commit side by side, beside its Complete: a
+        # deadlock Postgres breaks is retried here, not by a round that would
+        # send the part's bytes to Telegram again.
+        async def commit(session: AsyncSession) -> bool:
+            return await SpoolRepository(session).commit_pieces(part.row_id, pieces)
+
+        committed = await in_transaction(self._sessionmaker, commit)
         await self._spool.delete([part.path])
         log.debug(
             "spool_part_flushed",
