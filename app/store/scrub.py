@@ -55,7 +55,7 @@ from app.store.errors import EncryptionKeyUnavailable
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, copy_ref, is_gone
 from app.store.upload_buffers import UploadBuffers
-from app.store.whole_copy import CopyBad, WholeCopy
+from app.store.whole_copy import CopyBad, WholeCopy, read_whole
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, TelegramError
 from app.telegram.types import StoredDocument
@@ -402,15 +402,8 @@ class Scrub:
         """The chunk's bytes from the first of `copies` that gives them whole
         and right (the others found bad on the way are marked so)."""
         for copy in copies:
-            data = bytearray()
             try:
-                check = WholeCopy(chunk, copy, self._encryption)
-                client, file_path = await self._locator.locate(copy_ref(copy))
-                async with client.open_file(file_path) as body:
-                    async for piece in body:
-                        for plain in check.feed(piece):
-                            data += plain
-                check.finish()
+                data = await read_whole(self._locator, chunk, copy, self._encryption)
             except CopyBad:
                 await self._mark_bad(copy.id, "corrupt")
                 continue
@@ -426,7 +419,7 @@ class Scrub:
                 # (not one whose bot is gone: it is read, and replaced).
                 async with session_scope(self._sessionmaker) as session:
                     await CopyRepository(session).mark_checked(copy.id, verified=True)
-            return bytes(data)
+            return data
         return None
 
     async def _store_copies(

@@ -31,9 +31,9 @@ from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkLocator, copy_ref
+from app.store.locator import ChunkLocator
 from app.store.upload_buffers import UploadBuffers
-from app.store.whole_copy import CopyBad, WholeCopy
+from app.store.whole_copy import CopyBad, read_whole
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import TelegramError
 from app.telegram.types import StoredDocument
@@ -154,19 +154,10 @@ class SealingMigration:
 
     async def _read(self, chunk: ChunkRow) -> bytes | None:
         for copy in [c for c in chunk.copies if c.ok]:
-            data = bytearray()
             try:
-                check = WholeCopy(chunk, copy, self._encryption)
-                client, file_path = await self._locator.locate(copy_ref(copy))
-                async with client.open_file(file_path) as body:
-                    async for piece in body:
-                        for plain in check.feed(piece):
-                            data += plain
-                check.finish()
+                return await read_whole(self._locator, chunk, copy, self._encryption)
             except (CopyBad, TelegramError) as exc:
                 log.warning("sealing_migration_copy_unread", copy_id=copy.id, error=str(exc))
-                continue
-            return bytes(data)
         return None
 
     async def _replace(self, chunk: ChunkRow, data: bytes) -> bool:

@@ -12,6 +12,7 @@ from app.db.copies import ChunkRow, CopyRow
 from app.store import encryption
 from app.store.blocks import BlockMismatch, WholeChunkCheck
 from app.store.encryption import Encryption
+from app.store.locator import ChunkLocator, copy_ref
 
 if TYPE_CHECKING:
     from app.sealing.frames import FrameOpener
@@ -72,3 +73,19 @@ class WholeCopy:
             return self._check.finish()
         except (BlockMismatch, ValueError) as exc:
             raise CopyBad(str(exc)) from None
+
+
+async def read_whole(
+    locator: ChunkLocator, chunk: ChunkRow, copy: CopyRow, keys: Encryption
+) -> bytes:
+    """The chunk's bytes from `copy`, fetched whole and checked: CopyBad if
+    they are not the chunk's, TelegramError if Telegram did not give them."""
+    data = bytearray()
+    check = WholeCopy(chunk, copy, keys)
+    client, file_path = await locator.locate(copy_ref(copy))
+    async with client.open_file(file_path) as body:
+        async for piece in body:
+            for plain in check.feed(piece):
+                data += plain
+    check.finish()
+    return bytes(data)
