@@ -5,9 +5,9 @@ from __future__ import annotations
 import builtins
 
 from sqlalchemy import delete, literal, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.dialects import upsert_insert
 from app.db.key_ranges import key_prefix_bounds
 from app.db.locking import dialect_name, lock_database_for_write
 from app.db.models import MAX_BUCKET_NAME_LENGTH, Bucket, MultipartUpload, StoredObject
@@ -36,9 +36,8 @@ class BucketRepository:
         if not name or len(name) > MAX_BUCKET_NAME_LENGTH:
             raise ValueError(f"bucket name must be 1 to {MAX_BUCKET_NAME_LENGTH} characters")
         await lock_database_for_write(self._session)
-        insert = postgresql.insert if dialect_name(self._session) == "postgresql" else sqlite.insert
         created = await self._session.scalar(
-            insert(Bucket)
+            upsert_insert(dialect_name(self._session), Bucket)
             .values(name=name, created_at=utcnow())
             .on_conflict_do_nothing(index_elements=[Bucket.name])
             .returning(Bucket.name)

@@ -18,10 +18,9 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import CompoundSelect, delete, func, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.dialects import upsert_insert
 from app.db.locking import batches, dialect_name, lock_database_for_write
 from app.db.models import (
     ChatWatermark,
@@ -128,9 +127,9 @@ class WatermarkRepository:
             "updated_at": utcnow(),
         }
         statement = (
-            postgresql_insert(ChatWatermark).values(values).on_conflict_do_nothing()
-            if dialect_name(self._session) == "postgresql"
-            else sqlite_insert(ChatWatermark).values(values).on_conflict_do_nothing()
+            upsert_insert(dialect_name(self._session), ChatWatermark)
+            .values(values)
+            .on_conflict_do_nothing()
         )
         await self._session.execute(statement)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import case, exists, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.dialects import upsert_insert
 from app.db.locking import dialect_name
 from app.db.models import BotLease, Instance
 from app.db.types import utcnow
@@ -61,8 +61,7 @@ class LeaseRepository:
             "expires_at": now + timedelta(seconds=seconds),
             "cooldown_until": cooldown_until,
         }
-        insert = postgresql.insert if dialect_name(self._session) == "postgresql" else sqlite.insert
-        statement = insert(BotLease).values(values)
+        statement = upsert_insert(dialect_name(self._session), BotLease).values(values)
         later_cooldown = case(
             (
                 BotLease.cooldown_until > statement.excluded.cooldown_until,

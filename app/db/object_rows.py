@@ -11,11 +11,12 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, exists, literal_column
-from sqlalchemy.dialects import postgresql, sqlite
 
+from app.db.dialects import PerDialect, upsert_insert
 from app.db.models import MAX_KEY_LENGTH, Piece, StoredObject
 
 
@@ -132,25 +133,22 @@ class ObjectSpec:
             raise ValueError(f"pieces add up to {total} bytes, size is {self.size}")
 
 
-def _object_inserts(*, unless_exists: bool) -> dict[str, Any]:
-    """The row insert per dialect, built once and given its values at run time:
-    building it per PUT (ORM DML, `.values()`) cost more CPU than running it."""
+def _object_insert(dialect_name: str, *, unless_exists: bool) -> Any:
+    """The row insert, given its values at run time: building it per PUT
+    (ORM DML, `.values()`) cost more CPU than running it."""
     table = StoredObject.__table__
-    statements: dict[str, Any] = {}
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
-        statement = dialect.insert(table)
-        if unless_exists:
-            statement = statement.on_conflict_do_nothing(index_elements=["bucket", "key"])
-        statements[name] = statement.returning(table.c.id)
-    return statements
+    statement = upsert_insert(dialect_name, table)
+    if unless_exists:
+        statement = statement.on_conflict_do_nothing(index_elements=["bucket", "key"])
+    return statement.returning(table.c.id)
 
 
 #: Per dialect: insert an object's row, returning its id (the key must be free).
-INSERTS = _object_inserts(unless_exists=False)
+INSERTS = PerDialect(partial(_object_insert, unless_exists=False))
 #: Per dialect: insert an object's row unless its key is taken, returning its
 #: id (none if taken). On its own it is safe against every concurrent writer:
 #: the unique (bucket, key) index makes it wait for one that holds the key.
-INSERTS_UNLESS_EXISTS = _object_inserts(unless_exists=True)
+INSERTS_UNLESS_EXISTS = PerDialect(partial(_object_insert, unless_exists=True))
 
 
 def row_values(
@@ -180,29 +178,25 @@ def row_values(
     }
 
 
-def _chunkless_puts() -> dict[str, Any]:
-    """Per dialect: the row insert that, when the key is taken by an object
-    referencing no chunk, replaces that object's row in place instead."""
+def _chunkless_put(dialect_name: str) -> Any:
+    """The row insert that, when the key is taken by an object referencing no
+    chunk, replaces that object's row in place instead."""
     table = StoredObject.__table__
     # The row in conflict, named as SQL: SQLAlchemy does not correlate a
     # subquery in an upsert's WHERE (it would scan every object instead).
     conflicting_id: ColumnElement[int] = literal_column(f"{StoredObject.__tablename__}.id")
     references_a_chunk = exists().where(Piece.__table__.c.object_id == conflicting_id)
-    statements: dict[str, Any] = {}
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
-        statement = dialect.insert(table)
-        # Every column of the new version but the row id and the creation
-        # time, which the key keeps (as a replacement through the session).
-        new_version = {
-            column.name: statement.excluded[column.name]
-            for column in table.c
-            if column.name not in ("id", "bucket", "key", "created_at")
-        }
-        statement = statement.on_conflict_do_update(
-            index_elements=["bucket", "key"], set_=new_version, where=~references_a_chunk
-        )
-        statements[name] = statement.returning(table.c.id, table.c.created_at)
-    return statements
+    statement = upsert_insert(dialect_name, table)
+    # Every column of the new version but the row id and the creation time,
+    # which the key keeps (as a replacement through the session).
+    new_version = {
+        column.name: statement.excluded[column.name]
+        for column in table.c
+        if column.name not in ("id", "bucket", "key", "created_at")
+    }
+    return statement.on_conflict_do_update(
+        index_elements=["bucket", "key"], set_=new_version, where=~references_a_chunk
+    ).returning(table.c.id, table.c.created_at)
 
 
 #: Per dialect: store an object that references no chunk under its key,
@@ -210,4 +204,4 @@ def _chunkless_puts() -> dict[str, Any]:
 #: object references chunks (their release needs `ObjectRepository.put`).
 #: Replacing in place, on the row's lock, is one statement: safe against every
 #: concurrent writer, and readers see the old version or the new one whole.
-CHUNKLESS_PUTS = _chunkless_puts()
+CHUNKLESS_PUTS = PerDialect(_chunkless_put)

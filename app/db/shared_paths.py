@@ -9,23 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.dialects import upsert_insert
 from app.db.locking import dialect_name
 from app.db.models import SharedFilePath
+
+if TYPE_CHECKING:
+    from app.db.dialects import UpsertInsert
 
 
 class SharedPathRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    def _insert(self) -> postgresql.Insert | sqlite.Insert:
-        if dialect_name(self._session) == "postgresql":
-            return postgresql.insert(SharedFilePath)
-        return sqlite.insert(SharedFilePath)
+    def _insert(self) -> UpsertInsert:
+        return upsert_insert(dialect_name(self._session), SharedFilePath)
 
     async def ask(self, bot_id: int, file_id: str, now: datetime) -> str | None:
         """Ask the holder of `bot_id` for the file's path. Returns the path

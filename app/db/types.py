@@ -9,17 +9,37 @@ from typing import Any
 
 import orjson
 from sqlalchemy import JSON, BigInteger, DateTime, Dialect, Integer, String, TypeDecorator
-from sqlalchemy.dialects.postgresql import JSONB
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY;
 # Postgres gets a real 64-bit identity.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 
-# JSONB on Postgres (compact, comparable); JSON text elsewhere.
-JsonDict = JSON().with_variant(JSONB(), "postgresql")
+
+class _Json(TypeDecorator[Any]):
+    """JSONB on Postgres (compact, comparable); JSON text elsewhere.
+
+    Not `JSON().with_variant(JSONB(), "postgresql")`: that imports the Postgres
+    dialect with the models, about 5 MiB of a server on SQLite (app.db.dialects)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def __init__(self, *, none_as_null: bool = False) -> None:
+        super().__init__(none_as_null=none_as_null)
+        self.none_as_null = none_as_null
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=self.none_as_null))
+        return dialect.type_descriptor(self.impl_instance)
+
+
+JsonDict = _Json()
 # The same for a value that may be absent: None is SQL NULL, not JSON null
 # (SQLAlchemy's default, which an IS NULL query would not find).
-NullableJson = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+NullableJson = _Json(none_as_null=True)
 
 
 def json_loads(text: str | bytes) -> Any:

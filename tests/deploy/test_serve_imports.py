@@ -6,7 +6,8 @@ loads, whenever it loads it; an import that fails writes none, unlike
 Each library that the server does not use is memory every idle server holds
 (bench/README.md, idle_rss_bench.py): Alembic is for `teleuploader migrate`,
 rich and pygments for the client commands, awscrt for the first checksum
-that needs it, cryptography for encryption at rest (with keys configured);
+that needs it, cryptography for encryption at rest (with keys configured),
+SQLAlchemy's Postgres dialect for a server on Postgres;
 watchfiles and pydantic.v1 serve nothing the server does, and the test
 tools are never for it. Their numbers are in
 bench/README.md; this file keeps them out.
@@ -44,6 +45,9 @@ NOT_FOR_SERVE = {
     "cryptography": "encryption at rest (app/sealing), with master keys configured",
     "app.sealing.frames": "encryption at rest, with master keys configured",
     "app.sealing.keys": "encryption at rest, with master keys configured",
+    # About 5 MiB: loaded on first use (app/db/dialects.py); this server is on SQLite.
+    "sqlalchemy.dialects.postgresql": "a server on Postgres",
+    "asyncpg": "a server on Postgres",
     "pydantic.v1": "FastAPI's refusal of pydantic 1 models: there are none",
     "hypothesis": "the tests",
     "pytest": "the tests",
