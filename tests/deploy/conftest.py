@@ -76,7 +76,13 @@ def base_env(home: Path, **values: str) -> dict[str, str]:
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
+        # scripts/test's bytecode cache, so that no process compiles the code
+        # again; without one, nothing is written into the checkout.
+        **(
+            {"PYTHONPYCACHEPREFIX": os.environ["PYTHONPYCACHEPREFIX"]}
+            if os.environ.get("PYTHONPYCACHEPREFIX")
+            else {"PYTHONDONTWRITEBYTECODE": "1"}
+        ),
         # No snapshot at every stop (it posts messages these tests count);
         # tests/store/test_snapshots.py covers them.
         "SNAPSHOT_INTERVAL_SECONDS": "0",
