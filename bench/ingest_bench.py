@@ -1,0 +1,232 @@
+"""Ingest: how close does one raw upload come to a bare ASGI app that only
+reads and hashes it?
+
+Both run as processes under uvicorn (httptools and uvloop, as `serve` runs):
+
+- *floor*: `bench/floor_app.py`, whose PUT reads the body and hashes it with
+  MD5 and SHA-256 (the ETag and the stored digest: the least an upload of
+  ours must do), then answers 201;
+- *service*: `teleuploader serve` (SQLite, its defaults but the bots) in front
+  of the simulator process at full speed (`--bots` bots, no bandwidth limit,
+  no pacing), `PUT /api/files/{name}`.
+
+The same `--size` file of random bytes is sent by curl (`-T`, streamed from
+disk) `--repeat` times to each, alternating, so that both meet the same
+machine. Reported per target: the median wall time (curl's `time_total`) as
+MB/s, and the server process's CPU (user + system, from /proc) per GiB; then
+the ratios floor / service (the issue's target: >= 0.7 for both). The
+simulator's CPU is shown apart: it is Telegram's work, not ours, but it runs
+on the same CPUs.
+
+    .venv/bin/python bench/ingest_bench.py                # 512 MiB x 3, ~1 min
+    .venv/bin/python bench/ingest_bench.py --size 64M     # a quick look
+    .venv/bin/python bench/ingest_bench.py --py-spy out.svg   # also profile the service
+
+`--py-spy PATH` records the service during one more upload with py-spy (from
+PyPI: `.venv/bin/pip install py-spy`) and writes a flame graph
+(`--format speedscope` if PATH ends in .json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import (
+    CHAT_ID,
+    REPO,
+    Broken,
+    MiB,
+    free_port,
+    running,
+    served,
+    simulator_process,
+    wait_until,
+)
+
+GiB = 1024 * MiB
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process `pid` so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1024, "M": MiB, "G": GiB}
+    if text[-1:].upper() in units:
+        return int(float(text[:-1]) * units[text[-1].upper()])
+    return int(text)
+
+
+@dataclass
+class Target:
+    name: str
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    def mb_per_s(self, size: int) -> float:
+        return size / statistics.median(self.walls) / 1e6
+
+    def cpu_per_gib(self, size: int) -> float:
+        return statistics.median(self.cpus) / (size / GiB)
+
+
+def curl_put(url: str, path: Path, headers: dict[str, str]) -> float:
+    """Upload `path` with curl -T; its time_total. Raises Broken unless 201."""
+    command = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}"]
+    command += ["-T", str(path)]
+    for name, value in headers.items():
+        command += ["-H", f"{name}: {value}"]
+    done = subprocess.run([*command, url], capture_output=True, text=True, check=False)
+    status, _, took = done.stdout.partition(" ")
+    if done.returncode != 0 or status != "201":
+        raise Broken(f"curl -T {url}: exit {done.returncode}, HTTP {status}: {done.stderr[-500:]}")
+    return float(took)
+
+
+def timed(pid: int, upload: Callable[[], float]) -> tuple[float, float]:
+    before = cpu_seconds(pid)
+    wall = upload()
+    time.sleep(0.2)  # the server's last bookkeeping after the answer
+    return wall, cpu_seconds(pid) - before
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="512M", help="bytes per upload (512M)")
+    parser.add_argument("--repeat", type=int, default=3, help="uploads per target (3)")
+    parser.add_argument("--bots", type=int, default=6, help="simulator bots (6)")
+    parser.add_argument("--py-spy", type=Path, metavar="PATH", help="profile one more upload")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-") as temp:
+        workdir = Path(temp)
+        body = workdir / "body.bin"
+        with body.open("wb") as out:
+            for _ in range(0, size, 16 * MiB):
+                out.write(os.urandom(min(16 * MiB, size - out.tell())))
+        floor, service = Target("bare ASGI app (read + MD5 + SHA-256)"), Target("teleuploader")
+        sim_cpu: list[float] = []
+        floor_port = free_port()
+        floor_command = [
+            sys.executable,
+            *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "floor_app:app"),
+            *("--host", "127.0.0.1", "--port", str(floor_port), "--no-access-log"),
+            *("--loop", "uvloop", "--http", "httptools"),
+        ]
+        sim_args = ["--concurrency-limit", "1"]
+        with (
+            running(floor_command, workdir / "floor.log") as floor_process,
+            simulator_process(workdir, bots=args.bots, args=sim_args, cwd=workdir) as sim,
+        ):
+            floor_url = f"http://127.0.0.1:{floor_port}"
+            wait_until(floor_process, f"{floor_url}/", workdir / "floor.log", "the floor app")
+            env = {
+                key: value
+                for key, value in os.environ.items()
+                if not key.startswith(("BOT_", "STORAGE_", "DATABASE_", "CHUNK_"))
+            }
+            env.update(
+                BOT_TOKENS=",".join(sim.tokens),
+                STORAGE_CHAT_ID=str(CHAT_ID),
+                TELEGRAM_API_BASE=sim.url,
+                DATABASE_URL=f"sqlite+aiosqlite:///{workdir / 'teleuploader.db'}",
+                HOST="127.0.0.1",
+                PORT=str(free_port()),
+                MAX_UPLOAD_SIZE=str(max(size, GiB)),
+                LOG_LEVEL="WARNING",
+                SNAPSHOT_INTERVAL_SECONDS="0",
+            )
+            with served(env, workdir) as running_service:
+                auth = {"Authorization": f"Bearer {running_service.key}"}
+                pid = running_service.process.pid
+                for n in range(args.repeat):
+                    wall, cpu = timed(
+                        floor_process.pid, lambda: curl_put(f"{floor_url}/x", body, {})
+                    )
+                    floor.walls.append(wall)
+                    floor.cpus.append(cpu)
+                    sim_before = cpu_seconds(sim.process.pid)
+                    url = f"{running_service.url}/api/files/ingest-{n}.bin"
+                    wall, cpu = timed(pid, lambda url=url: curl_put(url, body, auth))
+                    service.walls.append(wall)
+                    service.cpus.append(cpu)
+                    sim_cpu.append(cpu_seconds(sim.process.pid) - sim_before)
+                    print(
+                        f"round {n + 1}: floor {floor.walls[-1]:.2f} s /"
+                        f" {floor.cpus[-1]:.2f} CPU-s, service {wall:.2f} s / {cpu:.2f} CPU-s",
+                        flush=True,
+                    )
+                if args.py_spy is not None:
+                    profile(pid, args.py_spy, running_service.url, body, auth)
+
+    ratios = {
+        "wall": service.mb_per_s(size) / floor.mb_per_s(size),
+        "cpu": floor.cpu_per_gib(size) / service.cpu_per_gib(size),
+    }
+    print(
+        f"\ningest of {size / MiB:.0f} MiB, median of {args.repeat};"
+        f" {os.cpu_count()} CPUs, Python {sys.version.split()[0]}\n"
+    )
+    print("| target | MB/s | server CPU-s per GiB |")
+    print("|---|---:|---:|")
+    for target in (floor, service):
+        print(f"| {target.name} | {target.mb_per_s(size):.0f} | {target.cpu_per_gib(size):.2f} |")
+    print(
+        f"| simulator (Telegram's side, apart) | | "
+        f"{statistics.median(sim_cpu) / (size / GiB):.2f} |"
+    )
+    print(
+        f"\nservice / floor: {ratios['wall']:.2f} of the floor's speed,"
+        f" {ratios['cpu']:.2f} of its CPU efficiency (target >= 0.7 each)"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "size": size,
+                    "floor": {"walls": floor.walls, "cpus": floor.cpus},
+                    "service": {"walls": service.walls, "cpus": service.cpus},
+                    "simulator_cpus": sim_cpu,
+                    "ratios": ratios,
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+def profile(pid: int, out: Path, url: str, body: Path, auth: dict[str, str]) -> None:
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise Broken(f"py-spy is not installed next to {sys.executable}: pip install py-spy")
+    form = "speedscope" if out.suffix == ".json" else "flamegraph"
+    command = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", form]
+    with subprocess.Popen([*command, "--output", str(out)], stderr=subprocess.DEVNULL) as spying:
+        time.sleep(1.0)
+        curl_put(f"{url}/api/files/profiled.bin", body, auth)
+        spying.send_signal(2)
+        spying.wait(timeout=60)
+    print(f"profile written to {out}")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Broken as exc:
+        print(f"BROKEN: {exc}", file=sys.stderr)
+        sys.exit(1)
