@@ -57,6 +57,10 @@ VERSION = 1
 BATCH_ROWS = 5000
 # A round holds the writers' lease this long at most; a dead shipper's lapses.
 LEASE = timedelta(minutes=5)
+# What names one message of a batch (in its pointer, its predecessors' lists).
+COPY_KEYS = ("bot_id", "chat_id", "message_id", "file_id", "file_unique_id")
+# What a batch's entry in its successor's list holds, besides its copies.
+ENTRY_KEYS = ("seq", "sha256", "size", "sealing", "shipped_at")
 # With the journal off, its rows are still written (by triggers): a round
 # this often deletes them, since nothing will ship them.
 PURGE_SECONDS = 60.0
@@ -272,12 +276,7 @@ def _edit(manifest: journal.Manifest, caption: str) -> Callable[[BotClient], Awa
 
 
 def _copy(document: StoredDocument) -> dict[str, Any]:
-    return {
-        "bot_id": document.bot_id,
-        "chat_id": document.chat_id,
-        "message_id": document.message_id,
-        "file_id": document.file_id,
-    }
+    return {key: getattr(document, key) for key in COPY_KEYS}
 
 
 def _record(document: StoredDocument, entry: dict[str, Any]) -> snapshots.SnapshotMessageSpec:
@@ -299,15 +298,10 @@ def _chain(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
         seq = int(detail["seq"])
         batch = by_seq.setdefault(
             seq,
-            {key: detail[key] for key in ("seq", "sha256", "size", "sealing", "shipped_at")}
-            | {"copies": []},
+            {key: detail[key] for key in ENTRY_KEYS} | {"copies": []},
         )
-        batch["copies"].append({key: detail[key] for key in _copy_keys()})
+        batch["copies"].append({key: detail[key] for key in COPY_KEYS})
     return [by_seq[seq] for seq in sorted(by_seq)]
-
-
-def _copy_keys() -> tuple[str, ...]:
-    return ("bot_id", "chat_id", "message_id", "file_id")
 
 
 def _document(
@@ -332,3 +326,36 @@ def _document(
             line = {"table": change.table, "rows": change.rows, "deleted": change.deleted}
             lines.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
     return out.getvalue()
+
+
+def read_batch(plain: bytes) -> tuple[dict[str, Any], list[journal.TableChanges]]:
+    """A batch document's header and changes; ValueError if it is not one."""
+    try:
+        lines = gzip.decompress(plain).splitlines()
+        header = json.loads(lines[0])
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ValueError("not a journal batch")
+        changes = []
+        for line in lines[1:]:
+            part = json.loads(line)
+            changes.append(
+                journal.TableChanges(
+                    str(part["table"]), part["rows"], [tuple(key) for key in part["deleted"]]
+                )
+            )
+    except (OSError, EOFError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a journal batch ({exc})") from None
+    return header, changes
+
+
+def pointer(caption: str | None) -> dict[str, Any] | None:
+    """A manifest caption's pointer to the newest journal batch, if it is one."""
+    if not caption:
+        return None
+    try:
+        found = json.loads(caption)
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        return None
+    return found
