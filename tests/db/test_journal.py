@@ -79,7 +79,10 @@ async def test_the_current_state_names_rows_as_they_are_or_as_deleted(
         gone = await ObjectRepository(session).put(spec("gone", inline_data=b"x"))
     async with session_scope(sessionmaker) as session:
         assert await ObjectRepository(session).delete("bucket", "gone")
-    named = {"objects": {(kept.id,), (gone.id,)}, "pieces": {(kept.id, 0)}}
+    named: dict[str, set[tuple[object, ...]]] = {
+        "objects": {(kept.id,), (gone.id,)},
+        "pieces": {(kept.id, 0)},
+    }
 
     changes = {c.table: c for c in await journal.current_state(sessionmaker, named)}
 
