@@ -10,7 +10,9 @@ import pytest
 
 from app.demo import create_api_key
 from app.services import Services
+from app.store.channel_audit import audit_channel
 from app.store.journal import Journal, pointer, read_batch
+from app.telegram.client import BotClient
 from tests.db.helpers import Database
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
 from tests.store.test_encryption import K1
@@ -128,3 +130,19 @@ async def test_a_restore_applies_the_batches_after_the_snapshot(
     assert await get_link(back, deleted) == b"deleted after the snapshot"
     # The restored database goes on with the chain: its next batch is the third.
     assert (await journal_of(back).ship()).seq == 3
+
+
+async def test_the_pins_service_message_is_not_a_foreign_post_to_the_channel_audit(
+    launcher: ServiceLauncher,
+) -> None:
+    service = await launcher.start(**ON_DEMAND)
+    await put_file(service, "chunked.bin", payload(CHUNK + 1, seed=4))  # the chat's watermark
+    await take_snapshot(service)  # its pin posts a service message no bot sees
+    services: Services = service.app.state.services
+    client = BotClient(service.settings.bot_tokens[0], api_base=service.settings.telegram_api_base)
+    try:
+        audit = await audit_channel(services.sessionmaker, client, CHAT_ID)
+    finally:
+        await client.aclose()
+
+    assert audit is not None and audit.foreign == 0

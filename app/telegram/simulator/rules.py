@@ -174,6 +174,9 @@ class TelegramRules:
         if message_id in chat.pinned:
             chat.pinned.remove(message_id)
         chat.pinned.append(message_id)
+        # In a channel, a pin posts a service message ("... pinned ..."): it
+        # takes the next message id, and bots never see it (no document).
+        chat.last_message_id += 1
         return True
 
     def _unpin_chat_message(self, bot_id: int, params: _Params) -> bool:
