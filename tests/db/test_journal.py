@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import journal, trash
 from app.db.api_keys import ApiKeyRepository
 from app.db.buckets import BucketRepository
-from app.db.models import Piece, StoredObject
+from app.db.copies import CopyRepository
+from app.db.models import ChunkCopy, Piece, StoredObject
 from app.db.objects import ObjectRepository
 from app.db.session import session_scope
 from tests.db.helpers import add_chunks, spec, whole_chunks
@@ -123,3 +124,28 @@ async def test_an_applied_batch_updates_rows_in_place_and_keeps_their_children(
         pieces = (await session.scalars(select(Piece.chunk_id))).all()
     assert names == {stored.id: "k", other.id: "other"}
     assert list(pieces) == [chunk.id]
+
+
+async def test_bookkeeping_updates_are_not_journaled_but_a_changed_state_is(
+    sessionmaker: Sessions,
+) -> None:
+    """The scrub checks copies around the clock and keys record their use:
+    a journal row for each would ship a batch every round on an idle service."""
+    [chunk] = await add_chunks(sessionmaker, [100])
+    async with session_scope(sessionmaker) as session:
+        _key, secret = await ApiKeyRepository(session).create("ops", scope="admin")
+        copy_id = await session.scalar(select(ChunkCopy.id).where(ChunkCopy.chunk_id == chunk.id))
+        assert copy_id is not None
+    await journaled(sessionmaker)
+
+    async with session_scope(sessionmaker) as session:
+        assert await ApiKeyRepository(session).verify(secret) is not None  # records its use
+        await CopyRepository(session).mark_checked(copy_id, verified=True)
+    assert await journaled(sessionmaker) == set()
+
+    async with session_scope(sessionmaker) as session:
+        assert await CopyRepository(session).mark_bad(copy_id, "missing")
+    assert ("chunk_copies", (copy_id,)) in await journaled(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        await CopyRepository(session).mark_checked(copy_id)  # present again: "ok"
+    assert ("chunk_copies", (copy_id,)) in await journaled(sessionmaker)

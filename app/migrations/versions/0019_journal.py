@@ -51,6 +51,52 @@ JOURNALED: dict[str, tuple[str, ...]] = {
 }
 
 
+# Updates that only keep books are not journaled (a restore does without
+# them, and the scrub checks copies around the clock: journaling each check
+# would ship a batch every round on an idle service). An UPDATE trigger
+# then names the columns that are journaled: a later migration adding a
+# column to these tables re-creates their triggers.
+BOOKKEEPING: dict[str, tuple[str, ...]] = {
+    "chunk_copies": ("checked_at", "verified_at"),
+    "api_keys": ("last_used_at",),
+}
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "chunk_copies": (
+        "id",
+        "chunk_id",
+        "bot_id",
+        "file_id",
+        "file_unique_id",
+        "chat_id",
+        "message_id",
+        "state",
+        "created_at",
+        "checked_at",
+        "verified_at",
+        "seal_salt",
+    ),
+    "api_keys": (
+        "id",
+        "name",
+        "prefix",
+        "key_hash",
+        "scope",
+        "created_at",
+        "revoked_at",
+        "last_used_at",
+    ),
+}
+
+
+def _update_event(table: str) -> str:
+    """`UPDATE`, or `UPDATE OF` the columns that are journaled."""
+    skipped = BOOKKEEPING.get(table)
+    if not skipped:
+        return "UPDATE"
+    kept = [c for c in COLUMNS[table] if c not in skipped]
+    return f"UPDATE OF {', '.join(_quoted(c) for c in kept)}"
+
+
 def upgrade() -> None:
     op.create_table(
         "journal",
@@ -104,7 +150,8 @@ def _sqlite_triggers(table: str, key: tuple[str, ...]) -> list[str]:
         f"CREATE TRIGGER journal_{table}_insert AFTER INSERT ON {table} BEGIN {new}; END",
         f"CREATE TRIGGER journal_{table}_delete AFTER DELETE ON {table} BEGIN {old}; END",
         # A key that changed leaves its old row behind in a restore: both go.
-        f"CREATE TRIGGER journal_{table}_update AFTER UPDATE ON {table} BEGIN {new}; "
+        f"CREATE TRIGGER journal_{table}_update AFTER {_update_event(table)} ON {table} "
+        f"BEGIN {new}; "
         f"INSERT INTO journal (table_name, row_key) SELECT '{table}', "
         f"{_columns('OLD', key, 'json_array')} WHERE {changed}; END",
     ]
@@ -131,6 +178,7 @@ BEGIN
     RETURN NULL;
 END
 $$""",
-        f"CREATE TRIGGER journal_{table} AFTER INSERT OR UPDATE OR DELETE ON {table} "
+        f"CREATE TRIGGER journal_{table} AFTER INSERT OR {_update_event(table)} OR DELETE "
+        f"ON {table} "
         f"FOR EACH ROW EXECUTE FUNCTION journal_{table}()",
     ]
