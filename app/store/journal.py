@@ -88,7 +88,7 @@ class Journal:
         dispatcher: Dispatcher,
         sessionmaker: async_sessionmaker[AsyncSession],
         encryption: Encryption,
-        snapshots_: Snapshots,
+        writer: Snapshots,
         *,
         owner: str,
         interval: float,
@@ -98,11 +98,11 @@ class Journal:
         self._dispatcher = dispatcher
         self._sessionmaker = sessionmaker
         self._encryption = encryption
-        self._snapshots = snapshots_
+        self._snapshots = writer
         self._owner = owner
         self._max_bytes = max_bytes
         # Shipping needs snapshots to chain onto; without them, only purging.
-        self.enabled = interval > 0 and snapshots_.enabled
+        self.enabled = interval > 0 and writer.enabled
         self.last_batch_at: datetime | None = None
         self.last_error: str | None = None
         self.pending_rows = 0  # as counted at the end of the last round
