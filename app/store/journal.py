@@ -172,8 +172,11 @@ class Journal:
                 pending = await journal.pending(session, limit)
                 pinned = await journal.pinned_snapshot(session)
                 if pending.ids and pinned is None:
-                    # No snapshot to chain onto: the first one holds all of it.
+                    # No snapshot to chain onto: the first one holds all of
+                    # it, and is taken now rather than an interval after the
+                    # start (a new install would have no RPO until then).
                     await journal.forget(session, pending.ids)
+                    self._snapshots.loop.wake()
                     return BatchResult(len(pending.ids), 0, None, len(pending.ids) == limit)
                 previous = await journal.batch_details(session, pinned[0]) if pinned else []
             if not pending.ids or pinned is None:

@@ -14,7 +14,14 @@ from app.store.channel_audit import audit_channel
 from app.store.journal import Journal, pointer, read_batch
 from app.telegram.client import BotClient
 from tests.db.helpers import Database
-from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
+from tests.running_service import (
+    CHAT_ID,
+    CHUNK,
+    Service,
+    ServiceLauncher,
+    eventually,
+    payload,
+)
 from tests.store.test_encryption import K1
 from tests.store.test_snapshots import (
     get_link,
@@ -146,3 +153,24 @@ async def test_the_pins_service_message_is_not_a_foreign_post_to_the_channel_aud
         await client.aclose()
 
     assert audit is not None and audit.foreign == 0
+
+
+async def test_changes_with_no_snapshot_to_chain_onto_bring_the_first_snapshot_forward(
+    launcher: ServiceLauncher,
+) -> None:
+    service = await launcher.start(**ON_DEMAND)  # the snapshot loop waits an hour
+    await put_file(service, "first.txt", b"before any snapshot")
+
+    shipped = await journal_of(service).ship()
+
+    assert shipped.messages == 0  # nothing to chain onto: the snapshot will hold it
+    services: Services = service.app.state.services
+
+    async def pinned() -> bool:
+        found = await services.dispatcher.call(
+            service.sim.bot_ids[0], "getChat", lambda client: client.pinned_message(CHAT_ID)
+        )
+        return found is not None
+
+    await eventually(pinned)
+    assert services.snapshots.last is not None and services.snapshots.last.counts["objects"] == 1

@@ -96,8 +96,9 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # Journal rounds only at the stop: none before the snapshot it takes.
     first = await launcher.start(
-        snapshot_interval_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET}
+        snapshot_interval_seconds=HOUR, journal_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET}
     )
     small, big = b"inline bytes", payload(2 * CHUNK + 7, seed=3)
     small_id = await put_file(first, "note.txt", small)
@@ -147,7 +148,9 @@ async def test_a_failed_snapshot_leaves_the_previous_one_pinned_and_restorable(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    service = await launcher.start(snapshot_interval_seconds=HOUR, shutdown_grace_seconds=1)
+    service = await launcher.start(
+        snapshot_interval_seconds=HOUR, journal_seconds=HOUR, shutdown_grace_seconds=1
+    )
     kept_id = await put_file(service, "kept.txt", b"in the first snapshot")
     first = await take_snapshot(service)
     await put_file(service, "lost.txt", b"only in the database")
