@@ -77,7 +77,8 @@ class Metrics:
         self.background_rounds = Counter(
             "teleuploader_background_rounds",
             "Rounds of the background loops (gc, instance_heartbeat, bot_lease, "
-            "shared_paths, tus_cleanup, bot_recheck, throughput_sample), by outcome: "
+            "shared_paths, tus_cleanup, bot_recheck, throughput_sample, snapshot, journal), "
+            "by outcome: "
             "ok, or failed (logged as <loop>_round_failed).",
             ["loop", "outcome"],
             registry=self.registry,
