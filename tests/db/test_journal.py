@@ -5,6 +5,7 @@ rows; a batch applies to a database in place, ids kept."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -149,3 +150,20 @@ async def test_bookkeeping_updates_are_not_journaled_but_a_changed_state_is(
     async with session_scope(sessionmaker) as session:
         await CopyRepository(session).mark_checked(copy_id)  # present again: "ok"
     assert ("chunk_copies", (copy_id,)) in await journaled(sessionmaker)
+
+
+@pytest.mark.postgres_only
+async def test_a_change_that_commits_after_a_later_numbered_one_is_still_shipped(
+    sessionmaker: Sessions,
+) -> None:
+    """Postgres numbers journal rows when they are written, not when they
+    commit: shipping by id (not above a high-water mark) keeps the late one."""
+    await journaled(sessionmaker)
+    async with sessionmaker() as slow:
+        await BucketRepository(slow).create("slow")  # takes the lower id, commits last
+        async with session_scope(sessionmaker) as quick:
+            await BucketRepository(quick).create("quick")
+        assert await journaled(sessionmaker) == {("buckets", ("quick",))}
+        await slow.commit()
+
+    assert await journaled(sessionmaker) == {("buckets", ("slow",))}
