@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         "clean stop (`teleuploader restore` rebuilds a lost database from it); 0 turns "
         "them off.",
     )
+    journal_seconds: float = Field(
+        default=10,
+        ge=0,
+        validation_alias=AliasChoices("JOURNAL_SECONDS", "journal_seconds"),
+        description="Changes since the last snapshot go to the storage chats in one batch "
+        "this often, when something changed (a restore then loses at most this much); 0 "
+        "turns the journal off (a restore then ends at the last snapshot).",
+    )
 
     # --- Upload budget and staging spool --------------------------------------
     upload_buffer_chunks: int | None = Field(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from app.db.copies import Health
     from app.store.download_budget import BudgetStatus
+    from app.store.journal import JournalStatus
     from app.telegram.dispatcher import BotStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -76,7 +77,8 @@ class Metrics:
         self.background_rounds = Counter(
             "teleuploader_background_rounds",
             "Rounds of the background loops (gc, instance_heartbeat, bot_lease, "
-            "shared_paths, tus_cleanup, bot_recheck, throughput_sample), by outcome: "
+            "shared_paths, tus_cleanup, bot_recheck, throughput_sample, snapshot, journal), "
+            "by outcome: "
             "ok, or failed (logged as <loop>_round_failed).",
             ["loop", "outcome"],
             registry=self.registry,
@@ -145,6 +147,10 @@ class Metrics:
     ) -> None:
         """Read what the scrub last counted, and its repairs, at scrape time."""
         self.registry.register(_DurabilityCollector(health, repaired))
+
+    def watch_journal(self, status: Callable[[], JournalStatus]) -> None:
+        """Read the journal's last round at scrape time."""
+        self.registry.register(_JournalCollector(status))
 
     def watch_uploads(self, budget: Callable[[], UploadBudgetUse]) -> None:
         """Read the upload buffer budget and the spool at scrape time."""
@@ -225,6 +231,35 @@ class _DurabilityCollector(Collector):
         yield chunks
         yield GaugeMetricFamily(
             "teleuploader_chunk_copies", "Chunk copies stored in Telegram.", value=health.copies
+        )
+
+
+class _JournalCollector(Collector):
+    def __init__(self, status: Callable[[], JournalStatus]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status()
+        yield GaugeMetricFamily(
+            "teleuploader_journal_pending_rows",
+            "Changes not yet shipped to the storage chats (journal rows), as of the last round.",
+            value=status.pending_rows,
+        )
+        yield CounterMetricFamily(
+            "teleuploader_journal_batches",
+            "Journal batches this process shipped to the storage chats.",
+            value=status.batches,
+        )
+        if status.last_batch_at is not None:
+            yield GaugeMetricFamily(
+                "teleuploader_journal_last_batch_timestamp_seconds",
+                "When this process last shipped a journal batch (Unix time).",
+                value=status.last_batch_at.timestamp(),
+            )
+        yield GaugeMetricFamily(
+            "teleuploader_journal_failing",
+            "1 while the journal's last round failed (logged as journal_round_failed).",
+            value=1 if status.failing else 0,
         )
 
 

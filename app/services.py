@@ -34,6 +34,7 @@ from app.store.encryption import Encryption
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
+from app.store.journal import Journal
 from app.store.leases import BotLeases
 from app.store.locator import ChunkLocator
 from app.store.multipart import MultipartStore
@@ -90,6 +91,7 @@ class Services:
     # `teleuploader encryption migrate`: plaintext chunks sealed (with keys).
     sealing_migration: SealingMigration
     snapshots: Snapshots
+    journal: Journal
     access: AccessStore
     metrics: Metrics
     started_at: datetime
@@ -303,6 +305,16 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         interval=settings.snapshot_interval_seconds,
         on_round=metrics.observe_round,
     )
+    journal = Journal(
+        dispatcher,
+        sessionmaker,
+        encryption,
+        snapshots,
+        owner=spool.instance_id,
+        interval=settings.journal_seconds,
+        max_bytes=settings.chunk_size,
+        on_round=metrics.observe_round,
+    )
     access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
     resumable = ResumableStore(
         sessionmaker,
@@ -394,10 +406,16 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
     stack.push_async_callback(_cancel_all, background)
     snapshots.start()
+    journal.start()
     if settings.snapshot_interval_seconds > 0:
         # Runs before the dispatcher drains (it needs it), after the loop stops.
         stack.push_async_callback(_final_snapshot, snapshots, settings.shutdown_grace_seconds)
+    if journal.enabled:
+        # Before the final snapshot (callbacks run last in, first out): should
+        # that one fail, the changes since the previous one are in the chats.
+        stack.push_async_callback(_final_journal, journal, settings.shutdown_grace_seconds)
     stack.push_async_callback(snapshots.stop)
+    stack.push_async_callback(journal.stop)
     prober.start()
     stack.push_async_callback(prober.stop)
     throughput.start()
@@ -432,6 +450,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         )
     )
     metrics.watch_durability(lambda: scrub.last_health, lambda: scrub.repaired)
+    metrics.watch_journal(journal.status)
     metrics.watch(
         bots=dispatcher.status,
         gc_backlog=lambda: gc.last_backlog,
@@ -462,10 +481,22 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         scrub=scrub,
         sealing_migration=sealing_migration,
         snapshots=snapshots,
+        journal=journal,
         access=access,
         started_at=started_at,
         _stack=stack,
     )
+
+
+async def _final_journal(journal: Journal, grace: float) -> None:
+    """What is pending at a clean stop goes to the chats, best effort
+    within the shutdown grace."""
+    try:
+        async with asyncio.timeout(grace):
+            while (await journal.ship()).full:
+                pass
+    except Exception as exc:
+        log.warning("final_journal_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 async def _final_snapshot(snapshots: Snapshots, grace: float) -> None:

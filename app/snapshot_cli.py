@@ -1,6 +1,6 @@
 """`teleuploader snapshot` (ask the running service for a snapshot now) and
 `teleuploader restore` (rebuild an empty database from the snapshot pinned
-in the storage chats; the service must not run)."""
+in the storage chats and the journal after it; the service must not run)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def add_snapshot_commands(
     restore = commands.add_parser(
         "restore",
         help="rebuild an empty, migrated DATABASE_URL from the newest snapshot pinned in the "
-        "storage chats (BOT_TOKENS, STORAGE_CHAT_ID(S)); the service must be stopped",
+        "storage chats and the journal after it (BOT_TOKENS, STORAGE_CHAT_ID(S)); the "
+        "service must be stopped",
     )
     restore.add_argument("--json", action="store_true", help="print the report as JSON")
     restore.set_defaults(handler=cmd_restore)
@@ -75,9 +76,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
             f"chunk copies sampled: {report['sample_checked']}, "
             f"not found: {report['sample_missing']}"
         )
+        print(
+            f"journal batches applied: {report['journal_batches']} "
+            f"(rows written {report['journal_upserted']}, deleted {report['journal_deleted']})"
+        )
         for problem in problems:
             print(f"could not: {problem}")
-        print("changes after the snapshot's time are not in it (no journal yet)")
+        print(f"the last change it saw: {report['last_change_at']}")
     return 1 if problems else 0
 
 
@@ -117,6 +122,10 @@ async def _restore(settings: Any) -> dict[str, Any]:
         "sample_checked": report.sample_checked,
         "sample_missing": report.sample_missing,
         "problems": report.problems,
+        "journal_batches": report.journal_batches,
+        "journal_upserted": report.journal_upserted,
+        "journal_deleted": report.journal_deleted,
+        "last_change_at": report.last_change_at.isoformat() if report.last_change_at else None,
     }
 
 

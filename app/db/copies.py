@@ -263,12 +263,14 @@ class CopyRepository:
             return
         chunk_id, copy = found
         now = utcnow()
-        values: dict[str, object] = {"checked_at": now, "state": "ok"}
+        values: dict[str, object] = {"checked_at": now}
         if verified:
             values["verified_at"] = now
-        elif copy.state == "corrupt":
-            # Present is not enough for a copy known to hold wrong bytes.
-            values = {"checked_at": now}
+        # Present is not enough for a copy known to hold wrong bytes. The
+        # state is set only when it changes: a check that changes nothing
+        # else keeps the journal's triggers quiet (migration 0019).
+        if not copy.ok and (verified or copy.state != "corrupt"):
+            values["state"] = "ok"
         await self._session.execute(
             update(ChunkCopy)
             .where(ChunkCopy.id == copy_id)

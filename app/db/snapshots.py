@@ -63,7 +63,7 @@ _READ_BATCH = 2000
 _LEASE_NAME = "snapshot"
 
 
-def _table(name: str) -> Table:
+def table_of(name: str) -> Table:
     return Base.metadata.tables[name]
 
 
@@ -81,7 +81,7 @@ def _python_type(table: Table, column: str) -> type | None:
 
 def encode_rows(name: str, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of the table `name` as JSON values (see `encode_row`)."""
-    table = _table(name)
+    table = table_of(name)
     return [encode_row(table, row) for row in rows]
 
 
@@ -123,7 +123,7 @@ async def dump_rows(
         if session.get_bind().dialect.name == "postgresql":
             await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
         for name in SNAPSHOT_TABLES:
-            table = _table(name)
+            table = table_of(name)
             order = list(table.primary_key.columns)
             result = await session.stream(select(table).order_by(*order))
             async for partition in result.mappings().partitions(_READ_BATCH):
@@ -142,7 +142,7 @@ async def load_rows(session: AsyncSession, name: str, rows: Sequence[dict[str, A
     """Insert encoded rows of the table `name`, ids kept; how many."""
     if name not in SNAPSHOT_TABLES:
         raise ValueError(f"a snapshot holds no table {name!r}")
-    table = _table(name)
+    table = table_of(name)
     decoded = [decode_row(table, row) for row in rows]
     for batch in batches(decoded, _READ_BATCH):
         await session.execute(insert(table), list(batch))
@@ -155,7 +155,7 @@ async def reset_id_sequences(session: AsyncSession) -> None:
     if session.get_bind().dialect.name != "postgresql":
         return
     for name in SNAPSHOT_TABLES:
-        if "id" not in _table(name).c:
+        if "id" not in table_of(name).c:
             continue
         await session.execute(
             text(
@@ -167,11 +167,12 @@ async def reset_id_sequences(session: AsyncSession) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotMessageSpec:
-    kind: str  # "piece" or "manifest"
+    kind: str  # "piece", "manifest" or "journal"
     bot_id: int
     chat_id: int
     message_id: int
     file_unique_id: str
+    detail: str | None = None  # a journal batch's (app/db/journal.py)
 
 
 async def sample_copies(session: AsyncSession, count: int) -> list[tuple[int, str]]:
@@ -194,6 +195,7 @@ async def record_messages(
             "chat_id": m.chat_id,
             "message_id": m.message_id,
             "file_unique_id": m.file_unique_id,
+            "detail": m.detail,
         }
         for m in messages
     ]

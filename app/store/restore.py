@@ -8,6 +8,13 @@ their rows loaded in batches in one transaction: a restore that fails
 leaves the database as empty as it found it. A sample of chunk copies is
 then asked of Telegram (getFile), so that the report says whether the
 chunks the rows point at are still there.
+
+The journal after the snapshot (app/store/journal.py) is found through the
+pinned manifest's caption (the newest pointer across the chats): the newest
+batch names its predecessors, so they are downloaded, checked and applied
+in order, in the same transaction. A batch that cannot be had ends the
+journal there (the later ones would apply over a gap), and the report says
+so.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from typing import IO, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db import journal as journal_rows
 from app.db import snapshots
 from app.db.session import session_scope
+from app.store import journal
 from app.store.encryption import Encryption
 from app.store.snapshot import MANIFEST_FORMAT
 from app.telegram.client import BotClient
@@ -48,6 +57,11 @@ class RestoreReport:
     sample_checked: int = 0
     sample_missing: int = 0
     problems: list[str] = field(default_factory=list)
+    journal_batches: int = 0  # applied after the snapshot
+    journal_upserted: int = 0
+    journal_deleted: int = 0
+    # The newest change the restore saw: its last batch's time, else the snapshot's.
+    last_change_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +69,14 @@ class _Found:
     manifest: dict[str, Any]
     documents: list[StoredDocument]  # the manifest's message in each chat that pins it
     finder: int  # the bot that found them
+    pointers: list[dict[str, Any]]  # the captions' journal pointers, as found
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    header: dict[str, Any]
+    entry: dict[str, Any]  # its seq, sha256, sealing ..., and the copies it was had from
+    changes: list[journal_rows.TableChanges]
 
 
 async def restore(
@@ -73,8 +95,18 @@ async def restore(
     manifest = found.manifest
     by_bot = {client.bot_id: client for client in clients}
     restored = dict.fromkeys(snapshots.SNAPSHOT_TABLES, 0)
+    taken_at = datetime.fromisoformat(manifest["taken_at"])
+    report = RestoreReport(
+        taken_at=taken_at,
+        schema=str(manifest.get("schema", "")),
+        restored=restored,
+        manifests_found=len(found.documents),
+        problems=problems,
+        last_change_at=taken_at,
+    )
     with tempfile.TemporaryFile() as spill:
         await _download_pieces(manifest, by_bot, encryption, spill)
+        batches = await _download_journal(found, by_bot, encryption, problems)
         spill.seek(0)
         async with session_scope(sessionmaker) as session:
             with gzip.GzipFile(fileobj=spill, mode="rb") as lines:
@@ -82,17 +114,17 @@ async def restore(
                     batch = json.loads(line)
                     table = str(batch["table"])
                     restored[table] += await snapshots.load_rows(session, table, batch["rows"])
-            taken_at = datetime.fromisoformat(manifest["taken_at"])
+            for applied in batches:
+                upserted, deleted = await journal_rows.apply(session, applied.changes)
+                report.journal_batches += 1
+                report.journal_upserted += upserted
+                report.journal_deleted += deleted
+                report.last_change_at = datetime.fromisoformat(applied.header["shipped_at"])
             await snapshots.reset_id_sequences(session)
-            await snapshots.record_messages(session, taken_at, _own_messages(found))
-    report = RestoreReport(
-        taken_at=datetime.fromisoformat(manifest["taken_at"]),
-        schema=str(manifest.get("schema", "")),
-        restored=restored,
-        manifests_found=len(found.documents),
-        problems=problems,
-    )
-    expected = manifest.get("counts", {})
+            await snapshots.record_messages(
+                session, taken_at, _own_messages(found) + _batch_messages(batches)
+            )
+    expected = manifest.get("counts", {}) if not batches else {}
     for table, count in expected.items():
         if restored.get(table) != count:
             report.problems.append(f"{table}: {restored.get(table)} rows loaded of {count}")
@@ -108,7 +140,7 @@ async def _newest_manifest(
         pinned = await _pinned(clients, chat_id, problems)
         if pinned is None:
             continue
-        client, document = pinned
+        client, document, caption = pinned
         try:
             manifest = json.loads(await _download(client, document.file_id))
         except (TelegramError, ValueError) as exc:
@@ -117,10 +149,12 @@ async def _newest_manifest(
         if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
             problems.append(f"chat {chat_id}: its pinned message is not a snapshot manifest")
             continue
+        found = journal.pointer(caption)
         if best is not None and manifest["taken_at"] == best.manifest["taken_at"]:
             best.documents.append(document)
+            best.pointers.extend([found] if found else [])
         elif best is None or manifest["taken_at"] > best.manifest["taken_at"]:
-            best = _Found(manifest, [document], client.bot_id)
+            best = _Found(manifest, [document], client.bot_id, [found] if found else [])
     if best is None:
         raise RestoreRefused(
             "no snapshot manifest is pinned in the storage chats "
@@ -131,18 +165,18 @@ async def _newest_manifest(
 
 async def _pinned(
     clients: Sequence[BotClient], chat_id: int, problems: list[str]
-) -> tuple[BotClient, StoredDocument] | None:
+) -> tuple[BotClient, StoredDocument, str | None] | None:
     errors: list[str] = []
     for client in clients:
         try:
-            document = await client.pinned_document(chat_id)
+            pinned = await client.pinned_message(chat_id)
         except TelegramError as exc:
             errors.append(str(exc))
             continue
-        if document is None:
+        if pinned is None:
             problems.append(f"chat {chat_id}: nothing is pinned")
             return None
-        return client, document
+        return client, pinned.document, pinned.caption
     problems.append(f"chat {chat_id}: no bot can read it ({'; '.join(errors)})")
     return None
 
@@ -193,6 +227,114 @@ async def _download_pieces(
             cipher = copy_cipher(data_key, base64.b64decode(piece["salt"]))
             data = open_all(cipher, int(piece["plain_size"]), data)
         spill.write(data)
+
+
+def _open(encryption: Encryption, sealing: dict[str, Any] | None, data: bytes) -> bytes:
+    if not sealing:
+        return data
+    from app.sealing.frames import open_all
+    from app.sealing.keys import copy_cipher
+
+    data_key = encryption.data_key(0, sealing["key_id"], base64.b64decode(sealing["wrapped_key"]))
+    cipher = copy_cipher(data_key, base64.b64decode(sealing["salt"]))
+    return open_all(cipher, int(sealing["plain_size"]), data)
+
+
+async def _fetch_batch(
+    entry: dict[str, Any],
+    copies: Sequence[dict[str, Any]],
+    by_bot: dict[int, BotClient],
+    encryption: Encryption,
+) -> _Batch:
+    """A batch from the first of its copies that downloads, checks and opens."""
+    errors: list[str] = []
+    for copy in copies:
+        client = by_bot.get(int(copy["bot_id"]))
+        if client is None:
+            errors.append(f"bot {copy['bot_id']} is not in BOT_TOKENS")
+            continue
+        try:
+            data = await _download(client, str(copy["file_id"]))
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise ValueError("damaged (sha256 differs)")
+            header, changes = journal.read_batch(_open(encryption, entry.get("sealing"), data))
+        except (TelegramError, ValueError) as exc:
+            errors.append(str(exc))
+            continue
+        except Exception as exc:  # a master key missing, a seal that does not open
+            errors.append(f"{type(exc).__name__}: {exc}")
+            continue
+        return _Batch(header, {**entry, "copies": list(copies)}, changes)
+    raise ValueError("; ".join(errors) or "no copy of it is known")
+
+
+async def _download_journal(
+    found: _Found, by_bot: dict[int, BotClient], encryption: Encryption, problems: list[str]
+) -> list[_Batch]:
+    """The snapshot's journal batches in order, up to the first that cannot
+    be had (reported in `problems`)."""
+    taken_at = found.manifest["taken_at"]
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for pointer in found.pointers:
+        if pointer.get("taken_at") == taken_at:
+            by_seq.setdefault(int(pointer["seq"]), []).append(pointer)
+    newest: _Batch | None = None
+    errors: list[str] = []
+    # The newest pointer across the chats; an older one if it cannot be had
+    # (its caption edit may have failed in one chat only).
+    for seq in sorted(by_seq, reverse=True):
+        same = by_seq[seq]
+        copies = [{key: pointer[key] for key in journal.COPY_KEYS} for pointer in same]
+        try:
+            newest = await _fetch_batch(same[0], copies, by_bot, encryption)
+            break
+        except ValueError as exc:
+            errors.append(f"batch {seq}: {exc}")
+    if not by_seq:
+        return []
+    if newest is None:
+        problems.append(
+            "the journal after the snapshot cannot be read: the restore ends at the "
+            f"snapshot's time ({'; '.join(errors)})"
+        )
+        return []
+    if errors:
+        problems.append(
+            f"the newest journal batch cannot be had: the restore ends at batch "
+            f"{newest.entry['seq']} ({'; '.join(errors)})"
+        )
+    batches: list[_Batch] = []
+    for entry in newest.header.get("predecessors", []):
+        try:
+            batches.append(await _fetch_batch(entry, entry["copies"], by_bot, encryption))
+        except ValueError as exc:
+            problems.append(
+                f"journal batch {entry['seq']} cannot be had ({exc}): the batches after it "
+                f"are not applied; the restore ends at batch {int(entry['seq']) - 1}"
+            )
+            return batches
+    return [*batches, newest]
+
+
+def _batch_messages(batches: list[_Batch]) -> list[snapshots.SnapshotMessageSpec]:
+    """The applied batches' messages, with what the shipper needs to go on
+    with the chain (the restored database ships the next batch)."""
+    out: list[snapshots.SnapshotMessageSpec] = []
+    for batch in batches:
+        entry = {key: batch.entry[key] for key in journal.ENTRY_KEYS}
+        for copy in batch.entry["copies"]:
+            detail = json.dumps({**entry, **copy}, separators=(",", ":"))
+            out.append(
+                snapshots.SnapshotMessageSpec(
+                    journal_rows.KIND,
+                    int(copy["bot_id"]),
+                    int(copy["chat_id"]),
+                    int(copy["message_id"]),
+                    str(copy["file_unique_id"]),
+                    detail,
+                )
+            )
+    return out
 
 
 def _own_messages(found: _Found) -> list[snapshots.SnapshotMessageSpec]:

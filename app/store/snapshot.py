@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,7 +35,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import snapshots
-from app.db.intents import IntentRepository
+from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.migrations import head_revision
 from app.db.session import session_scope
 from app.db.types import utcnow
@@ -51,6 +52,10 @@ MANIFEST_VERSION = 1
 KEEP = 2  # snapshots kept; older ones are deleted while bots still may
 # How long one snapshot may hold the writers' lease; a dead writer's lapses.
 LEASE = timedelta(minutes=30)
+# The journal (app/store/journal.py) shares the lease for a round of a
+# second or so: a snapshot waits that long rather than skip its turn.
+LEASE_WAIT = 60.0
+LEASE_POLL = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +86,16 @@ class Snapshots:
         self._encryption = encryption
         self._owner = owner
         self._piece_size = piece_size
-        self._lock = asyncio.Lock()
+        # Held while this process writes a snapshot or ships the journal.
+        self.lock = asyncio.Lock()
         self.last: SnapshotResult | None = None
         self.last_error: str | None = None
         self.loop = Periodic("snapshot", self._round, interval=interval, jitter=0.1)
         self.loop.on_round = on_round
-        self._enabled = interval > 0
+        self.enabled = interval > 0
 
     def start(self) -> None:
-        if self._enabled:
+        if self.enabled:
             self.loop.start()
 
     async def stop(self) -> None:
@@ -101,7 +107,7 @@ class Snapshots:
     async def take(self) -> SnapshotResult:
         """Write a snapshot now (one at a time per process; across instances,
         whoever holds the lease). Raises if a send fails; nothing is pinned then."""
-        async with self._lock:
+        async with self.lock:
             try:
                 result = await self._take()
             except Exception as exc:
@@ -113,9 +119,9 @@ class Snapshots:
             return result
 
     async def _take(self) -> SnapshotResult:
+        won = await self._wait_for_lease()
+        # After the wait: journal batches already shipped are older than it.
         taken_at = utcnow()
-        async with session_scope(self._sessionmaker) as session:
-            won = await snapshots.take_lease(session, self._owner, taken_at + LEASE)
         if not won:
             log.info("snapshot_skipped", reason="another instance writes snapshots")
             return SnapshotResult(None, {}, 0, 0, 0)
@@ -161,12 +167,31 @@ class Snapshots:
         )
         return SnapshotResult(taken_at, counts, len(manifest["pieces"]), size, pruned)
 
+    async def _wait_for_lease(self) -> bool:
+        """Take the writers' lease; wait out a journal round of another
+        instance, not another instance's whole snapshot."""
+        deadline = time.monotonic() + LEASE_WAIT
+        while True:
+            async with session_scope(self._sessionmaker) as session:
+                if await snapshots.take_lease(session, self._owner, utcnow() + LEASE):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(LEASE_POLL)
+
     async def _pin(self, document: StoredDocument) -> None:
         await self._dispatcher.call(
             document.bot_id,
             "pinChatMessage",
             lambda client: client.pin_chat_message(document.chat_id, document.message_id),
         )
+        # The pin's service message takes an id above the manifest's that no
+        # row can hold (its id is not returned): counted as the service's, as
+        # a deleted message is, or the channel audit would call it foreign.
+        async with session_scope(self._sessionmaker) as session:
+            await WatermarkRepository(session).note_deleted(
+                document.chat_id, document.message_id + 1
+            )
 
     async def _write_rows(self, spill: IO[bytes]) -> dict[str, int]:
         counts = dict.fromkeys(snapshots.SNAPSHOT_TABLES, 0)
@@ -231,34 +256,54 @@ class Snapshots:
         chat_id: int,
         sent: list[StoredDocument],
     ) -> StoredDocument:
-        """One message, recorded as the snapshot's with its send intent
-        resolved in one transaction: reconciliation sees it held throughout."""
-        async with session_scope(self._sessionmaker) as session:
-            intent = await IntentRepository(session).open(self._owner, chat_id)
-        try:
-            document = await self._dispatcher.send_document(data, filename, chat_id=chat_id)
-        except BaseException:
-            async with session_scope(self._sessionmaker) as session:
-                await IntentRepository(session).resolve(intent)
-            raise
-        sent.append(document)
         kind = "manifest" if filename.startswith("manifest-") else "piece"
-        async with session_scope(self._sessionmaker) as session:
-            await snapshots.record_messages(
-                session,
-                taken_at,
-                [
-                    snapshots.SnapshotMessageSpec(
-                        kind,
-                        document.bot_id,
-                        document.chat_id,
-                        document.message_id,
-                        document.file_unique_id,
-                    )
-                ],
-            )
-            await IntentRepository(session).resolve(intent)
+        document = await send_recorded(
+            self._dispatcher,
+            self._sessionmaker,
+            self._owner,
+            data,
+            filename,
+            chat_id,
+            lambda document: snapshots.SnapshotMessageSpec(
+                kind,
+                document.bot_id,
+                document.chat_id,
+                document.message_id,
+                document.file_unique_id,
+            ),
+            taken_at,
+            sent,
+        )
         return document
+
+
+async def send_recorded(
+    dispatcher: Dispatcher,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    owner: str,
+    data: bytes,
+    filename: str,
+    chat_id: int,
+    record: Callable[[StoredDocument], snapshots.SnapshotMessageSpec],
+    taken_at: datetime,
+    sent: list[StoredDocument],
+) -> StoredDocument:
+    """One message of a snapshot (or of its journal), recorded as the
+    snapshot's with its send intent resolved in one transaction:
+    reconciliation sees it held throughout."""
+    async with session_scope(sessionmaker) as session:
+        intent = await IntentRepository(session).open(owner, chat_id)
+    try:
+        document = await dispatcher.send_document(data, filename, chat_id=chat_id)
+    except BaseException:
+        async with session_scope(sessionmaker) as session:
+            await IntentRepository(session).resolve(intent)
+        raise
+    sent.append(document)  # the caller's to ledger if what follows fails
+    async with session_scope(sessionmaker) as session:
+        await snapshots.record_messages(session, taken_at, [record(document)])
+        await IntentRepository(session).resolve(intent)
+    return document
 
 
 def _write_batch(out: gzip.GzipFile, table: str, rows: list[dict[str, Any]]) -> None:

@@ -29,10 +29,12 @@ from app.telegram.errors import (
     error_from_reply,
 )
 from app.telegram.types import (
+    CAPTION_LIMIT,
     BotInfo,
     ChatMemberInfo,
     DocumentBody,
     FileLocation,
+    PinnedDocument,
     StoredDocument,
 )
 
@@ -174,7 +176,7 @@ class BotClient:
             "disable_notification": "true",
         }
         if caption:
-            fields["caption"] = caption[:1024]
+            fields["caption"] = caption[:CAPTION_LIMIT]
         # Not `data` itself: httpx keeps the request, and so its body, alive in a
         # reference cycle (Response.stream -> BoundAsyncStream -> Response) that
         # only the cyclic GC frees, seconds later. Each sent chunk would stay in
@@ -258,11 +260,30 @@ class BotClient:
     async def pinned_document(self, chat_id: int) -> StoredDocument | None:
         """The chat's most recent pinned message (getChat's `pinned_message`),
         if it is a document; its file_id is this bot's."""
+        pinned = await self.pinned_message(chat_id)
+        return pinned.document if pinned is not None else None
+
+    async def pinned_message(self, chat_id: int) -> PinnedDocument | None:
+        """`pinned_document` with the message's caption as it stands now."""
         result = await self._call("getChat", data={"chat_id": str(chat_id)})
         pinned = result.get("pinned_message") if isinstance(result, dict) else None
         if not isinstance(pinned, dict) or not isinstance(pinned.get("document"), dict):
             return None
-        return self._stored_document(pinned, expected_size=None)
+        caption = pinned.get("caption")
+        return PinnedDocument(
+            self._stored_document(pinned, expected_size=None),
+            caption if isinstance(caption, str) else None,
+        )
+
+    async def edit_message_caption(self, chat_id: int, message_id: int, caption: str) -> None:
+        """Replace a message's caption. Unlike a pin, an edit posts no service
+        message into the chat."""
+        if len(caption) > CAPTION_LIMIT:
+            raise ValueError(f"a caption holds at most {CAPTION_LIMIT} characters")
+        await self._call(
+            "editMessageCaption",
+            data={"chat_id": str(chat_id), "message_id": str(message_id), "caption": caption},
+        )
 
     @asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# Characters a message's caption may hold (sendDocument, editMessageCaption).
+CAPTION_LIMIT = 1024
+
 
 @dataclass(frozen=True, slots=True)
 class BotInfo:
@@ -30,6 +33,14 @@ class StoredDocument:
     chat_id: int
     message_id: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedDocument:
+    """A chat's pinned document (getChat's `pinned_message`) and its caption."""
+
+    document: StoredDocument
+    caption: str | None
 
 
 @dataclass(frozen=True, slots=True)

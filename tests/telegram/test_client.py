@@ -234,3 +234,37 @@ async def test_a_call_is_cut_off_at_its_size_scaled_budget(size: int, budget: st
         await client.aclose()
     # The request was cancelled, not left running behind the caller's back.
     assert gave_up.is_set()
+
+
+async def test_a_caption_edit_names_the_message_and_the_pin_comes_with_its_caption(
+    client: BotClient,
+) -> None:
+    with respx.mock:
+        edit = respx.post(method_url("editMessageCaption")).mock(
+            return_value=httpx.Response(200, json={"ok": True, "result": {"message_id": 7}})
+        )
+        respx.post(method_url("getChat")).mock(
+            return_value=httpx.Response(
+                200,
+                json={
+                    "ok": True,
+                    "result": {
+                        "id": -100,
+                        "pinned_message": {
+                            "message_id": 7,
+                            "chat": {"id": -100},
+                            "caption": '{"seq":3}',
+                            "document": {"file_id": "F", "file_unique_id": "U", "file_size": 9},
+                        },
+                    },
+                },
+            )
+        )
+        await client.edit_message_caption(-100, 7, '{"seq":3}')
+        pinned = await client.pinned_message(-100)
+    sent = dict(httpx.QueryParams(edit.calls.last.request.content.decode()))
+    assert sent == {"chat_id": "-100", "message_id": "7", "caption": '{"seq":3}'}
+    assert pinned is not None and pinned.caption == '{"seq":3}'
+    assert (pinned.document.message_id, pinned.document.file_id) == (7, "F")
+    with pytest.raises(ValueError, match="1024"):
+        await client.edit_message_caption(-100, 7, "x" * 1025)

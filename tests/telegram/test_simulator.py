@@ -767,3 +767,21 @@ async def test_get_chat_names_the_latest_standing_pin_with_a_file_id_of_the_call
     assert after_delete is not None and after_delete.message_id == first.message_id
     with pytest.raises(PermanentError, match="message to pin not found"):
         await bots[0].pin_chat_message(CHAT_ID, second.message_id)
+
+
+async def test_a_caption_edit_shows_in_get_chat_and_posts_nothing(bots: list[BotClient]) -> None:
+    manifest = await bots[0].send_document(CHAT_ID, b"manifest", "m.json")
+    await bots[0].pin_chat_message(CHAT_ID, manifest.message_id)
+    before = await bots[0].send_document(CHAT_ID, b"next", "n.bin")
+
+    await bots[0].edit_message_caption(CHAT_ID, manifest.message_id, '{"seq":1}')
+
+    pinned = await bots[1].pinned_message(CHAT_ID)
+    assert pinned is not None and pinned.document.message_id == manifest.message_id
+    assert pinned.caption == '{"seq":1}'
+    after = await bots[0].send_document(CHAT_ID, b"after", "a.bin")
+    assert after.message_id == before.message_id + 1  # the edit took no message id
+    with pytest.raises(PermanentError, match="message is not modified"):
+        await bots[0].edit_message_caption(CHAT_ID, manifest.message_id, '{"seq":1}')
+    with pytest.raises(PermanentError, match="message to edit not found"):
+        await bots[0].edit_message_caption(CHAT_ID, after.message_id + 5, "x")

@@ -9,7 +9,8 @@
 * :mod:`~app.db.models.keys` -- API keys and web sessions;
 * :mod:`~app.db.models.tus` -- resumable uploads;
 * :mod:`~app.db.models.trash` -- deleted and replaced objects kept restorable;
-* :mod:`~app.db.models.snapshots` -- the messages of metadata snapshots, and their writer's lease.
+* :mod:`~app.db.models.snapshots` -- the messages of metadata snapshots, their writer's lease,
+  the journal.
 
 Everything is re-exported here: import models from ``app.db.models``. Importing
 this package puts every table on ``Base.metadata``, which Alembic's env.py
@@ -50,7 +51,7 @@ from app.db.models.objects import (
     Piece,
     StoredObject,
 )
-from app.db.models.snapshots import SnapshotLease, SnapshotMessage
+from app.db.models.snapshots import JournalEntry, SnapshotLease, SnapshotMessage
 from app.db.models.trash import TRASH_REASONS, TrashEntry, TrashReason
 from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
 
@@ -80,6 +81,7 @@ __all__ = [
     "GcEntry",
     "GcReason",
     "Instance",
+    "JournalEntry",
     "KeyScope",
     "MultipartUpload",
     "PartPiece",

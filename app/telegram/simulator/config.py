@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 MB = 1000 * 1000
 MiB = 1024 * 1024
-CAPTION_LIMIT = 1024
 SEND_WINDOW = 60.0  # seconds: the per-chat flood limit counts sends over one minute
 DOWNLOAD_PIECE = 64 * 1024
 MIN_PACED_PIECE = 1024

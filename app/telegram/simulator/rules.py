@@ -25,7 +25,7 @@ from app.telegram.simulator.bodies import (
     _message_id_param,
     _received_file,
 )
-from app.telegram.simulator.config import CAPTION_LIMIT, FAULTABLE_METHODS, SimulatorConfig
+from app.telegram.simulator.config import FAULTABLE_METHODS, SimulatorConfig
 from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
     ApiError,
@@ -37,6 +37,7 @@ from app.telegram.simulator.model import (
     _Params,
     _StoredFile,
 )
+from app.telegram.types import CAPTION_LIMIT
 
 
 class TelegramRules:
@@ -173,6 +174,9 @@ class TelegramRules:
         if message_id in chat.pinned:
             chat.pinned.remove(message_id)
         chat.pinned.append(message_id)
+        # In a channel, a pin posts a service message ("... pinned ..."): it
+        # takes the next message id, and bots never see it (no document).
+        chat.last_message_id += 1
         return True
 
     def _unpin_chat_message(self, bot_id: int, params: _Params) -> bool:
@@ -191,6 +195,23 @@ class TelegramRules:
             raise ApiError(400, "Bad Request: message to unpin not found")
         chat.pinned.remove(message_id)
         return True
+
+    def _edit_message_caption(self, bot_id: int, params: _Params) -> dict[str, Any]:
+        chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
+        message_id = _message_id_param(params, "message_id")
+        if (bot_id, chat.chat_id) in self._demoted:
+            raise ApiError(400, "Bad Request: message can't be edited")
+        if not self._standing(chat, message_id):
+            raise ApiError(400, "Bad Request: message to edit not found")
+        caption = params.fields.get("caption") or None
+        if caption is not None and len(caption) > CAPTION_LIMIT:
+            raise ApiError(400, "Bad Request: message caption is too long")
+        message = chat.messages[message_id]
+        if caption == message.caption:
+            raise ApiError(400, "Bad Request: message is not modified")
+        # An edit posts no service message and keeps the pin where it is.
+        message.caption = caption
+        return self._message_json(message)
 
     def _get_chat(self, bot_id: int, params: _Params) -> dict[str, Any]:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
@@ -391,6 +412,7 @@ _METHODS = {
         _Method("pinChatMessage", "_pin_chat_message"),
         _Method("unpinChatMessage", "_unpin_chat_message"),
         _Method("getChat", "_get_chat"),
+        _Method("editMessageCaption", "_edit_message_caption"),
     )
 }
 
