@@ -401,10 +401,6 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         owner=spool.instance_id,
     )
     stack.push_async_callback(sealing_migration.stop)
-    # Sends of spooled parts need the dispatcher; what they leave stays in
-    # the spool for the next start.
-    stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
-    stack.push_async_callback(_cancel_all, background)
     snapshots.start()
     journal.start()
     if settings.snapshot_interval_seconds > 0:
@@ -414,6 +410,11 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         # Before the final snapshot (callbacks run last in, first out): should
         # that one fail, the changes since the previous one are in the chats.
         stack.push_async_callback(_final_journal, journal, settings.shutdown_grace_seconds)
+    # Before the final journal: the parts its last sends commit are in it.
+    # Sends of spooled parts need the dispatcher; what they leave stays in
+    # the spool for the next start.
+    stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
+    stack.push_async_callback(_cancel_all, background)
     stack.push_async_callback(snapshots.stop)
     stack.push_async_callback(journal.stop)
     prober.start()

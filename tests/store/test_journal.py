@@ -173,4 +173,6 @@ async def test_changes_with_no_snapshot_to_chain_onto_bring_the_first_snapshot_f
         return found is not None
 
     await eventually(pinned)
+    # The pin comes before the snapshot's bookkeeping ends (`last` is set then).
+    await eventually(lambda: services.snapshots.last is not None)
     assert services.snapshots.last is not None and services.snapshots.last.counts["objects"] == 1
