@@ -93,6 +93,17 @@ async def count_pending(session: AsyncSession) -> int:
     return int(await session.scalar(select(func.count()).select_from(JournalEntry)) or 0)
 
 
+async def newest_id(session: AsyncSession) -> int:
+    """The id of the newest journal row (0: none)."""
+    return int(await session.scalar(select(func.max(JournalEntry.id))) or 0)
+
+
+async def forget_through(session: AsyncSession, last_id: int) -> int:
+    """Delete the journal rows up to id `last_id`; how many."""
+    result = await session.execute(delete(JournalEntry).where(JournalEntry.id <= last_id))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
 async def forget(session: AsyncSession, ids: Iterable[int]) -> None:
     """Delete shipped journal rows, by id."""
     for batch in batches(list(ids), _IN_BATCH):

@@ -31,6 +31,8 @@ import gzip
 import hashlib
 import io
 import json
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -61,9 +63,13 @@ LEASE = timedelta(minutes=5)
 COPY_KEYS = ("bot_id", "chat_id", "message_id", "file_id", "file_unique_id")
 # What a batch's entry in its successor's list holds, besides its copies.
 ENTRY_KEYS = ("seq", "sha256", "size", "sealing", "shipped_at")
-# With the journal off, its rows are still written (by triggers): a round
-# this often deletes them, since nothing will ship them.
+# With the journal off here, its rows are still written (by triggers): a
+# round this often deletes those older than STALE_AFTER. Not younger ones: an
+# instance with the journal on (settings differ, or during a rolling change)
+# ships rows within seconds, and deleting them would take changes out of its
+# batches.
 PURGE_SECONDS = 60.0
+STALE_AFTER = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +100,12 @@ class Journal:
         interval: float,
         max_bytes: int,
         on_round: Callable[[str, str, float], None] | None = None,
+        stale_after: float = STALE_AFTER,
     ) -> None:
         self._dispatcher = dispatcher
+        self._stale_after = stale_after
+        # (monotonic time, the newest journal row id then), one per purge round.
+        self._seen: deque[tuple[float, int]] = deque()
         self._sessionmaker = sessionmaker
         self._encryption = encryption
         self._snapshots = writer
@@ -131,16 +141,20 @@ class Journal:
         return 0.0 if result.full else None
 
     async def purge(self) -> int:
-        """Delete every pending journal row; how many."""
-        total = 0
-        while True:
-            async with session_scope(self._sessionmaker) as session:
-                pending = await journal.pending(session, BATCH_ROWS)
-                await journal.forget(session, pending.ids)
-            total += len(pending.ids)
-            if len(pending.ids) < BATCH_ROWS:
-                self.pending_rows = 0
-                return total
+        """Delete the journal rows that were already there `stale_after`
+        seconds ago (nobody shipped them); how many."""
+        now = time.monotonic()
+        async with session_scope(self._sessionmaker) as session:
+            self._seen.append((now, await journal.newest_id(session)))
+        through = 0
+        while self._seen and now - self._seen[0][0] >= self._stale_after:
+            through = self._seen.popleft()[1]
+        if not through:
+            return 0
+        async with session_scope(self._sessionmaker) as session:
+            forgotten = await journal.forget_through(session, through)
+            self.pending_rows = await journal.count_pending(session)
+        return forgotten
 
     async def ship(self) -> BatchResult:
         """Ship one batch of what is pending now. Raises if a send or an

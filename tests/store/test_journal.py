@@ -5,6 +5,8 @@ manifest's caption at it; a restore applies the batches after the snapshot."""
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -176,3 +178,22 @@ async def test_changes_with_no_snapshot_to_chain_onto_bring_the_first_snapshot_f
     # The pin comes before the snapshot's bookkeeping ends (`last` is set then).
     await eventually(lambda: services.snapshots.last is not None)
     assert services.snapshots.last is not None and services.snapshots.last.counts["objects"] == 1
+
+
+async def test_an_instance_with_the_journal_off_deletes_only_rows_nobody_shipped_for_an_hour(
+    launcher: ServiceLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Off here (settings differ between instances, or during a rolling
+    # change): another instance may be shipping these rows right now.
+    service = await launcher.start(snapshot_interval_seconds=HOUR, journal_seconds=0)
+    journal = journal_of(service)
+    assert not journal.enabled
+    await put_file(service, "fresh.txt", b"a change another instance ships")
+
+    assert await journal.purge() == 0
+    an_hour_on = time.monotonic() + HOUR + 1
+    monkeypatch.setattr("app.store.journal.time", SimpleNamespace(monotonic=lambda: an_hour_on))
+
+    assert await journal.purge() > 0  # an hour on, nobody shipped them
+    await put_file(service, "later.txt", b"written after the first look")
+    assert await journal.purge() == 0  # rows younger than an hour stay
