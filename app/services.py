@@ -291,6 +291,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         trash_retention=timedelta(seconds=settings.trash_retention_seconds)
         if settings.trash_retention_seconds > 0
         else None,
+        spool=spool,
     )
     trash_store = TrashStore(sessionmaker)
     snapshots = Snapshots(
@@ -309,6 +310,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         store,
         spool=spool,
         flusher=flusher,
+        wait_for_telegram=settings.complete_waits_for == "telegram",
         expiration=settings.tus_expiration_seconds,
         cleanup_interval=tuning.tus_cleanup_interval_seconds,
     )
@@ -335,7 +337,12 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
     multipart = MultipartStore(
-        sessionmaker, store, spool=spool, flusher=flusher, min_part_size=tuning.s3_min_part_size
+        sessionmaker,
+        store,
+        spool=spool,
+        flusher=flusher,
+        min_part_size=tuning.s3_min_part_size,
+        wait_for_telegram=settings.complete_waits_for == "telegram",
     )
     # The web page's status screen: the last ten minutes of throughput.
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))

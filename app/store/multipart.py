@@ -4,7 +4,9 @@ Write-behind: a part of known size under half of bots x CHUNK_SIZE (on its
 own it would leave bots idle) is written to the local staging spool, made
 durable, recorded, and acknowledged at disk speed; the flusher sends it to
 Telegram in the background, in full chunks cut across parts. Completing
-waits for the listed parts to be flushed. A bigger part, or one of unknown
+answers once the listed parts are durable (an object whose parts are still
+spooled is pending, read from the spool until the flush: app.db.pending),
+or, with COMPLETE_WAITS_FOR=telegram, waits for them to be flushed. A bigger part, or one of unknown
 size, or any part when the spool is off or full, goes through the chunk
 writer while the client waits, as any upload (cut into equal chunks that keep
 every bot busy; never inline: an object is inline or pieces, not both).
@@ -108,8 +110,12 @@ class MultipartStore:
         spool: Spool | None = None,
         flusher: Flusher | None = None,
         min_part_size: int = 0,
+        wait_for_telegram: bool = False,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # COMPLETE_WAITS_FOR=telegram: Complete waits for the flush of its
+        # parts, as before objects could be pending (app.db.pending).
+        self._wait_for_telegram = wait_for_telegram
         self._objects = objects
         self._spool = spool if spool is not None and spool.enabled else None
         self._flusher = flusher
@@ -236,6 +242,7 @@ class MultipartStore:
                     bucket=upload.bucket,
                     key=upload.key,
                     checksum=checksum() if checksum is not None else None,
+                    md5=written.md5_hex,
                 )
         except BaseException:
             await spool.delete([written.path])
@@ -301,11 +308,17 @@ class MultipartStore:
                 checksum=checksum,
             )
 
-        try:
-            await in_transaction(self._sessionmaker, put_part)
-        except ChunksMissing:
-            # Released between reading the source's pieces and locking them.
-            raise changed from None
+        for attempt in range(2):
+            try:
+                await in_transaction(self._sessionmaker, put_part)
+                break
+            except ChunksMissing:
+                # Released between reading the source's pieces and locking them.
+                raise changed from None
+            except ObjectNotFound:
+                # A pending source has no pieces until its flush: wait for it once.
+                if attempt or not await self._objects.wait_settled(source):
+                    raise
         return checksum
 
     async def upload_part_from_bytes(
@@ -396,11 +409,15 @@ class MultipartStore:
     ) -> ObjectInfo:
         """Raises UploadMissing, InvalidPartOrder, InvalidPart, PartTooSmall
         (a part but the last under `min_part_size`), what `check` raises,
-        and FlushFailed when listed parts are in the spool and cannot reach
-        Telegram now."""
+        and, waiting for Telegram, FlushFailed when listed parts are in the
+        spool and cannot reach Telegram now.
+
+        Parts still in the spool make the object pending (app.db.pending),
+        answered at once, unless COMPLETE_WAITS_FOR=telegram."""
         numbers = [number for number, _ in parts]
+        pending = self._flusher is not None and not self._wait_for_telegram
         while True:
-            if self._flusher is not None:
+            if self._flusher is not None and not pending:
                 await self._flusher.flushed(upload.upload_id, numbers)
             spooled = await self._spooled_paths(upload)
             try:
@@ -413,6 +430,7 @@ class MultipartStore:
                         key=upload.key,
                         min_part_size=self._min_part_size,
                         check=check,
+                        allow_spooled=pending,
                     )
                     info = ObjectInfo.from_row(row, with_content=False)
             except PartsNotStored:
@@ -421,6 +439,9 @@ class MultipartStore:
                 continue  # a listed part was uploaded again meanwhile
             break
         await self._forget_spooled(spooled)
+        if spooled and self._flusher is not None:
+            # The upload's tail goes now, not after the idle wait.
+            self._flusher.seal(upload.upload_id)
         self._objects.wake_gc()
         return info
 

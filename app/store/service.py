@@ -53,7 +53,9 @@ from app.store.object_seal import PLAIN, seal_from
 from app.store.object_seal import ObjectSeal as ObjectSeal
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
+from app.store.pending import PendingReads
 from app.store.reader import PieceSpan, RangeReader
+from app.store.spool import Spool
 from app.store.writer import ChunkWriter, WrittenContent
 
 
@@ -67,8 +69,11 @@ class ObjectStore:
         *,
         statements: SingleStatements | None = None,
         trash_retention: timedelta | None = None,
+        spool: Spool | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # Objects completed with parts still spooled are read from there.
+        self._pending = PendingReads(sessionmaker, reader, writer.encryption, spool)
         # Deletes and replacements go to the trash for this long (the
         # sessions keep it too: app.db.trash.configure); small objects then
         # take the single statements that trash them instead of those that
@@ -331,6 +336,8 @@ class ObjectStore:
 
         try:
             copied = await in_transaction(self._sessionmaker, copy)
+            if copied is None and await self.wait_settled(source):
+                copied = await in_transaction(self._sessionmaker, copy)
         except ChunksMissing:
             # The source was replaced and its chunks released between reading
             # its pieces and locking them.
@@ -347,6 +354,12 @@ class ObjectStore:
         there is no object under (bucket, key)."""
         async with session_scope(self._sessionmaker) as session:
             return await ObjectRepository(session).set_tags(bucket, key, tags)
+
+    async def wait_settled(self, info: ObjectInfo) -> bool:
+        """If the object is pending, wait until its bytes are in Telegram
+        (a metadata-only copy needs its pieces); whether it was pending.
+        Raises ContentPending past PENDING_COPY_WAIT."""
+        return await self._pending.settled(info.id, f"{info.bucket}/{info.key}")
 
     def keeps_the_pool_busy(self, size: int) -> bool:
         return self._writer.keeps_the_pool_busy(size)
@@ -377,6 +390,14 @@ class ObjectStore:
             return _from_bytes((info.inline_data or b"")[start:end])
         async with session_scope(self._sessionmaker) as session:
             trimmed = await ObjectRepository(session).covering_pieces(info.id, start, end)
+        if trimmed is None:
+            # Pending (its parts partly in the spool), or replaced meanwhile.
+            label = f"{info.bucket}/{info.key}"
+            pending = await self._pending.open(info.id, label, start, end)
+            if pending is not None:
+                return pending
+            async with session_scope(self._sessionmaker) as session:
+                trimmed = await ObjectRepository(session).covering_pieces(info.id, start, end)
         if trimmed is None:
             # The object was replaced or deleted after `info` was read.
             raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")

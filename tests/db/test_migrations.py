@@ -46,7 +46,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0018"
+    assert head_revision() == "0020"
 
 
 def test_the_head_the_schema_check_reads_is_alembics() -> None:

@@ -38,6 +38,8 @@ class MultipartUpload(Base):
     __table_args__ = (
         # ListMultipartUploads: a range scan in (key, upload id) order.
         Index(None, "bucket", "key", "id"),
+        # Deleting an object finds its pending source (a cascade's lookup).
+        Index(None, "completed_object_id"),
     )
 
     # Byte order ("C" on Postgres) so listings page the same on both backends.
@@ -52,6 +54,13 @@ class MultipartUpload(Base):
     checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
     # The tags CreateMultipartUpload was given, for the object Complete writes.
     tags: Mapped[dict[str, str] | None] = mapped_column(NullableJson, nullable=True, default=None)
+    # Completed while parts were still in the spool: the upload stays, hidden
+    # from the multipart API, as the source of this object's bytes until the
+    # flusher commits its last part (app.db.pending). The object's deletion
+    # takes it along.
+    completed_object_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("objects.id", ondelete="CASCADE"), nullable=True, default=None
+    )
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"
@@ -147,6 +156,9 @@ class SpooledPart(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     owner: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # MD5 (hex) of the file as written, checked by reads from the spool; None
+    # for rows from before reads did (the part's ETag is its MD5 then).
+    md5: Mapped[str | None] = mapped_column(String(32), default=None)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,60 @@
+"""Complete answers at spool durability: objects whose bytes are partly spooled.
+
+Revision ID: 0020
+Revises: 0018
+Create Date: 2026-12-06
+
+`multipart_uploads.completed_object_id`: a completed upload whose parts are
+still partly in the spool stays, hidden from the multipart API, as the source
+of the object's bytes until the flusher commits its last part (then the
+object gets its pieces and the upload goes). Deleting the object deletes it
+(ON DELETE CASCADE). `spooled_parts.md5`: the MD5 of the spooled file as
+written, which a read from the spool checks (a copy's ETag is not its MD5).
+
+Additive: the previous release ignores both columns, but a pending object
+would look to it like an object without pieces: downgrade first lets the
+flusher finish (the spool empty), then drops the columns.
+
+Types are spelled out here rather than imported from app.db: a migration
+must keep meaning what it meant when it was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0020"
+down_revision: str | None = "0018"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # Batch: SQLite adds a foreign key only by rebuilding the (small) table.
+    with op.batch_alter_table("multipart_uploads") as batch:
+        batch.add_column(sa.Column("completed_object_id", sa.BigInteger(), nullable=True))
+        batch.create_foreign_key(
+            op.f("fk_multipart_uploads_completed_object_id_objects"),
+            "objects",
+            ["completed_object_id"],
+            ["id"],
+            ondelete="CASCADE",
+        )
+        batch.create_index(
+            op.f("ix_multipart_uploads_completed_object_id"), ["completed_object_id"]
+        )
+    op.add_column("spooled_parts", sa.Column("md5", sa.String(32), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("spooled_parts") as batch:
+        batch.drop_column("md5")
+    with op.batch_alter_table("multipart_uploads") as batch:
+        batch.drop_index(op.f("ix_multipart_uploads_completed_object_id"))
+        batch.drop_constraint(
+            op.f("fk_multipart_uploads_completed_object_id_objects"), type_="foreignkey"
+        )
+        batch.drop_column("completed_object_id")
