@@ -2,8 +2,9 @@
 
 UploadPart is answered once the part is durable in the local spool; the
 flusher sends the parts in full chunks cut across part boundaries; Complete
-waits for them (COMPLETE_WAITS_FOR=telegram), answering 200 early and padding with whitespace when that
-takes long, and ending with an <Error> if the parts cannot be stored.
+waits for them (COMPLETE_WAITS_FOR=telegram), answering 200 early and padding
+with whitespace when that takes long, and ending with an <Error> if the parts
+cannot be stored.
 """
 
 from __future__ import annotations
