@@ -31,6 +31,7 @@ from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
+from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
@@ -84,6 +85,7 @@ class Services:
     leases: BotLeases
     shared_paths: SharedPaths
     resumable: ResumableStore
+    flush_lag: FlushLagWatch
     throughput: ThroughputHistory
     prober: BotProber
     scrub: Scrub
@@ -344,6 +346,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         min_part_size=tuning.s3_min_part_size,
         wait_for_telegram=settings.complete_waits_for == "telegram",
     )
+    flush_lag = FlushLagWatch(sessionmaker, owner=spool.instance_id, alert=settings.flush_lag_alert)
     # The web page's status screen: the last ten minutes of throughput.
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
     loops = (
@@ -354,6 +357,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         resumable.cleanup,
         prober.rechecks,
         throughput.loop,
+        flush_lag.loop,
         scrub.loop,
     )
     for loop in loops:
@@ -438,6 +442,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
             spool_max_bytes=spool.max_bytes,
         )
     )
+    metrics.watch_flush_lag(flush_lag.current)
     metrics.watch_durability(lambda: scrub.last_health, lambda: scrub.repaired)
     metrics.watch(
         bots=dispatcher.status,
@@ -447,6 +452,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     )
     return Services(
         settings=settings,
+        flush_lag=flush_lag,
         throughput=throughput,
         metrics=metrics,
         engine=engine,

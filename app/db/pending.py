@@ -177,15 +177,15 @@ class PendingRepository:
             )
         return found
 
-    async def lag(self) -> tuple[int, datetime | None]:
-        """Bytes in every instance's spool, and when the oldest was written."""
-        size, oldest = (
-            await self._session.execute(
-                select(
-                    func.coalesce(func.sum(SpooledPart.size), 0), func.min(SpooledPart.created_at)
-                )
-            )
-        ).one()
+    async def lag(self, owner: str | None = None) -> tuple[int, datetime | None]:
+        """Bytes in the spool of `owner` (None: of every instance) not yet in
+        Telegram, and when the oldest of them was spooled."""
+        query = select(
+            func.coalesce(func.sum(SpooledPart.size), 0), func.min(SpooledPart.created_at)
+        )
+        if owner is not None:
+            query = query.where(SpooledPart.owner == owner)
+        size, oldest = (await self._session.execute(query)).one()
         return int(size), oldest
 
 
