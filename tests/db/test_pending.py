@@ -1,0 +1,123 @@
+"""Pending objects (app.db.pending): completed while parts were still in the
+spool, finalised by the commit of their last spooled part, left out of
+snapshots, and deleted with their parts' chunks released."""
+
+from __future__ import annotations
+
+import hashlib
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.db.models import Chunk, GcEntry, MultipartUpload, Piece, SpooledPart
+from app.db.multipart import MultipartRepository
+from app.db.objects import ObjectRepository
+from app.db.pending import PendingRepository
+from app.db.session import session_scope
+from app.db.snapshots import dump_rows
+from app.db.spool import SpoolRepository
+from tests.db.helpers import add_chunks, count, spec, whole_chunks
+
+Sessions = async_sessionmaker[AsyncSession]
+FLUSHED = 1000  # part 1, already in Telegram
+SPOOLED = 600  # part 2, still in the spool
+
+
+def etag(size: int) -> str:
+    return f'"{hashlib.md5(b"%d" % size).hexdigest()}"'
+
+
+async def pending_object(sessionmaker: Sessions) -> tuple[int, int, int]:
+    """An object of a flushed part and a spooled one, completed: (object
+    id, the flushed part's chunk id, the spooled part's spool row id)."""
+    (chunk,) = await add_chunks(sessionmaker, [FLUSHED])
+    async with session_scope(sessionmaker) as session:
+        repo = MultipartRepository(session)
+        upload = await repo.create(bucket="b", key="k", content_type="x/y", user_metadata={})
+        await repo.put_part(upload.id, 1, size=FLUSHED, etag=etag(1), pieces=whole_chunks([chunk]))
+        await SpoolRepository(session).put(
+            upload.id,
+            2,
+            size=SPOOLED,
+            etag=etag(2),
+            path="i/p.part",
+            owner="i",
+            bucket="b",
+            key="k",
+        )
+        # Part 3 is left out of the completion: it goes at once.
+        await SpoolRepository(session).put(
+            upload.id, 3, size=10, etag=etag(3), path="i/q.part", owner="i", bucket="b", key="k"
+        )
+    async with session_scope(sessionmaker) as session:
+        row = await MultipartRepository(session).complete(
+            upload.id, [(1, etag(1)), (2, etag(2))], name="k", allow_spooled=True
+        )
+        spool_id = await session.scalar(select(SpooledPart.id))
+    assert spool_id is not None
+    return row.id, chunk.id, spool_id
+
+
+async def dumped_object_ids(sessionmaker: Sessions) -> list[int]:
+    ids = []
+    async for name, rows in dump_rows(sessionmaker):
+        if name == "objects":
+            ids += [row["id"] for row in rows]
+    return ids
+
+
+async def test_a_pending_object_is_hidden_from_snapshots_until_finalised(
+    sessionmaker: Sessions,
+) -> None:
+    async with session_scope(sessionmaker) as session:
+        settled = await ObjectRepository(session).put(spec("settled", inline_data=b"x"))
+    object_id, chunk_id, spool_id = await pending_object(sessionmaker)
+
+    async with session_scope(sessionmaker) as session:
+        parts = await PendingRepository(session).source(object_id)
+        visible = await ObjectRepository(session).get("b", "k")
+        uploads = await MultipartRepository(session).get(parts[0].upload_id if parts else "")
+    assert visible is not None and visible.size == FLUSHED + SPOOLED
+    assert uploads is None  # no upload to the multipart API any more
+    assert parts is not None
+    assert [(p.part_number, p.start, p.size, p.spooled is not None) for p in parts] == [
+        (1, 0, FLUSHED, False),
+        (2, FLUSHED, SPOOLED, True),
+    ]
+    assert await dumped_object_ids(sessionmaker) == [settled.id]
+
+    (flushed,) = await add_chunks(sessionmaker, [SPOOLED])
+    async with session_scope(sessionmaker) as session:
+        assert await SpoolRepository(session).commit_pieces(spool_id, whole_chunks([flushed]))
+
+    async with session_scope(sessionmaker) as session:
+        pieces = (
+            await session.scalars(
+                select(Piece).where(Piece.object_id == object_id).order_by(Piece.seq)
+            )
+        ).all()
+        assert await PendingRepository(session).source(object_id) is None
+        assert await count(session, MultipartUpload) == 0
+    assert [(p.chunk_id, p.start, p.length) for p in pieces] == [
+        (chunk_id, 0, FLUSHED),
+        (flushed.id, FLUSHED, SPOOLED),
+    ]
+    assert sorted(await dumped_object_ids(sessionmaker)) == sorted([settled.id, object_id])
+
+
+async def test_deleting_a_pending_object_releases_its_flushed_parts_chunks(
+    sessionmaker: Sessions,
+) -> None:
+    _, chunk_id, spool_id = await pending_object(sessionmaker)
+
+    async with session_scope(sessionmaker) as session:
+        assert await ObjectRepository(session).delete("b", "k")
+
+    async with session_scope(sessionmaker) as session:
+        # The part's chunk row went, its message to the GC ledger.
+        assert await session.get(Chunk, chunk_id) is None
+        assert await count(session, GcEntry) == 1
+        assert await count(session, MultipartUpload) == 0
+        assert await count(session, SpooledPart) == 0
+        # The flusher's late commit finds nothing to commit.
+        assert not await SpoolRepository(session).commit_pieces(spool_id, [])
