@@ -128,6 +128,10 @@ class PendingReads:
                 )
             await asyncio.sleep(PENDING_POLL)
 
+    async def is_pending(self, object_id: int) -> bool:
+        async with session_scope(self._sessionmaker) as session:
+            return await PendingRepository(session).source(object_id) is not None
+
     def _holds(self, part: PendingPart) -> bool:
         spooled = part.spooled
         return spooled is None or (

@@ -97,6 +97,13 @@ class ObjectStore:
         if info.size == 0 or info.inline_data is not None:
             return PLAIN
         rows = await self._statements.rows(OBJECT_SEALS, {"object_id": info.id})
+        if not rows and await self._pending.is_pending(info.id):
+            # No pieces yet: sealed as the flusher will seal its spooled parts
+            # (never under a customer key: such parts are not spooled).
+            seals = self._writer.encryption.seals_new_chunks
+            return ObjectSeal(
+                master=seals and self.encryption_enabled, customer=(), other_chunks=True
+            )
         return seal_from(seal_rows(rows), master_keys=self.encryption_enabled)
 
     @staticmethod
