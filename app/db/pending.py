@@ -162,6 +162,20 @@ class PendingRepository:
         )
         return True
 
+    async def completed(self, upload_ids: Iterable[str]) -> set[str]:
+        """Which of these uploads are pending objects' sources."""
+        found: set[str] = set()
+        for batch in batches(sorted(set(upload_ids))):
+            found.update(
+                await self._session.scalars(
+                    select(MultipartUpload.id).where(
+                        MultipartUpload.id.in_(batch),
+                        MultipartUpload.completed_object_id.is_not(None),
+                    )
+                )
+            )
+        return found
+
     async def chunk_ids_of_pending(self, object_ids: Iterable[int]) -> set[int]:
         """The chunks the parts of these pending objects hold (parts already
         in Telegram), to release when the objects' rows are deleted."""

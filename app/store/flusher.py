@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import SpooledPart
 from app.db.object_rows import PieceSpec
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -128,8 +129,10 @@ class Flusher:
         """Start on every upload with spooled parts this instance owns."""
         async with session_scope(self._sessionmaker) as session:
             rows = await SpoolRepository(session).owned(self._spool.instance_id)
+            completed = await PendingRepository(session).completed(row.upload_id for row in rows)
         for upload_id in dict.fromkeys(row.upload_id for row in rows):
-            self.notify(upload_id)
+            # A pending object's tail goes at once: no part will join it.
+            (self.seal if upload_id in completed else self.notify)(upload_id)
         if rows:
             log.info("spool_resumed", parts=len(rows), bytes=sum(row.size for row in rows))
 
