@@ -294,6 +294,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         if settings.trash_retention_seconds > 0
         else None,
         spool=spool,
+        pending_copies=settings.complete_waits_for == "spool",
     )
     trash_store = TrashStore(sessionmaker)
     snapshots = Snapshots(

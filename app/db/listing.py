@@ -263,7 +263,7 @@ class ListingRepository:
             "u",
             "id, created_at",
             "entries.plain = 1 AND u.bucket = :bucket AND u.key = entries.key"
-            " AND u.completed_object_id IS NULL"
+            " AND u.completed_at IS NULL"
             " AND (u.key != :resume_key OR u.id > :resume_id)",
         )
         sql = self._walk(uploads, bounds) + (
@@ -358,7 +358,7 @@ def _plain_uploads_query(inclusive: bool, bounded: bool, resume: bool) -> Select
         uploads.bucket == bindparam("bucket"),
         _above_start(key, inclusive),
         # A pending object's source is no upload to the client (app.db.pending).
-        uploads.completed_object_id.is_(None),
+        uploads.completed_at.is_(None),
     )
     if bounded:
         query = query.where(key < bindparam("stop"))

@@ -36,10 +36,12 @@ from app.db.models import (
     MAX_PART_NUMBER,
     MultipartUpload,
     PartPiece,
+    PendingCopy,
     UploadPart,
 )
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum, merge_adjacent
 from app.db.objects import ObjectRepository, WriteCheck
+from app.db.pending import PendingRepository
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -189,8 +191,12 @@ class MultipartRepository:
         key: str | None = None,
         checksum: str | None = None,
         now: datetime | None = None,
+        copy_of: tuple[str, int] | None = None,
     ) -> UploadPart:
         """Record part `part_number`, replacing any earlier upload of that number.
+
+        `copy_of` (source upload id, start): the part is a copy of a pending
+        object's bytes (app.db.pending), with no pieces until they are flushed.
 
         The pieces' chunks become live (they may be new, or shared with
         objects by UploadPartCopy); a replaced part's chunks are released
@@ -200,7 +206,10 @@ class MultipartRepository:
         nothing is written then, and the caller must release its new chunks.
         """
         _check_part_number(part_number)
-        _check_pieces(size, pieces)
+        if copy_of is None:
+            _check_pieces(size, pieces)
+        elif pieces or size <= 0:
+            raise ValueError("a pending copy has a size and no pieces yet")
         now = now or utcnow()
         if await self._lock_upload(upload_id, bucket, key, exclusive=False) is None:
             raise UploadMissing(upload_id)
@@ -233,7 +242,17 @@ class MultipartRepository:
                 .execution_options(synchronize_session=False)
             )
             part.size, part.etag, part.checksum, part.created_at = size, etag, checksum, now
+            await self._session.execute(
+                delete(PendingCopy).where(
+                    PendingCopy.target_upload_id == upload_id,
+                    PendingCopy.target_part_number == part_number,
+                )
+            )
         await self._session.flush()
+        if copy_of is not None:
+            await PendingRepository(self._session).add_copy(
+                copy_of[0], copy_of[1], size, (upload_id, part_number)
+            )
         if pieces:
             await self._session.execute(
                 insert(PartPiece),
@@ -398,6 +417,7 @@ class MultipartRepository:
                 )
             )
             upload.completed_object_id = created.id
+            upload.completed_at = now or utcnow()
             await self._session.flush()
         else:
             await self._delete_upload(upload)
@@ -414,7 +434,7 @@ class MultipartRepository:
         # any more to the multipart API (app.db.pending).
         return (
             upload is not None
-            and upload.completed_object_id is None
+            and upload.completed_at is None
             and (bucket is None or upload.bucket == bucket)
             and (key is None or upload.key == key)
         )

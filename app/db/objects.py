@@ -364,7 +364,7 @@ class ObjectRepository:
             )
         )
         if not own:
-            own = await PendingRepository(self._session).chunk_ids_of_pending([object_id])
+            own = await PendingRepository(self._session).detach_sources([object_id])
         return sorted(own)
 
     async def _delete_row(self, obj: StoredObject) -> None:

@@ -107,7 +107,7 @@ class SpoolRepository:
             upload is None
             or upload.bucket != bucket
             or upload.key != key
-            or upload.completed_object_id is not None
+            or upload.completed_at is not None
         ):
             raise UploadMissing(upload_id)
         await lock_upload_part(self._session, upload_id, part_number)

@@ -234,7 +234,7 @@ class TrashRepository:
                     select(Piece.chunk_id).where(Piece.object_id.in_(batch)).distinct()
                 )
             )
-            chunk_ids.update(await PendingRepository(self._session).chunk_ids_of_pending(batch))
+            chunk_ids.update(await PendingRepository(self._session).detach_sources(batch))
             # The pieces, the trash entries and a pending object's upload go
             # with the rows (ON DELETE CASCADE).
             await self._session.execute(

@@ -42,6 +42,7 @@ from app.db.multipart import (
 )
 from app.db.object_rows import PieceSpec
 from app.db.objects import ObjectRepository, WriteCheck
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.sealing import SealingRepository
 from app.db.session import session_scope
@@ -295,6 +296,13 @@ class MultipartStore:
 
         async def put_part(session: AsyncSession) -> None:
             pieces = await ObjectRepository(session).piece_specs(source.id, start, end)
+            copy_of = None
+            if pieces is None and not self._wait_for_telegram:
+                # A pending source: the part is a copy of its bytes, resolved
+                # when they are flushed (app.db.pending).
+                source_upload = await PendingRepository(session).lock_source(source.id)
+                if source_upload is not None:
+                    pieces, copy_of = [], (source_upload, start)
             if pieces is None:
                 raise changed
             await MultipartRepository(session).put_part(
@@ -306,6 +314,7 @@ class MultipartStore:
                 bucket=upload.bucket,
                 key=upload.key,
                 checksum=checksum,
+                copy_of=copy_of,
             )
 
         for attempt in range(2):

@@ -33,6 +33,7 @@ import hashlib
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import structlog
@@ -41,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.copies import ChunkRow
 from app.db.object_rows import PieceSpec
 from app.db.objects import ObjectRepository
-from app.db.pending import PendingPart, PendingRepository
+from app.db.pending import PendingRepository, SpooledFile
 from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.errors import ContentPending, ObjectDamaged, ObjectNotFound
@@ -93,11 +94,14 @@ class PendingReads:
         deadline = time.monotonic() + self._wait
         while True:
             async with session_scope(self._sessionmaker) as session:
-                parts = await PendingRepository(session).source(object_id)
-            if parts is None:
-                return None
-            touched = [p for p in parts if p.start < end and p.start + p.size > start]
-            if all(self._holds(part) for part in touched):
+                repo = PendingRepository(session)
+                upload_id = await repo.source_upload(object_id)
+                if upload_id is None:
+                    return None
+                leaves = await _plan(repo, upload_id, start, end, [], start)
+            if leaves is None:
+                return None  # finalised meanwhile
+            if all(self._holds(leaf) for leaf in leaves):
                 break
             if time.monotonic() >= deadline:
                 log.warning("pending_read_refused", object=label, waited=self._wait)
@@ -107,7 +111,7 @@ class PendingReads:
                     retry_after=PENDING_RETRY_AFTER,
                 )
             await asyncio.sleep(PENDING_POLL)
-        stream = self._stream(object_id, label, touched, start, end)
+        stream = self._stream(object_id, label, leaves)
         first = await anext(stream, None)
         return _after(first, stream)
 
@@ -117,9 +121,8 @@ class PendingReads:
         deadline = time.monotonic() + PENDING_COPY_WAIT
         was = False
         while True:
-            async with session_scope(self._sessionmaker) as session:
-                if await PendingRepository(session).source(object_id) is None:
-                    return was
+            if not await self.is_pending(object_id):
+                return was
             was = True
             if time.monotonic() >= deadline:
                 raise ContentPending(
@@ -130,39 +133,38 @@ class PendingReads:
 
     async def is_pending(self, object_id: int) -> bool:
         async with session_scope(self._sessionmaker) as session:
-            return await PendingRepository(session).source(object_id) is not None
+            return await PendingRepository(session).source_upload(object_id) is not None
 
-    def _holds(self, part: PendingPart) -> bool:
-        spooled = part.spooled
+    def _holds(self, leaf: _Leaf) -> bool:
+        spooled = leaf.spooled
         return spooled is None or (
             self._spool is not None and spooled.owner == self._spool.instance_id
         )
 
     async def _stream(
-        self, object_id: int, label: str, parts: list[PendingPart], start: int, end: int
+        self, object_id: int, label: str, leaves: list[_Leaf]
     ) -> AsyncGenerator[bytes]:
-        for part in parts:
-            low = max(start, part.start) - part.start
-            high = min(end, part.start + part.size) - part.start
-            handle = await self._open_spooled(part, label)
+        for leaf in leaves:
+            handle = await self._open_spooled(leaf, label)
             if handle is not None:
+                _, _, low, high = leaf.chain[0]
                 try:
                     async for block in _file_range(handle, low, high):
                         yield block
                 finally:
                     await asyncio.to_thread(handle.close)
                 continue
-            stream = await self._from_telegram(object_id, label, part, low, high)
+            stream = await self._from_telegram(object_id, label, leaf)
             try:
                 async for block in stream:
                     yield block
             finally:
                 await stream.aclose()
 
-    async def _open_spooled(self, part: PendingPart, label: str) -> BinaryIO | None:
-        """The part's spool file, open and checked; None when its bytes are
-        in Telegram (not spooled, or flushed since the part was looked up)."""
-        spooled = part.spooled
+    async def _open_spooled(self, leaf: _Leaf, label: str) -> BinaryIO | None:
+        """The leaf's spool file, open and checked; None when its bytes are
+        in Telegram (not spooled, or flushed since the plan was made)."""
+        spooled = leaf.spooled
         if spooled is None or self._spool is None:
             return None
         path = self._spool.root / spooled.path
@@ -172,30 +174,34 @@ class PendingReads:
             return None
         if md5 != spooled.md5:
             await asyncio.to_thread(handle.close)
+            _, part_number, _, _ = leaf.chain[0]
             log.error(
                 "spooled_part_corrupt",
                 object=label,
-                part_number=part.part_number,
+                part_number=part_number,
                 path=spooled.path,
                 expected_md5=spooled.md5,
                 actual_md5=md5,
             )
-            raise ObjectDamaged(
-                f"part {part.part_number} of {label} in the spool does not match its MD5"
-            )
+            raise ObjectDamaged(f"a part of {label} in the spool does not match its MD5")
         return handle
 
     async def _from_telegram(
-        self, object_id: int, label: str, part: PendingPart, low: int, high: int
+        self, object_id: int, label: str, leaf: _Leaf
     ) -> AsyncGenerator[bytes]:
+        """The leaf's bytes from its chunks: the part's own pieces, or, once
+        its upload was finalised, those of the part it was copied into, up
+        to the object's own."""
+        found: list[tuple[PieceSpec, ChunkRow]] | None = None
         async with session_scope(self._sessionmaker) as session:
-            found: list[tuple[PieceSpec, ChunkRow]] | None = await PendingRepository(
-                session
-            ).part_chunks(part.upload_id, part.part_number, low, high)
+            repo = PendingRepository(session)
+            for upload_id, part_number, low, high in leaf.chain:
+                found = await repo.part_chunks(upload_id, part_number, low, high)
+                if found is not None:
+                    break
             if found is None:
-                # Finalised meanwhile: the part's bytes are the object's pieces now.
                 found = await ObjectRepository(session).covering_pieces(
-                    object_id, part.start + low, part.start + high
+                    object_id, leaf.object_start, leaf.object_start + leaf.length
                 )
         if found is None:
             raise ObjectNotFound(f"object {label} changed while being read")
@@ -206,6 +212,57 @@ class PendingReads:
             for spec, chunk in found
         ]
         return self._reader.stream(spans)
+
+
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    """A stretch of a read within one part: spooled (its file) or in
+    Telegram. `chain`: (upload id, part number, low, high) of that part and
+    of each part it was copied into, up to the object's upload."""
+
+    spooled: SpooledFile | None
+    chain: list[tuple[str, int, int, int]]
+    object_start: int
+    length: int
+
+
+async def _plan(
+    repo: PendingRepository,
+    upload_id: str,
+    start: int,
+    end: int,
+    above: list[tuple[str, int, int, int]],
+    object_at: int,
+) -> list[_Leaf] | None:
+    """Where bytes [start, end) of a completed upload are, following copies
+    to their sources; `object_at`: the object's offset of `start`. None when
+    the upload is gone (finalised meanwhile)."""
+    parts = await repo.parts_of(upload_id)
+    if parts is None:
+        return None
+    leaves: list[_Leaf] = []
+    for part in parts:
+        if part.start >= end or part.start + part.size <= start:
+            continue
+        low = max(start, part.start) - part.start
+        high = min(end, part.start + part.size) - part.start
+        chain = [(upload_id, part.part_number, low, high), *above]
+        here = object_at + part.start + low - start
+        if part.copy_of is not None:
+            source = part.copy_of
+            deeper = await _plan(
+                repo,
+                source.upload_id,
+                source.source_start + low,
+                source.source_start + high,
+                chain,
+                here,
+            )
+            if deeper is not None:
+                leaves += deeper
+                continue
+        leaves.append(_Leaf(part.spooled, chain, here, high - low))
+    return leaves
 
 
 def _open_hashed(path: os.PathLike[str]) -> tuple[BinaryIO, str]:

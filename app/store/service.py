@@ -38,6 +38,7 @@ from app.db.object_rows import StoredChecksum as StoredChecksum
 from app.db.objects import ListOrder as ListOrder  # for the API: orders of a listing
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.sealing import OBJECT_SEALS, seal_rows
 from app.db.session import session_scope
@@ -70,8 +71,13 @@ class ObjectStore:
         statements: SingleStatements | None = None,
         trash_retention: timedelta | None = None,
         spool: Spool | None = None,
+        pending_copies: bool = True,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # A copy of a pending object is pending too (metadata only, resolved
+        # at the source's flush: app.db.pending); COMPLETE_WAITS_FOR=telegram
+        # makes it wait for that flush instead.
+        self._pending_copies = pending_copies
         # Objects completed with parts still spooled are read from there.
         self._pending = PendingReads(sessionmaker, reader, writer.encryption, spool)
         # Deletes and replacements go to the trash for this long (the
@@ -337,7 +343,22 @@ class ObjectStore:
             else:
                 pieces = await repo.piece_specs(source.id, 0, source.size)
             if pieces is None:
-                return None
+                source_upload = None
+                if self._pending_copies:
+                    source_upload = await PendingRepository(session).lock_source(source.id)
+                if source_upload is None:
+                    return None
+                row = await repo.put(replace(spec, pending=True))
+                await PendingRepository(session).copy_object(
+                    source_upload,
+                    0,
+                    object_id=row.id,
+                    bucket=bucket,
+                    key=key,
+                    size=source.size,
+                    etag=source.etag,
+                )
+                return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
             row = await repo.put(replace(spec, pieces=pieces))
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 

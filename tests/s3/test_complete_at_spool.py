@@ -43,7 +43,8 @@ async def call(client: BaseClient, operation: str, **params: Any) -> Any:
 
 
 async def read(client: BaseClient, **params: Any) -> bytes:
-    answer = await call(client, "get_object", Bucket="box", Key="blob", **params)
+    params.setdefault("Key", "blob")
+    answer = await call(client, "get_object", Bucket="box", **params)
     return bytes(await asyncio.to_thread(answer["Body"].read))
 
 
@@ -152,3 +153,64 @@ async def test_a_corrupted_spool_file_fails_the_read(service: Service) -> None:
 
     assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
     assert ranged.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+
+
+async def test_copies_of_a_pending_object_are_pending_too_and_cost_no_second_upload(
+    service: Service,
+) -> None:
+    """A registry moves every finished blob: a copy (CopyObject, or
+    UploadPartCopy of ranges), then a delete of the source. Both copies are
+    answered before anything reached Telegram, read back byte-exact, and
+    once flushed share the source's chunks: its bytes were sent once."""
+    client = s3_client(service)
+    parts = [payload(PART, seed=n) for n in range(PARTS)]
+    whole = b"".join(parts)
+    cut = 2 * PART + 1000  # the copied ranges do not follow part boundaries
+
+    with service.sim.holding("sendDocument"):
+        async with asyncio.timeout(20):
+            await complete_upload(client, parts)
+            await call(
+                client,
+                "copy_object",
+                Bucket="box",
+                Key="copied",
+                CopySource={"Bucket": "box", "Key": "blob"},
+            )
+            moved = await call(client, "create_multipart_upload", Bucket="box", Key="moved")
+            listed = []
+            for number, byte_range in enumerate(
+                [f"bytes=0-{cut - 1}", f"bytes={cut}-{len(whole) - 1}"], start=1
+            ):
+                answer = await call(
+                    client,
+                    "upload_part_copy",
+                    Bucket="box",
+                    Key="moved",
+                    UploadId=moved["UploadId"],
+                    PartNumber=number,
+                    CopySource={"Bucket": "box", "Key": "blob"},
+                    CopySourceRange=byte_range,
+                )
+                listed.append({"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]})
+            await call(
+                client,
+                "complete_multipart_upload",
+                Bucket="box",
+                Key="moved",
+                UploadId=moved["UploadId"],
+                MultipartUpload={"Parts": listed},
+            )
+            await call(client, "delete_object", Bucket="box", Key="blob")
+            copied = await read(client, Key="copied")
+            moved_bytes = await read(client, Key="moved")
+            ranged = await read(client, Key="moved", Range=f"bytes={cut - 10}-{cut + 9}")
+        assert service.live_messages() == []
+
+    assert copied == whole and moved_bytes == whole
+    assert ranged == whole[cut - 10 : cut + 10]
+    await eventually(lambda: not spool_files(service), within=20)
+    assert await read(client, Key="copied") == whole
+    assert await read(client, Key="moved") == whole
+    # The source's bytes went to Telegram once, for all three objects.
+    assert len(service.live_messages()) <= -(-len(whole) // CHUNK) + 1

@@ -38,6 +38,7 @@ from app.db.models.multipart import (
     UPLOAD_ID_LENGTH,
     MultipartUpload,
     PartPiece,
+    PendingCopy,
     SpooledPart,
     UploadPart,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "KeyScope",
     "MultipartUpload",
     "PartPiece",
+    "PendingCopy",
     "Piece",
     "SendIntent",
     "SharedFilePath",

@@ -61,6 +61,9 @@ class MultipartUpload(Base):
     completed_object_id: Mapped[int | None] = mapped_column(
         BigInteger, ForeignKey("objects.id", ondelete="CASCADE"), nullable=True, default=None
     )
+    # Set by that completion; the upload stays completed (hidden) when its
+    # object goes while copies still need its bytes (completed_object_id NULL).
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"
@@ -164,4 +167,42 @@ class SpooledPart(Base):
         return (
             f"SpooledPart(id={self.id}, upload_id={self.upload_id!r}, "
             f"part_number={self.part_number}, size={self.size})"
+        )
+
+
+class PendingCopy(Base):
+    """An upload part copied, metadata only, from bytes of a completed upload
+    still partly in the spool (a pending object's, app.db.pending): the part
+    is `length` bytes of that upload from `source_start`. It has no pieces
+    until the source upload is finalised, which gives it its pieces and
+    deletes this row in one transaction.
+    """
+
+    __tablename__ = "pending_copies"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["target_upload_id", "target_part_number"],
+            ["upload_parts.upload_id", "upload_parts.part_number"],
+            ondelete="CASCADE",
+        ),
+        UniqueConstraint("target_upload_id", "target_part_number"),
+        CheckConstraint("length > 0", name="length"),
+        Index(None, "source_upload_id"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    # No ON DELETE: a source is deleted only once its copies are resolved.
+    source_upload_id: Mapped[str] = mapped_column(
+        key_string(UPLOAD_ID_LENGTH), ForeignKey("multipart_uploads.id")
+    )
+    source_start: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+    target_upload_id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH))
+    target_part_number: Mapped[int] = mapped_column(Integer)
+
+    def __repr__(self) -> str:
+        return (
+            f"PendingCopy(id={self.id}, source={self.source_upload_id!r}+{self.source_start}, "
+            f"length={self.length}, target={self.target_upload_id!r}#{self.target_part_number})"
         )

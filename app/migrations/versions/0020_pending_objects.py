@@ -4,12 +4,15 @@ Revision ID: 0020
 Revises: 0018
 Create Date: 2026-12-06
 
-`multipart_uploads.completed_object_id`: a completed upload whose parts are
-still partly in the spool stays, hidden from the multipart API, as the source
-of the object's bytes until the flusher commits its last part (then the
-object gets its pieces and the upload goes). Deleting the object deletes it
-(ON DELETE CASCADE). `spooled_parts.md5`: the MD5 of the spooled file as
-written, which a read from the spool checks (a copy's ETag is not its MD5).
+`multipart_uploads.completed_at` / `completed_object_id`: a completed upload
+whose parts are still partly in the spool stays, hidden from the multipart
+API, as the source of the object's bytes until the flusher commits its last
+part (then the object gets its pieces and the upload goes). Deleting the
+object deletes it (ON DELETE CASCADE) unless copies still need it.
+`pending_copies`: an upload part copied (metadata only) from such an upload's
+bytes, resolved into part pieces when that upload is finalised.
+`spooled_parts.md5`: the MD5 of the spooled file as written, which a read
+from the spool checks (a copy's ETag is not its MD5).
 
 Additive: the previous release ignores both columns, but a pending object
 would look to it like an object without pieces: downgrade first lets the
@@ -31,6 +34,12 @@ down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# SQLite auto-increments only INTEGER PRIMARY KEY.
+BIG_PK = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+TIMESTAMP = sa.DateTime(timezone=True)
+# Upload ids compare byte by byte ("C") on Postgres, as multipart_uploads.id.
+KEY_STRING = sa.String(64).with_variant(sa.String(64, collation="C"), "postgresql")
+
 
 def upgrade() -> None:
     # Batch: SQLite adds a foreign key only by rebuilding the (small) table.
@@ -46,13 +55,48 @@ def upgrade() -> None:
         batch.create_index(
             op.f("ix_multipart_uploads_completed_object_id"), ["completed_object_id"]
         )
+    op.add_column("multipart_uploads", sa.Column("completed_at", TIMESTAMP, nullable=True))
     op.add_column("spooled_parts", sa.Column("md5", sa.String(32), nullable=True))
+    op.create_table(
+        "pending_copies",
+        sa.Column("id", BIG_PK, primary_key=True, autoincrement=True),
+        sa.Column("source_upload_id", KEY_STRING, nullable=False),
+        sa.Column("source_start", sa.BigInteger(), nullable=False),
+        sa.Column("length", sa.BigInteger(), nullable=False),
+        sa.Column("target_upload_id", KEY_STRING, nullable=False),
+        sa.Column("target_part_number", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_pending_copies")),
+        sa.ForeignKeyConstraint(
+            ["source_upload_id"],
+            ["multipart_uploads.id"],
+            name=op.f("fk_pending_copies_source_upload_id_multipart_uploads"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["target_upload_id", "target_part_number"],
+            ["upload_parts.upload_id", "upload_parts.part_number"],
+            name=op.f("fk_pending_copies_target_upload_id_upload_parts"),
+            ondelete="CASCADE",
+        ),
+        sa.UniqueConstraint(
+            "target_upload_id",
+            "target_part_number",
+            name=op.f("uq_pending_copies_target_upload_id_target_part_number"),
+        ),
+        sa.CheckConstraint("length > 0", name=op.f("ck_pending_copies_length")),
+        sqlite_autoincrement=True,
+    )
+    op.create_index(
+        op.f("ix_pending_copies_source_upload_id"), "pending_copies", ["source_upload_id"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_pending_copies_source_upload_id"), table_name="pending_copies")
+    op.drop_table("pending_copies")
     with op.batch_alter_table("spooled_parts") as batch:
         batch.drop_column("md5")
     with op.batch_alter_table("multipart_uploads") as batch:
+        batch.drop_column("completed_at")
         batch.drop_index(op.f("ix_multipart_uploads_completed_object_id"))
         batch.drop_constraint(
             op.f("fk_multipart_uploads_completed_object_id_objects"), type_="foreignkey"
