@@ -20,7 +20,9 @@ answered with presigned redirects to the service unless
 `--no-redirect`), digests checked.
 
 Reported per client: push and pull wall time and their ratio to the ideal
-(layer bytes / (bots x per-upload bandwidth)); Telegram messages sent per push
+(layer bytes / (bots x per-upload bandwidth)); the time from the push's start
+until the spool is empty (with COMPLETE_WAITS_FOR=spool a push ends before its
+bytes are in Telegram); Telegram messages sent per push, counted then
 (the simulator's count) against the fewest possible (sum of ceil(layer bytes /
 CHUNK_SIZE)); bytes sent to Telegram per layer byte; 429s; the most sends one
 bot made within any 60 s of the push (sampled from /_sim/stats every 0.5 s),
@@ -115,6 +117,9 @@ class Result:
     complete_waits_for: str
     push_s: float
     push_of_ideal: float
+    # From the push's start until the spool is empty (every byte in Telegram).
+    flushed_s: float
+    flushed_of_ideal: float
     pull_s: float
     pull_of_ideal: float
     ideal_s: float
@@ -324,6 +329,10 @@ def run_client(
             else:
                 push_parallel(registry, layout, image, timeout=config.timeout)
             push_s = time.monotonic() - started
+            # With COMPLETE_WAITS_FOR=spool the push ends before its bytes are
+            # in Telegram: the flush goes on, and the counts wait for it.
+            wait_for_empty_spool(directory / "stack" / "spool", config.timeout)
+            flushed_s = time.monotonic() - started
         pushed = TelegramCounts.of(stack.sim_stats()) - before
 
         before_pull = TelegramCounts.of(stack.sim_stats())
@@ -349,6 +358,8 @@ def run_client(
         complete_waits_for=waits_for,
         push_s=push_s,
         push_of_ideal=push_s / ideal,
+        flushed_s=flushed_s,
+        flushed_of_ideal=flushed_s / ideal,
         pull_s=pull.seconds,
         pull_of_ideal=pull.seconds / ideal,
         ideal_s=ideal,
@@ -367,19 +378,29 @@ def run_client(
     )
 
 
+def wait_for_empty_spool(spool: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(spool.rglob("*.part")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the spool {spool} did not empty within {timeout:g} s")
+        time.sleep(0.05)
+
+
 # --- output ---------------------------------------------------------------------------------
 
 
 def markdown_table(results: list[Result]) -> str:
     header = (
-        "| client | Complete waits for | push (s) | push / ideal | pull (s) | pull / ideal "
+        "| client | Complete waits for | push (s) | push / ideal | flushed / ideal "
+        "| pull (s) | pull / ideal "
         "| messages / push "
         "| fewest | Telegram bytes / layer byte | 429s push / pull | peak sends / bot / min "
         "| pacing binds | registry PATCH / PUT (s) | target |"
     )
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
     rows = [
         f"| {r.client} | {r.complete_waits_for} | {r.push_s:.1f} | {r.push_of_ideal:.2f} "
+        f"| {r.flushed_of_ideal:.2f} "
         f"| {r.pull_s:.1f} "
         f"| {r.pull_of_ideal:.2f} | {r.messages_per_push} | {r.fewest_messages} "
         f"| {r.telegram_bytes_per_layer_byte:.3f} | {r.rate_limited_push} / {r.rate_limited_pull} "

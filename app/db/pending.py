@@ -231,15 +231,16 @@ class PendingRepository:
         source_upload_id: str,
         source_start: int,
         *,
-        object_id: int,
         bucket: str,
         key: str,
         size: int,
         etag: str,
-    ) -> None:
-        """Make the pending object `object_id` (written, with no pieces) a
-        copy of the source upload's bytes [source_start, +size): a completed
-        upload of one part that is that copy."""
+    ) -> str:
+        """The bytes [source_start, +size) of the source upload as a
+        completed upload of one part that is that copy; its id, for
+        `attach` once the object is written. Before the object: written over
+        its own source (a copy onto its key), the source then sees the copy
+        and stays (`detach_sources`)."""
         now = utcnow()
         upload = MultipartUpload(
             id=_new_upload_id(),
@@ -249,7 +250,6 @@ class PendingRepository:
             user_metadata={},
             created_at=now,
             completed_at=now,
-            completed_object_id=object_id,
         )
         self._session.add(upload)
         await self._session.flush()
@@ -259,6 +259,16 @@ class PendingRepository:
             )
         )
         await self.add_copy(source_upload_id, source_start, size, (upload.id, 1))
+        return upload.id
+
+    async def attach(self, upload_id: str, object_id: int) -> None:
+        """Make the completed upload the source of the pending object's bytes."""
+        await self._session.execute(
+            update(MultipartUpload)
+            .where(MultipartUpload.id == upload_id)
+            .values(completed_object_id=object_id)
+            .execution_options(synchronize_session=False)
+        )
 
     # --- finalising and deleting -------------------------------------------------
 

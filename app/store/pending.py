@@ -1,5 +1,6 @@
 """Reads of pending objects: completed while some of their parts were still
-in the spool (COMPLETE_WAITS_FOR=spool; app.db.pending holds the rows).
+in the spool (COMPLETE_WAITS_FOR=spool; app.db.pending holds the rows), or
+copied from such an object (a read follows the copy to its source's parts).
 
 The instance whose spool holds a part serves its bytes from the file, the
 parts already in Telegram from their chunks (through the range reader and
@@ -55,8 +56,8 @@ log = structlog.get_logger("app.store.pending")
 #: How long an instance that does not hold a pending object's spool files
 #: waits for the holder's flush before answering 503.
 PENDING_READ_WAIT = 20.0
-#: How long a copy of a pending object (metadata only: it needs the
-#: source's pieces) waits for the source's flush.
+#: With COMPLETE_WAITS_FOR=telegram, how long a copy of a pending object
+#: (one completed before the setting changed) waits for the source's flush.
 PENDING_COPY_WAIT = 120.0
 #: How often a waiter looks whether the flush is done.
 PENDING_POLL = 0.25

@@ -348,16 +348,12 @@ class ObjectStore:
                     source_upload = await PendingRepository(session).lock_source(source.id)
                 if source_upload is None:
                     return None
-                row = await repo.put(replace(spec, pending=True))
-                await PendingRepository(session).copy_object(
-                    source_upload,
-                    0,
-                    object_id=row.id,
-                    bucket=bucket,
-                    key=key,
-                    size=source.size,
-                    etag=source.etag,
+                pending = PendingRepository(session)
+                copy_upload = await pending.copy_object(
+                    source_upload, 0, bucket=bucket, key=key, size=source.size, etag=source.etag
                 )
+                row = await repo.put(replace(spec, pending=True))
+                await pending.attach(copy_upload, row.id)
                 return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
             row = await repo.put(replace(spec, pieces=pieces))
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released

@@ -9,7 +9,7 @@ import hashlib
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import Chunk, GcEntry, MultipartUpload, Piece, SpooledPart
+from app.db.models import Chunk, GcEntry, MultipartUpload, PendingCopy, Piece, SpooledPart
 from app.db.multipart import MultipartRepository
 from app.db.objects import ObjectRepository
 from app.db.pending import PendingRepository
@@ -121,3 +121,44 @@ async def test_deleting_a_pending_object_releases_its_flushed_parts_chunks(
         assert await count(session, SpooledPart) == 0
         # The flusher's late commit finds nothing to commit.
         assert not await SpoolRepository(session).commit_pieces(spool_id, [])
+
+
+async def test_a_deleted_source_stays_for_its_copy_and_its_flush_resolves_both(
+    sessionmaker: Sessions,
+) -> None:
+    object_id, chunk_id, spool_id = await pending_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        source = await PendingRepository(session).lock_source(object_id)
+        assert source is not None
+        repo = MultipartRepository(session)
+        target = await repo.create(bucket="b", key="copy", content_type="x/y", user_metadata={})
+        # Bytes 500..1100 of the source: across its two parts.
+        await repo.put_part(target.id, 1, size=600, etag=etag(9), pieces=[], copy_of=(source, 500))
+    async with session_scope(sessionmaker) as session:
+        copy = await MultipartRepository(session).complete(
+            target.id, [(1, etag(9))], name="copy", allow_spooled=True
+        )
+        # The source object goes; its upload stays for the copy.
+        assert await ObjectRepository(session).delete("b", "k")
+    async with session_scope(sessionmaker) as session:
+        assert await count(session, GcEntry) == 0
+        assert await PendingRepository(session).source_upload(copy.id) is not None
+
+    (flushed,) = await add_chunks(sessionmaker, [SPOOLED])
+    async with session_scope(sessionmaker) as session:
+        assert await SpoolRepository(session).commit_pieces(spool_id, whole_chunks([flushed]))
+
+    async with session_scope(sessionmaker) as session:
+        pieces = (
+            await session.scalars(
+                select(Piece).where(Piece.object_id == copy.id).order_by(Piece.seq)
+            )
+        ).all()
+        assert await count(session, MultipartUpload) == 0
+        assert await count(session, PendingCopy) == 0
+        # Nothing the copy uses was released; nothing else is left.
+        assert await count(session, GcEntry) == 0
+    assert [(p.chunk_id, p.offset, p.start, p.length) for p in pieces] == [
+        (chunk_id, 500, 0, FLUSHED - 500),
+        (flushed.id, 0, FLUSHED - 500, 100),
+    ]

@@ -214,3 +214,28 @@ async def test_copies_of_a_pending_object_are_pending_too_and_cost_no_second_upl
     assert await read(client, Key="moved") == whole
     # The source's bytes went to Telegram once, for all three objects.
     assert len(service.live_messages()) <= -(-len(whole) // CHUNK) + 1
+
+
+async def test_a_pending_object_copied_onto_its_own_key_keeps_its_bytes(
+    service: Service,
+) -> None:
+    client = s3_client(service)
+    parts = [payload(PART, seed=n) for n in range(PARTS)]
+    with service.sim.holding("sendDocument"):
+        await complete_upload(client, parts)
+        # New metadata, same key: the copy replaces its own source.
+        await call(
+            client,
+            "copy_object",
+            Bucket="box",
+            Key="blob",
+            CopySource={"Bucket": "box", "Key": "blob"},
+            Metadata={"state": "replaced"},
+            MetadataDirective="REPLACE",
+        )
+        assert await read(client) == b"".join(parts)
+
+    await eventually(lambda: not spool_files(service), within=20)
+    head = await call(client, "head_object", Bucket="box", Key="blob")
+    assert head["Metadata"] == {"state": "replaced"}
+    assert await read(client) == b"".join(parts)
