@@ -4,8 +4,6 @@ snapshots, and deleted with their parts' chunks released."""
 
 from __future__ import annotations
 
-import hashlib
-
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -16,46 +14,18 @@ from app.db.pending import PendingRepository
 from app.db.session import session_scope
 from app.db.snapshots import dump_rows
 from app.db.spool import SpoolRepository
-from tests.db.helpers import add_chunks, count, spec, whole_chunks
+from tests.db.helpers import (
+    FLUSHED,
+    SPOOLED,
+    add_chunks,
+    count,
+    etag,
+    pending_object,
+    spec,
+    whole_chunks,
+)
 
 Sessions = async_sessionmaker[AsyncSession]
-FLUSHED = 1000  # part 1, already in Telegram
-SPOOLED = 600  # part 2, still in the spool
-
-
-def etag(size: int) -> str:
-    return f'"{hashlib.md5(b"%d" % size).hexdigest()}"'
-
-
-async def pending_object(sessionmaker: Sessions) -> tuple[int, int, int]:
-    """An object of a flushed part and a spooled one, completed: (object
-    id, the flushed part's chunk id, the spooled part's spool row id)."""
-    (chunk,) = await add_chunks(sessionmaker, [FLUSHED])
-    async with session_scope(sessionmaker) as session:
-        repo = MultipartRepository(session)
-        upload = await repo.create(bucket="b", key="k", content_type="x/y", user_metadata={})
-        await repo.put_part(upload.id, 1, size=FLUSHED, etag=etag(1), pieces=whole_chunks([chunk]))
-        await SpoolRepository(session).put(
-            upload.id,
-            2,
-            size=SPOOLED,
-            etag=etag(2),
-            path="i/p.part",
-            owner="i",
-            bucket="b",
-            key="k",
-        )
-        # Part 3 is left out of the completion: it goes at once.
-        await SpoolRepository(session).put(
-            upload.id, 3, size=10, etag=etag(3), path="i/q.part", owner="i", bucket="b", key="k"
-        )
-    async with session_scope(sessionmaker) as session:
-        row = await MultipartRepository(session).complete(
-            upload.id, [(1, etag(1)), (2, etag(2))], name="k", allow_spooled=True
-        )
-        spool_id = await session.scalar(select(SpooledPart.id))
-    assert spool_id is not None
-    return row.id, chunk.id, spool_id
 
 
 async def dumped_object_ids(sessionmaker: Sessions) -> list[int]:
