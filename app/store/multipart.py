@@ -6,10 +6,11 @@ durable, recorded, and acknowledged at disk speed; the flusher sends it to
 Telegram in the background, in full chunks cut across parts. Completing
 answers once the listed parts are durable (an object whose parts are still
 spooled is pending, read from the spool until the flush: app.db.pending),
-or, with COMPLETE_WAITS_FOR=telegram, waits for them to be flushed. A bigger part, or one of unknown
-size, or any part when the spool is off or full, goes through the chunk
-writer while the client waits, as any upload (cut into equal chunks that keep
-every bot busy; never inline: an object is inline or pieces, not both).
+or, with COMPLETE_WAITS_FOR=telegram, waits for them to be flushed. A
+bigger part, or one of unknown size, or any part when the spool is off or
+full, goes through the chunk writer while the client waits, as any upload
+(cut into equal chunks that keep every bot busy; never inline: an object is
+inline or pieces, not both).
 
 A part copied from an existing object points into that object's chunks
 (metadata only); in an upload with a checksum algorithm its bytes are read
@@ -21,6 +22,7 @@ spool files are deleted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,6 +56,9 @@ from app.store.object_seal import ObjectSeal, seal_from
 from app.store.range_checksum import range_checksum
 from app.store.service import ObjectInfo, ObjectStore
 from app.store.spool import Spool, SpoolFull
+
+#: Before Complete looks again at parts that were not stored yet.
+RECHECK_PAUSE = 0.2
 
 __all__ = [
     "FlushFailed",
@@ -445,7 +450,10 @@ class MultipartStore:
             except PartsNotStored:
                 if self._flusher is None:
                     raise
-                continue  # a listed part was uploaded again meanwhile
+                # A listed part was uploaded again meanwhile, or (the setting
+                # changed since) is a copy of bytes still on their way.
+                await asyncio.sleep(RECHECK_PAUSE)
+                continue
             break
         await self._forget_spooled(spooled)
         if spooled and self._flusher is not None:
