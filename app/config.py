@@ -219,6 +219,22 @@ class Settings(BaseSettings):
         "before they are acknowledged).",
     )
 
+    complete_waits_for: Literal["spool", "telegram"] = Field(
+        default="spool",
+        validation_alias=AliasChoices("COMPLETE_WAITS_FOR", "complete_waits_for"),
+        description="What CompleteMultipartUpload and a tus upload's completion wait for: "
+        "`spool` (every part durable on this machine's disk; reads are served from the "
+        "spool until the flush) or `telegram` (every part's chunks, every copy, in "
+        "Telegram).",
+    )
+    flush_lag_alert: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias=AliasChoices("FLUSH_LAG_ALERT", "flush_lag_alert"),
+        description="Seconds the oldest spooled byte may wait for Telegram before /ready "
+        "says `degraded`.",
+    )
+
     # --- Resumable uploads (tus) ----------------------------------------------
     tus_expiration_seconds: float = Field(
         default=24 * 3600,

@@ -66,14 +66,17 @@ async def check_durability(settings: Any, console: Console) -> bool:
     from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import schema_is_current
     from app.db.session import session_scope
+    from app.store.flush_lag import measure_lag
 
     engine = create_engine(settings.database_url)
     try:
         if not await schema_is_current(engine):
             console.print("stored data: not checked (the database is not migrated)")
             return True
-        async with session_scope(create_sessionmaker(engine)) as session:
+        sessionmaker = create_sessionmaker(engine)
+        async with session_scope(sessionmaker) as session:
             health = await CopyRepository(session).health(settings.replicas)
+        lag = await measure_lag(sessionmaker)
     except Exception as exc:  # the bots' checks above stand on their own
         console.print(f"stored data: not checked (DATABASE_URL: {type(exc).__name__})")
         return True
@@ -84,6 +87,16 @@ async def check_durability(settings: Any, console: Console) -> bool:
         table.add_column(column)
     table.add_row(str(health.copies), str(health.objects_degraded), str(health.objects_lost))
     console.print(table)
+    console.print(
+        f"spool: {lag.unflushed_bytes} bytes not yet in Telegram (every instance's), "
+        f"the oldest waiting {lag.oldest_seconds:.0f} s"
+    )
+    if lag.oldest_seconds > settings.flush_lag_alert:
+        console.print(
+            f"[red]spooled bytes have waited past FLUSH_LAG_ALERT ({settings.flush_lag_alert:g} "
+            "s): until they reach Telegram they live on one machine's disk only "
+            "(deploy/README.md: The spool window)[/red]"
+        )
     if health.objects_lost:
         console.print(
             f"[red]{health.objects_lost} objects are lost: no intact copy of a chunk of theirs "

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from app.db.copies import Health
     from app.store.download_budget import BudgetStatus
+    from app.store.flush_lag import FlushLag
     from app.store.journal import JournalStatus
     from app.telegram.dispatcher import BotStatus
 
@@ -156,6 +157,10 @@ class Metrics:
         """Read the upload buffer budget and the spool at scrape time."""
         self.registry.register(_UploadBudgetCollector(budget))
 
+    def watch_flush_lag(self, lag: Callable[[], FlushLag]) -> None:
+        """Read the spool's flush lag, as last measured, at scrape time."""
+        self.registry.register(_FlushLagCollector(lag))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -196,6 +201,26 @@ class _UploadBudgetCollector(Collector):
         spool.add_metric(["used"], use.spool_bytes)
         spool.add_metric(["max"], use.spool_max_bytes)
         yield spool
+
+
+class _FlushLagCollector(Collector):
+    def __init__(self, lag: Callable[[], FlushLag]) -> None:
+        self._lag = lag
+
+    def collect(self) -> Iterator[Metric]:
+        lag = self._lag()
+        yield GaugeMetricFamily(
+            "teleuploader_spool_unflushed_bytes",
+            "Bytes acknowledged from this instance's spool and not yet in Telegram: "
+            "until they are, they live on this machine's disk only.",
+            value=lag.unflushed_bytes,
+        )
+        yield GaugeMetricFamily(
+            "teleuploader_spool_oldest_unflushed_seconds",
+            "Age of the oldest of those bytes (0: none); /ready says degraded past "
+            "FLUSH_LAG_ALERT.",
+            value=lag.oldest_seconds,
+        )
 
 
 class _DurabilityCollector(Collector):

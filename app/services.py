@@ -31,6 +31,7 @@ from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
+from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat, new_instance_id
@@ -85,6 +86,7 @@ class Services:
     leases: BotLeases
     shared_paths: SharedPaths
     resumable: ResumableStore
+    flush_lag: FlushLagWatch
     throughput: ThroughputHistory
     prober: BotProber
     scrub: Scrub
@@ -293,6 +295,8 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         trash_retention=timedelta(seconds=settings.trash_retention_seconds)
         if settings.trash_retention_seconds > 0
         else None,
+        spool=spool,
+        pending_copies=settings.complete_waits_for == "spool",
     )
     trash_store = TrashStore(sessionmaker)
     snapshots = Snapshots(
@@ -321,6 +325,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         store,
         spool=spool,
         flusher=flusher,
+        wait_for_telegram=settings.complete_waits_for == "telegram",
         expiration=settings.tus_expiration_seconds,
         cleanup_interval=tuning.tus_cleanup_interval_seconds,
     )
@@ -347,8 +352,14 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
     multipart = MultipartStore(
-        sessionmaker, store, spool=spool, flusher=flusher, min_part_size=tuning.s3_min_part_size
+        sessionmaker,
+        store,
+        spool=spool,
+        flusher=flusher,
+        min_part_size=tuning.s3_min_part_size,
+        wait_for_telegram=settings.complete_waits_for == "telegram",
     )
+    flush_lag = FlushLagWatch(sessionmaker, owner=spool.instance_id, alert=settings.flush_lag_alert)
     # The web page's status screen: the last ten minutes of throughput.
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
     loops = (
@@ -359,6 +370,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         resumable.cleanup,
         prober.rechecks,
         throughput.loop,
+        flush_lag.loop,
         scrub.loop,
     )
     for loop in loops:
@@ -450,6 +462,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
             spool_max_bytes=spool.max_bytes,
         )
     )
+    metrics.watch_flush_lag(flush_lag.current)
     metrics.watch_durability(lambda: scrub.last_health, lambda: scrub.repaired)
     metrics.watch_journal(journal.status)
     metrics.watch(
@@ -460,6 +473,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     )
     return Services(
         settings=settings,
+        flush_lag=flush_lag,
         throughput=throughput,
         metrics=metrics,
         engine=engine,

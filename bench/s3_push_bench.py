@@ -20,7 +20,9 @@ answered with presigned redirects to the service unless
 `--no-redirect`), digests checked.
 
 Reported per client: push and pull wall time and their ratio to the ideal
-(layer bytes / (bots x per-upload bandwidth)); Telegram messages sent per push
+(layer bytes / (bots x per-upload bandwidth)); the time from the push's start
+until the spool is empty (with COMPLETE_WAITS_FOR=spool a push ends before its
+bytes are in Telegram); Telegram messages sent per push, counted then
 (the simulator's count) against the fewest possible (sum of ceil(layer bytes /
 CHUNK_SIZE)); bytes sent to Telegram per layer byte; 429s; the most sends one
 bot made within any 60 s of the push (sampled from /_sim/stats every 0.5 s),
@@ -101,6 +103,8 @@ class BenchConfig:
     redirect: bool = True
     seed: int = 1
     timeout: float = 1800.0
+    # COMPLETE_WAITS_FOR values to run, each client on a fresh stack per value.
+    complete_waits_for: list[str] = field(default_factory=lambda: ["spool"])
 
     @property
     def layer_bytes(self) -> int:
@@ -110,8 +114,12 @@ class BenchConfig:
 @dataclass
 class Result:
     client: str
+    complete_waits_for: str
     push_s: float
     push_of_ideal: float
+    # From the push's start until the spool is empty (every byte in Telegram).
+    flushed_s: float
+    flushed_of_ideal: float
     pull_s: float
     pull_of_ideal: float
     ideal_s: float
@@ -271,7 +279,12 @@ def registry_upload_seconds(log_text: str) -> tuple[float, float]:
 
 
 def run_client(
-    client: str, config: BenchConfig, layout: Path, image: Image, directory: Path
+    client: str,
+    config: BenchConfig,
+    layout: Path,
+    image: Image,
+    directory: Path,
+    waits_for: str = "spool",
 ) -> Result:
     processes = Processes(directory)
     try:
@@ -292,6 +305,7 @@ def run_client(
             ],
             service_env={
                 "SENDS_PER_MINUTE": str(config.sends_per_minute),
+                "COMPLETE_WAITS_FOR": waits_for,
                 "LOG_LEVEL": "WARNING",
             },
         )
@@ -315,6 +329,10 @@ def run_client(
             else:
                 push_parallel(registry, layout, image, timeout=config.timeout)
             push_s = time.monotonic() - started
+            # With COMPLETE_WAITS_FOR=spool the push ends before its bytes are
+            # in Telegram: the flush goes on, and the counts wait for it.
+            wait_for_empty_spool(directory / "stack" / "spool", config.timeout)
+            flushed_s = time.monotonic() - started
         pushed = TelegramCounts.of(stack.sim_stats()) - before
 
         before_pull = TelegramCounts.of(stack.sim_stats())
@@ -337,8 +355,11 @@ def run_client(
     peak = sampler.peak_per_window()
     return Result(
         client=client,
+        complete_waits_for=waits_for,
         push_s=push_s,
         push_of_ideal=push_s / ideal,
+        flushed_s=flushed_s,
+        flushed_of_ideal=flushed_s / ideal,
         pull_s=pull.seconds,
         pull_of_ideal=pull.seconds / ideal,
         ideal_s=ideal,
@@ -357,18 +378,30 @@ def run_client(
     )
 
 
+def wait_for_empty_spool(spool: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(spool.rglob("*.part")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the spool {spool} did not empty within {timeout:g} s")
+        time.sleep(0.05)
+
+
 # --- output ---------------------------------------------------------------------------------
 
 
 def markdown_table(results: list[Result]) -> str:
     header = (
-        "| client | push (s) | push / ideal | pull (s) | pull / ideal | messages / push "
+        "| client | Complete waits for | push (s) | push / ideal | flushed / ideal "
+        "| pull (s) | pull / ideal "
+        "| messages / push "
         "| fewest | Telegram bytes / layer byte | 429s push / pull | peak sends / bot / min "
         "| pacing binds | registry PATCH / PUT (s) | target |"
     )
-    rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
     rows = [
-        f"| {r.client} | {r.push_s:.1f} | {r.push_of_ideal:.2f} | {r.pull_s:.1f} "
+        f"| {r.client} | {r.complete_waits_for} | {r.push_s:.1f} | {r.push_of_ideal:.2f} "
+        f"| {r.flushed_of_ideal:.2f} "
+        f"| {r.pull_s:.1f} "
         f"| {r.pull_of_ideal:.2f} | {r.messages_per_push} | {r.fewest_messages} "
         f"| {r.telegram_bytes_per_layer_byte:.3f} | {r.rate_limited_push} / {r.rate_limited_pull} "
         f"| {r.peak_sends_per_bot_minute} | {'yes' if r.pacing_binds else 'no'} "
@@ -435,6 +468,11 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, Path | None]:
         default=",".join(CLIENTS),
         help="comma-separated: skopeo (layers one at a time), parallel (docker-like)",
     )
+    parser.add_argument(
+        "--complete-waits-for",
+        default="spool",
+        help="comma-separated COMPLETE_WAITS_FOR values to compare in one run (spool, telegram)",
+    )
     parser.add_argument("--no-redirect", action="store_true", help="redirect: disable: true")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--timeout", type=float, default=defaults.timeout)
@@ -445,6 +483,9 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, Path | None]:
     unknown = set(clients) - set(CLIENTS)
     if unknown or not clients:
         parser.error(f"--clients: choose from {', '.join(CLIENTS)}")
+    waits = [w.strip() for w in args.complete_waits_for.split(",") if w.strip()]
+    if not waits or set(waits) - {"spool", "telegram"}:
+        parser.error("--complete-waits-for: choose from spool, telegram")
     config = BenchConfig(
         layers=args.layers if args.layers is not None else 3,
         layer_mib=args.layer_mib if args.layer_mib is not None else (10 if args.small else 100),
@@ -459,6 +500,7 @@ def parse_args(argv: list[str] | None) -> tuple[BenchConfig, Path | None]:
         redirect=not args.no_redirect,
         seed=args.seed,
         timeout=args.timeout,
+        complete_waits_for=waits,
     )
     return config, args.json
 
@@ -478,13 +520,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(describe(config, image), file=sys.stderr)
         for client in config.clients:
-            print(f"== {client}", file=sys.stderr)
-            try:
-                result = run_client(client, config, layout, image, directory / client)
-            except (RuntimeError, AssertionError, httpx.HTTPError) as exc:
-                print(f"s3_push_bench: {client} is broken: {exc}", file=sys.stderr)
-                return 1
-            results.append(result)
+            for waits_for in config.complete_waits_for:
+                print(f"== {client}, Complete waits for {waits_for}", file=sys.stderr)
+                try:
+                    result = run_client(
+                        client,
+                        config,
+                        layout,
+                        image,
+                        directory / f"{client}-{waits_for}",
+                        waits_for,
+                    )
+                except (RuntimeError, AssertionError, httpx.HTTPError) as exc:
+                    print(f"s3_push_bench: {client} is broken: {exc}", file=sys.stderr)
+                    return 1
+                results.append(result)
     print(describe(config, image))
     print()
     print(markdown_table(results))

@@ -2,9 +2,10 @@
 
 `/health` answers as long as the event loop does: from the moment the service
 listens, before any bot has been checked. `/ready` answers 200 once the
-service can store files (database reachable, a usable bot); in public it says
-only that, and the bots' ids, usernames and queues only to whom may read
-`/metrics` (METRICS_ACCESS).
+service can store files (database reachable, a usable bot), its status
+`degraded` (with the reason) while the spool's oldest byte has waited past
+FLUSH_LAG_ALERT for Telegram; in public it says only that, and the bots'
+ids, usernames and queues only to whom may read `/metrics` (METRICS_ACCESS).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     """200 when the database answers, at least one bot passed its getMe
     check and is still usable (here, or held by another instance), and the
     instance was not told to stop, else 503.
-    The body is `{"status": ...}`; the details (database, bots) come with the
-    access `/metrics` needs."""
+    The body is `{"status": ...}` ("ready", "degraded" with a `reason`:
+    spooled bytes wait past FLUSH_LAG_ALERT, or "not_ready"); the details
+    (database, bots) come with the access `/metrics` needs."""
     database = await services.database_ok()
     usable = len(services.dispatcher.usable_bots())
     # From the moment it is told to stop, a proxy in front of several
@@ -48,6 +50,12 @@ async def ready(request: Request, services: ServicesDep) -> JSONResponse:
     # one gets bots when it gets work (an instance holding none is ready).
     is_ready = database and services.dispatcher.pool_size() > 0 and not stopping
     body = Readiness(status="ready" if is_ready else "not_ready")
+    if is_ready:
+        # Still 200: the service stores and serves; the spool's flush lags
+        # (Telegram unreachable or slow) and the operator should know.
+        reason = services.flush_lag.degraded_reason(await services.flush_lag.measure())
+        if reason is not None:
+            body.status, body.reason = "degraded", reason
     if await _may_see_details(request, services):
         body.database = database
         body.usable_bots = usable

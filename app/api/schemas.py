@@ -44,6 +44,8 @@ class Readiness(BaseModel):
     """`status` for everyone; the rest only with metrics access."""
 
     status: str
+    #: Why the status is `degraded` (ready, but something needs an operator).
+    reason: str | None = None
     database: bool | None = None
     usable_bots: int | None = None
     bots: list[BotReadiness] | None = None

@@ -33,6 +33,9 @@ class UploadBudget(BaseModel):
     spool_enabled: bool
     spool_bytes: int
     spool_max_bytes: int
+    # Not yet in Telegram (on this machine's disk only), and the oldest's age.
+    unflushed_bytes: int
+    oldest_unflushed_seconds: float
 
 
 class ThroughputPoint(BaseModel):
@@ -86,6 +89,7 @@ async def status(request: Request, services: ServicesDep) -> Status:
             )
         )
     spool = services.spool
+    lag = await services.flush_lag.measure()
     health = services.scrub.last_health
     return Status(
         bots=bots,
@@ -97,6 +101,8 @@ async def status(request: Request, services: ServicesDep) -> Status:
             spool_enabled=spool.enabled,
             spool_bytes=spool.used,
             spool_max_bytes=spool.max_bytes,
+            unflushed_bytes=lag.unflushed_bytes,
+            oldest_unflushed_seconds=round(lag.oldest_seconds, 1),
         ),
         gc_backlog=services.gc.last_backlog,
         durability=Durability(

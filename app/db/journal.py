@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.locking import batches
 from app.db.models import JournalEntry, SnapshotMessage
-from app.db.snapshots import SNAPSHOT_TABLES, decode_row, encode_row, table_of
+from app.db.snapshots import SNAPSHOT_TABLES, decode_row, encode_row, settled_only, table_of
 
 # Every table a snapshot carries but its own messages (a restore records
 # those itself), in the order inserts need: parents first.
@@ -126,7 +126,10 @@ async def current_state(
             table = table_of(name)
             found: dict[Key, dict[str, Any]] = {}
             for batch in batches(sorted(wanted, key=repr), _IN_BATCH):
-                result = await session.execute(select(table).where(_matching(table, batch)))
+                query = select(table).where(_matching(table, batch))
+                if (settled := settled_only(table)) is not None:
+                    query = query.where(settled)  # a pending object ships when it settles
+                result = await session.execute(query)
                 for row in result.mappings():
                     found[_key_of(table, dict(row))] = dict(row)
             rows = [encode_row(table, found[key]) for key in sorted(found, key=repr)]

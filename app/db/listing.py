@@ -263,6 +263,7 @@ class ListingRepository:
             "u",
             "id, created_at",
             "entries.plain = 1 AND u.bucket = :bucket AND u.key = entries.key"
+            " AND u.completed_at IS NULL"
             " AND (u.key != :resume_key OR u.id > :resume_id)",
         )
         sql = self._walk(uploads, bounds) + (
@@ -354,7 +355,10 @@ def _plain_uploads_query(inclusive: bool, bounded: bool, resume: bool) -> Select
     uploads = _UPLOADS.c
     key, upload_id = uploads.key, uploads.id
     query = select(key, upload_id, uploads.created_at).where(
-        uploads.bucket == bindparam("bucket"), _above_start(key, inclusive)
+        uploads.bucket == bindparam("bucket"),
+        _above_start(key, inclusive),
+        # A pending object's source is no upload to the client (app.db.pending).
+        uploads.completed_at.is_(None),
     )
     if bounded:
         query = query.where(key < bindparam("stop"))

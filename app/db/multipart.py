@@ -36,10 +36,12 @@ from app.db.models import (
     MAX_PART_NUMBER,
     MultipartUpload,
     PartPiece,
+    PendingCopy,
     UploadPart,
 )
-from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum
+from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum, merge_adjacent
 from app.db.objects import ObjectRepository, WriteCheck
+from app.db.pending import PendingRepository
 from app.db.types import utcnow
 
 _MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
@@ -111,23 +113,6 @@ def multipart_etag(part_etags: Sequence[str]) -> str:
 def new_upload_id() -> str:
     """43 URL-safe characters, 256 random bits."""
     return secrets.token_urlsafe(32)
-
-
-def _merge_adjacent(pieces: Iterable[PieceSpec]) -> builtins.list[PieceSpec]:
-    """Join pieces that continue each other within one chunk.
-
-    Consecutive UploadPartCopy ranges of one object cut its chunks at part
-    boundaries; joined again, a read fetches each stretch of a chunk once.
-    """
-    merged: builtins.list[PieceSpec] = []
-    for piece in pieces:
-        if merged:
-            last = merged[-1]
-            if last.chunk_id == piece.chunk_id and last.offset + last.length == piece.offset:
-                merged[-1] = PieceSpec(last.chunk_id, last.offset, last.length + piece.length)
-                continue
-        merged.append(piece)
-    return merged
 
 
 class MultipartRepository:
@@ -206,8 +191,12 @@ class MultipartRepository:
         key: str | None = None,
         checksum: str | None = None,
         now: datetime | None = None,
+        copy_of: tuple[str, int] | None = None,
     ) -> UploadPart:
         """Record part `part_number`, replacing any earlier upload of that number.
+
+        `copy_of` (source upload id, start): the part is a copy of a pending
+        object's bytes (app.db.pending), with no pieces until they are flushed.
 
         The pieces' chunks become live (they may be new, or shared with
         objects by UploadPartCopy); a replaced part's chunks are released
@@ -217,7 +206,10 @@ class MultipartRepository:
         nothing is written then, and the caller must release its new chunks.
         """
         _check_part_number(part_number)
-        _check_pieces(size, pieces)
+        if copy_of is None:
+            _check_pieces(size, pieces)
+        elif pieces or size <= 0:
+            raise ValueError("a pending copy has a size and no pieces yet")
         now = now or utcnow()
         if await self._lock_upload(upload_id, bucket, key, exclusive=False) is None:
             raise UploadMissing(upload_id)
@@ -250,7 +242,17 @@ class MultipartRepository:
                 .execution_options(synchronize_session=False)
             )
             part.size, part.etag, part.checksum, part.created_at = size, etag, checksum, now
+            await self._session.execute(
+                delete(PendingCopy).where(
+                    PendingCopy.target_upload_id == upload_id,
+                    PendingCopy.target_part_number == part_number,
+                )
+            )
         await self._session.flush()
+        if copy_of is not None:
+            await PendingRepository(self._session).add_copy(
+                copy_of[0], copy_of[1], size, (upload_id, part_number)
+            )
         if pieces:
             await self._session.execute(
                 insert(PartPiece),
@@ -318,6 +320,7 @@ class MultipartRepository:
         now: datetime | None = None,
         min_part_size: int = 0,
         check: WriteCheck | None = None,
+        allow_spooled: bool = False,
     ) -> ObjectRow:
         """Turn the listed (part number, ETag) parts, in order, into the object.
 
@@ -333,6 +336,10 @@ class MultipartRepository:
         first); InvalidPart for a part never uploaded or whose ETag differs
         (quotes aside); PartTooSmall for a listed part but the last under
         `min_part_size` bytes; whatever `check` raises (see ObjectRepository.put).
+
+        `allow_spooled`: parts still in the spool do not raise PartsNotStored;
+        the object is written pending (app.db.pending): no pieces yet, the
+        upload kept as their source, less the parts left out.
         """
         for (previous, _), (number, _) in pairwise(parts):
             if number <= previous:
@@ -377,7 +384,7 @@ class MultipartRepository:
             for number in listed
             if sum(piece.length for piece in pieces_of[number]) != stored[number].size
         ]
-        if spooled:
+        if spooled and not allow_spooled:
             raise PartsNotStored(spooled)
         used_chunk_ids = {piece.chunk_id for number in listed for piece in pieces_of[number]}
 
@@ -391,16 +398,29 @@ class MultipartRepository:
             md5=None,
             sha256=None,
             user_metadata=dict(upload.user_metadata),
-            pieces=_merge_adjacent(piece for number in listed for piece in pieces_of[number]),
+            pieces=[]
+            if spooled
+            else merge_adjacent(piece for number in listed for piece in pieces_of[number]),
             owner_key_id=owner_key_id,
             checksum=_object_checksum(upload, [stored[number] for number in listed]),
             parts=[(stored[number].size, stored[number].checksum) for number in listed] or None,
             tags=upload.tags,
+            pending=bool(spooled),
         )
         created = await ObjectRepository(self._session).put(
             spec, keep_public_id=keep_public_id, now=now, check=check
         )
-        await self._delete_upload(upload)
+        if spooled:
+            await self._session.execute(
+                delete(UploadPart).where(
+                    UploadPart.upload_id == upload_id, UploadPart.part_number.not_in(listed)
+                )
+            )
+            upload.completed_object_id = created.id
+            upload.completed_at = now or utcnow()
+            await self._session.flush()
+        else:
+            await self._delete_upload(upload)
         # The parts left out: their chunks go unless something else (another
         # part listed, an object, another upload) still uses them.
         await self._chunks.release(left_out_chunk_ids - used_chunk_ids, "aborted")
@@ -410,8 +430,11 @@ class MultipartRepository:
 
     @staticmethod
     def _matches(upload: MultipartUpload | None, bucket: str | None, key: str | None) -> bool:
+        # A completed upload that is a pending object's source is no upload
+        # any more to the multipart API (app.db.pending).
         return (
             upload is not None
+            and upload.completed_at is None
             and (bucket is None or upload.bucket == bucket)
             and (key is None or upload.key == key)
         )

@@ -8,7 +8,7 @@ binds values.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -18,6 +18,7 @@ from sqlalchemy import ColumnElement, exists, literal_column
 
 from app.db.dialects import PerDialect, upsert_insert
 from app.db.models import MAX_KEY_LENGTH, Piece, StoredObject
+from app.db.pending_filter import pending_object
 
 
 class ObjectRow(NamedTuple):
@@ -85,6 +86,23 @@ class PieceSpec:
     length: int
 
 
+def merge_adjacent(pieces: Iterable[PieceSpec]) -> list[PieceSpec]:
+    """Join pieces that continue each other within one chunk.
+
+    Consecutive UploadPartCopy ranges of one object cut its chunks at part
+    boundaries; joined again, a read fetches each stretch of a chunk once.
+    """
+    merged: list[PieceSpec] = []
+    for piece in pieces:
+        if merged:
+            last = merged[-1]
+            if last.chunk_id == piece.chunk_id and last.offset + last.length == piece.offset:
+                merged[-1] = PieceSpec(last.chunk_id, last.offset, last.length + piece.length)
+                continue
+        merged.append(piece)
+    return merged
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectSpec:
     """Everything `ObjectRepository.put` writes.
@@ -111,6 +129,8 @@ class ObjectSpec:
     parts: Sequence[PartSummary] | None = None
     # S3 object tags of this version (None or empty: no tags).
     tags: Mapping[str, str] | None = None
+    # Its bytes are still partly spooled: no pieces yet (app.db.pending).
+    pending: bool = False
 
     def check(self) -> None:
         if not self.bucket or not self.key:
@@ -124,6 +144,10 @@ class ObjectSpec:
                 raise ValueError("an object is inline or in pieces, not both")
             if len(self.inline_data) != self.size:
                 raise ValueError(f"inline data is {len(self.inline_data)} bytes, size {self.size}")
+            return
+        if self.pending:
+            if self.pieces:
+                raise ValueError("a pending object gets its pieces when its parts are flushed")
             return
         for piece in self.pieces:
             if piece.length <= 0 or piece.offset < 0:
@@ -185,7 +209,9 @@ def _chunkless_put(dialect_name: str) -> Any:
     # The row in conflict, named as SQL: SQLAlchemy does not correlate a
     # subquery in an upsert's WHERE (it would scan every object instead).
     conflicting_id: ColumnElement[int] = literal_column(f"{StoredObject.__tablename__}.id")
-    references_a_chunk = exists().where(Piece.__table__.c.object_id == conflicting_id)
+    references_a_chunk = exists().where(
+        Piece.__table__.c.object_id == conflicting_id
+    ) | pending_object(conflicting_id)
     statement = upsert_insert(dialect_name, table)
     # Every column of the new version but the row id and the creation time,
     # which the key keeps (as a replacement through the session).

@@ -26,6 +26,7 @@ from app.db.object_rows import (
     new_public_id,
     row_values,
 )
+from app.db.pending import PendingRepository
 from app.db.trash import TrashRepository, retention_of
 from app.db.types import utcnow
 
@@ -355,11 +356,16 @@ class ObjectRepository:
         )
 
     async def _chunk_ids_of(self, object_id: int) -> builtins.list[int]:
-        return builtins.list(
+        """The chunks the object holds: its pieces', or a pending object's
+        parts' (its upload goes with its row)."""
+        own = set(
             await self._session.scalars(
                 select(Piece.chunk_id).where(Piece.object_id == object_id).distinct()
             )
         )
+        if not own:
+            own = await PendingRepository(self._session).detach_sources([object_id])
+        return sorted(own)
 
     async def _delete_row(self, obj: StoredObject) -> None:
         # The pieces go with it (ON DELETE CASCADE).

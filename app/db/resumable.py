@@ -191,10 +191,13 @@ class TusRepository:
         await self._session.flush()
         return row
 
-    async def complete(self, upload_id: str, *, name: str) -> tuple[TusUpload, ObjectRow]:
+    async def complete(
+        self, upload_id: str, *, name: str, allow_spooled: bool = False
+    ) -> tuple[TusUpload, ObjectRow]:
         """Turn all the upload's parts into the object, in one transaction.
 
-        Raises TusUploadMissing, PartsNotStored (wait for the flusher), and
+        Raises TusUploadMissing, PartsNotStored (wait for the flusher; with
+        `allow_spooled` the object is pending instead: app.db.pending), and
         ValueError when the upload does not have all its bytes."""
         row = await self._lock(upload_id)
         if row.length is None or row.offset != row.length:
@@ -209,6 +212,7 @@ class TusRepository:
             [(number, etag) for number, etag in parts],
             name=name,
             owner_key_id=row.api_key_id,
+            allow_spooled=allow_spooled,
         )
         row.public_id = created.public_id
         await self._session.flush()

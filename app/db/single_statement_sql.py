@@ -13,6 +13,7 @@ from sqlalchemy import Table, bindparam, delete, exists, insert, select, update
 
 from app.db.models import Piece, StoredObject, TrashEntry
 from app.db.object_rows import CHUNKLESS_PUTS, INSERTS_UNLESS_EXISTS, ObjectRow
+from app.db.pending_filter import pending_object
 
 _OBJECTS = cast(Table, StoredObject.__table__)
 # Every column but a multipart object's part list (up to 10,000 entries, read
@@ -32,6 +33,7 @@ CHUNKLESS_DELETE: Final = (
         _OBJECTS.c.bucket == bindparam("bucket"),
         _OBJECTS.c.key == bindparam("key"),
         ~exists().where(Piece.__table__.c.object_id == _OBJECTS.c.id),
+        ~pending_object(_OBJECTS.c.id),
     )
     .returning(_OBJECTS.c.id)
 )
@@ -58,7 +60,7 @@ _TRASH = cast(Table, TrashEntry.__table__)
 CURRENT: Final = select(
     _OBJECTS.c.id,
     _OBJECTS.c.created_at,
-    exists().where(Piece.__table__.c.object_id == _OBJECTS.c.id),
+    exists().where(Piece.__table__.c.object_id == _OBJECTS.c.id) | pending_object(_OBJECTS.c.id),
 ).where(_OBJECTS.c.bucket == bindparam("bucket"), _OBJECTS.c.key == bindparam("key"))
 # An object's row moved out of its namespace (TrashRepository.put's move).
 TO_TRASH: Final = (

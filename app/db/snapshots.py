@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     DateTime,
     LargeBinary,
     Table,
@@ -44,6 +45,7 @@ from app.db.models import (
     SnapshotMessage,
     StoredObject,
 )
+from app.db.pending_filter import pending_object
 from app.db.types import utcnow
 
 # In the order a load needs: every row after the rows it references.
@@ -125,9 +127,24 @@ async def dump_rows(
         for name in SNAPSHOT_TABLES:
             table = table_of(name)
             order = list(table.primary_key.columns)
-            result = await session.stream(select(table).order_by(*order))
+            query = select(table)
+            if (left_out := settled_only(table)) is not None:
+                query = query.where(left_out)
+            result = await session.stream(query.order_by(*order))
             async for partition in result.mappings().partitions(_READ_BATCH):
                 yield name, [dict(row) for row in partition]
+
+
+def settled_only(table: Table) -> ColumnElement[bool] | None:
+    """The condition that leaves pending objects (app.db.pending) out of a
+    copy of the table's rows: their bytes are in one instance's spool, not
+    in Telegram, so restored they could not be read. None: the table holds
+    no object rows. For snapshots and the journal alike."""
+    if table.name == "objects":
+        return ~pending_object(table.c.id)
+    if table.name == "trash":
+        return ~pending_object(table.c.object_id)
+    return None
 
 
 async def is_empty(session: AsyncSession) -> bool:

@@ -3,8 +3,9 @@
 A part acknowledged from the local spool is an `UploadPart` (size, ETag) with
 no pieces plus a `SpooledPart` naming its file. `put` writes both in one
 transaction; `commit_pieces` turns it into an ordinary part (pieces written,
-spool row gone) in another. Replacing a part number, aborting or completing an
-upload deletes spool rows with their parts (ON DELETE CASCADE); the caller
+spool row gone) in another; the last of a pending object's parts also
+finalises the object there (app.db.pending). Replacing a part number,
+aborting or completing an upload deletes spool rows with their parts (ON DELETE CASCADE); the caller
 deletes the files named in what these methods return.
 
 Owners: every row carries the id of the instance that wrote it. An instance
@@ -25,6 +26,7 @@ from app.db.locking import batches, lock_database_for_write, lock_upload_part
 from app.db.models import Instance, MultipartUpload, PartPiece, SpooledPart, UploadPart
 from app.db.multipart import UploadMissing
 from app.db.object_rows import PieceSpec
+from app.db.pending import PendingRepository
 from app.db.types import utcnow
 
 
@@ -85,6 +87,7 @@ class SpoolRepository:
         bucket: str,
         key: str,
         checksum: str | None = None,
+        md5: str | None = None,
         now: datetime | None = None,
     ) -> list[str]:
         """Record a spooled part, replacing any earlier upload of its number.
@@ -100,7 +103,12 @@ class SpoolRepository:
             .where(MultipartUpload.id == upload_id)
             .with_for_update(read=True)
         )
-        if upload is None or upload.bucket != bucket or upload.key != key:
+        if (
+            upload is None
+            or upload.bucket != bucket
+            or upload.key != key
+            or upload.completed_at is not None
+        ):
             raise UploadMissing(upload_id)
         await lock_upload_part(self._session, upload_id, part_number)
         old_paths = builtins.list(
@@ -141,6 +149,7 @@ class SpoolRepository:
                 size=size,
                 owner=owner,
                 created_at=now,
+                md5=md5,
             )
         )
         await self._chunks.release(old_chunk_ids, "overwritten")
@@ -186,10 +195,25 @@ class SpoolRepository:
         releases the chunks it stored for it.
         """
         await lock_database_for_write(self._session)
+        upload_id = await self._session.scalar(
+            select(SpooledPart.upload_id).where(SpooledPart.id == spool_id)
+        )
+        if upload_id is None:
+            return False
+        # The upload first, exclusively, as Complete and abort lock it: a
+        # Complete that makes the object pending and the commit of its last
+        # spooled part go one after the other, and of two parts committed at
+        # once the second sees the first's row gone, so one of them finalises.
+        upload = await self._session.scalar(
+            select(MultipartUpload)
+            .where(MultipartUpload.id == upload_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
         row = await self._session.scalar(
             select(SpooledPart).where(SpooledPart.id == spool_id).with_for_update()
         )
-        if row is None:
+        if upload is None or row is None:
             return False
         if sum(piece.length for piece in pieces) != row.size:
             raise ValueError(f"pieces do not add up to the {row.size} bytes of spooled part")
@@ -209,6 +233,7 @@ class SpoolRepository:
             ],
         )
         await self._session.execute(delete(SpooledPart).where(SpooledPart.id == spool_id))
+        await PendingRepository(self._session).finalise(upload)
         return True
 
     async def adopt(self, owner: str, live_owners: set[str]) -> builtins.list[int]:

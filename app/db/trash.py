@@ -26,6 +26,7 @@ from app.db.chunks import ChunkRepository
 from app.db.locking import batches, lock_database_for_write, lock_object_key
 from app.db.models import Bucket, Piece, StoredObject, TrashEntry, TrashReason
 from app.db.object_rows import ObjectRow, new_public_id
+from app.db.pending import PendingRepository
 from app.db.single_statement_sql import TRASH_BUCKET as TRASH_BUCKET
 from app.db.single_statement_sql import trash_key
 from app.db.types import utcnow
@@ -233,7 +234,9 @@ class TrashRepository:
                     select(Piece.chunk_id).where(Piece.object_id.in_(batch)).distinct()
                 )
             )
-            # The pieces and the trash entries go with the rows (ON DELETE CASCADE).
+            chunk_ids.update(await PendingRepository(self._session).detach_sources(batch))
+            # The pieces, the trash entries and a pending object's upload go
+            # with the rows (ON DELETE CASCADE).
             await self._session.execute(
                 delete(StoredObject)
                 .where(StoredObject.id.in_(batch))

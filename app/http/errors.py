@@ -32,6 +32,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.store.errors import (
     BotUnusable,
+    ContentPending,
     ContentUnavailable,
     CustomerKeyMismatch,
     CustomerKeyRequired,
@@ -147,6 +148,8 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
             str(exc),
             KEY_RETRY_AFTER,
         )
+    if isinstance(exc, ContentPending):
+        return Failure(503, "content_pending", "SlowDown", str(exc), exc.retry_after)
     if isinstance(exc, ObjectDamaged):
         # Not 503: no retry brings a lost chunk back (docs: "Durability").
         log.error("object_damaged", path=path, error=str(exc))

@@ -47,6 +47,15 @@ class DownloadStalled(ContentUnavailable):
     download connection busy): the download is aborted."""
 
 
+class ContentPending(StoreError):
+    """The object's bytes are still in another instance's spool, on their way
+    to Telegram (app.store.pending): retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ClientStalled(StoreError):
     """The client took no byte for the stall timeout: its download was dropped."""
 

@@ -12,7 +12,9 @@ the process-wide upload budget.
 A part is done when every chunk that carries some of its bytes is stored: its
 pieces are written and its spool row deleted in one transaction, then its file
 goes. A tail shorter than a chunk waits for more parts, and is sent when the
-upload is completed (`flushed`) or has been idle for `idle_flush` seconds.
+upload is completed (`seal`, `flushed`) or has been idle for `idle_flush`
+seconds. The commit of a pending object's last part finalises the object
+(app.db.pending).
 
 Failures: the bytes are on disk, so a failed send loses nothing. The round of
 work is wound up (chunks that no committed part uses go to the GC ledger) and
@@ -34,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import SpooledPart
 from app.db.object_rows import PieceSpec
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
@@ -126,8 +129,10 @@ class Flusher:
         """Start on every upload with spooled parts this instance owns."""
         async with session_scope(self._sessionmaker) as session:
             rows = await SpoolRepository(session).owned(self._spool.instance_id)
+            completed = await PendingRepository(session).completed(row.upload_id for row in rows)
         for upload_id in dict.fromkeys(row.upload_id for row in rows):
-            self.notify(upload_id)
+            # A pending object's tail goes at once: no part will join it.
+            (self.seal if upload_id in completed else self.notify)(upload_id)
         if rows:
             log.info("spool_resumed", parts=len(rows), bytes=sum(row.size for row in rows))
 
@@ -141,6 +146,14 @@ class Flusher:
             self._uploads[upload_id] = flush
             flush.task = asyncio.create_task(self._run(flush), name=f"spool-flush-{upload_id[:8]}")
         flush.wake.set()
+
+    def seal(self, upload_id: str) -> None:
+        """The upload was completed: send its tail now, without waiting for
+        more parts or the idle time."""
+        self.notify(upload_id)
+        flush = self._uploads.get(upload_id)
+        if flush is not None:
+            flush.sealed = True
 
     async def flushed(self, upload_id: str, part_numbers: Sequence[int]) -> None:
         """Wait until none of these parts of `upload_id` is in the spool.
@@ -247,10 +260,12 @@ class Flusher:
         try:
             while not self._stopping:
                 flush.wake.clear()
-                for row in await self._load(flush.upload_id):
+                rows = await self._load(flush.upload_id)
+                for row in rows:
                     if row.id not in known:
                         known.add(row.id)
                         queue.append(_Part(row.id, row.part_number, row.path, row.size))
+                await self._drop_vanished(queue, {row.id for row in rows})
                 _raise_failed(sends)
                 ready = sum(part.size - part.cut for part in queue)
                 if not ready and not sends:
@@ -283,6 +298,17 @@ class Flusher:
             # this round failed) go; those committed parts use are kept.
             if chunk_ids:
                 await self._gc.release_chunks(chunk_ids, reason="failed_upload")
+
+    async def _drop_vanished(self, queue: deque[_Part], current: set[int]) -> None:
+        """Parts whose rows went before any of their bytes were cut (their
+        pending object deleted or replaced, their upload aborted): not
+        sent, and their files deleted, which their deleter cannot do (the
+        row went with an object row, in SQL)."""
+        gone = [part for part in queue if part.cut == 0 and part.row_id not in current]
+        for part in gone:
+            queue.remove(part)
+        if gone:
+            await self._spool.delete(part.path for part in gone)
 
     async def _send(
         self,

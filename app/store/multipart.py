@@ -4,10 +4,13 @@ Write-behind: a part of known size under half of bots x CHUNK_SIZE (on its
 own it would leave bots idle) is written to the local staging spool, made
 durable, recorded, and acknowledged at disk speed; the flusher sends it to
 Telegram in the background, in full chunks cut across parts. Completing
-waits for the listed parts to be flushed. A bigger part, or one of unknown
-size, or any part when the spool is off or full, goes through the chunk
-writer while the client waits, as any upload (cut into equal chunks that keep
-every bot busy; never inline: an object is inline or pieces, not both).
+answers once the listed parts are durable (an object whose parts are still
+spooled is pending, read from the spool until the flush: app.db.pending),
+or, with COMPLETE_WAITS_FOR=telegram, waits for them to be flushed. A
+bigger part, or one of unknown size, or any part when the spool is off or
+full, goes through the chunk writer while the client waits, as any upload
+(cut into equal chunks that keep every bot busy; never inline: an object is
+inline or pieces, not both).
 
 A part copied from an existing object points into that object's chunks
 (metadata only); in an upload with a checksum algorithm its bytes are read
@@ -19,6 +22,7 @@ spool files are deleted.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +44,7 @@ from app.db.multipart import (
 )
 from app.db.object_rows import PieceSpec
 from app.db.objects import ObjectRepository, WriteCheck
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.sealing import SealingRepository
 from app.db.session import session_scope
@@ -51,6 +56,9 @@ from app.store.object_seal import ObjectSeal, seal_from
 from app.store.range_checksum import range_checksum
 from app.store.service import ObjectInfo, ObjectStore
 from app.store.spool import Spool, SpoolFull
+
+#: Before Complete looks again at parts that were not stored yet.
+RECHECK_PAUSE = 0.2
 
 __all__ = [
     "FlushFailed",
@@ -108,8 +116,12 @@ class MultipartStore:
         spool: Spool | None = None,
         flusher: Flusher | None = None,
         min_part_size: int = 0,
+        wait_for_telegram: bool = False,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # COMPLETE_WAITS_FOR=telegram: Complete waits for the flush of its
+        # parts, as before objects could be pending (app.db.pending).
+        self._wait_for_telegram = wait_for_telegram
         self._objects = objects
         self._spool = spool if spool is not None and spool.enabled else None
         self._flusher = flusher
@@ -236,6 +248,7 @@ class MultipartStore:
                     bucket=upload.bucket,
                     key=upload.key,
                     checksum=checksum() if checksum is not None else None,
+                    md5=written.md5_hex,
                 )
         except BaseException:
             await spool.delete([written.path])
@@ -288,6 +301,13 @@ class MultipartStore:
 
         async def put_part(session: AsyncSession) -> None:
             pieces = await ObjectRepository(session).piece_specs(source.id, start, end)
+            copy_of = None
+            if pieces is None and not self._wait_for_telegram:
+                # A pending source: the part is a copy of its bytes, resolved
+                # when they are flushed (app.db.pending).
+                source_upload = await PendingRepository(session).lock_source(source.id)
+                if source_upload is not None:
+                    pieces, copy_of = [], (source_upload, start)
             if pieces is None:
                 raise changed
             await MultipartRepository(session).put_part(
@@ -299,13 +319,20 @@ class MultipartStore:
                 bucket=upload.bucket,
                 key=upload.key,
                 checksum=checksum,
+                copy_of=copy_of,
             )
 
-        try:
-            await in_transaction(self._sessionmaker, put_part)
-        except ChunksMissing:
-            # Released between reading the source's pieces and locking them.
-            raise changed from None
+        for attempt in range(2):
+            try:
+                await in_transaction(self._sessionmaker, put_part)
+                break
+            except ChunksMissing:
+                # Released between reading the source's pieces and locking them.
+                raise changed from None
+            except ObjectNotFound:
+                # A pending source has no pieces until its flush: wait for it once.
+                if attempt or not await self._objects.wait_settled(source):
+                    raise
         return checksum
 
     async def upload_part_from_bytes(
@@ -396,11 +423,15 @@ class MultipartStore:
     ) -> ObjectInfo:
         """Raises UploadMissing, InvalidPartOrder, InvalidPart, PartTooSmall
         (a part but the last under `min_part_size`), what `check` raises,
-        and FlushFailed when listed parts are in the spool and cannot reach
-        Telegram now."""
+        and, waiting for Telegram, FlushFailed when listed parts are in the
+        spool and cannot reach Telegram now.
+
+        Parts still in the spool make the object pending (app.db.pending),
+        answered at once, unless COMPLETE_WAITS_FOR=telegram."""
         numbers = [number for number, _ in parts]
+        pending = self._flusher is not None and not self._wait_for_telegram
         while True:
-            if self._flusher is not None:
+            if self._flusher is not None and not pending:
                 await self._flusher.flushed(upload.upload_id, numbers)
             spooled = await self._spooled_paths(upload)
             try:
@@ -413,14 +444,21 @@ class MultipartStore:
                         key=upload.key,
                         min_part_size=self._min_part_size,
                         check=check,
+                        allow_spooled=pending,
                     )
                     info = ObjectInfo.from_row(row, with_content=False)
             except PartsNotStored:
                 if self._flusher is None:
                     raise
-                continue  # a listed part was uploaded again meanwhile
+                # A listed part was uploaded again meanwhile, or (the setting
+                # changed since) is a copy of bytes still on their way.
+                await asyncio.sleep(RECHECK_PAUSE)
+                continue
             break
         await self._forget_spooled(spooled)
+        if spooled and self._flusher is not None:
+            # The upload's tail goes now, not after the idle wait.
+            self._flusher.seal(upload.upload_id)
         self._objects.wake_gc()
         return info
 

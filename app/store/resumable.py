@@ -13,10 +13,12 @@ With an Upload-Checksum the segments are made durable as they come but
 recorded together only once the whole body matched; on a mismatch none of
 them is kept.
 
-Completion waits for the flusher to have stored every part, then turns the
-parts into the object in one transaction (metadata only), as S3's
-CompleteMultipartUpload does. A final upload (concatenation) is made the
-same way from its partial uploads' parts.
+Completion turns the parts into the object in one transaction (metadata
+only), as S3's CompleteMultipartUpload does: at once, the object pending
+while parts are still spooled (app.db.pending), or, with
+COMPLETE_WAITS_FOR=telegram, once the flusher has stored every part. A final
+upload (concatenation) is made from its partial uploads' parts once they are
+all in Telegram.
 """
 
 from __future__ import annotations
@@ -116,11 +118,14 @@ class ResumableStore:
         flusher: Flusher | None,
         expiration: float,
         cleanup_interval: float,
+        wait_for_telegram: bool = False,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._objects = objects
         self._spool = spool
         self._flusher = flusher
+        # As MultipartStore's: completion answers at spool durability unless told.
+        self._wait_for_telegram = wait_for_telegram
         self._expiration = timedelta(seconds=expiration)
         self.cleanup = Periodic("tus_cleanup", self._cleanup_round, interval=cleanup_interval)
 
@@ -276,22 +281,31 @@ class ResumableStore:
 
     async def complete(self, upload_id: str, *, name: str) -> UploadState:
         """Raises TusUploadMissing, and FlushFailed when spooled parts cannot
-        reach Telegram now."""
+        reach Telegram now (waiting for Telegram).
+
+        Parts still in the spool make the object pending (app.db.pending)
+        unless COMPLETE_WAITS_FOR=telegram, as S3's Complete."""
+        pending = self._flusher is not None and not self._wait_for_telegram
         while True:
             state = await self.get(upload_id)
             if state is None:
                 raise TusUploadMissing(upload_id)
             if state.public_id is not None:
                 return state
-            await self._flushed(upload_id)
+            if not pending:
+                await self._flushed(upload_id)
             try:
                 async with session_scope(self._sessionmaker) as session:
-                    row, _ = await TusRepository(session).complete(upload_id, name=name)
+                    row, _ = await TusRepository(session).complete(
+                        upload_id, name=name, allow_spooled=pending
+                    )
                     state = UploadState.from_row(row)
             except PartsNotStored:
                 if self._flusher is None:
                     raise
                 continue
+            if pending and self._flusher is not None:
+                self._flusher.seal(upload_id)
             self._objects.wake_gc()
             log.info("tus_upload_completed", upload_id=upload_id, size=state.length)
             return state

@@ -38,6 +38,7 @@ from app.db.object_rows import StoredChecksum as StoredChecksum
 from app.db.objects import ListOrder as ListOrder  # for the API: orders of a listing
 from app.db.objects import ObjectRepository
 from app.db.objects import WriteCheck as WriteCheck  # for the APIs: a condition on a put
+from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.sealing import OBJECT_SEALS, seal_rows
 from app.db.session import session_scope
@@ -53,7 +54,9 @@ from app.store.object_seal import PLAIN, seal_from
 from app.store.object_seal import ObjectSeal as ObjectSeal
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
+from app.store.pending import PendingReads
 from app.store.reader import PieceSpan, RangeReader
+from app.store.spool import Spool
 from app.store.writer import ChunkWriter, WrittenContent
 
 
@@ -67,8 +70,16 @@ class ObjectStore:
         *,
         statements: SingleStatements | None = None,
         trash_retention: timedelta | None = None,
+        spool: Spool | None = None,
+        pending_copies: bool = True,
     ) -> None:
         self._sessionmaker = sessionmaker
+        # A copy of a pending object is pending too (metadata only, resolved
+        # at the source's flush: app.db.pending); COMPLETE_WAITS_FOR=telegram
+        # makes it wait for that flush instead.
+        self._pending_copies = pending_copies
+        # Objects completed with parts still spooled are read from there.
+        self._pending = PendingReads(sessionmaker, reader, writer.encryption, spool)
         # Deletes and replacements go to the trash for this long (the
         # sessions keep it too: app.db.trash.configure); small objects then
         # take the single statements that trash them instead of those that
@@ -92,6 +103,13 @@ class ObjectStore:
         if info.size == 0 or info.inline_data is not None:
             return PLAIN
         rows = await self._statements.rows(OBJECT_SEALS, {"object_id": info.id})
+        if not rows and await self._pending.is_pending(info.id):
+            # No pieces yet: sealed as the flusher will seal its spooled parts
+            # (never under a customer key: such parts are not spooled).
+            seals = self._writer.encryption.seals_new_chunks
+            return ObjectSeal(
+                master=seals and self.encryption_enabled, customer=(), other_chunks=True
+            )
         return seal_from(seal_rows(rows), master_keys=self.encryption_enabled)
 
     @staticmethod
@@ -325,12 +343,25 @@ class ObjectStore:
             else:
                 pieces = await repo.piece_specs(source.id, 0, source.size)
             if pieces is None:
-                return None
+                source_upload = None
+                if self._pending_copies:
+                    source_upload = await PendingRepository(session).lock_source(source.id)
+                if source_upload is None:
+                    return None
+                pending = PendingRepository(session)
+                copy_upload = await pending.copy_object(
+                    source_upload, 0, bucket=bucket, key=key, size=source.size, etag=source.etag
+                )
+                row = await repo.put(replace(spec, pending=True))
+                await pending.attach(copy_upload, row.id)
+                return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
             row = await repo.put(replace(spec, pieces=pieces))
             return ObjectInfo.from_row(row, with_content=False), repo.chunks_released
 
         try:
             copied = await in_transaction(self._sessionmaker, copy)
+            if copied is None and await self.wait_settled(source):
+                copied = await in_transaction(self._sessionmaker, copy)
         except ChunksMissing:
             # The source was replaced and its chunks released between reading
             # its pieces and locking them.
@@ -347,6 +378,12 @@ class ObjectStore:
         there is no object under (bucket, key)."""
         async with session_scope(self._sessionmaker) as session:
             return await ObjectRepository(session).set_tags(bucket, key, tags)
+
+    async def wait_settled(self, info: ObjectInfo) -> bool:
+        """If the object is pending, wait until its bytes are in Telegram
+        (a metadata-only copy needs its pieces); whether it was pending.
+        Raises ContentPending past PENDING_COPY_WAIT."""
+        return await self._pending.settled(info.id, f"{info.bucket}/{info.key}")
 
     def keeps_the_pool_busy(self, size: int) -> bool:
         return self._writer.keeps_the_pool_busy(size)
@@ -377,6 +414,14 @@ class ObjectStore:
             return _from_bytes((info.inline_data or b"")[start:end])
         async with session_scope(self._sessionmaker) as session:
             trimmed = await ObjectRepository(session).covering_pieces(info.id, start, end)
+        if trimmed is None:
+            # Pending (its parts partly in the spool), or replaced meanwhile.
+            label = f"{info.bucket}/{info.key}"
+            pending = await self._pending.open(info.id, label, start, end)
+            if pending is not None:
+                return pending
+            async with session_scope(self._sessionmaker) as session:
+                trimmed = await ObjectRepository(session).covering_pieces(info.id, start, end)
         if trimmed is None:
             # The object was replaced or deleted after `info` was read.
             raise ObjectNotFound(f"object {info.bucket}/{info.key} changed while being read")

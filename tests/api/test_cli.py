@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 import structlog
+from rich.console import Console
 
 from app.cli import main
+from app.durability_cli import check_durability
 from app.logging import configure_logging
 from tests.running_service import CHAT_ID, CHUNK, Service, eventually
 
@@ -217,6 +219,37 @@ async def test_check_reports_the_upload_budget_and_the_spool(
     monkeypatch.setenv("SPOOL_DIR", str(blocked / "spool"))
     assert await run_cli("check") == 1
     assert "cannot be created or written" in capsys.readouterr().out
+
+
+async def test_check_prints_the_bytes_waiting_for_telegram_and_the_oldest_age(
+    service: Service,
+) -> None:
+    tus = {**service.auth, "Tus-Resumable": "1.0.0"}
+    segment = CHUNK // 2  # one spooled segment of an unfinished tus upload
+    printed = io.StringIO()
+
+    with service.sim.holding("sendDocument"):
+        async with service.client() as http:
+            created = await http.post("/api/tus/", headers={**tus, "Upload-Length": str(CHUNK)})
+            patched = await http.patch(
+                created.headers["location"],
+                content=bytes(segment),
+                headers={
+                    **tus,
+                    "Upload-Offset": "0",
+                    "Content-Type": "application/offset+octet-stream",
+                },
+            )
+        assert patched.status_code == 204
+        await asyncio.sleep(1.1)
+        # What `teleuploader check` prints after the bots' tables (which would
+        # call the bots while their sends are held here).
+        assert await check_durability(service.settings, Console(file=printed, width=200))
+
+    lag = next(line for line in printed.getvalue().splitlines() if line.startswith("spool:"))
+    waiting = lag.split("the oldest waiting ")[1].split(" s")[0]
+    assert f"spool: {segment} bytes not yet in Telegram" in lag
+    assert int(waiting) >= 1
 
 
 async def test_check_warns_of_posts_the_service_did_not_make(

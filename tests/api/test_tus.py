@@ -595,8 +595,11 @@ async def test_tuspy_with_checksums_with_and_without_the_spool(
 
 
 async def test_when_telegram_refuses_the_last_patch_is_503_and_head_finishes_later(
-    service: Service,
+    start_service: ServiceFactory,
 ) -> None:
+    # Completion waits for Telegram only when told (the default answers at
+    # spool durability: test_completion_answers_before_the_flush).
+    service = await start_service(complete_waits_for="telegram")
     data = payload(2 * CHUNK + 3, seed=20)
     url = await create(service, len(data))
     service.sim.configure(max_upload_bytes=1024)  # every chunk is refused
@@ -615,6 +618,26 @@ async def test_when_telegram_refuses_the_last_patch_is_503_and_head_finishes_lat
 
     await eventually(finished, within=30)
     assert await download(service, (await head(service, url)).headers["x-file-url"]) == data
+
+
+async def test_completion_answers_before_the_flush(service: Service) -> None:
+    data = payload(2 * CHUNK + 3, seed=21)
+    url = await create(service, len(data))
+    with service.sim.holding("sendDocument"):
+        async with asyncio.timeout(20):
+            done = await patch(service, url, 0, data)
+            served = await download(service, done.headers["x-file-url"])
+        assert service.live_messages() == []  # nothing in Telegram yet
+
+    assert done.status_code == 204
+    assert served == data
+
+    def spooled() -> list[Path]:
+        return list(Path(service.settings.spool_path).rglob("*.part"))
+
+    await eventually(lambda: not spooled(), within=20)
+    assert await download(service, done.headers["x-file-url"]) == data
+    assert len(service.live_messages()) <= -(-len(data) // CHUNK) + 1
 
 
 # --- a PATCH in several segments -------------------------------------------------

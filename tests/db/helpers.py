@@ -15,9 +15,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.compiled import CompiledStatement
-from app.db.models import Base, Chunk
+from app.db.models import Base, Chunk, SpooledPart
+from app.db.multipart import MultipartRepository
 from app.db.repositories import ChunkRepository, ObjectSpec, PieceSpec
 from app.db.session import session_scope
+from app.db.spool import SpoolRepository
 from app.telegram.types import StoredDocument
 
 
@@ -214,3 +216,44 @@ def statements() -> Iterator[list[str]]:
     finally:
         CompiledStatement.parameters = on_driver  # type: ignore[method-assign]
         event.remove(Engine, "before_cursor_execute", record)
+
+
+# --- pending objects (app.db.pending) ------------------------------------------------
+
+FLUSHED = 1000  # part 1, already in Telegram
+SPOOLED = 600  # part 2, still in the spool
+
+
+def etag(size: int) -> str:
+    return f'"{hashlib.md5(b"%d" % size).hexdigest()}"'
+
+
+async def pending_object(sessionmaker: async_sessionmaker[AsyncSession]) -> tuple[int, int, int]:
+    """An object of a flushed part and a spooled one, completed: (object
+    id, the flushed part's chunk id, the spooled part's spool row id)."""
+    (chunk,) = await add_chunks(sessionmaker, [FLUSHED])
+    async with session_scope(sessionmaker) as session:
+        repo = MultipartRepository(session)
+        upload = await repo.create(bucket="b", key="k", content_type="x/y", user_metadata={})
+        await repo.put_part(upload.id, 1, size=FLUSHED, etag=etag(1), pieces=whole_chunks([chunk]))
+        await SpoolRepository(session).put(
+            upload.id,
+            2,
+            size=SPOOLED,
+            etag=etag(2),
+            path="i/p.part",
+            owner="i",
+            bucket="b",
+            key="k",
+        )
+        # Part 3 is left out of the completion: it goes at once.
+        await SpoolRepository(session).put(
+            upload.id, 3, size=10, etag=etag(3), path="i/q.part", owner="i", bucket="b", key="k"
+        )
+    async with session_scope(sessionmaker) as session:
+        row = await MultipartRepository(session).complete(
+            upload.id, [(1, etag(1)), (2, etag(2))], name="k", allow_spooled=True
+        )
+        spool_id = await session.scalar(select(SpooledPart.id))
+    assert spool_id is not None
+    return row.id, chunk.id, spool_id

@@ -3,8 +3,9 @@
 UploadPart is acknowledged once the part is fsynced in the spool and
 recorded. The serving process is then killed with SIGKILL before the parts
 reach Telegram; a new process on the same database and spool adopts them,
-Complete succeeds, the object reads back byte-exact, and every Telegram
-message the upload made belongs to a chunk the object uses.
+Complete succeeds (at once: the object is pending until the flush), the
+object reads back byte-exact, and every Telegram message the upload made
+belongs to a chunk the object uses.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.db.engine import create_engine
 from app.db.models import Chunk, SpooledPart
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.running_service import eventually
 
 CHUNK = 256 * 1024
 PART = 60 * 1024  # three parts fit one chunk: the flusher waits for more
@@ -110,6 +112,12 @@ async def test_acknowledged_parts_survive_kill_9(
 
     assert done["ETag"].endswith('-3"')
     assert body == b"".join(parts)
+
+    # Complete answered at spool durability: the flush may still be running.
+    async def flushed() -> bool:
+        return await count(database, SpooledPart) == 0
+
+    await eventually(flushed, within=15)
     # One message for the three parts (cut across them), and no other.
     assert await count(database, Chunk) == 1
     wait_for(
@@ -117,5 +125,4 @@ async def test_acknowledged_parts_survive_kill_9(
         within=15,
         what="the upload's messages to be exactly its chunks",
     )
-    assert await count(database, SpooledPart) == 0
-    assert list(spool.rglob("*.part")) == []
+    wait_for(lambda: not list(spool.rglob("*.part")), within=10, what="the spool to empty")

@@ -25,6 +25,7 @@ from app.db.engine import create_engine
 from app.db.models import SpooledPart
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.running_service import eventually
 
 CHUNK = 256 * 1024
 TUS = {"Tus-Resumable": "1.0.0"}
@@ -136,6 +137,11 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
 
     assert offset_of(second, path) == len(data)
     assert download(second, path) == data
-    assert await count(database, SpooledPart) == 0
+
+    # Completion answered at spool durability: the flush may still be running.
+    async def flushed() -> bool:
+        return await count(database, SpooledPart) == 0
+
+    await eventually(flushed, within=15)
     # The dead process's half-written segment was swept, every flushed file deleted.
     wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")

@@ -2,8 +2,9 @@
 
 UploadPart is answered once the part is durable in the local spool; the
 flusher sends the parts in full chunks cut across part boundaries; Complete
-waits for them, answering 200 early and padding with whitespace when that
-takes long, and ending with an <Error> if the parts cannot be stored.
+waits for them (COMPLETE_WAITS_FOR=telegram), answering 200 early and padding
+with whitespace when that takes long, and ending with an <Error> if the parts
+cannot be stored.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ async def service(start_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
     # sees the whitespace keep-alive without waiting long.
     monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.3)
     monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.3)
-    return await start_service(s3_credentials={ACCESS_KEY: SECRET}, **ANY_PART_SIZE)
+    # What Complete did before objects could be pending: it waits for Telegram
+    # (test_complete_at_spool.py: the default, answering at spool durability).
+    return await start_service(
+        s3_credentials={ACCESS_KEY: SECRET}, complete_waits_for="telegram", **ANY_PART_SIZE
+    )
 
 
 async def upload_parts(client: BaseClient, parts: list[bytes]) -> tuple[str, list[str]]:

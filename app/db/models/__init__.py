@@ -39,6 +39,7 @@ from app.db.models.multipart import (
     UPLOAD_ID_LENGTH,
     MultipartUpload,
     PartPiece,
+    PendingCopy,
     SpooledPart,
     UploadPart,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "KeyScope",
     "MultipartUpload",
     "PartPiece",
+    "PendingCopy",
     "Piece",
     "SendIntent",
     "SharedFilePath",

@@ -38,6 +38,8 @@ class MultipartUpload(Base):
     __table_args__ = (
         # ListMultipartUploads: a range scan in (key, upload id) order.
         Index(None, "bucket", "key", "id"),
+        # Deleting an object finds its pending source (a cascade's lookup).
+        Index(None, "completed_object_id"),
     )
 
     # Byte order ("C" on Postgres) so listings page the same on both backends.
@@ -52,6 +54,16 @@ class MultipartUpload(Base):
     checksum_type: Mapped[str | None] = mapped_column(String(16), default=None)
     # The tags CreateMultipartUpload was given, for the object Complete writes.
     tags: Mapped[dict[str, str] | None] = mapped_column(NullableJson, nullable=True, default=None)
+    # Completed while parts were still in the spool: the upload stays, hidden
+    # from the multipart API, as the source of this object's bytes until the
+    # flusher commits its last part (app.db.pending). The object's deletion
+    # takes it along.
+    completed_object_id: Mapped[int | None] = mapped_column(
+        BigInteger, ForeignKey("objects.id", ondelete="CASCADE"), nullable=True, default=None
+    )
+    # Set by that completion; the upload stays completed (hidden) when its
+    # object goes while copies still need its bytes (completed_object_id NULL).
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return f"MultipartUpload(id={self.id!r}, bucket={self.bucket!r}, key={self.key!r})"
@@ -147,9 +159,50 @@ class SpooledPart(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     owner: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # MD5 (hex) of the file as written, checked by reads from the spool; None
+    # for rows from before reads did (the part's ETag is its MD5 then).
+    md5: Mapped[str | None] = mapped_column(String(32), default=None)
 
     def __repr__(self) -> str:
         return (
             f"SpooledPart(id={self.id}, upload_id={self.upload_id!r}, "
             f"part_number={self.part_number}, size={self.size})"
+        )
+
+
+class PendingCopy(Base):
+    """An upload part copied, metadata only, from bytes of a completed upload
+    still partly in the spool (a pending object's, app.db.pending): the part
+    is `length` bytes of that upload from `source_start`. It has no pieces
+    until the source upload is finalised, which gives it its pieces and
+    deletes this row in one transaction.
+    """
+
+    __tablename__ = "pending_copies"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["target_upload_id", "target_part_number"],
+            ["upload_parts.upload_id", "upload_parts.part_number"],
+            ondelete="CASCADE",
+        ),
+        UniqueConstraint("target_upload_id", "target_part_number"),
+        CheckConstraint("length > 0", name="length"),
+        Index(None, "source_upload_id"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    # No ON DELETE: a source is deleted only once its copies are resolved.
+    source_upload_id: Mapped[str] = mapped_column(
+        key_string(UPLOAD_ID_LENGTH), ForeignKey("multipart_uploads.id")
+    )
+    source_start: Mapped[int] = mapped_column(BigInteger)
+    length: Mapped[int] = mapped_column(BigInteger)
+    target_upload_id: Mapped[str] = mapped_column(key_string(UPLOAD_ID_LENGTH))
+    target_part_number: Mapped[int] = mapped_column(Integer)
+
+    def __repr__(self) -> str:
+        return (
+            f"PendingCopy(id={self.id}, source={self.source_upload_id!r}+{self.source_start}, "
+            f"length={self.length}, target={self.target_upload_id!r}#{self.target_part_number})"
         )

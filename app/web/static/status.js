@@ -79,6 +79,10 @@ function facts(status) {
         ? `${formatBytes(budget.spool_bytes)} of ${formatBytes(budget.spool_max_bytes)}`
         : 'off',
     ],
+    [
+      'Not yet in Telegram (this disk only)',
+      `${formatBytes(budget.unflushed_bytes)}, oldest ${Math.round(budget.oldest_unflushed_seconds)} s`,
+    ],
     ['Messages waiting to be deleted (GC)', String(status.gc_backlog)],
   ];
   const data = status.durability;
