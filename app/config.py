@@ -9,7 +9,6 @@ and `str` are masked, so a settings dump or a validation error never prints one.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -24,6 +23,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
+from app import settings_values
 from app.bot_tokens import BotToken as BotToken
 from app.bot_tokens import parse_tokens
 from app.settings_names import names_given, renamed_problem
@@ -43,16 +43,6 @@ MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
 # API server's 2000 MB.
 GETFILE_LIMIT = 20 * 10**6
 LOCAL_GETFILE_LIMIT = 2000 * 10**6
-
-
-def _split_csv(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    if isinstance(value, (list, tuple)):
-        return [str(part).strip() for part in value if str(part).strip()]
-    raise ValueError("expected a comma-separated list")
 
 
 class Settings(BaseSettings):
@@ -339,55 +329,22 @@ class Settings(BaseSettings):
     def _parse_tokens(cls, value: Any) -> list[BotToken]:
         if value and all(isinstance(v, BotToken) for v in value):
             return list(value)
-        return parse_tokens(_split_csv(value))
+        return parse_tokens(settings_values.split_csv(value))
 
     @field_validator("s3_credentials", mode="before")
     @classmethod
     def _parse_s3_credentials(cls, value: Any) -> dict[str, SecretStr]:
-        if isinstance(value, dict):
-            return {
-                str(k): v if isinstance(v, SecretStr) else SecretStr(str(v))
-                for k, v in value.items()
-            }
-        pairs: dict[str, SecretStr] = {}
-        for entry in _split_csv(value):
-            access_key, sep, secret = entry.partition(":")
-            _check_s3_pair(access_key.strip(), secret.strip() if sep else "")
-            pairs[access_key.strip()] = SecretStr(secret.strip())
-        return pairs
+        return settings_values.s3_credentials(value)
 
     @field_validator("storage_chat_ids", mode="before")
     @classmethod
     def _parse_chat_ids(cls, value: Any) -> list[int]:
-        chats: list[int] = []
-        for text in _split_csv(value):
-            try:
-                chat_id = int(text)
-            except ValueError:
-                raise ValueError(f"{text!r} is not a chat id (an integer)") from None
-            if chat_id in chats:
-                raise ValueError(f"chat {chat_id} is given twice")
-            chats.append(chat_id)
-        return chats
+        return settings_values.chat_ids(value)
 
     @field_validator("database_url", "migration_database_url")
     @classmethod
     def _known_database(cls, value: str | None) -> str | None:
-        # Here rather than at the first connection: one line naming the setting.
-        from sqlalchemy.exc import ArgumentError
-
-        from app.database_url import normalize_url
-
-        if value is None:
-            return None
-        try:
-            normalize_url(value)
-        except ArgumentError:
-            raise ValueError(
-                "not a database URL: give postgresql://USER:PASSWORD@HOST:PORT/DATABASE "
-                "or sqlite:///PATH"
-            ) from None
-        return value
+        return settings_values.database_url(value)
 
     @field_validator("telegram_api_base")
     @classmethod
@@ -496,24 +453,6 @@ class Settings(BaseSettings):
         if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
             return Path(url.database).resolve().parent / "spool"
         return Path("spool").resolve()
-
-
-_ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{3,128}$")
-MIN_S3_SECRET_LENGTH = 16
-
-
-def _check_s3_pair(access_key: str, secret: str) -> None:
-    """An S3 credential pair must be real: the predecessor verified signatures
-    made with an empty secret."""
-    if not _ACCESS_KEY_RE.match(access_key):
-        raise ValueError(
-            "an S3 access key id must be 3-128 characters of letters, digits, '_', '.', '-'"
-        )
-    if len(secret) < MIN_S3_SECRET_LENGTH:
-        raise ValueError(
-            f"the S3 secret of access key {access_key} is shorter than "
-            f"{MIN_S3_SECRET_LENGTH} characters"
-        )
 
 
 class SettingsError(Exception):
