@@ -41,6 +41,15 @@ CHUNK = 64 * 1024
 INLINE = 1024
 
 
+@pytest.fixture
+def empty_database(database: Database) -> Database:
+    """The session's Postgres database is shared by a worker's tests: emptied
+    here, so that a snapshot holds this test's rows and no one else's."""
+    if database.backend == "postgres":
+        empty_tables(database)
+    return database
+
+
 def settings(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {
         "CHUNK_SIZE": str(CHUNK),
@@ -112,9 +121,10 @@ def restore(env: dict[str, str], tmp_path: Path) -> dict[str, Any]:
 def test_after_kill_9_and_the_loss_of_database_and_spool_the_journal_brings_back_everything(
     start_service: ServiceStarter,
     telegram_sim: Simulator,
-    database: Database,
+    empty_database: Database,
     tmp_path: Path,
 ) -> None:
+    database = empty_database
     key = run_async(lambda: create_api_key(database.url, name="rpo"))
     service = start_service(database.url, env=settings(tmp_path))
     service.key = key
@@ -169,9 +179,10 @@ def test_after_kill_9_and_the_loss_of_database_and_spool_the_journal_brings_back
 def test_a_snapshot_cut_short_by_kill_9_leaves_the_previous_one_usable(
     start_service: ServiceStarter,
     telegram_sim: Simulator,
-    database: Database,
+    empty_database: Database,
     tmp_path: Path,
 ) -> None:
+    database = empty_database
     key = run_async(lambda: create_api_key(database.url, name="cut-short"))
     # No journal: what is restored is the previous snapshot, no more.
     env = settings(tmp_path, JOURNAL_SECONDS="0")
