@@ -153,7 +153,9 @@ class PendingReads:
                     async for block in _file_range(handle, low, high):
                         yield block
                 finally:
-                    await asyncio.to_thread(handle.close)
+                    # Closed at once, also when the read is cancelled (an
+                    # await here could be cut short and leave the file open).
+                    handle.close()
                 continue
             stream = await self._from_telegram(object_id, label, leaf)
             try:
@@ -169,12 +171,17 @@ class PendingReads:
         if spooled is None or self._spool is None:
             return None
         path = self._spool.root / spooled.path
+        opening = asyncio.ensure_future(asyncio.to_thread(_open_hashed, path))
         try:
-            handle, md5 = await asyncio.to_thread(_open_hashed, path)
+            handle, md5 = await asyncio.shield(opening)
         except FileNotFoundError:
             return None
+        except asyncio.CancelledError:
+            # The thread goes on and opens the file: close it when it has.
+            opening.add_done_callback(_close_opened)
+            raise
         if md5 != spooled.md5:
-            await asyncio.to_thread(handle.close)
+            handle.close()
             _, part_number, _, _ = leaf.chain[0]
             log.error(
                 "spooled_part_corrupt",
@@ -279,6 +286,11 @@ def _open_hashed(path: os.PathLike[str]) -> tuple[BinaryIO, str]:
     except BaseException:
         handle.close()
         raise
+
+
+def _close_opened(opening: asyncio.Future[tuple[BinaryIO, str]]) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result()[0].close()
 
 
 async def _file_range(handle: BinaryIO, low: int, high: int) -> AsyncGenerator[bytes]:
