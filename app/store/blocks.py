@@ -18,7 +18,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar, TypeVarTuple
+
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 BLOCK_SIZE = 64 * 1024
 DIGEST_BYTES = 16
@@ -41,12 +46,17 @@ def _hashing() -> ThreadPoolExecutor:
     """Threads of their own: hashing releases the GIL, so a chunk's hashes
     are computed beside the event loop, and never wait behind other work of
     the default executor (a full one would stall every upload)."""
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="block-hashes")
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="hashing")
+
+
+async def off_loop(function: Callable[[*Args], T], *args: *Args) -> T:
+    """`function(*args)` in a hashing thread."""
+    return await asyncio.get_running_loop().run_in_executor(_hashing(), function, *args)
 
 
 async def block_hashes_off_loop(data: bytes | bytearray) -> bytes:
     """`block_hashes(data)`, in a hashing thread."""
-    return await asyncio.get_running_loop().run_in_executor(_hashing(), block_hashes, data)
+    return await off_loop(block_hashes, data)
 
 
 def hashes_root(hashes: bytes) -> str:

@@ -202,12 +202,14 @@ class ChunkWriter:
         if expected_size is None or expected_size <= inline_threshold:
             await reader.fill(inline_threshold + 1)
         if reader.eof and reader.total <= inline_threshold:
+            inline_data = bytes(reader.take(reader.total))
+            md5_hex, sha256_hex = await reader.digests()
             return WrittenContent(
                 size=reader.total,
-                md5_hex=reader.md5.hexdigest(),
-                sha256_hex=reader.sha256.hexdigest(),
+                md5_hex=md5_hex,
+                sha256_hex=sha256_hex,
                 pieces=[],
-                inline_data=bytes(reader.take(reader.total)),
+                inline_data=inline_data,
             )
         # Chunks of this stream in memory at once: `lanes` being sent, one filling.
         own = asyncio.Semaphore(lanes + 1)
@@ -232,31 +234,42 @@ class ChunkWriter:
                     self.buffers.release()
                     own.release()
                     break
-                tasks.append(
-                    asyncio.create_task(self._send(data, own, label=label, index=len(tasks)))
-                )
+                send = self._send(data, reader.hashing, own, label=label, index=len(tasks))
+                tasks.append(asyncio.create_task(send))
                 # The send task owns the chunk now; holding it here too would
                 # keep it in memory past its buffer's release.
                 del data
             pieces = list(await asyncio.gather(*tasks))
+            md5_hex, sha256_hex = await reader.digests()
         except BaseException:
+            reader.discard()
             await self._abandon(tasks)
             raise
         return WrittenContent(
             size=reader.total,
-            md5_hex=reader.md5.hexdigest(),
-            sha256_hex=reader.sha256.hexdigest(),
+            md5_hex=md5_hex,
+            sha256_hex=sha256_hex,
             pieces=pieces,
             inline_data=None,
         )
 
     async def _send(
-        self, data: bytearray, own: asyncio.Semaphore, *, label: str, index: int
+        self,
+        data: bytearray,
+        hashing: asyncio.Future[None] | None,
+        own: asyncio.Semaphore,
+        *,
+        label: str,
+        index: int,
     ) -> PieceSpec:
         try:
             return await self.store_chunk(data, label=label, index=index)
         finally:
             del data
+            # The hashing thread may still read the chunk: its buffer is free
+            # only once nothing holds the bytes.
+            if hashing is not None and not hashing.done():
+                await asyncio.wait([hashing])
             self.buffers.release()
             own.release()
 
