@@ -102,7 +102,7 @@ def _successor(char: str) -> str:
     return chr(0xE000) if 0xD800 <= code <= 0xDFFF else chr(code)
 
 
-def _walk(table: str, bounds: _Range, *, find: str) -> str:
+def _walk(table: str, bounds: _Range, *, find: str, only: str = "") -> str:
     """Two CTEs: `walk(n, key)`, the first key in `bounds`, then after each key
     the next one, or, after a key under a common prefix, the first key past
     that prefix; and `entries(n, key, plain)`, the keys found, `plain` being 1
@@ -111,10 +111,13 @@ def _walk(table: str, bounds: _Range, *, find: str) -> str:
     Parameters: bucket, start, stop, skip (1 + the prefix's length), delimiter,
     delimiter_length, bump (the successor of the delimiter's last character)
     and steps (how many keys to find at most). `find` is the dialect's
-    "position of a substring" function (1-based, 0 when absent).
+    "position of a substring" function (1-based, 0 when absent); `only`, a
+    condition on the table's rows (alias `o`) that every key found meets.
     """
     first_op = ">=" if bounds.inclusive else ">"
     below_stop = "AND o.key < :stop" if bounds.stop is not None else ""
+    if only:
+        below_stop = f"{below_stop} AND {only}"
     position = f"{find}(substr(walk.key, :skip), :delimiter)"
     # A common prefix ends with the delimiter; the keys under it stop just
     # before the same string with the delimiter's last character bumped.
@@ -266,7 +269,9 @@ class ListingRepository:
             " AND u.completed_at IS NULL"
             " AND (u.key != :resume_key OR u.id > :resume_id)",
         )
-        sql = self._walk(uploads, bounds) + (
+        # A pending object's source is no upload to the client, nor does it
+        # make a common prefix (app.db.pending).
+        sql = self._walk(uploads, bounds, only="o.completed_at IS NULL") + (
             "SELECT entries.key, entries.plain, u.id, u.created_at\n"
             f"FROM entries LEFT {join}\n"
             "ORDER BY entries.n, u.id\n"
@@ -303,9 +308,9 @@ class ListingRepository:
         )
         return builtins.list(map(ListedUpload._make, rows))
 
-    def _walk(self, table: str, bounds: _Range) -> str:
+    def _walk(self, table: str, bounds: _Range, only: str = "") -> str:
         find = "strpos" if self._postgres() else "instr"
-        return _walk(table, bounds, find=find)
+        return _walk(table, bounds, find=find, only=only)
 
     def _join_each(self, table: str, alias: str, columns: str, condition: str) -> str:
         """A JOIN of `table` that looks its rows up once per entry of the walk,

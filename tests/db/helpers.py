@@ -228,13 +228,15 @@ def etag(size: int) -> str:
     return f'"{hashlib.md5(b"%d" % size).hexdigest()}"'
 
 
-async def pending_object(sessionmaker: async_sessionmaker[AsyncSession]) -> tuple[int, int, int]:
+async def pending_object(
+    sessionmaker: async_sessionmaker[AsyncSession], key: str = "k"
+) -> tuple[int, int, int]:
     """An object of a flushed part and a spooled one, completed: (object
     id, the flushed part's chunk id, the spooled part's spool row id)."""
     (chunk,) = await add_chunks(sessionmaker, [FLUSHED])
     async with session_scope(sessionmaker) as session:
         repo = MultipartRepository(session)
-        upload = await repo.create(bucket="b", key="k", content_type="x/y", user_metadata={})
+        upload = await repo.create(bucket="b", key=key, content_type="x/y", user_metadata={})
         await repo.put_part(upload.id, 1, size=FLUSHED, etag=etag(1), pieces=whole_chunks([chunk]))
         await SpoolRepository(session).put(
             upload.id,
@@ -244,15 +246,15 @@ async def pending_object(sessionmaker: async_sessionmaker[AsyncSession]) -> tupl
             path="i/p.part",
             owner="i",
             bucket="b",
-            key="k",
+            key=key,
         )
         # Part 3 is left out of the completion: it goes at once.
         await SpoolRepository(session).put(
-            upload.id, 3, size=10, etag=etag(3), path="i/q.part", owner="i", bucket="b", key="k"
+            upload.id, 3, size=10, etag=etag(3), path="i/q.part", owner="i", bucket="b", key=key
         )
     async with session_scope(sessionmaker) as session:
         row = await MultipartRepository(session).complete(
-            upload.id, [(1, etag(1)), (2, etag(2))], name="k", allow_spooled=True
+            upload.id, [(1, etag(1)), (2, etag(2))], name=key, allow_spooled=True
         )
         spool_id = await session.scalar(select(SpooledPart.id))
     assert spool_id is not None

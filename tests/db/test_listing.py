@@ -20,7 +20,7 @@ from app.db.models import MultipartUpload
 from app.db.repositories import MultipartRepository, ObjectRepository
 from app.db.session import session_scope
 from app.db.single_statements import single_statements_for
-from tests.db.helpers import spec
+from tests.db.helpers import pending_object, spec
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -236,3 +236,17 @@ async def test_uploads_roll_up_at_the_delimiter_like_objects(
         assert listed == [
             entry for entry in expected for _ in range(2 if entry == ("key", "a/b/c") else 1)
         ], case
+
+
+async def test_a_pending_objects_upload_is_neither_listed_nor_a_common_prefix(
+    sessionmaker: Sessions, repo: ListingRepository
+) -> None:
+    # Completed while a part was still spooled: the upload stays, hidden, as
+    # the object's source until the flush (app.db.pending).
+    await pending_object(sessionmaker, key="dir/blob")
+    visible = await new_upload(sessionmaker, "other/part", bucket="b")
+
+    listed = await repo.uploads("b", delimiter="/")
+
+    assert [e.prefix for e in listed if isinstance(e, CommonPrefix)] == ["other/"]
+    assert await repo.uploads("b") == [ListedUpload("other/part", visible.id, visible.created_at)]
