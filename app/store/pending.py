@@ -29,7 +29,6 @@ object's own pieces.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import time
@@ -48,7 +47,7 @@ from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.errors import ContentPending, ObjectDamaged, ObjectNotFound
 from app.store.locator import chunk_ref
-from app.store.reader import PieceSpan, RangeReader
+from app.store.reader import PieceSpan, RangeReader, first_fetched
 from app.store.spool import Spool
 
 log = structlog.get_logger("app.store.pending")
@@ -112,9 +111,7 @@ class PendingReads:
                     retry_after=PENDING_RETRY_AFTER,
                 )
             await asyncio.sleep(PENDING_POLL)
-        stream = self._stream(object_id, label, leaves)
-        first = await anext(stream, None)
-        return _after(first, stream)
+        return await first_fetched(self._stream(object_id, label, leaves))
 
     async def settled(self, object_id: int, label: str) -> bool:
         """Wait while the object is pending, up to PENDING_COPY_WAIT; whether
@@ -302,14 +299,3 @@ async def _file_range(handle: BinaryIO, low: int, high: int) -> AsyncGenerator[b
             raise ObjectDamaged(f"a spool file ends at {position} bytes, before {high}")
         position += len(block)
         yield block
-
-
-async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        if first is not None:
-            yield first
-        async for data in rest:
-            yield data
-    finally:
-        with contextlib.suppress(Exception):
-            await rest.aclose()

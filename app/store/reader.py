@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -104,6 +104,26 @@ def split_spans(spans: Sequence[PieceSpan], size: int) -> list[PieceSpan]:
             out.append(PieceSpan(chunk, position, cut - position))
             position = cut
     return out
+
+
+async def first_fetched(stream: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
+    """`stream` with its first block fetched (and checked) now, before the
+    caller sends a header: content found damaged is an error it can answer,
+    not a 200 cut short."""
+    first = await anext(stream, None)
+    return _after(first, stream)
+
+
+async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield first
+        async for data in rest:
+            yield data
+    finally:
+        # At once, not when the garbage collector gets to it: the reader
+        # gives its share of the download budget back as it closes.
+        await rest.aclose()
 
 
 class _End:

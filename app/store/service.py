@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -55,7 +55,7 @@ from app.store.object_seal import ObjectSeal as ObjectSeal
 from app.store.object_write import DEFAULT_CONTENT_TYPE as DEFAULT_CONTENT_TYPE
 from app.store.object_write import ObjectWrite as ObjectWrite
 from app.store.pending import PendingReads
-from app.store.reader import PieceSpan, RangeReader
+from app.store.reader import PieceSpan, RangeReader, first_fetched
 from app.store.spool import Spool
 from app.store.writer import ChunkWriter, WrittenContent
 
@@ -432,12 +432,7 @@ class ObjectStore:
             PieceSpan(chunk=chunk_ref(chunk, encryption), offset=spec.offset, length=spec.length)
             for spec, chunk in trimmed
         ]
-        stream = self._reader.stream(spans)
-        # The first block is fetched (and checked) now, before the caller
-        # sends a header: an object found damaged is an error it can answer,
-        # not a 200 cut short.
-        first = await anext(stream, None)
-        return _after(first, stream)
+        return await first_fetched(self._reader.stream(spans))
 
     # --- deleting -----------------------------------------------------------------
 
@@ -491,18 +486,6 @@ class ObjectStore:
         if repo.chunks_released:
             self._gc.wake()
         return deleted
-
-
-async def _after(first: bytes | None, rest: AsyncGenerator[bytes]) -> AsyncIterator[bytes]:
-    try:
-        if first is not None:
-            yield first
-        async for data in rest:
-            yield data
-    finally:
-        # At once, not when the garbage collector gets to it: the reader
-        # gives its share of the download budget back as it closes.
-        await rest.aclose()
 
 
 async def _from_bytes(data: bytes) -> AsyncIterator[bytes]:
