@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
+from tests.s3.test_write_behind import spool_files
 
 # Postgres too: pending objects are rows of both backends' schemas.
 pytestmark = pytest.mark.both_backends
@@ -51,10 +51,6 @@ async def read(client: BaseClient, **params: Any) -> bytes:
 @pytest.fixture
 async def service(start_service: ServiceFactory) -> Service:
     return await start_service(s3_credentials={ACCESS_KEY: SECRET}, s3_min_part_size=0)
-
-
-def spool_files(service: Service) -> list[Path]:
-    return list(Path(service.settings.spool_path).rglob("*.part"))
 
 
 async def complete_upload(client: BaseClient, parts: list[bytes]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import main
-from app.db.models import Chunk, ChunkCopy, Piece
+from app.db.models import Chunk, ChunkCopy, Piece, SpooledPart
 from app.db.session import session_scope
 from app.sealing.layout import FRAME_SIZE, sealed_size
 from app.services import Services
@@ -45,6 +45,12 @@ async def rows(service: Service) -> tuple[list[Chunk], list[ChunkCopy]]:
         chunks = list(await session.scalars(select(Chunk).order_by(Chunk.id)))
         copies = list(await session.scalars(select(ChunkCopy).order_by(ChunkCopy.id)))
     return chunks, copies
+
+
+async def nothing_spooled(service: Service) -> bool:
+    """Every spooled part is in Telegram, its chunks' copies recorded."""
+    async with session_scope(services_of(service).sessionmaker) as session:
+        return await session.scalar(select(SpooledPart.id).limit(1)) is None
 
 
 async def put(service: Service, name: str, data: bytes) -> str:
@@ -104,6 +110,9 @@ async def test_telegram_holds_only_ciphertext_and_clients_read_every_byte_back(
     got = await s3("get_object", Bucket="box", Key="copy")
     assert await asyncio.to_thread(got["Body"].read) == b"".join(parts)
 
+    # Complete answered once the parts were in the spool; they reach
+    # Telegram after it (COMPLETE_WAITS_FOR=spool).
+    await eventually(lambda: nothing_spooled(service))
     chunks, copies = await rows(service)
     assert chunks and all(chunk.seal_key_id == "k1" for chunk in chunks)
     size_of = {chunk.id: chunk.size for chunk in chunks}
