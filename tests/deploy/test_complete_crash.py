@@ -17,13 +17,12 @@ from pathlib import Path
 import boto3
 import httpx
 from botocore.config import Config
-from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import create_engine
 from app.db.models import MultipartUpload, Piece, SpooledPart
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.deploy.test_spool_crash import count
 from tests.running_service import eventually
 
 CHUNK = 256 * 1024
@@ -45,15 +44,6 @@ def s3(service: Service) -> object:
 
 def gate(sim: Simulator, action: str) -> None:
     httpx.post(f"{sim.url}/_sim/{action}/sendDocument", timeout=5).raise_for_status()
-
-
-async def count(database: Database, what: object) -> int:
-    engine = create_engine(database.url)
-    try:
-        async with engine.connect() as connection:
-            return int(await connection.scalar(select(func.count()).select_from(what)) or 0)
-    finally:
-        await engine.dispose()
 
 
 async def test_a_completed_object_in_the_spool_survives_kill_9(

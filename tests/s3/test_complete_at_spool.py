@@ -15,7 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
-from tests.s3.test_write_behind import spool_files
+from tests.s3.test_write_behind import spool_files, upload_parts
 
 # Postgres too: pending objects are rows of both backends' schemas.
 pytestmark = pytest.mark.both_backends
@@ -55,27 +55,15 @@ async def service(start_service: ServiceFactory) -> Service:
 
 async def complete_upload(client: BaseClient, parts: list[bytes]) -> dict[str, Any]:
     """Upload `parts` and complete them; returns Complete's answer."""
-    await call(client, "create_bucket", Bucket="box")
-    upload = await call(client, "create_multipart_upload", Bucket="box", Key="blob")
-    listed = []
-    for number, data in enumerate(parts, start=1):
-        answer = await call(
-            client,
-            "upload_part",
-            Bucket="box",
-            Key="blob",
-            UploadId=upload["UploadId"],
-            PartNumber=number,
-            Body=data,
-        )
-        listed.append({"PartNumber": number, "ETag": answer["ETag"]})
+    upload_id, etags = await upload_parts(client, parts)
+    listed = [{"PartNumber": number, "ETag": etag} for number, etag in enumerate(etags, start=1)]
     return dict(
         await call(
             client,
             "complete_multipart_upload",
             Bucket="box",
             Key="blob",
-            UploadId=upload["UploadId"],
+            UploadId=upload_id,
             MultipartUpload={"Parts": listed},
         )
     )
