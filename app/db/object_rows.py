@@ -86,6 +86,26 @@ class PieceSpec:
     length: int
 
 
+def piece_rows(object_id: int, pieces: Sequence[PieceSpec]) -> list[dict[str, Any]]:
+    """The `pieces` rows of an object made of `pieces`, in order, each with
+    its object-level `start`."""
+    rows = []
+    start = 0
+    for seq, piece in enumerate(pieces):
+        rows.append(
+            {
+                "object_id": object_id,
+                "seq": seq,
+                "chunk_id": piece.chunk_id,
+                "start": start,
+                "offset": piece.offset,
+                "length": piece.length,
+            }
+        )
+        start += piece.length
+    return rows
+
+
 def merge_adjacent(pieces: Iterable[PieceSpec]) -> list[PieceSpec]:
     """Join pieces that continue each other within one chunk.
 

@@ -24,6 +24,7 @@ from app.db.object_rows import (
     PartSummary,
     PieceSpec,
     new_public_id,
+    piece_rows,
     row_values,
 )
 from app.db.pending import PendingRepository
@@ -413,21 +414,7 @@ class ObjectRepository:
     async def _insert_pieces(self, obj: StoredObject, spec: ObjectSpec) -> None:
         if not spec.pieces:
             return
-        rows = []
-        start = 0
-        for seq, piece in enumerate(spec.pieces):
-            rows.append(
-                {
-                    "object_id": obj.id,
-                    "seq": seq,
-                    "chunk_id": piece.chunk_id,
-                    "start": start,
-                    "offset": piece.offset,
-                    "length": piece.length,
-                }
-            )
-            start += piece.length
-        await self._session.execute(insert(Piece), rows)
+        await self._session.execute(insert(Piece), piece_rows(obj.id, spec.pieces))
 
 
 def _owned(obj: StoredObject, only_if_owned_by: int | None) -> bool:

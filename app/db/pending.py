@@ -52,7 +52,7 @@ from app.db.models import (
     SpooledPart,
     UploadPart,
 )
-from app.db.object_rows import PieceSpec, merge_adjacent
+from app.db.object_rows import PieceSpec, merge_adjacent, piece_rows
 from app.db.pending_filter import pending_object
 from app.db.types import utcnow
 
@@ -364,22 +364,8 @@ class PendingRepository:
         return flat
 
     async def _insert_object_pieces(self, object_id: int, pieces: Sequence[PieceSpec]) -> None:
-        values = []
-        start = 0
-        for seq, piece in enumerate(pieces):
-            values.append(
-                {
-                    "object_id": object_id,
-                    "seq": seq,
-                    "chunk_id": piece.chunk_id,
-                    "start": start,
-                    "offset": piece.offset,
-                    "length": piece.length,
-                }
-            )
-            start += piece.length
-        if values:
-            await self._session.execute(insert(Piece), values)
+        if pieces:
+            await self._session.execute(insert(Piece), piece_rows(object_id, pieces))
 
     async def _resolve_copies(
         self, upload_id: str, flat: Sequence[tuple[int, PieceSpec]]
