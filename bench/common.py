@@ -14,8 +14,11 @@ dependency to a script that does not already have it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,6 +33,7 @@ from typing import Any
 
 KiB = 1024
 MiB = 1024 * KiB
+GiB = 1024 * MiB
 # The storage chat the simulator serves and the benches send to.
 CHAT_ID = -1001000000001
 # The checkout this file lives in (bench/..).
@@ -49,6 +53,28 @@ def add_repo_to_path() -> None:
     package, and sys.path starts at bench/, not at the checkout."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '1073741824', '1GiB', '48M', '512k' (suffixes are powers of 1024)."""
+    match = _SIZE_RE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1GiB, 48MiB, 123456)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    factor = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[unit]
+    return int(number * factor)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 if it is gone)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def free_port() -> int:

@@ -40,11 +40,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import Broken, MiB, ServedService, free_port, served, simulator_process
+from common import (
+    Broken,
+    GiB,
+    MiB,
+    ServedService,
+    cpu_seconds,
+    free_port,
+    served,
+    simulator_process,
+)
 
-GiB = 1024 * MiB
 KEY = "bench:" + base64.b64encode(bytes(range(32))).decode()
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -61,11 +68,6 @@ class Side:
     name: str
     service: ServedService
     rounds: list[Round] = field(default_factory=list)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def connection(url: str) -> http.client.HTTPConnection:

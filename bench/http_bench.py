@@ -69,7 +69,6 @@ import itertools
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import sqlite3
@@ -88,10 +87,13 @@ from typing import Any
 from common import (
     CHAT_ID,
     Broken,
+    GiB,
     KiB,
     MiB,
     SimulatorProcess,
+    cpu_seconds,
     free_port,
+    parse_size,
     served,
     simulator_process,
 )
@@ -99,7 +101,6 @@ from pydantic import AliasChoices
 
 from app.config import MAX_CHUNK_SIZE, Settings
 
-GiB = 1024 * MiB
 TARGET_UPLOAD_RATIO = 1.15
 RSS_BASE_ALLOWANCE = 100 * MiB
 TELEGRAM_SENDS_PER_MINUTE = 20
@@ -166,19 +167,6 @@ class BenchConfig:
     @property
     def rss_target(self) -> int:
         return RSS_BASE_ALLOWANCE + (self.bots + 2) * self.chunk_size
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '1073741824', '1GiB', '48M', '512k' (suffixes are powers of 1024)."""
-    match = _SIZE_RE.match(text)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1GiB, 48MiB, 123456)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    factor = {"": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}[unit]
-    return int(number * factor)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, Path | None]:
@@ -385,15 +373,6 @@ def _status_kib(pid: int, field_name: str) -> int | None:
             if line.startswith(field_name + ":"):
                 return int(line.split()[1])
     return None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (0 if it is gone)."""
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        text = Path(f"/proc/{pid}/stat").read_text()
-        fields = text[text.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
 
 
 @dataclass
@@ -740,9 +719,10 @@ def first_chunk(database: Path, public_id: str) -> tuple[int, str, int]:
     """(bot_id, file_id, size) of the chunk holding the object's first byte."""
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         row = db.execute(
-            "SELECT c.bot_id, c.file_id, c.size FROM pieces p "
+            "SELECT cc.bot_id, cc.file_id, c.size FROM pieces p "
             "JOIN chunks c ON c.id = p.chunk_id JOIN objects o ON o.id = p.object_id "
-            "WHERE o.public_id = ? ORDER BY p.start LIMIT 1",
+            "JOIN chunk_copies cc ON cc.chunk_id = c.id "
+            "WHERE o.public_id = ? ORDER BY p.start, cc.id LIMIT 1",
             (public_id,),
         ).fetchone()
     if row is None:

@@ -45,29 +45,16 @@ from common import (
     CHAT_ID,
     REPO,
     Broken,
+    GiB,
     MiB,
+    cpu_seconds,
     free_port,
+    parse_size,
     running,
     served,
     simulator_process,
     wait_until,
 )
-
-GiB = 1024 * MiB
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of process `pid` so far (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1024, "M": MiB, "G": GiB}
-    if text[-1:].upper() in units:
-        return int(float(text[:-1]) * units[text[-1].upper()])
-    return int(text)
 
 
 @dataclass
