@@ -2,7 +2,8 @@
 
 Everything runs as separate processes, as in production: the Telegram Bot API
 simulator and the service (``teleuploader serve`` on a fresh SQLite database,
-its defaults apart from CHUNK_SIZE); the clients are threads of this process.
+its defaults apart from CHUNK_SIZE); the clients are threads of this process,
+apart from the fair-share readers (4), which are processes.
 
 1. A file of ``--size`` MiB of random bytes is uploaded at full speed. Then
    every Telegram file connection is paced to ``--bandwidth`` MB/s and every
@@ -14,7 +15,9 @@ its defaults apart from CHUNK_SIZE); the clients are threads of this process.
    service's RSS sampled every 50 ms (growth over the RSS just before).
 4. ``--fair`` clients at once, each reading its own ``--fair-size`` MiB Range
    of the file: when the first of them finishes, the bytes each has got,
-   against their mean (1.00 is an exact fair share).
+   against their mean (1.00 is an exact fair share). The clients are
+   processes; then the same again with threads of this process, whose GIL
+   serves them unequally on the client's side.
 
 ``--baseline REF`` first measures the code at git ref REF (``git archive``
 into the work dir, first on PYTHONPATH), then the checkout, on the same
@@ -29,6 +32,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import multiprocessing
+import multiprocessing.process
 import os
 import random
 import sys
@@ -72,6 +77,8 @@ class Result:
     alone_cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)  # service, simulator, elapsed
     fair_shares: list[float] = field(default_factory=list)
     fair_total_mbps: float = 0.0
+    fair_threads: list[float] = field(default_factory=list)
+    fair_threads_mbps: float = 0.0
 
 
 def ttfb(url: str, start: int) -> float:
@@ -114,11 +121,16 @@ def download_alone(url: str, pid: int, result: Result) -> None:
     result.digest = sha.hexdigest()
 
 
-def fair_run(url: str, options: Options, result: Result) -> None:
+def fair_run(url: str, options: Options, *, processes: bool) -> tuple[list[float], float]:
     """Each reader's bytes from the moment all have their first byte to the
-    moment the first is done: while all of them compete."""
-    got = [0] * options.fair
-    first_done = threading.Event()
+    moment the first is done, while all of them compete: (each one's bytes
+    against the mean, their total MB/s). The readers are processes, as
+    users' clients are; or threads of this process, which share its GIL and
+    so are not served alike by their own side (the row beside it shows how
+    much of the spread that makes)."""
+    context = multiprocessing.get_context("fork")
+    got = context.Array("q", options.fair, lock=False)
+    first_done = context.Event() if processes else threading.Event()
     span = options.fair_size * MiB
     stride = max(span, (options.size * MiB - span) // max(1, options.fair - 1))
 
@@ -132,23 +144,28 @@ def fair_run(url: str, options: Options, result: Result) -> None:
                 got[index] += len(piece)
         first_done.set()
 
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(options.fair)]
-    for thread in threads:
-        thread.start()
+    readers: list[threading.Thread] | list[multiprocessing.process.BaseProcess]
+    if processes:
+        readers = [context.Process(target=read, args=(i,)) for i in range(options.fair)]
+    else:
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(options.fair)]
+    for reader in readers:
+        reader.start()
     start: list[int] | None = None
     began = 0.0
     while not first_done.wait(0.02):
         if start is None and all(got):
             start, began = list(got), time.monotonic()
     end, elapsed = list(got), time.monotonic() - began
-    for thread in threads:
-        thread.join()
+    for reader in readers:
+        reader.join()
     if start is None:
         raise Broken("a reader finished before every reader had its first byte")
+    if any(value != span for value in got):
+        raise Broken(f"a reader got {min(got)} bytes of {span}")
     deltas = [after - before for before, after in zip(start, end, strict=True)]
     mean = sum(deltas) / len(deltas)
-    result.fair_shares = [value / mean for value in deltas]
-    result.fair_total_mbps = sum(deltas) / elapsed / MB
+    return [value / mean for value in deltas], sum(deltas) / elapsed / MB
 
 
 def measure(name: str, options: Options, workdir: Path, code: Path | None, data: bytes) -> Result:
@@ -190,8 +207,9 @@ def measure(name: str, options: Options, workdir: Path, code: Path | None, data:
         result.alone_cpu = (after[0] - before[0], after[1] - before[1], time.monotonic() - began)
         result.alone_ok = result.digest == hashlib.sha256(data).hexdigest()
         print(f"alone {result.alone_mbps:.0f} MB/s", flush=True)
-        fair_run(url, options, result)
+        result.fair_shares, result.fair_total_mbps = fair_run(url, options, processes=True)
         print(f"fair {min(result.fair_shares):.2f}..{max(result.fair_shares):.2f}", flush=True)
+        result.fair_threads, result.fair_threads_mbps = fair_run(url, options, processes=False)
     return result
 
 
@@ -241,6 +259,11 @@ def markdown(results: list[Result]) -> str:
             lambda r: f"{min(r.fair_shares):.2f} .. {max(r.fair_shares):.2f}",
         ),
         row("  their total", lambda r: f"{r.fair_total_mbps:.0f} MB/s"),
+        row(
+            "  the same readers as threads of one process (min .. max)",
+            lambda r: f"{min(r.fair_threads):.2f} .. {max(r.fair_threads):.2f}",
+        ),
+        row("  their total", lambda r: f"{r.fair_threads_mbps:.0f} MB/s"),
     ]
     return "\n".join(lines)
 
