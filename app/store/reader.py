@@ -200,19 +200,27 @@ class RangeReader:
         sent = 0
         launched_bytes = 0
         dropped = False
+        # How many pieces beyond `prefetch` may run ahead: doubled after each
+        # piece for which the client had to wait for Telegram (slow start),
+        # so depth follows what the client takes. Opened all at once, a
+        # reader that came a moment before others would take as many fetches
+        # as the budget allows one reader alone, and keep them (and what
+        # their connections buffered) as a head start over the rest.
+        depth = 0
+        starved = False
 
         def launch_ahead() -> None:
             """Start the next pieces: always the current one and `prefetch`
-            after it, more while what is fetched and unsent fits the window
-            and the pieces ahead fit the reader's share of the connections
-            (both shrink as other readers come: fetches already started
-            would otherwise keep a head start)."""
+            after it, more as far as `depth` allows while what is fetched
+            and unsent fits the window and the pieces ahead fit the reader's
+            share of the connections (both shrink as other readers come)."""
             nonlocal launched_bytes
             while len(pieces) < len(spans):
                 span = spans[len(pieces)]
                 ahead = len(pieces) - current
                 if ahead > self._prefetch and (
-                    launched_bytes - sent + span.length > share.window()
+                    ahead > self._prefetch + depth
+                    or launched_bytes - sent + span.length > share.window()
                     or ahead >= share.fair_connections()
                 ):
                     return
@@ -259,11 +267,14 @@ class RangeReader:
                 while True:
                     if piece.queue.empty():
                         watch.waiting_for_source()
+                        starved = True
                         item = await piece.queue.get()
                         watch.running()
                     else:
                         item = piece.queue.get_nowait()
                     if isinstance(item, _End):
+                        if starved:
+                            depth, starved = max(1, 2 * depth), False
                         break
                     if isinstance(item, BaseException):
                         if isinstance(item, DownloadStalled) and self._on_dropped is not None:

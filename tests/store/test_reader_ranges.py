@@ -27,6 +27,8 @@ class RangeServer:
     files: dict[int, bytes]
     corrupt: dict[tuple[int, int], bytes] = field(default_factory=dict)
     honour_range: bool = True
+    # Seconds before a file's first byte, as Telegram's time to first byte.
+    latency: float = 0.0
     asked: list[tuple[int, int, int, int | None]] = field(default_factory=list)
     open_now: int = 0
     most_open: int = 0
@@ -61,6 +63,7 @@ class RangeServer:
         self.open_now += 1
         self.most_open = max(self.most_open, self.open_now)
         try:
+            await asyncio.sleep(self.latency)
             yield offset, self._body(data[offset : len(data) if end is None else end])
         finally:
             self.open_now -= 1
@@ -82,7 +85,9 @@ def reader(server: RangeServer, budget: DownloadBudget) -> RangeReader:
 
 
 async def test_a_chunk_is_fetched_as_concurrent_ranges_that_come_back_in_order() -> None:
-    server = RangeServer({0: payload(1024 * KiB, seed=1), 1: payload(300 * KiB, seed=2)})
+    server = RangeServer(
+        {0: payload(1024 * KiB, seed=1), 1: payload(300 * KiB, seed=2)}, latency=0.01
+    )
     budget = DownloadBudget(buffer_bytes=2048 * KiB, connections=8, block_size=READ_BLOCK)
     spans = [
         PieceSpan(server.chunk(0), 100, 1024 * KiB - 100),  # from inside the first block
@@ -101,7 +106,28 @@ async def test_a_chunk_is_fetched_as_concurrent_ranges_that_come_back_in_order()
         (1, 0, 0, 256 * KiB),
         (1, 0, 256 * KiB, 300 * KiB),  # the last block is the chunk's end
     ]
-    assert server.most_open > 3  # more at once than the old prefetch of two allowed
+    # Several parts at once (how many grows as the client waits: next test).
+    assert server.most_open >= 3
+    assert idle(budget)
+
+
+async def test_a_reader_opens_more_fetches_only_while_its_client_waits_for_telegram() -> None:
+    files = {i: payload(1024 * KiB, seed=i) for i in range(3)}
+    server = RangeServer(files, latency=0.01)
+    budget = DownloadBudget(buffer_bytes=16 * 1024 * KiB, connections=16, block_size=READ_BLOCK)
+    spans = [PieceSpan(server.chunk(i), 0, 1024 * KiB) for i in sorted(files)]
+
+    stream = reader(server, budget).stream(spans)
+    first = await anext(stream)
+    # Its first byte came with the current part and one ahead open, not with
+    # all the twelve parts the budget would let one reader alone have: a
+    # reader that comes a moment before others takes no head start.
+    assert len(server.asked) == 2
+    rest = await collect(stream)
+
+    assert first + rest == b"".join(files[i] for i in sorted(files))
+    # Its client kept waiting for Telegram, so it went deeper part by part.
+    assert server.most_open > 3
     assert idle(budget)
 
 
@@ -126,13 +152,14 @@ async def test_a_slow_client_holds_at_most_its_window_and_readers_stay_in_the_bu
         return bytes(out)
 
     async with asyncio.timeout(10):
-        # A client that takes one block and pauses: its reader starts no more
-        # fetches than its window (here the whole buffer, 1 MiB) holds.
+        # A client that takes one block and pauses: its reader starts the
+        # current part and one ahead, no more (its client never waited for a
+        # whole part), within its window (here the whole buffer, 1 MiB).
         paused = reader(server, budget).stream(spans)
         await anext(paused)
         for _ in range(500):
             await asyncio.sleep(0)
-        assert len(server.asked) == 4  # of twelve parts
+        assert len(server.asked) == 2  # of twelve parts
         assert budget.status().bytes_in_use <= budget.buffer_bytes
         await paused.aclose()
         alone = await read(lag=50)
