@@ -54,8 +54,8 @@ def run_command(command: Callable[[], int]) -> int:
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
     from app.db.migrations import SchemaOutOfDate
-    from app.services import StartupError
     from app.serving import CannotListen
+    from app.startup import StartupError
 
     one_line: tuple[type[Exception], ...] = (
         CliError,
@@ -285,7 +285,7 @@ async def _precheck(settings: Settings) -> None:
     """What can be checked before the server starts, so it fails in one line."""
     from app.db.engine import create_engine
     from app.db.migrations import check_schema
-    from app.services import StartupError
+    from app.startup import StartupError
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")

@@ -34,7 +34,8 @@ from app.metrics import Metrics
 from app.ops.sdnotify import systemd_notify
 from app.s3.gateway import XML, S3Gateway, draining_refusal
 from app.s3.service import S3Service
-from app.services import Services, start_services
+from app.services import Services
+from app.startup import start_services
 from app.tuning import Tuning
 from app.web import buckets as web_buckets
 from app.web import routes as web

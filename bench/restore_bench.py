@@ -35,7 +35,7 @@ from app.db.migrations import upgrade
 from app.db.models import Chunk, ChunkCopy, JournalEntry, Piece, StoredObject
 from app.db.types import utcnow
 from app.logging import configure_logging
-from app.services import start_services
+from app.startup import start_services
 from app.store.encryption import Encryption
 from app.store.restore import restore
 from app.telegram.client import BotClient

@@ -17,10 +17,8 @@ chunks of the parts left out.
 from __future__ import annotations
 
 import builtins
-import hashlib
-import re
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -39,75 +37,18 @@ from app.db.models import (
     PendingCopy,
     UploadPart,
 )
+from app.db.multipart_errors import (
+    InvalidPart,
+    InvalidPartOrder,
+    PartsNotStored,
+    PartTooSmall,
+    UploadMissing,
+)
+from app.db.multipart_etag import multipart_etag, unquote_etag
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum, merge_adjacent
 from app.db.objects import ObjectRepository, WriteCheck
 from app.db.pending import PendingRepository
 from app.db.types import utcnow
-
-_MD5_HEX = re.compile(r"[0-9a-fA-F]{32}")
-
-
-class UploadMissing(Exception):
-    """No such multipart upload (completed, aborted, never created, or another bucket/key's)."""
-
-    def __init__(self, upload_id: str) -> None:
-        self.upload_id = upload_id
-        super().__init__(f"no multipart upload {upload_id!r}")
-
-
-class InvalidPart(Exception):
-    """A part listed for completion was never uploaded, or its ETag differs."""
-
-    def __init__(self, part_number: int, reason: str) -> None:
-        self.part_number = part_number
-        super().__init__(f"part {part_number}: {reason}")
-
-
-class PartsNotStored(Exception):
-    """Parts listed for completion are still in the staging spool: their bytes
-    are not in Telegram yet. Wait for the flusher and try again."""
-
-    def __init__(self, part_numbers: Iterable[int]) -> None:
-        self.part_numbers = sorted(part_numbers)
-        super().__init__(f"parts still in the spool: {self.part_numbers}")
-
-
-class PartTooSmall(Exception):
-    """A part listed for completion, other than the last, is under the minimum size."""
-
-    def __init__(self, part_number: int, size: int, minimum: int) -> None:
-        self.part_number = part_number
-        self.size = size
-        self.minimum = minimum
-        super().__init__(f"part {part_number} is {size} bytes, under {minimum}")
-
-
-class InvalidPartOrder(Exception):
-    """The part numbers listed for completion are not strictly ascending."""
-
-    def __init__(self, part_number: int, after: int) -> None:
-        self.part_number = part_number
-        super().__init__(f"part {part_number} listed after part {after}")
-
-
-def unquote_etag(etag: str) -> str:
-    return etag.strip().strip('"')
-
-
-def multipart_etag(part_etags: Sequence[str]) -> str:
-    """S3's ETag of a multipart object: MD5 of the parts' binary MD5s, then '-<parts>'.
-
-    A part ETag that is not an MD5 (a copy's synthetic ETag) contributes the
-    MD5 of its text instead, so the result is still deterministic.
-    """
-    digest = hashlib.md5(usedforsecurity=False)
-    for etag in part_etags:
-        bare = unquote_etag(etag)
-        if _MD5_HEX.fullmatch(bare):
-            digest.update(bytes.fromhex(bare))
-        else:
-            digest.update(hashlib.md5(bare.encode(), usedforsecurity=False).digest())
-    return f'"{digest.hexdigest()}-{len(part_etags)}"'
 
 
 def new_upload_id() -> str:

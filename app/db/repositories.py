@@ -9,13 +9,9 @@ from app.db.buckets import BucketNotEmpty, BucketRepository
 from app.db.chunks import ChunkRepository, ChunksMissing
 from app.db.gc import GcRepository
 from app.db.key_ranges import prefix_upper_bound
-from app.db.multipart import (
-    InvalidPart,
-    InvalidPartOrder,
-    MultipartRepository,
-    UploadMissing,
-    multipart_etag,
-)
+from app.db.multipart import MultipartRepository
+from app.db.multipart_errors import InvalidPart, InvalidPartOrder, UploadMissing
+from app.db.multipart_etag import multipart_etag
 from app.db.object_rows import ObjectSpec, PieceSpec
 from app.db.objects import NotOwner, ObjectRepository
 

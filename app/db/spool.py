@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.chunks import ChunkRepository
 from app.db.locking import batches, lock_database_for_write, lock_upload_part
 from app.db.models import Instance, MultipartUpload, PartPiece, SpooledPart, UploadPart
-from app.db.multipart import UploadMissing
+from app.db.multipart_errors import UploadMissing
 from app.db.object_rows import PieceSpec
 from app.db.pending import PendingRepository
 from app.db.types import utcnow

@@ -32,16 +32,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunksMissing
 from app.db.models import MultipartUpload, UploadPart
-from app.db.multipart import (
+from app.db.multipart import MultipartRepository
+from app.db.multipart_errors import (
     InvalidPart,
     InvalidPartOrder,
-    MultipartRepository,
     PartsNotStored,
     PartTooSmall,
     UploadMissing,
-    multipart_etag,
-    unquote_etag,
 )
+from app.db.multipart_etag import multipart_etag, unquote_etag
 from app.db.object_rows import PieceSpec
 from app.db.objects import ObjectRepository, WriteCheck
 from app.db.pending import PendingRepository

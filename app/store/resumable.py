@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.multipart import PartsNotStored
+from app.db.multipart_errors import PartsNotStored
 from app.db.resumable import Segment, TusRepository, TusUploadMissing
 from app.db.session import session_scope
 from app.db.types import utcnow

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from app.db.models import MAX_PART_NUMBER, TusUpload
-from app.db.multipart import UploadMissing
+from app.db.multipart_errors import UploadMissing
 from app.db.resumable import (
     AlreadyComplete,
     ConcatenationRefused,

@@ -86,7 +86,7 @@ class Attempts:
         self.max_attempts = max_attempts
         self._transient_backoff = transient_backoff
         self._abandoned_hold = abandoned_hold
-        # Set by the service after construction (app/services.py).
+        # Set by the service after construction (app/startup.py).
         self.on_orphan: OrphanHandler | None = None
         self.on_attempt: AttemptObserver | None = None
         self.on_abandoned_send: AbandonedSendHandler | None = None

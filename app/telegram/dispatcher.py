@@ -22,8 +22,9 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   starts a call past the lease's end; `revoke` stops it, moving its queue to
   other bots and waiting for its running call, before the lease moves on.
 
-This module is the facade the rest of the service uses: the public calls,
-the views for /ready and /metrics, and the workers' lifecycle.
+This module is the facade the rest of the service uses: the public calls
+and the workers' lifecycle; the views for /ready and /metrics, which only
+read the pool, are in app/telegram/pool_views.py.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
 (`/file/bot<token>/...`) is not a method call and is not rate-limited the same
@@ -52,6 +53,7 @@ from app.telegram.attempts import (
 )
 from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
+from app.telegram.pool_views import PoolViews
 from app.telegram.routing import Router
 from app.telegram.types import DocumentBody, StoredDocument
 from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job, ReplicaGroup
@@ -65,7 +67,7 @@ T = TypeVar("T")
 ALL_FAILED_PAUSE = 5.0
 
 
-class Dispatcher:
+class Dispatcher(PoolViews):
     """The bot pool: takes jobs, runs each on one bot's worker, one call per token."""
 
     def __init__(
@@ -403,66 +405,6 @@ class Dispatcher:
         another instance got: that is no method call and needs no lease."""
         worker = self.workers.get(bot_id)
         return worker.client if worker is not None else None
-
-    # --- views of the pool (/ready, /metrics, other components) ---------------
-
-    def usable_bots(self, chat_id: int | None = None) -> list[int]:
-        """The bots in the pool; with `chat_id`, those that may act in it (a
-        chat that is no storage chat any more was not checked: any bot)."""
-        return [
-            w.bot_id
-            for w in self.workers.values()
-            if w.usable and (chat_id is None or chat_id in w.chats or chat_id not in self.chat_ids)
-        ]
-
-    def serving_bots(self, chat_id: int | None = None) -> list[int]:
-        """The bots that can take a call on this instance now; with
-        `chat_id`, those that may act in it (see `usable_bots`)."""
-        now = self._clock()
-        return [
-            w.bot_id
-            for w in self.workers.values()
-            if w.serving(now)
-            and (chat_id is None or chat_id in w.chats or chat_id not in self.chat_ids)
-        ]
-
-    def pool_size(self) -> int:
-        """The bots the work here can count on: usable ones, and with leases
-        also those another instance holds (it checked them; they come here
-        when the work does). A bot held here counts once its check passed."""
-        return sum(
-            1
-            for w in self.workers.values()
-            if w.usable or (self._leasing and w.probing and not w.leased)
-        )
-
-    def backlog(self) -> int:
-        """Jobs waiting or running here: what bots are wanted for."""
-        return self._router.pending_jobs()
-
-    def seconds_until_free(self) -> float:
-        """How long until some usable bot is likely to take a new job."""
-        return self._router.seconds_until_free()
-
-    def status(self) -> list[BotStatus]:
-        now = self._clock()
-        return [
-            BotStatus(
-                bot_id=w.bot_id,
-                usable=w.usable,
-                cooling_down_for=max(0.0, w.cooldown_until - now),
-                queued=len(w.queue),
-                running=w.running is not None,
-                sends=w.sends,
-                bytes_sent=w.bytes_sent,
-                rate_limited=w.rate_limited,
-                abandoned=w.abandoned,
-                errors=dict(w.errors),
-                probing=w.probing,
-                chats=tuple(c for c in self.chat_ids if c in w.chats and not w.probing),
-            )
-            for w in self.workers.values()
-        ]
 
     # --- jobs in, jobs run ----------------------------------------------------
 

@@ -38,7 +38,8 @@ from app.db.intents import IntentRepository
 from app.db.models import ChatWatermark, Chunk, ChunkCopy, Instance, SendIntent
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.services import Services, start_services
+from app.services import Services
+from app.startup import start_services
 from app.store import instance as instance_module
 from app.store.object_write import ObjectWrite
 from app.telegram.client import BotClient

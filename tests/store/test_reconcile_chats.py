@@ -29,7 +29,8 @@ from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.models import ChatWatermark, ChunkCopy, Instance
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.services import Services, start_services
+from app.services import Services
+from app.startup import start_services
 from app.store.object_write import ObjectWrite
 from app.telegram.client import BotClient
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator

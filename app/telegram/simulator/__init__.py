@@ -68,8 +68,9 @@ whether Telegram still has it) and GET /_sim/files/{chat_id}/{message_id}
 these too, so a loss outlives a restart.
 
 The package has three layers: `SimulatorConfig` (the knobs, in `config`),
-`TelegramSimulator` (in `state`: hooks for tests and the in-flight bookkeeping,
-on top of Telegram's rules, `TelegramRules` in `rules`; its records in
+`TelegramSimulator` (in `state`: hooks for tests, on top of the in-flight
+bookkeeping, `CallBookkeeping` in `bookkeeping`, on top of Telegram's rules,
+`TelegramRules` in `rules`; its records in
 `model`, what Telegram lost in `losses`; synchronous so that every
 check-and-update is atomic on the event loop) and the Starlette app built by
 `create_simulator_app` (in `http`: HTTP parsing, pacing, faults, in-flight

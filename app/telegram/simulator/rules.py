@@ -2,8 +2,9 @@
 messages, files) and what each Bot API method does to it, plus the method
 table the HTTP layer dispatches on.
 
-`TelegramSimulator` (in `state`) adds the hooks for tests and the in-flight
-bookkeeping of the HTTP layer on top of `TelegramRules`.
+`CallBookkeeping` (in `bookkeeping`) adds the in-flight bookkeeping of the
+HTTP layer on top of `TelegramRules`, and `TelegramSimulator` (in `state`)
+the hooks for tests on top of that.
 """
 
 from __future__ import annotations
