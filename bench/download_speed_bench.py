@@ -15,7 +15,8 @@ apart from the fair-share readers (4), which are processes.
    service's RSS sampled every 50 ms (growth over the RSS just before).
 4. ``--fair`` clients at once, each reading its own ``--fair-size`` MiB Range
    of the file: when the first of them finishes, the bytes each has got,
-   against their mean (1.00 is an exact fair share). The clients are
+   against their mean (1.00 is an exact fair share); ``--fair-rounds``
+   rounds, each one's share in every round counted. The clients are
    processes; then the same again with threads of this process, whose GIL
    serves them unequally on the client's side.
 
@@ -61,6 +62,7 @@ class Options:
     seeks: int
     fair: int
     fair_size: int
+    fair_rounds: int
     baseline: str | None
 
 
@@ -207,9 +209,15 @@ def measure(name: str, options: Options, workdir: Path, code: Path | None, data:
         result.alone_cpu = (after[0] - before[0], after[1] - before[1], time.monotonic() - began)
         result.alone_ok = result.digest == hashlib.sha256(data).hexdigest()
         print(f"alone {result.alone_mbps:.0f} MB/s", flush=True)
-        result.fair_shares, result.fair_total_mbps = fair_run(url, options, processes=True)
-        print(f"fair {min(result.fair_shares):.2f}..{max(result.fair_shares):.2f}", flush=True)
-        result.fair_threads, result.fair_threads_mbps = fair_run(url, options, processes=False)
+        for _ in range(options.fair_rounds):
+            shares, mbps = fair_run(url, options, processes=True)
+            print(" ".join(f"{share:.2f}" for share in shares), f"({mbps:.0f} MB/s)", flush=True)
+            result.fair_shares += shares
+            result.fair_total_mbps += mbps / options.fair_rounds
+        for _ in range(options.fair_rounds):
+            shares, mbps = fair_run(url, options, processes=False)
+            result.fair_threads += shares
+            result.fair_threads_mbps += mbps / options.fair_rounds
     return result
 
 
@@ -255,10 +263,10 @@ def markdown(results: list[Result]) -> str:
             lambda r: f"{(r.rss_peak - r.rss_before) / MiB:.0f} MiB",
         ),
         row(
-            "concurrent readers: each one's bytes / the mean (min .. max)",
+            "concurrent readers: each one's bytes / the mean (min .. max of all rounds)",
             lambda r: f"{min(r.fair_shares):.2f} .. {max(r.fair_shares):.2f}",
         ),
-        row("  their total", lambda r: f"{r.fair_total_mbps:.0f} MB/s"),
+        row("  their total (mean of the rounds)", lambda r: f"{r.fair_total_mbps:.0f} MB/s"),
         row(
             "  the same readers as threads of one process (min .. max)",
             lambda r: f"{min(r.fair_threads):.2f} .. {max(r.fair_threads):.2f}",
@@ -278,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeks", type=int, default=9, help="random 64 KiB Range reads (9)")
     parser.add_argument("--fair", type=int, default=10, help="concurrent readers (10)")
     parser.add_argument("--fair-size", type=int, default=64, help="MiB each reads (64)")
+    parser.add_argument(
+        "--fair-rounds", type=int, default=3, help="rounds of concurrent readers (3)"
+    )
     parser.add_argument("--baseline", metavar="REF", help="also measure the code at this git ref")
     args = parser.parse_args(argv)
     options = Options(
@@ -289,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         seeks=args.seeks,
         fair=args.fair,
         fair_size=args.fair_size,
+        fair_rounds=args.fair_rounds,
         baseline=args.baseline,
     )
     data = os.urandom(options.size * MiB)

@@ -6,10 +6,12 @@ at once, so that one download keeps several Telegram connections busy (each
 gives only so much) within the same byte budget. Each piece is fetched by its
 own task into a queue: the piece being sent (the current one) streams
 straight through, and the next ones are fetched meanwhile (read-ahead). How
-far ahead a reader fetches follows its client: pieces are started only while
-the bytes fetched and not yet sent stay within the reader's window (its equal
-share of the buffer), so a slow client holds at most its window and a paused
-one starts no fetch. How many bytes the fetches may queue and how many
+far ahead a reader fetches follows its client: it starts with the current
+piece and one ahead, and goes deeper (slow start) only after pieces for which
+its client waited for Telegram; pieces are started only while the bytes
+fetched and not yet sent stay within the reader's window (its equal share of
+the buffer), so a slow client holds at most its window and a paused one
+starts no fetch. How many bytes the fetches may queue and how many
 Telegram connections they may open is decided by the process-wide
 `DownloadBudget`, which every download shares.
 
