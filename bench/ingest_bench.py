@@ -24,7 +24,8 @@ on the same CPUs.
 
 `--py-spy PATH` records the service during one more upload with py-spy (from
 PyPI: `.venv/bin/pip install py-spy`) and writes a flame graph
-(`--format speedscope` if PATH ends in .json).
+(`--format speedscope` if PATH ends in .json, collapsed stacks as text if
+it ends in .txt).
 """
 
 from __future__ import annotations
@@ -201,7 +202,8 @@ def profile(pid: int, out: Path, url: str, body: Path, auth: dict[str, str]) -> 
     spy = Path(sys.executable).with_name("py-spy")
     if not spy.exists():
         raise Broken(f"py-spy is not installed next to {sys.executable}: pip install py-spy")
-    form = "speedscope" if out.suffix == ".json" else "flamegraph"
+    # .json: speedscope; .txt: collapsed stacks, one line each (greppable).
+    form = {".json": "speedscope", ".txt": "raw"}.get(out.suffix, "flamegraph")
     command = [str(spy), "record", "--pid", str(pid), "--rate", "250", "--format", form]
     with subprocess.Popen([*command, "--output", str(out)], stderr=subprocess.DEVNULL) as spying:
         time.sleep(1.0)
