@@ -17,7 +17,6 @@ chunks of the parts left out.
 from __future__ import annotations
 
 import builtins
-import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
@@ -49,11 +48,7 @@ from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec, StoredChecksum,
 from app.db.objects import ObjectRepository, WriteCheck
 from app.db.pending import PendingRepository
 from app.db.types import utcnow
-
-
-def new_upload_id() -> str:
-    """43 URL-safe characters, 256 random bits."""
-    return secrets.token_urlsafe(32)
+from app.db.upload_ids import new_upload_id
 
 
 class MultipartRepository:

@@ -55,6 +55,7 @@ from app.db.models import (
 from app.db.object_rows import PieceSpec, merge_adjacent, piece_rows
 from app.db.pending_filter import pending_object
 from app.db.types import utcnow
+from app.db.upload_ids import new_upload_id
 
 __all__ = ["CopySource", "PendingPart", "PendingRepository", "SpooledFile", "pending_object"]
 
@@ -243,7 +244,7 @@ class PendingRepository:
         and stays (`detach_sources`)."""
         now = utcnow()
         upload = MultipartUpload(
-            id=_new_upload_id(),
+            id=new_upload_id(),
             bucket=bucket,
             key=key,
             content_type="",
@@ -419,13 +420,6 @@ def _trim(
     if sum(piece.length for piece in trimmed) != end - start:
         return None
     return trimmed
-
-
-def _new_upload_id() -> str:
-    # Imported here: app.db.multipart imports app.db.objects, which imports this.
-    from app.db.multipart import new_upload_id
-
-    return new_upload_id()
 
 
 def _md5_of_etag(etag: str) -> str:

@@ -30,13 +30,14 @@ from app.db.models import (
     TusUpload,
     UploadPart,
 )
-from app.db.multipart import MultipartRepository, new_upload_id
+from app.db.multipart import MultipartRepository
 from app.db.multipart_errors import PartsNotStored
 from app.db.multipart_etag import multipart_etag
 from app.db.object_rows import ObjectRow, ObjectSpec, PieceSpec
 from app.db.objects import ObjectRepository
 from app.db.spool import SpoolRepository
 from app.db.types import utcnow
+from app.db.upload_ids import new_upload_id
 
 
 class TusUploadMissing(Exception):
