@@ -135,7 +135,7 @@ class ObjectRepository:
         `order` "key": in key order, after `after_key` (a range scan on the
         (bucket, key) index). "newest" / "oldest": by when the object was
         stored (its row id: a replaced file was stored anew), after the row
-        `after_id`; a scan of the primary key.
+        `after_id`; a range scan on the (bucket, id) index.
 
         `inline_data` is not read (it is None in the rows): listings must not
         drag content along.

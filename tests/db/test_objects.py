@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk, GcEntry, StoredObject
 from app.db.repositories import (
@@ -360,3 +361,36 @@ async def test_a_new_small_key_is_written_with_one_statement(sessionmaker: Sessi
     async with session_scope(sessionmaker) as session:
         stored = await ObjectRepository(session).get("bucket", "new")
     assert stored is not None and stored.id == created.id and stored.inline_data == b"small"
+
+
+# The plan SQLite makes from the schema; Postgres plans by table statistics.
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_a_listing_newest_or_oldest_first_reads_its_page_not_the_whole_bucket(
+    engine: AsyncEngine, sessionmaker: Sessions
+) -> None:
+    ran: list[tuple[str, Any]] = []
+
+    def listing(
+        conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+    ) -> None:
+        if statement.lstrip().startswith("SELECT") and "ORDER BY objects.id" in statement:
+            ran.append((statement, parameters))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", listing)
+    try:
+        async with session_scope(sessionmaker) as session:
+            repo = ObjectRepository(session)
+            await repo.list("bucket", limit=50, order="newest")
+            await repo.list("bucket", limit=50, order="oldest", after_id=7)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", listing)
+
+    assert len(ran) == 2
+    async with engine.connect() as connection:
+        for statement, parameters in ran:
+            plan = await connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+            steps = [str(row[-1]) for row in plan]
+            # Read in id order through the (bucket, id) index, so a page
+            # costs its rows: no sort of every object of the bucket first.
+            assert any("ix_objects_bucket_id" in step for step in steps), steps
+            assert not any("TEMP B-TREE" in step for step in steps), steps

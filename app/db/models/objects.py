@@ -41,6 +41,8 @@ class StoredObject(Base):
     __table_args__ = (
         # Also the index for listing: range scans on key within a bucket.
         UniqueConstraint("bucket", "key"),
+        # Listings newest or oldest first: a bucket's rows in id order.
+        Index(None, "bucket", "id"),
         CheckConstraint("size >= 0", name="size"),
         NEVER_REUSE_IDS,
     )
