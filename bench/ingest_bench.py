@@ -22,6 +22,10 @@ on the same CPUs.
     .venv/bin/python bench/ingest_bench.py --size 64M     # a quick look
     .venv/bin/python bench/ingest_bench.py --py-spy out.svg   # also profile the service
 
+`--baseline REF` also runs the service at git ref REF (`git archive`, alone on
+PYTHONPATH) beside the checkout's, with the same simulator and body: each round
+uploads to the floor, then REF, then the checkout.
+
 `--py-spy PATH` records the service during one more upload with py-spy (from
 PyPI: `.venv/bin/pip install py-spy`) and writes a flame graph
 (`--format speedscope` if PATH ends in .json, collapsed stacks as text if
@@ -31,6 +35,7 @@ it ends in .txt).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -49,6 +54,7 @@ from common import (
     GiB,
     MiB,
     cpu_seconds,
+    extract,
     free_port,
     parse_size,
     running,
@@ -97,6 +103,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="uploads per target (3)")
     parser.add_argument("--bots", type=int, default=6, help="simulator bots (6)")
     parser.add_argument("--py-spy", type=Path, metavar="PATH", help="profile one more upload")
+    parser.add_argument(
+        "--baseline", metavar="REF", help="also run the service at this git ref, in turn"
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
     args = parser.parse_args()
     size = parse_size(args.size)
@@ -107,7 +116,7 @@ def main() -> int:
         with body.open("wb") as out:
             for _ in range(0, size, 16 * MiB):
                 out.write(os.urandom(min(16 * MiB, size - out.tell())))
-        floor, service = Target("bare ASGI app (read + MD5 + SHA-256)"), Target("teleuploader")
+        floor = Target("bare ASGI app (read + MD5 + SHA-256)")
         sim_cpu: list[float] = []
         floor_port = free_port()
         floor_command = [
@@ -119,7 +128,7 @@ def main() -> int:
         sim_args = ["--concurrency-limit", "1"]
         with (
             running(floor_command, workdir / "floor.log") as floor_process,
-            simulator_process(workdir, bots=args.bots, args=sim_args, cwd=workdir) as sim,
+            simulator_process(workdir, bots=2 * args.bots, args=sim_args, cwd=workdir) as sim,
         ):
             floor_url = f"http://127.0.0.1:{floor_port}"
             wait_until(floor_process, f"{floor_url}/", workdir / "floor.log", "the floor app")
@@ -129,7 +138,7 @@ def main() -> int:
                 if not key.startswith(("BOT_", "STORAGE_", "DATABASE_", "CHUNK_"))
             }
             env.update(
-                BOT_TOKENS=",".join(sim.tokens),
+                BOT_TOKENS=",".join(sim.tokens[args.bots :]),
                 STORAGE_CHAT_ID=str(CHAT_ID),
                 TELEGRAM_API_BASE=sim.url,
                 DATABASE_URL=f"sqlite+aiosqlite:///{workdir / 'teleuploader.db'}",
@@ -138,29 +147,57 @@ def main() -> int:
                 MAX_UPLOAD_SIZE=str(max(size, GiB)),
                 LOG_LEVEL="WARNING",
                 SNAPSHOT_INTERVAL_SECONDS="0",
+                # No pacing: a few rounds of 512 MiB are more sends a minute
+                # than Telegram's budget, and the wait is not the ingest's.
+                SENDS_PER_MINUTE="0",
             )
-            with served(env, workdir) as running_service:
-                auth = {"Authorization": f"Bearer {running_service.key}"}
-                pid = running_service.process.pid
+            services = [Target("teleuploader")]
+            with contextlib.ExitStack() as stack:
+                running_services = []
+                if args.baseline is not None:
+                    code = extract(args.baseline, workdir / "baseline-code")
+                    services.insert(0, Target(f"teleuploader at {args.baseline}"))
+                    before = workdir / "before"
+                    before.mkdir()
+                    before_env = dict(env)
+                    # Bots of its own: two services on one bot would collide
+                    # (their databases share no lease), and Telegram
+                    # answers a collision with a long 429.
+                    before_env.update(
+                        BOT_TOKENS=",".join(sim.tokens[: args.bots]),
+                        DATABASE_URL=f"sqlite+aiosqlite:///{before / 'teleuploader.db'}",
+                        PORT=str(free_port()),
+                    )
+                    running_services.append(
+                        stack.enter_context(served(before_env, before, code=code))
+                    )
+                running_services.append(stack.enter_context(served(env, workdir)))
                 for n in range(args.repeat):
                     wall, cpu = timed(
                         floor_process.pid, lambda: curl_put(f"{floor_url}/x", body, {})
                     )
                     floor.walls.append(wall)
                     floor.cpus.append(cpu)
-                    sim_before = cpu_seconds(sim.process.pid)
-                    url = f"{running_service.url}/api/files/ingest-{n}.bin"
-                    wall, cpu = timed(pid, lambda url=url: curl_put(url, body, auth))
-                    service.walls.append(wall)
-                    service.cpus.append(cpu)
-                    sim_cpu.append(cpu_seconds(sim.process.pid) - sim_before)
-                    print(
-                        f"round {n + 1}: floor {floor.walls[-1]:.2f} s /"
-                        f" {floor.cpus[-1]:.2f} CPU-s, service {wall:.2f} s / {cpu:.2f} CPU-s",
-                        flush=True,
-                    )
+                    line = f"round {n + 1}: floor {wall:.2f} s / {cpu:.2f} CPU-s"
+                    for target, running_service in zip(services, running_services, strict=True):
+                        auth = {"Authorization": f"Bearer {running_service.key}"}
+                        sim_before = cpu_seconds(sim.process.pid)
+                        url = f"{running_service.url}/api/files/ingest-{n}.bin"
+                        wall, cpu = timed(
+                            running_service.process.pid,
+                            lambda url=url, auth=auth: curl_put(url, body, auth),
+                        )
+                        target.walls.append(wall)
+                        target.cpus.append(cpu)
+                        if target is services[-1]:
+                            sim_cpu.append(cpu_seconds(sim.process.pid) - sim_before)
+                        line += f", {target.name} {wall:.2f} s / {cpu:.2f} CPU-s"
+                    print(line, flush=True)
                 if args.py_spy is not None:
-                    profile(pid, args.py_spy, running_service.url, body, auth)
+                    latest = running_services[-1]
+                    auth = {"Authorization": f"Bearer {latest.key}"}
+                    profile(latest.process.pid, args.py_spy, latest.url, body, auth)
+            service = services[-1]
 
     ratios = {
         "wall": service.mb_per_s(size) / floor.mb_per_s(size),
@@ -172,16 +209,19 @@ def main() -> int:
     )
     print("| target | MB/s | server CPU-s per GiB |")
     print("|---|---:|---:|")
-    for target in (floor, service):
+    for target in (floor, *services):
         print(f"| {target.name} | {target.mb_per_s(size):.0f} | {target.cpu_per_gib(size):.2f} |")
     print(
         f"| simulator (Telegram's side, apart) | | "
         f"{statistics.median(sim_cpu) / (size / GiB):.2f} |"
     )
-    print(
-        f"\nservice / floor: {ratios['wall']:.2f} of the floor's speed,"
-        f" {ratios['cpu']:.2f} of its CPU efficiency (target >= 0.7 each)"
-    )
+    print()
+    for target in services:
+        print(
+            f"{target.name} / floor: {target.mb_per_s(size) / floor.mb_per_s(size):.2f} of"
+            f" the floor's speed, {floor.cpu_per_gib(size) / target.cpu_per_gib(size):.2f} of"
+            " its CPU efficiency (target >= 0.7 each)"
+        )
     if args.json:
         args.json.write_text(
             json.dumps(

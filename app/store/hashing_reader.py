@@ -72,19 +72,23 @@ class HashingReader:
     def take(self, size: int) -> bytearray:
         """The first `size` buffered bytes (or all there are), as one buffer.
 
-        Copied piece by piece into a buffer of the final size, each piece
-        dropped as soon as it is in: joining would hold the chunk twice."""
+        Joined rather than copied into `bytearray(size)`: that zeroes the
+        whole buffer first (a pass over the chunk's memory for nothing), and
+        either way the pieces and the buffer are both held until the copy
+        ends."""
         size = min(size, self._pending_size)
         self._pending_size -= size
-        chunk = bytearray(size)
+        taken: list[bytes] = []
         filled = 0
         while filled < size:
             head = self._pending.popleft()
             if len(head) > size - filled:
                 self._pending.appendleft(head[size - filled :])
                 head = head[: size - filled]
-            chunk[filled : filled + len(head)] = head
+            taken.append(head)
             filled += len(head)
+        chunk = bytearray().join(taken)
+        del taken
         self._hash(chunk)
         return chunk
 
