@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -458,12 +458,7 @@ class ObjectStore:
                 return True
             if await self._statements.object(bucket, key) is None:
                 return False
-        async with session_scope(self._sessionmaker) as session:
-            repo = ObjectRepository(session)
-            deleted = await repo.delete(bucket, key)
-        if repo.chunks_released:
-            self._gc.wake()
-        return deleted
+        return await self._deleted(lambda repo: repo.delete(bucket, key))
 
     def _trash_move(self, bucket: str, key: str, reason: str, now: datetime) -> TrashMove:
         assert self._trash_retention is not None
@@ -476,14 +471,25 @@ class ObjectStore:
         `only_if_owned_by` is given and the object belongs to another key
         (nothing deleted)."""
         try:
-            async with session_scope(self._sessionmaker) as session:
-                repo = ObjectRepository(session)
-                deleted = await repo.delete_by_public_id(
+            return await self._deleted(
+                lambda repo: repo.delete_by_public_id(
                     public_id, bucket=bucket, only_if_owned_by=only_if_owned_by
                 )
+            )
         except db_objects.NotOwner as exc:
             raise NotOwner(str(exc)) from None
-        if repo.chunks_released:
+
+    async def _deleted(self, delete: Callable[[ObjectRepository], Awaitable[bool]]) -> bool:
+        """`delete` in a transaction, run again if Postgres makes it a
+        deadlock's victim (a pending object settling at that moment locks the
+        same rows); the collector is woken when it released chunks."""
+
+        async def work(session: AsyncSession) -> tuple[bool, int]:
+            repo = ObjectRepository(session)
+            return await delete(repo), repo.chunks_released
+
+        deleted, released = await in_transaction(self._sessionmaker, work)
+        if released:
             self._gc.wake()
         return deleted
 

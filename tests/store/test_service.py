@@ -7,7 +7,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
+
+from app.db.objects import ObjectRepository
+from tests.db.test_retry import conflict
 from tests.running_service import CHAT_ID, CHUNK, Service, eventually, payload
 
 
@@ -60,3 +65,33 @@ async def test_replacing_a_key_is_last_writer_wins_by_commit_not_by_start(
         return set(service.live_messages()) == a_chunks
 
     await eventually(only_a_left)
+
+
+async def test_a_delete_that_loses_a_deadlock_runs_again_and_deletes(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Postgres makes one side of a deadlock its victim (a pending object
+    settling while it is deleted locks the same rows): the delete runs again
+    instead of answering 500."""
+    data = payload(2 * CHUNK, seed=3)
+    async with service.client() as http:
+        stored = await http.put("/api/files/doomed.bin", content=data, headers=service.auth)
+    public_id = stored.json()["public_id"]
+    real = ObjectRepository.delete_by_public_id
+    runs = 0
+
+    async def loses_once(self: ObjectRepository, *args: Any, **kwargs: Any) -> bool:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise conflict("40P01")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ObjectRepository, "delete_by_public_id", loses_once)
+    async with service.client() as http:
+        deleted = await http.delete(f"/api/files/{public_id}", headers=service.auth)
+        after = await http.get(f"/f/{public_id}")
+
+    assert deleted.status_code == 204, deleted.text
+    assert after.status_code == 404
+    assert runs == 2
