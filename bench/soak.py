@@ -332,12 +332,15 @@ def _query(database: Path, sql: str) -> int:
         connection.close()
 
 
-def referenced_chunks(database: Path) -> int:
-    """Chunks that a live object or an unfinished multipart upload holds."""
-    return _query(
+def referenced_messages(database: Path) -> int:
+    """Messages the service keeps: the chunks that a live object or an
+    unfinished multipart upload holds, and its metadata snapshots' and
+    journal batches' own (`snapshot_messages`)."""
+    chunks = _query(
         database,
         "SELECT count(*) FROM (SELECT chunk_id FROM pieces UNION SELECT chunk_id FROM part_pieces)",
     )
+    return chunks + _query(database, "SELECT count(*) FROM snapshot_messages")
 
 
 def garbage_backlog(database: Path) -> int:
@@ -412,7 +415,7 @@ def drain(svc: Service, sim: SimulatorProcess, limit: float) -> tuple[int, int, 
     while garbage_backlog(svc.database) and time.monotonic() < deadline:
         time.sleep(1.0)
     stored = int(sim.stats()["chats"][str(CHAT_ID)]["live_messages"])
-    return stored, referenced_chunks(svc.database), garbage_backlog(svc.database)
+    return stored, referenced_messages(svc.database), garbage_backlog(svc.database)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,7 +501,8 @@ def report(
     leaks = stored - referenced
     print(
         f"\nwrong bytes: {tally.wrong_bytes} (target 0); most calls in flight on one token: "
-        f"{max_calls} (target 1)\nTelegram messages stored: {stored}, chunks referenced: "
+        f"{max_calls} (target 1)\nTelegram messages stored: {stored}, chunks and metadata "
+        "messages referenced: "
         f"{referenced}, GC backlog left: {backlog}; leaked messages: {leaks} (target 0)"
     )
     return 0 if tally.wrong_bytes == 0 and leaks == 0 and max_calls <= 1 else 1
