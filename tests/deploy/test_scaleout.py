@@ -309,6 +309,16 @@ def start_caddy(processes: Processes, tmp_path: Path, *upstreams: Service) -> st
 Op = tuple[float, float, bool, str]
 
 
+def _uploads_served(instance: Service) -> float:
+    """Uploads the instance has answered (its /metrics)."""
+    text = httpx.get(f"{instance.url}/metrics", headers=instance.auth, timeout=10).text
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("teleuploader_http_requests_total{") and 'method="PUT"' in line
+    )
+
+
 class Traffic:
     """Three clients uploading files through Caddy and reading each back."""
 
@@ -413,9 +423,12 @@ def test_a_rolling_restart_behind_caddy_loses_no_request(
     start: Starter, sim: Simulator, processes: Processes, tmp_path: Path
 ) -> None:
     """deploy/README.md's rolling deploy: restart the instances one at a time,
-    each as soon as the one before answers /ready. A stopping instance stays
-    up, unready, until Caddy's health check has taken it out of rotation
-    (SHUTDOWN_DELAY_SECONDS), so no client sees an error."""
+    each once the one before answers /ready and Caddy sends it requests. A
+    stopping instance stays up, unready, until Caddy's health check has taken
+    it out of rotation (SHUTDOWN_DELAY_SECONDS), so no client sees an error.
+    (Restarted at /ready alone, the next one could be taken out by the same
+    health check that was to bring this one back, a moment before it did:
+    with none in rotation, Caddy answered an upload 503.)"""
     instances = [start(), start()]
     site = start_caddy(processes, tmp_path, *instances)
 
@@ -426,6 +439,11 @@ def test_a_rolling_restart_behind_caddy_loses_no_request(
             old.proc.signal(signal.SIGTERM)
             assert old.proc.wait(60) == 0
             instances[n] = start(old.port)  # returns once it answers /ready
+            wait_for(
+                lambda new=instances[n]: _uploads_served(new) > 0,
+                within=30,
+                what="Caddy sending uploads to the restarted instance",
+            )
         restarted_at = time.monotonic()
         traffic.wait_for_successes(6, since=restarted_at, what="after the restarts")
 
