@@ -198,6 +198,16 @@ async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float 
         await asyncio.sleep(0.05)
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """A /metrics page as {series with its labels: value}, ours only."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("teleuploader_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
 def payload(size: int, seed: int = 0) -> bytes:
     """Deterministic bytes that differ from chunk to chunk (and from seed to seed)."""
     out = bytearray()

@@ -35,7 +35,7 @@ import pytest
 from app.config import Settings
 from tests.conftest import BACKENDS, empty_tables
 from tests.db.helpers import Database
-from tests.running_service import assert_one_call_per_token
+from tests.running_service import assert_one_call_per_token, parse_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 TELEUPLOADER = REPO / ".venv" / "bin" / "teleuploader"
@@ -379,6 +379,11 @@ class Service:
     def auth(self) -> dict[str, str]:
         assert self.key is not None, "start the service with api_key=True"
         return {"Authorization": f"Bearer {self.key}"}
+
+
+def metrics(service: Service) -> dict[str, float]:
+    """The service's /metrics (its admin key), as {series: value}."""
+    return parse_metrics(httpx.get(f"{service.url}/metrics", headers=service.auth, timeout=10).text)
 
 
 ServiceStarter = Callable[..., Service]

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import threading
@@ -32,6 +31,7 @@ from tests.deploy.conftest import (
     Service,
     ServiceStarter,
     Simulator,
+    metrics,
     run_cli,
     wait_for,
 )
@@ -87,12 +87,6 @@ def link(service: Service, public_id: str) -> httpx.Response:
     return httpx.get(f"{service.url}/f/{public_id}", timeout=30)
 
 
-def metric(service: Service, name: str) -> float:
-    text = httpx.get(f"{service.url}/metrics", headers=service.auth, timeout=10).text
-    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
-
-
 def kill_9(service: Service) -> None:
     os.kill(service.proc.pid, signal.SIGKILL)
     assert service.proc.wait(10) == -signal.SIGKILL
@@ -140,16 +134,21 @@ def test_after_kill_9_and_the_loss_of_database_and_spool_the_journal_brings_back
         name: s3.put_object(Bucket="box", Key=name, Body=body, Metadata={"k": name})["ETag"]
         for name, body in (("a/small.bin", s3_small), ("a/big.bin", s3_big))
     }
-    rounds = metric(service, 'teleuploader_background_rounds_total{loop="journal",outcome="ok"}')
-    # A journal round that began after the last commit ended with nothing
-    # pending, and no byte waits in the spool: all of it is in the chat.
+    journal_rounds = 'teleuploader_background_rounds_total{loop="journal",outcome="ok"}'
+    rounds = metrics(service).get(journal_rounds, 0.0)
+
+    def all_in_the_chat() -> bool:
+        # A journal round that began after the last commit ended with nothing
+        # pending, and no byte waits in the spool: all of it is in the chat.
+        seen = metrics(service)
+        return (
+            seen.get(journal_rounds, 0.0) > rounds
+            and seen.get("teleuploader_journal_pending_rows", 0.0) == 0
+            and seen.get('teleuploader_spool_bytes{state="used"}', 0.0) == 0
+        )
+
     wait_for(
-        lambda: (
-            metric(service, 'teleuploader_background_rounds_total{loop="journal",outcome="ok"}')
-            > rounds
-            and metric(service, "teleuploader_journal_pending_rows") == 0
-            and metric(service, 'teleuploader_spool_bytes{state="used"}') == 0
-        ),
+        all_in_the_chat,
         within=15,
         what="the journal to ship the changes after the snapshot",
         proc=service.proc,

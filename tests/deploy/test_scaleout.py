@@ -41,6 +41,7 @@ from tests.deploy.conftest import (
     check_one_call_per_token,
     configure_sim,
     free_port,
+    metrics,
     serve_command,
     sim_process,
     wait_for,
@@ -311,11 +312,10 @@ Op = tuple[float, float, bool, str]
 
 def _uploads_served(instance: Service) -> float:
     """Uploads the instance has answered (its /metrics)."""
-    text = httpx.get(f"{instance.url}/metrics", headers=instance.auth, timeout=10).text
     return sum(
-        float(line.rpartition(" ")[2])
-        for line in text.splitlines()
-        if line.startswith("teleuploader_http_requests_total{") and 'method="PUT"' in line
+        value
+        for series, value in metrics(instance).items()
+        if series.startswith("teleuploader_http_requests_total{") and 'method="PUT"' in series
     )
 
 
