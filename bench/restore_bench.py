@@ -24,6 +24,7 @@ import secrets
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,25 @@ TARGET_SECONDS = 120.0  # issue 36: 100,000 objects restored within 2 minutes
 BATCH = 5000
 
 
+def object_row(i: int, key: str, now: datetime, *, chunked: bool) -> dict[str, Any]:
+    """Object `i`'s row: 100 inline bytes, or 2 MB in chunk `i` (`chunked`)."""
+    return {
+        "id": i,
+        "bucket": "b",
+        "key": key,
+        "public_id": secrets.token_urlsafe(12),
+        "name": f"{i:08d}.txt",
+        "content_type": "text/plain",
+        "size": 2_000_000 if chunked else 100,
+        "etag": secrets.token_hex(16),
+        "md5": secrets.token_hex(16),
+        "user_metadata": {"owner": "bench"},
+        "inline_data": None if chunked else secrets.token_bytes(100),
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
 async def fill(url: str, objects: int) -> None:
     engine = create_engine(url)
     now = utcnow()
@@ -56,24 +76,7 @@ async def fill(url: str, objects: int) -> None:
             async with engine.begin() as connection:
                 await connection.execute(
                     insert(StoredObject),
-                    [
-                        {
-                            "id": i,
-                            "bucket": "b",
-                            "key": f"dir/{i:08d}.txt",
-                            "public_id": secrets.token_urlsafe(12),
-                            "name": f"{i:08d}.txt",
-                            "content_type": "text/plain",
-                            "size": 2_000_000 if i % 10 == 0 else 100,
-                            "etag": secrets.token_hex(16),
-                            "md5": secrets.token_hex(16),
-                            "user_metadata": {"owner": "bench"},
-                            "inline_data": None if i % 10 == 0 else secrets.token_bytes(100),
-                            "created_at": now,
-                            "updated_at": now,
-                        }
-                        for i in ids
-                    ],
+                    [object_row(i, f"dir/{i:08d}.txt", now, chunked=i % 10 == 0) for i in ids],
                 )
                 if chunked:
                     await connection.execute(
@@ -137,21 +140,7 @@ async def changes(url: str, first_id: int, count: int) -> None:
             await connection.execute(
                 insert(StoredObject),
                 [
-                    {
-                        "id": i,
-                        "bucket": "b",
-                        "key": f"journal/{i:08d}.txt",
-                        "public_id": secrets.token_urlsafe(12),
-                        "name": f"{i:08d}.txt",
-                        "content_type": "text/plain",
-                        "size": 100,
-                        "etag": secrets.token_hex(16),
-                        "md5": secrets.token_hex(16),
-                        "user_metadata": {"owner": "bench"},
-                        "inline_data": secrets.token_bytes(100),
-                        "created_at": now,
-                        "updated_at": now,
-                    }
+                    object_row(i, f"journal/{i:08d}.txt", now, chunked=False)
                     for i in range(first_id, first_id + count)
                 ],
             )
