@@ -52,6 +52,7 @@ from app.db.models import (
     SpooledPart,
     UploadPart,
 )
+from app.db.multipart_etag import unquote_etag
 from app.db.object_rows import PieceSpec, merge_adjacent, piece_rows
 from app.db.pending_filter import pending_object
 from app.db.types import utcnow
@@ -425,4 +426,4 @@ def _trim(
 def _md5_of_etag(etag: str) -> str:
     """A row spooled before spool rows kept their MD5: the part's ETag is its
     MD5 (a spooled copy's might not be; its read then fails the check)."""
-    return etag.strip().strip('"').lower()
+    return unquote_etag(etag).lower()
