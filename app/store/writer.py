@@ -48,6 +48,7 @@ from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import block_hashes_off_loop, hashes_root
+from app.store.chunk_size import plan_chunk_size
 from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
@@ -73,26 +74,6 @@ class WrittenContent:
     @property
     def chunk_ids(self) -> list[int]:
         return [piece.chunk_id for piece in self.pieces]
-
-
-def plan_chunk_size(expected_size: int | None, max_chunk: int, lanes: int) -> int:
-    """The chunk size for a stream whose length is known in advance.
-
-    Cutting 100 MiB into 19 MiB chunks gives five full chunks and a 5 MiB
-    tail: with six bots, five work for the whole upload and one for a quarter
-    of it. Equal chunks keep every bot equally busy; when that takes a few more
-    chunks (a multiple of the bots), it is worth it as long as the chunks stay
-    at least half the maximum (each chunk is a message, and messages are
-    rate-limited). Unknown lengths, and anything up to one chunk, keep the
-    maximum.
-    """
-    if expected_size is None or expected_size <= max_chunk:
-        return max_chunk
-    count = -(-expected_size // max_chunk)
-    rounded = -(-count // lanes) * lanes
-    if expected_size / rounded >= max_chunk / 2:
-        count = rounded
-    return -(-expected_size // count)
 
 
 class ChunkWriter:
@@ -195,7 +176,12 @@ class ChunkWriter:
         inline_threshold = self.inline_threshold if inline else 0
         lanes = self.parallelism()
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
-        reader = HashingReader(stream, max_size=max_size, on_bytes=self._on_bytes)
+        reader = HashingReader(
+            stream,
+            max_size=max_size,
+            on_bytes=self._on_bytes,
+            block_digests=not self.encryption.seals_new_chunks,
+        )
         # Content that may live inline is read without a buffer: it is small,
         # and the registry's many tiny files must not queue behind big uploads.
         # A body known to be bigger is not read at all until it has a buffer.
@@ -256,14 +242,14 @@ class ChunkWriter:
     async def _send(
         self,
         data: bytearray,
-        hashing: asyncio.Future[None] | None,
+        hashing: asyncio.Future[bytes | None] | None,
         own: asyncio.Semaphore,
         *,
         label: str,
         index: int,
     ) -> PieceSpec:
         try:
-            return await self.store_chunk(data, label=label, index=index)
+            return await self.store_chunk(data, label=label, index=index, hashed=hashing)
         finally:
             del data
             # The hashing thread may still read the chunk: its buffer is free
@@ -274,13 +260,19 @@ class ChunkWriter:
             own.release()
 
     async def store_chunk(
-        self, data: bytes | bytearray, *, label: str = "", index: int = 0
+        self,
+        data: bytes | bytearray,
+        *,
+        label: str = "",
+        index: int = 0,
+        hashed: asyncio.Future[bytes | None] | None = None,
     ) -> PieceSpec:
         """Send one chunk to Telegram as `replicas` independent copies, each
         an upload of its own, and record it (with them) as pending. The
         caller holds a buffer of the budget for `data`. A chunk is recorded
         only with all its copies: one that fails fails the chunk, and the
-        copies sent meanwhile go to the GC."""
+        copies sent meanwhile go to the GC. `hashed`: a HashingReader's
+        hashing of `data`, which made its block digests on the way."""
         with self.running():
             keys: ChunkKeys | None = None
             if self.encryption.seals_new_chunks:
@@ -288,7 +280,9 @@ class ChunkWriter:
                 # only tell the database holder what the bytes are.
                 keys, hashes = self.encryption.new_chunk(), None
             else:
-                hashes = await block_hashes_off_loop(data)
+                # Shielded: the reader's next chunk waits on this hashing.
+                hashes = await asyncio.shield(hashed) if hashed is not None else None
+                hashes = hashes or await block_hashes_off_loop(data)
             if self.replicas > 1:
                 chats = self._dispatcher.replica_chats(self.replicas)
                 group: ReplicaGroup | None = ReplicaGroup()

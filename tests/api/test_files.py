@@ -11,7 +11,7 @@ import boto3
 import httpx
 import pytest
 
-from app.store.writer import plan_chunk_size
+from app.store.chunk_size import plan_chunk_size
 from tests.running_service import CHUNK, INLINE, Service, ServiceFactory, eventually, payload
 
 

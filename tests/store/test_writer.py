@@ -14,9 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk, GcEntry
 from app.db.session import session_scope
+from app.store.blocks import block_hashes, hashes_root
+from app.store.chunk_size import plan_chunk_size
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
-from app.store.writer import ChunkWriter, plan_chunk_size
+from app.store.writer import ChunkWriter
 from app.telegram.errors import PermanentError, TelegramError
 from app.telegram.types import StoredDocument
 from tests.running_service import eventually
@@ -148,6 +150,34 @@ async def test_concurrent_writes_share_the_buffers_and_store_every_byte(
     assert sorted(map(len, telegram.sent)) == sorted(
         len(chunk) for body in bodies for chunk in split(body, 4096)
     )
+
+
+async def test_big_chunks_get_their_block_digests_from_the_uploads_own_hashing(
+    sessionmaker: async_sessionmaker[AsyncSession], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks big enough to be hashed off the loop get their block digests
+    in the same pass as the upload's MD5 and SHA-256: each chunk's must be
+    what a read will check its blocks against, however the body was cut."""
+    telegram = FakeTelegram()
+    writer = make_writer(telegram, sessionmaker, buffers=3)
+    writer.chunk_size = 2 * MiB + 12345  # neither whole windows nor whole blocks
+    body = random.Random(7).randbytes(5 * MiB + 777)
+
+    async def second_pass(data: bytes | bytearray) -> bytes:
+        raise AssertionError("a chunk's blocks were hashed in a pass of their own")
+
+    monkeypatch.setattr("app.store.writer.block_hashes_off_loop", second_pass)
+    content = await writer.write(pieces(body, 100_000))
+
+    assert (content.md5_hex, content.sha256_hex) == (
+        hashlib.md5(body).hexdigest(),
+        hashlib.sha256(body).hexdigest(),
+    )
+    async with session_scope(sessionmaker) as session:
+        rows = (await session.execute(select(Chunk.sha256, Chunk.block_hashes))).all()
+    expected = {(hashes_root(block_hashes(sent)), block_hashes(sent)) for sent in telegram.sent}
+    assert len(telegram.sent) == 3
+    assert {(sha256, hashes) for sha256, hashes in rows} == expected
 
 
 async def test_a_failed_chunk_releases_the_stored_ones_and_every_buffer(
