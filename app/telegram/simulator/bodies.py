@@ -19,7 +19,7 @@ from python_multipart.exceptions import FormParserError, MultipartParseError
 from python_multipart.multipart import parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
-from app.telegram.simulator.model import ApiError, _Params, _StoredFile, _Upload
+from app.telegram.simulator.model import ApiError, ReceivedBytes, _Params, _StoredFile, _Upload
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -34,7 +34,7 @@ def _received_file(upload: _Upload, params: _Params) -> _StoredFile:
         mime = mimetypes.guess_type(name)[0] or mime
     return _StoredFile(
         unique_id="AgAD" + secrets.token_urlsafe(12),
-        data=upload.data,
+        content=upload.data,
         file_name=name,
         mime_type=mime or "application/octet-stream",
     )
@@ -69,10 +69,10 @@ def _message_id_param(params: _Params, name: str) -> int:
 class _MultipartCollector:
     """Feeds body pieces to python-multipart's streaming parser, keeps parts in memory.
 
-    A part's data is kept as views of the received pieces and joined once at
-    the end: growing one buffer piece by piece, then copying it into `bytes`,
-    cost the simulator more CPU than the service it was serving (it shares
-    the machine with the service in tests and benches)."""
+    A part's data is kept as views of the received pieces (`ReceivedBytes`):
+    growing one buffer piece by piece, then copying it into `bytes`, cost the
+    simulator more CPU than the service it was serving (it shares the
+    machine with the service in tests and benches)."""
 
     def __init__(self, boundary: bytes) -> None:
         self._parts: list[tuple[dict[str, str], list[memoryview]]] = []
@@ -108,17 +108,16 @@ class _MultipartCollector:
             raise ApiError(400, "Bad Request: can't parse multipart/form-data request")
         params = _Params()
         for headers, pieces in self._parts:
-            data = b"".join(pieces)
             _, options = parse_options_header(headers.get("content-disposition"))
             name = options.get(b"name", b"").decode("utf-8", "replace")
             if b"filename" in options:
                 params.files[name] = _Upload(
                     filename=options[b"filename"].decode("utf-8", "replace"),
                     content_type=headers.get("content-type", "").strip(),
-                    data=data,
+                    data=ReceivedBytes(pieces),
                 )
             else:
-                params.fields[name] = data.decode("utf-8", "replace")
+                params.fields[name] = b"".join(pieces).decode("utf-8", "replace")
         return params
 
     def _on_part_begin(self) -> None:

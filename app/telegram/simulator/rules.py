@@ -110,7 +110,7 @@ class TelegramRules:
         ref = self._file_ids.get(file_id)
         if ref is None or ref.bot_id != bot_id:
             raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
-        if len(ref.file.data) > self.config.max_getfile_bytes:
+        if ref.file.size > self.config.max_getfile_bytes:
             raise ApiError(400, "Bad Request: file is too big")
         # After the size check: Telegram checks the size it knows from the
         # file_id first, and finds the file missing only when it fetches it.
@@ -119,7 +119,7 @@ class TelegramRules:
         return {
             "file_id": file_id,
             "file_unique_id": ref.file.unique_id,
-            "file_size": len(ref.file.data),
+            "file_size": ref.file.size,
             "file_path": self._file_path_for(bot_id, ref.file),
         }
 
@@ -341,7 +341,7 @@ class TelegramRules:
                 "mime_type": message.file.mime_type,
                 "file_id": message.file_id,
                 "file_unique_id": message.file.unique_id,
-                "file_size": len(message.file.data),
+                "file_size": message.file.size,
             },
         }
         origin = message.forwarded_from

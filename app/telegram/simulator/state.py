@@ -180,7 +180,7 @@ class TelegramSimulator(CallBookkeeping):
         with 200 and the right size: only a check of the content can tell.
         A download already under way keeps the bytes it started with."""
         file = self._message(chat_id, message_id).file
-        size = len(file.data)
+        size = file.size
         if offset is None:
             if not size:
                 raise ValueError("the file is empty: there is no byte to flip")
@@ -189,7 +189,7 @@ class TelegramSimulator(CallBookkeeping):
             raise ValueError(f"offset {offset} is outside the file's {size} bytes")
         damaged = bytearray(file.data)
         damaged[offset] ^= 0xFF
-        file.data = bytes(damaged)
+        file.content = bytes(damaged)
         log.warning("sim_file_corrupted", chat_id=chat_id, message_id=message_id, offset=offset)
         return offset
 
@@ -197,7 +197,7 @@ class TelegramSimulator(CallBookkeeping):
         """Exchange the files of two messages, each (chat id, message id), on
         Telegram's side: each serves the other's bytes from now on."""
         a, b = self._message(*first).file, self._message(*second).file
-        a.data, b.data = b.data, a.data
+        a.content, b.content = b.content, a.content
         log.warning("sim_files_swapped", first=first, second=second)
 
     def post_foreign(self, chat_id: int, text: str = "hello") -> int:
@@ -208,7 +208,7 @@ class TelegramSimulator(CallBookkeeping):
             raise ValueError(f"chat {chat_id} is lost: nobody posts in it")
         file = _StoredFile(
             unique_id="AgAD" + secrets.token_urlsafe(12),
-            data=text.encode(),
+            content=text.encode(),
             file_name="post.txt",
             mime_type="text/plain",
         )
