@@ -172,6 +172,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         ),
         on_adopted=resume_adopted,
         running_since=writer.oldest_running,
+        on_block_digest=writer.use_block_digest,
         interval=tuning.heartbeat_seconds,
     )
     leases = BotLeases(

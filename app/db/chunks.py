@@ -98,6 +98,7 @@ class ChunkRepository:
         owner: str | None = None,
         *,
         block_hashes: bytes | None = None,
+        block_digest: str | None = None,
         seal: SealRecord | None = None,
     ) -> Chunk:
         """Record a freshly uploaded chunk: its copies, one document each (or
@@ -116,6 +117,7 @@ class ChunkRepository:
             size=documents[0].size if seal is None else seal.size,
             sha256=sha256,
             block_hashes=block_hashes,
+            block_digest=block_digest,
             state="pending",
             created_at=now,
             copies_ok=len(documents),

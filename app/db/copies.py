@@ -54,6 +54,8 @@ class ChunkRow:
     block_hashes: bytes | None
     lost: bool
     copies: tuple[CopyRow, ...]
+    # Which digest `block_hashes` are (None: SHA-256; app/store/blocks.py).
+    block_digest: str | None = None
     # Sealed: the master key id and the wrapped data key (None: plaintext).
     seal_key_id: str | None = None
     sealed_data_key: bytes | None = None
@@ -121,17 +123,19 @@ class CopyRepository:
                     Chunk.size,
                     Chunk.sha256,
                     Chunk.block_hashes,
+                    Chunk.block_digest,
                     Chunk.lost_at,
                     Chunk.seal_key_id,
                     Chunk.sealed_data_key,
                 ).where(Chunk.id.in_(batch))
             )
-            for chunk_id, size, sha256, block_hashes, lost_at, key_id, wrapped in chunks:
+            for chunk_id, size, sha256, block_hashes, digest, lost_at, key_id, wrapped in chunks:
                 found[chunk_id] = ChunkRow(
                     id=chunk_id,
                     size=size,
                     sha256=sha256,
                     block_hashes=block_hashes,
+                    block_digest=digest,
                     lost=lost_at is not None,
                     copies=tuple(copies.get(chunk_id, ())),
                     seal_key_id=key_id,
@@ -346,7 +350,7 @@ class CopyRepository:
         await self._session.execute(
             update(Chunk)
             .where(Chunk.id == chunk_id, Chunk.block_hashes.is_(None))
-            .values(block_hashes=block_hashes, sha256=sha256)
+            .values(block_hashes=block_hashes, sha256=sha256, block_digest=None)
             .execution_options(synchronize_session=False)
         )
 

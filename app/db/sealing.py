@@ -200,6 +200,7 @@ class SealingRepository:
                 sealed_data_key=seal.wrapped_key,
                 sha256="",
                 block_hashes=None,
+                block_digest=None,
                 copies_ok=len(documents),
                 lost_at=None,
             )

@@ -34,12 +34,32 @@ class InstanceRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    async def register(self, instance_id: str, host: str, pid: int) -> None:
+    async def register(
+        self, instance_id: str, host: str, pid: int, *, block_digests: str = "sha256"
+    ) -> None:
         now = utcnow()
         self._session.add(
-            Instance(id=instance_id, host=host, pid=pid, started_at=now, heartbeat_at=now)
+            Instance(
+                id=instance_id,
+                host=host,
+                pid=pid,
+                started_at=now,
+                heartbeat_at=now,
+                block_digests=block_digests,
+            )
         )
         await self._session.flush()
+
+    async def block_digests(self, ids: set[str]) -> list[str]:
+        """What each of the given instances can check (`instances.block_digests`)."""
+        found: list[str] = []
+        for batch in batches(sorted(ids)):
+            found.extend(
+                await self._session.scalars(
+                    select(Instance.block_digests).where(Instance.id.in_(batch))
+                )
+            )
+        return found
 
     async def heartbeat(self, instance_id: str) -> None:
         await self._session.execute(

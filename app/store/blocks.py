@@ -1,7 +1,7 @@
 """What a chunk's bytes must hash to, block by block.
 
 A chunk is cut into blocks of `BLOCK_SIZE` bytes (the last may be shorter),
-and the first `DIGEST_BYTES` of each block's SHA-256 are stored with the
+and the first `DIGEST_BYTES` of each block's digest are stored with the
 chunk, in order (`chunks.block_hashes`): 4.8 KiB for a 19 MiB chunk. A read
 checks each block it touches before it sends a byte of it, so a small Range
 read holds back at most one block (64 KiB, the download budget's unit), not
@@ -9,7 +9,14 @@ a whole chunk. The chunk's `sha256` is the SHA-256 of its block digests, one
 after another: the scrub checks a whole copy against it without a second
 pass over the bytes.
 
-Sixteen bytes of SHA-256 leave 128 bits: finding other bytes with the same
+Two digests (`chunks.block_digest` says which a chunk's blocks have):
+SHA-256 (NULL: every chunk stored before BLAKE3) and BLAKE3, a quarter of
+SHA-256's CPU per byte on the machines measured (bench/README.md,
+ingest_bench.py). New chunks get BLAKE3 once every live instance reads it
+(`digest_for_new_chunks`, fed by app/store/instance.py): an instance of an
+earlier release would take a BLAKE3 chunk's copies for corrupt.
+
+Sixteen bytes of either leave 128 bits: finding other bytes with the same
 digest is out of reach, which is what guarding against a changed copy needs.
 """
 
@@ -18,9 +25,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar, TypeVarTuple
+
+import blake3
 
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
@@ -28,17 +38,61 @@ Args = TypeVarTuple("Args")
 BLOCK_SIZE = 64 * 1024
 DIGEST_BYTES = 16
 
+# The block digests a chunk may have: its `chunks.block_digest` (NULL: SHA256).
+SHA256 = "sha256"
+BLAKE3 = "blake3"
+# What this release reads, as it tells the fleet (`instances.block_digests`).
+READABLE = (SHA256, BLAKE3)
 
-def block_digest(block: bytes | bytearray | memoryview) -> bytes:
+
+def _sha256(block: bytes | bytearray | memoryview) -> bytes:
     return hashlib.sha256(block).digest()[:DIGEST_BYTES]
 
 
-def block_hashes(data: bytes | bytearray | memoryview) -> bytes:
+def _blake3(block: bytes | bytearray | memoryview) -> bytes:
+    return blake3.blake3(block).digest(DIGEST_BYTES)
+
+
+_DIGESTS: dict[str, Callable[[bytes | bytearray | memoryview], bytes]] = {
+    SHA256: _sha256,
+    BLAKE3: _blake3,
+}
+
+
+def digest_for_new_chunks(fleet: Iterable[str]) -> str:
+    """BLAKE3 if every live instance reads it (`fleet`: each one's
+    `instances.block_digests`), else SHA-256, which every release reads."""
+    return BLAKE3 if all(BLAKE3 in readable.split(",") for readable in fleet) else SHA256
+
+
+def digest_of(kind: str | None) -> str:
+    """A chunk's `block_digest` column as a digest name (NULL: SHA-256).
+    ValueError for one this release cannot check (a later release's)."""
+    name = SHA256 if kind is None else kind
+    if name not in _DIGESTS:
+        raise ValueError(f"block digest {name!r} is unknown to this release")
+    return name
+
+
+def block_digest(block: bytes | bytearray | memoryview, kind: str = SHA256) -> bytes:
+    return _DIGESTS[kind](block)
+
+
+def block_hashes(data: bytes | bytearray | memoryview, kind: str = SHA256) -> bytes:
     """The digests of every block of `data`, one after another."""
+    digest = _DIGESTS[kind]
     view = memoryview(data)
     return b"".join(
-        block_digest(view[start : start + BLOCK_SIZE]) for start in range(0, len(view), BLOCK_SIZE)
+        digest(view[start : start + BLOCK_SIZE]) for start in range(0, len(view), BLOCK_SIZE)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDigests:
+    """A chunk's block digests, and which digest they are."""
+
+    kind: str
+    hashes: bytes
 
 
 @functools.cache
@@ -54,9 +108,9 @@ async def off_loop(function: Callable[[*Args], T], *args: *Args) -> T:
     return await asyncio.get_running_loop().run_in_executor(_hashing(), function, *args)
 
 
-async def block_hashes_off_loop(data: bytes | bytearray) -> bytes:
-    """`block_hashes(data)`, in a hashing thread."""
-    return await off_loop(block_hashes, data)
+async def block_hashes_off_loop(data: bytes | bytearray, kind: str) -> ChunkDigests:
+    """`block_hashes(data, kind)`, in a hashing thread."""
+    return ChunkDigests(kind, await off_loop(block_hashes, data, kind))
 
 
 def hashes_root(hashes: bytes) -> str:
@@ -85,10 +139,11 @@ class WholeChunkCheck:
     block digests are known (each block checked as it completes) or not (the
     whole SHA-256 checked at the end, and the digests made on the way)."""
 
-    def __init__(self, size: int, sha256: str, hashes: bytes | None) -> None:
+    def __init__(self, size: int, sha256: str, hashes: bytes | None, kind: str = SHA256) -> None:
         self._size = size
         self._sha256 = sha256
         self._expected = hashes
+        self._kind = kind
         self._whole = hashlib.sha256() if hashes is None else None
         self._pending = bytearray()
         self._digests: list[bytes] = []
@@ -121,7 +176,7 @@ class WholeChunkCheck:
         return hashes
 
     def _close_block(self, block: bytes) -> None:
-        digest = block_digest(block)
+        digest = block_digest(block, self._kind)
         index = len(self._digests)
         if self._expected is not None and expected_digest(self._expected, index) != digest:
             raise BlockMismatch(index)

@@ -104,7 +104,7 @@ async def fetch_checked(
                 position += count
                 if index < first_block or position < block_end:
                     continue  # a block before the range (never held), or not whole yet
-                if block_digest(block) != expected_digest(hashes, index):
+                if block_digest(block, chunk.block_digest) != expected_digest(hashes, index):
                     raise CopyCorrupt(
                         f"copy {copy.copy_id} of chunk {chunk.chunk_id}: block {index} "
                         "does not match its stored hash"

@@ -8,7 +8,7 @@ import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from app.store.blocks import BLOCK_SIZE, block_hashes, off_loop
+from app.store.blocks import BLOCK_SIZE, ChunkDigests, block_hashes, off_loop
 from app.store.errors import UploadTooLarge
 
 # Taken pieces this big or bigger are hashed in a hashing thread; smaller
@@ -37,19 +37,19 @@ class HashingReader:
         *,
         max_size: int | None,
         on_bytes: Callable[[int], None] | None,
-        block_digests: bool = False,
+        block_digest: str | None = None,
     ) -> None:
         self._stream = stream.__aiter__()
         self._max_size = max_size
         self._on_bytes = on_bytes
-        self._block_digests = block_digests
+        self._block_digest = block_digest
         self._pending: deque[bytes] = deque()
         self._pending_size = 0
         self._md5 = hashlib.md5(usedforsecurity=False)
         self._sha256 = hashlib.sha256()
         #: The hashing of the last piece taken, if it is off the loop: its
-        #: block digests (app.store.blocks) if `block_digests`, else None.
-        self.hashing: asyncio.Future[bytes | None] | None = None
+        #: block digests (app.store.blocks) of kind `block_digest`, if given.
+        self.hashing: asyncio.Future[ChunkDigests | None] | None = None
         self.total = 0
         self.eof = False
 
@@ -111,26 +111,27 @@ class HashingReader:
 
     def _hash(self, chunk: bytearray) -> None:
         if self.hashing is None and len(chunk) < OFF_LOOP_MIN:
-            _update(self._md5, self._sha256, chunk, blocks=False)
+            _update(self._md5, self._sha256, chunk, None)
         elif chunk:
             self.hashing = asyncio.ensure_future(self._hash_after(self.hashing, chunk))
 
     async def _hash_after(
-        self, previous: asyncio.Future[bytes | None] | None, chunk: bytearray
-    ) -> bytes | None:
+        self, previous: asyncio.Future[ChunkDigests | None] | None, chunk: bytearray
+    ) -> ChunkDigests | None:
         if previous is not None:
             await previous
-        return await off_loop(_update, self._md5, self._sha256, chunk, self._block_digests)
+        return await off_loop(_update, self._md5, self._sha256, chunk, self._block_digest)
 
 
 def _update(
-    md5: hashlib._Hash, sha256: hashlib._Hash, data: bytearray, blocks: bool
-) -> bytes | None:
-    """MD5 and SHA-256 of `data`, and its block digests if `blocks`, in one
-    pass: window by window, each window hashed three ways while it is in the
-    CPU's cache. Three passes over a chunk that has left the cache cost 2.9
-    CPU-s per GiB here, one pass 2.3 (bench/README.md, ingest_bench.py)."""
-    if not blocks:
+    md5: hashlib._Hash, sha256: hashlib._Hash, data: bytearray, block_digest: str | None
+) -> ChunkDigests | None:
+    """MD5 and SHA-256 of `data`, and its block digests of kind
+    `block_digest` if given, in one pass: window by window, each window
+    hashed three ways while it is in the CPU's cache. Three passes over a
+    chunk that has left the cache cost 2.9 CPU-s per GiB here, one pass 2.3
+    (bench/README.md, ingest_bench.py)."""
+    if block_digest is None:
         md5.update(data)
         sha256.update(data)
         return None
@@ -140,5 +141,5 @@ def _update(
         window = view[start : start + CACHED_WINDOW]
         md5.update(window)
         sha256.update(window)
-        digests.append(block_hashes(window))
-    return b"".join(digests)
+        digests.append(block_hashes(window, block_digest))
+    return ChunkDigests(block_digest, b"".join(digests))

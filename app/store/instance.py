@@ -34,6 +34,7 @@ from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
 from app.db.types import utcnow
 from app.periodic import Periodic
+from app.store.blocks import READABLE, digest_for_new_chunks
 from app.store.gc import GarbageCollector
 from app.store.reconcile import Reconciler
 from app.store.spool import Spool
@@ -63,6 +64,7 @@ class InstanceHeartbeat:
         reconciler: Reconciler | None = None,
         on_adopted: Callable[[], Awaitable[None]] | None = None,
         running_since: Callable[[], datetime | None] | None = None,
+        on_block_digest: Callable[[str], None] | None = None,
         interval: float,
         stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
@@ -74,6 +76,9 @@ class InstanceHeartbeat:
         # When this instance's oldest running upload began (None: none runs);
         # without it, the own pending chunks are left to the next start.
         self.running_since = running_since
+        # Told at registration and at every beat which block digest new
+        # chunks may get (app.store.blocks.digest_for_new_chunks).
+        self.on_block_digest = on_block_digest
         self.reconciler = reconciler
         self._reconcile_requests = 0  # since the last sweep that marked the chat
         self._reconciling: asyncio.Task[None] | None = None
@@ -87,7 +92,10 @@ class InstanceHeartbeat:
         """Announce this instance, adopt the spool of dead ones and retire
         their pending chunks; returns how many spooled parts were adopted."""
         async with session_scope(self._sessionmaker) as session:
-            await InstanceRepository(session).register(self.instance_id, self._host, os.getpid())
+            await InstanceRepository(session).register(
+                self.instance_id, self._host, os.getpid(), block_digests=",".join(READABLE)
+            )
+            await self._tell_block_digest(session)
         return await self.adopt()
 
     async def adopt(self) -> int:
@@ -204,8 +212,14 @@ class InstanceHeartbeat:
         self._beats += 1
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).heartbeat(self.instance_id)
+            await self._tell_block_digest(session)
         if self._beats % SWEEP_EVERY_BEATS == 0:
             await self.adopt()
+
+    async def _tell_block_digest(self, session: AsyncSession) -> None:
+        if self.on_block_digest is not None:
+            fleet = await InstanceRepository(session).block_digests(await self._live_ids(session))
+            self.on_block_digest(digest_for_new_chunks(fleet))
 
     async def _live_ids(self, session: AsyncSession) -> set[str]:
         instances = InstanceRepository(session)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from app.db.copies import ChunkRow, CopyRow
+from app.store.blocks import SHA256, digest_of
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
 from app.store.shared_paths import FILE_PATH_TTL, SharedPaths
@@ -77,6 +78,8 @@ class ChunkRef:
     # A sealed chunk: its data key, unwrapped (docs/encryption.md); None:
     # plaintext, checked against its block hashes instead.
     data_key: bytes | None = field(default=None, repr=False)
+    # Which digest `block_hashes` are: app.store.blocks.SHA256 or BLAKE3.
+    block_digest: str = SHA256
 
 
 class ChunkLocator:
@@ -186,6 +189,7 @@ def chunk_ref(chunk: ChunkRow, encryption: Encryption) -> ChunkRef:
         size=chunk.size,
         sha256=chunk.sha256,
         block_hashes=chunk.block_hashes,
+        block_digest=digest_of(chunk.block_digest),
         copies=tuple(copy_ref(copy) for copy in chunk.copies),
         lost=chunk.lost,
         data_key=data_key,

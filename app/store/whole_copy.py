@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from app.db.copies import ChunkRow, CopyRow
 from app.store import encryption
-from app.store.blocks import BlockMismatch, WholeChunkCheck
+from app.store.blocks import BlockMismatch, WholeChunkCheck, digest_of
 from app.store.encryption import Encryption
 from app.store.locator import ChunkLocator, copy_ref
 
@@ -31,7 +31,9 @@ class WholeCopy:
         self._check: WholeChunkCheck | None = None
         self._opener: FrameOpener | None = None
         if chunk.seal_key_id is None:
-            self._check = WholeChunkCheck(chunk.size, chunk.sha256, chunk.block_hashes)
+            self._check = WholeChunkCheck(
+                chunk.size, chunk.sha256, chunk.block_hashes, digest_of(chunk.block_digest)
+            )
             return
         if copy.salt is None or chunk.sealed_data_key is None:
             raise CopyBad(f"copy {copy.id} of sealed chunk {chunk.id} has no salt")

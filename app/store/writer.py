@@ -47,7 +47,7 @@ from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.store.blocks import block_hashes_off_loop, hashes_root
+from app.store.blocks import SHA256, ChunkDigests, block_hashes_off_loop, hashes_root
 from app.store.chunk_size import plan_chunk_size
 from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
@@ -105,6 +105,9 @@ class ChunkWriter:
         self._running: dict[int, datetime] = {}  # uploads storing chunks now: since when
         self._running_ids = itertools.count()
         self._watermarks_known: set[int] = set()  # chats whose watermark exists (reconcile.py)
+        # The block digest new chunks get: BLAKE3 once every live instance
+        # reads it (`use_block_digest`, from the heartbeat), SHA-256 until then.
+        self.block_digest = SHA256
         # Clean-up that goes on after its caller was cancelled (shielded):
         # shutdown waits for it before the engine goes (`settle`).
         self._detached: set[asyncio.Future[Any]] = set()
@@ -119,6 +122,11 @@ class ChunkWriter:
             yield
         finally:
             del self._running[key]
+
+    def use_block_digest(self, kind: str) -> None:
+        if kind != self.block_digest:
+            log.info("block_digest_for_new_chunks", digest=kind, before=self.block_digest)
+            self.block_digest = kind
 
     def oldest_running(self) -> datetime | None:
         """When the oldest upload still running began (None: none runs)."""
@@ -180,7 +188,7 @@ class ChunkWriter:
             stream,
             max_size=max_size,
             on_bytes=self._on_bytes,
-            block_digests=not self.encryption.seals_new_chunks,
+            block_digest=None if self.encryption.seals_new_chunks else self.block_digest,
         )
         # Content that may live inline is read without a buffer: it is small,
         # and the registry's many tiny files must not queue behind big uploads.
@@ -242,7 +250,7 @@ class ChunkWriter:
     async def _send(
         self,
         data: bytearray,
-        hashing: asyncio.Future[bytes | None] | None,
+        hashing: asyncio.Future[ChunkDigests | None] | None,
         own: asyncio.Semaphore,
         *,
         label: str,
@@ -265,7 +273,7 @@ class ChunkWriter:
         *,
         label: str = "",
         index: int = 0,
-        hashed: asyncio.Future[bytes | None] | None = None,
+        hashed: asyncio.Future[ChunkDigests | None] | None = None,
     ) -> PieceSpec:
         """Send one chunk to Telegram as `replicas` independent copies, each
         an upload of its own, and record it (with them) as pending. The
@@ -275,14 +283,15 @@ class ChunkWriter:
         hashing of `data`, which made its block digests on the way."""
         with self.running():
             keys: ChunkKeys | None = None
+            hashes: ChunkDigests | None = None
             if self.encryption.seals_new_chunks:
                 # Sealed: each frame's tag checks it; plaintext hashes would
                 # only tell the database holder what the bytes are.
-                keys, hashes = self.encryption.new_chunk(), None
+                keys = self.encryption.new_chunk()
             else:
                 # Shielded: the reader's next chunk waits on this hashing.
                 hashes = await asyncio.shield(hashed) if hashed is not None else None
-                hashes = hashes or await block_hashes_off_loop(data)
+                hashes = hashes or await block_hashes_off_loop(data, self.block_digest)
             if self.replicas > 1:
                 chats = self._dispatcher.replica_chats(self.replicas)
                 group: ReplicaGroup | None = ReplicaGroup()
@@ -388,7 +397,7 @@ class ChunkWriter:
     async def _record(
         self,
         documents: list[StoredDocument],
-        hashes: bytes | None,
+        hashes: ChunkDigests | None,
         intents: list[int | None],
         seal: SealRecord | None,
     ) -> int:
@@ -397,9 +406,10 @@ class ChunkWriter:
         async with session_scope(self._sessionmaker) as session:
             chunk = await ChunkRepository(session).add_pending(
                 documents,
-                "" if hashes is None else hashes_root(hashes),
+                "" if hashes is None else hashes_root(hashes.hashes),
                 owner=self._owner,
-                block_hashes=hashes,
+                block_hashes=None if hashes is None else hashes.hashes,
+                block_digest=None if hashes is None or hashes.kind == SHA256 else hashes.kind,
                 seal=seal,
             )
             for intent in intents:

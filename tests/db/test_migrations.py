@@ -9,7 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import TextClause, bindparam, inspect, select, text
+from sqlalchemy import TextClause, bindparam, inspect, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -46,7 +46,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0021"
+    assert head_revision() == "0022"
 
 
 def test_the_head_the_schema_check_reads_is_alembics() -> None:
@@ -140,7 +140,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0021: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0022: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -164,6 +164,33 @@ async def test_downgrade_removes_everything_and_upgrade_restores_it(
             await check_schema(engine)
         await asyncio.to_thread(upgrade, empty_database.migration_url)
         assert await _tables(engine) == {*Base.metadata.tables, "alembic_version"}
+    finally:
+        await engine.dispose()
+
+
+async def test_no_downgrade_below_blake3_digests_once_a_chunk_has_them(
+    empty_database: Database,
+) -> None:
+    """The previous release checks every block with SHA-256: a BLAKE3 chunk
+    would be unreadable under it, so the downgrade refuses while one exists,
+    and goes through once none does."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url)
+    engine = create_engine(empty_database.url)
+    try:
+        sessionmaker = create_sessionmaker(engine)
+        (chunk,) = await add_chunks(sessionmaker, [100])
+        async with session_scope(sessionmaker) as session:
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk.id).values(block_digest="blake3")
+            )
+        with pytest.raises(RuntimeError, match="1 chunks have block digests"):
+            await asyncio.to_thread(downgrade, empty_database.migration_url, "0021")
+        assert await current_revisions(engine) == ("0022",)
+
+        async with session_scope(sessionmaker) as session:
+            await session.execute(update(Chunk).values(block_digest=None))
+        await asyncio.to_thread(downgrade, empty_database.migration_url, "0021")
+        assert await current_revisions(engine) == ("0021",)
     finally:
         await engine.dispose()
 

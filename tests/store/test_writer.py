@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.models import Chunk, GcEntry
 from app.db.session import session_scope
-from app.store.blocks import block_hashes, hashes_root
+from app.store.blocks import BLAKE3, block_hashes, hashes_root
 from app.store.chunk_size import plan_chunk_size
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
@@ -161,6 +161,7 @@ async def test_big_chunks_get_their_block_digests_from_the_uploads_own_hashing(
     telegram = FakeTelegram()
     writer = make_writer(telegram, sessionmaker, buffers=3)
     writer.chunk_size = 2 * MiB + 12345  # neither whole windows nor whole blocks
+    writer.use_block_digest(BLAKE3)
     body = random.Random(7).randbytes(5 * MiB + 777)
 
     async def second_pass(data: bytes | bytearray) -> bytes:
@@ -174,10 +175,15 @@ async def test_big_chunks_get_their_block_digests_from_the_uploads_own_hashing(
         hashlib.sha256(body).hexdigest(),
     )
     async with session_scope(sessionmaker) as session:
-        rows = (await session.execute(select(Chunk.sha256, Chunk.block_hashes))).all()
-    expected = {(hashes_root(block_hashes(sent)), block_hashes(sent)) for sent in telegram.sent}
+        rows = (
+            await session.execute(select(Chunk.sha256, Chunk.block_hashes, Chunk.block_digest))
+        ).all()
+    expected = {
+        (hashes_root(block_hashes(sent, BLAKE3)), block_hashes(sent, BLAKE3), BLAKE3)
+        for sent in telegram.sent
+    }
     assert len(telegram.sent) == 3
-    assert {(sha256, hashes) for sha256, hashes in rows} == expected
+    assert {tuple(row) for row in rows} == expected
 
 
 async def test_a_failed_chunk_releases_the_stored_ones_and_every_buffer(

@@ -62,10 +62,13 @@ class Chunk(Base):
     # (what the scrub checks a whole copy against); without (chunks stored
     # before verified reads): the SHA-256 of the bytes themselves.
     sha256: Mapped[str] = mapped_column(String(64))
-    # The first 16 bytes of the SHA-256 of each 64 KiB block, in order: a
+    # The first 16 bytes of the digest of each 64 KiB block, in order: a
     # read checks every block before it sends a byte of it. None for chunks
     # stored before verified reads, until the scrub has read one whole.
     block_hashes: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, default=None)
+    # Which digest `block_hashes` are (app/store/blocks.py): None for SHA-256,
+    # as every chunk before 0022 (and every snapshot row of one) has.
+    block_digest: Mapped[str | None] = mapped_column(String(16), nullable=True, default=None)
     # 'pending' from the end of its upload until an object references it;
     # pending chunks left by a crash are collected once their owner is gone.
     state: Mapped[str] = mapped_column(String(16), default="pending")

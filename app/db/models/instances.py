@@ -31,6 +31,12 @@ class Instance(Base):
     # Jobs waiting in its dispatcher at its last lease round: bots go where
     # the work is (app/store/leases.py).
     backlog: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The block digests it can check, comma-separated (app/store/blocks.py):
+    # new chunks get a digest only once every live instance reads it. The
+    # default is what an instance of an earlier release reads.
+    block_digests: Mapped[str] = mapped_column(
+        String(64), default="sha256", server_default="sha256"
+    )
 
     def __repr__(self) -> str:
         return f"Instance(id={self.id!r}, host={self.host!r}, pid={self.pid})"
