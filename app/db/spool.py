@@ -34,9 +34,10 @@ class InstanceRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    async def register(
-        self, instance_id: str, host: str, pid: int, *, block_digests: str = "sha256"
-    ) -> None:
+    async def register(self, instance_id: str, host: str, pid: int, *, block_digests: str) -> None:
+        """`block_digests`: what the registering release checks
+        (app.store.blocks.READABLE); new chunks get a digest only once every
+        live row lists it."""
         now = utcnow()
         self._session.add(
             Instance(

@@ -41,8 +41,9 @@ DIGEST_BYTES = 16
 # The block digests a chunk may have: its `chunks.block_digest` (NULL: SHA256).
 SHA256 = "sha256"
 BLAKE3 = "blake3"
-# What this release reads, as it tells the fleet (`instances.block_digests`).
-READABLE = (SHA256, BLAKE3)
+# What this release checks, as every registration of it tells the fleet
+# (`instances.block_digests`, comma-separated).
+READABLE = f"{SHA256},{BLAKE3}"
 
 
 def _sha256(block: bytes | bytearray | memoryview) -> bytes:

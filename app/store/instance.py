@@ -93,7 +93,7 @@ class InstanceHeartbeat:
         their pending chunks; returns how many spooled parts were adopted."""
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).register(
-                self.instance_id, self._host, os.getpid(), block_digests=",".join(READABLE)
+                self.instance_id, self._host, os.getpid(), block_digests=READABLE
             )
             await self._tell_block_digest(session)
         return await self.adopt()

@@ -45,6 +45,7 @@ from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
 from app.periodic import Periodic
+from app.store.blocks import READABLE
 from app.telegram.dispatcher import Dispatcher
 
 log = structlog.get_logger("app.store.leases")
@@ -452,7 +453,9 @@ class BotLeases:
         for bot_id in sorted(held - self._leaving.keys()):
             await self._dispatcher.revoke(bot_id)
         async with session_scope(self._sessionmaker) as session:
-            await InstanceRepository(session).register(self.instance_id, self._host, self._pid)
+            await InstanceRepository(session).register(
+                self.instance_id, self._host, self._pid, block_digests=READABLE
+            )
 
     # --- clocks ---------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.leases import LeaseRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
+from app.store.blocks import READABLE
 
 Sessions = async_sessionmaker[AsyncSession]
 T0 = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
@@ -21,7 +22,7 @@ NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
 async def register(sessionmaker: Sessions, *names: str) -> None:
     async with session_scope(sessionmaker) as session:
         for name in names:
-            await InstanceRepository(session).register(name, "host", 1)
+            await InstanceRepository(session).register(name, "host", 1, block_digests=READABLE)
 
 
 async def take(

@@ -19,6 +19,7 @@ from app.db.models import Chunk, GcEntry, SpooledPart
 from app.db.multipart import MultipartRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
+from app.store.blocks import READABLE
 from tests.db.helpers import document
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -27,7 +28,7 @@ LONG_AGO = datetime.now(UTC) - timedelta(hours=1)
 
 async def _register(sessionmaker: Sessions, instance_id: str) -> None:
     async with session_scope(sessionmaker) as session:
-        await InstanceRepository(session).register(instance_id, "host", 1)
+        await InstanceRepository(session).register(instance_id, "host", 1, block_digests=READABLE)
 
 
 async def test_a_sweep_spares_chunks_of_an_instance_registered_after_it_read_the_live_set(

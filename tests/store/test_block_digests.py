@@ -86,9 +86,10 @@ async def test_while_an_earlier_release_runs_new_chunks_keep_sha256(
     service = await start_service(chunk_size=SIZE, heartbeat_seconds=0.2)
     services = service.app.state.services
     # An instance of the earlier release beside this one (another host, so
-    # that its process is not looked for here): its row has the default.
+    # that its process is not looked for here): its row has what migration
+    # 0022 gives one, the column's default.
     async with session_scope(services.sessionmaker) as session:
-        await InstanceRepository(session).register("earlier", "elsewhere", 1)
+        await InstanceRepository(session).register("earlier", "elsewhere", 1, block_digests=SHA256)
     await eventually(lambda: services.writer.block_digest == SHA256)
 
     first_id, first = await upload(service, "first.bin", seed=4)

@@ -24,6 +24,7 @@ from app.db.leases import LeaseRepository, LeaseRow
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
+from app.store.blocks import READABLE
 from app.store.leases import BotLeases, shares
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
@@ -95,7 +96,9 @@ async def fleet(sim: TelegramSimulator, sessionmaker: Sessions) -> AsyncIterator
 
         async def join(name: str, lease: float = LEASE) -> Member:
             async with session_scope(sessionmaker) as session:
-                await InstanceRepository(session).register(name, "test-host", 0)
+                await InstanceRepository(session).register(
+                    name, "test-host", 0, block_digests=READABLE
+                )
             clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
             dispatcher = Dispatcher(
                 clients, chat_ids=[CHAT_ID], transient_backoff=0.01, all_failed_pause=0.2
@@ -288,6 +291,28 @@ async def test_a_dead_instances_bots_are_taken_over_and_never_run_on_two_instanc
     assert watch.overlaps == 0
     assert orphaned <= set().union(*(m.leases.held for m in alive))
     assert disjoint(alive)
+
+
+async def test_an_instance_whose_row_was_claimed_registers_again_as_what_it_is(
+    fleet: Fleet, sessionmaker: Sessions
+) -> None:
+    """Taken for dead and its row claimed, a live instance registers again:
+    with the block digests it checks, or the fleet would give every new chunk
+    SHA-256 (app.store.blocks.digest_for_new_chunks) until it restarts."""
+    member = await fleet("a")
+    async with session_scope(sessionmaker) as session:
+        await InstanceRepository(session).remove("a")  # another instance's claim
+
+    async def row() -> list[str]:
+        async with session_scope(sessionmaker) as session:
+            return await InstanceRepository(session).block_digests({"a"})
+
+    async def registered_again() -> bool:
+        return bool(await row())
+
+    await eventually(registered_again)
+    assert await row() == [READABLE]
+    assert member.leases.loop.running
 
 
 async def test_a_rate_limit_cooldown_travels_with_the_lease(fleet: Fleet) -> None:
