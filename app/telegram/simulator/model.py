@@ -89,10 +89,11 @@ class _Bot:
 
 
 class ReceivedBytes:
-    """A file's bytes as they arrived, in pieces, joined into one `bytes` the
-    first time they are read. Most files an upload bench or test sends are
-    never read back; joining each at once cost the simulator a pass over
-    fresh memory per upload, on the CPUs the service shares with it."""
+    """A file's bytes as they arrived, in pieces; `_StoredFile.data` joins
+    them into one `bytes` the first time the file is read whole, and keeps
+    that. Most files an upload bench or test sends are never read back;
+    joining each at once cost the simulator a pass over fresh memory per
+    upload, on the CPUs the service shares with it."""
 
     __slots__ = ("_pieces", "_size")
 
@@ -112,8 +113,9 @@ class _StoredFile:
     """One file on Telegram's side, shared by every message and file_id of it."""
 
     unique_id: str
-    # Replaced only by `corrupt` (and `swap_files`): every message and file_id of the file then
-    # serves the damaged bytes, as damage on Telegram's side would.
+    # Changed only by `corrupt` (and `swap_files`): every message and file_id of the file then
+    # serves the damaged bytes, as damage on Telegram's side would. (`data` also puts the
+    # joined bytes of a ReceivedBytes here: the same bytes.)
     content: bytes | ReceivedBytes
     file_name: str
     mime_type: str
