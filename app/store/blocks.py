@@ -28,9 +28,11 @@ import hashlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar, TypeVarTuple
+from typing import Any, TypeVar, TypeVarTuple
 
 import blake3
+
+from app.telegram.chunk_pieces import ChunkPieces
 
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
@@ -88,6 +90,52 @@ def block_hashes(data: bytes | bytearray | memoryview, kind: str = SHA256) -> by
     )
 
 
+class BlockDigester:
+    """`block_hashes` of bytes given in pieces of any size, in order: a block
+    that spans two pieces is hashed across them, uncopied."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._digest = _DIGESTS[kind]
+        self._digests: list[bytes] = []
+        self._partial: Any = None  # a hasher of the block begun, not yet full
+        self._partial_size = 0
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        at = 0
+        if self._partial is not None:
+            at = min(BLOCK_SIZE - self._partial_size, len(view))
+            self._partial.update(view[:at])
+            self._partial_size += at
+            if self._partial_size == BLOCK_SIZE:
+                self._digests.append(_truncated(self._partial))
+                self._partial = None
+        while len(view) - at >= BLOCK_SIZE:
+            self._digests.append(self._digest(view[at : at + BLOCK_SIZE]))
+            at += BLOCK_SIZE
+        if at < len(view):
+            self._partial = _HASHERS[self.kind](view[at:])
+            self._partial_size = len(view) - at
+
+    def digests(self) -> bytes:
+        """Every block's digest, the last one's too if it is short."""
+        if self._partial is not None:
+            self._digests.append(_truncated(self._partial))
+            self._partial = None
+        return b"".join(self._digests)
+
+
+_HASHERS: dict[str, Callable[[memoryview], Any]] = {
+    SHA256: hashlib.sha256,
+    BLAKE3: blake3.blake3,
+}
+
+
+def _truncated(hasher: Any) -> bytes:
+    return bytes(hasher.digest()[:DIGEST_BYTES])
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkDigests:
     """A chunk's block digests, and which digest they are."""
@@ -109,9 +157,18 @@ async def off_loop(function: Callable[[*Args], T], *args: *Args) -> T:
     return await asyncio.get_running_loop().run_in_executor(_hashing(), function, *args)
 
 
-async def block_hashes_off_loop(data: bytes | bytearray, kind: str) -> ChunkDigests:
+async def block_hashes_off_loop(data: bytes | bytearray | ChunkPieces, kind: str) -> ChunkDigests:
     """`block_hashes(data, kind)`, in a hashing thread."""
-    return ChunkDigests(kind, await off_loop(block_hashes, data, kind))
+    return ChunkDigests(kind, await off_loop(_block_hashes_of, data, kind))
+
+
+def _block_hashes_of(data: bytes | bytearray | ChunkPieces, kind: str) -> bytes:
+    if not isinstance(data, ChunkPieces):
+        return block_hashes(data, kind)
+    blocks = BlockDigester(kind)
+    for piece in data:
+        blocks.update(piece)
+    return blocks.digests()
 
 
 def hashes_root(hashes: bytes) -> str:

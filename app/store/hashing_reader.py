@@ -8,8 +8,9 @@ import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from app.store.blocks import BLOCK_SIZE, ChunkDigests, block_hashes, off_loop
+from app.store.blocks import BLOCK_SIZE, BlockDigester, ChunkDigests, off_loop
 from app.store.errors import UploadTooLarge
+from app.telegram.chunk_pieces import ChunkPieces
 
 # Taken pieces this big or bigger are hashed in a hashing thread; smaller
 # ones (inline objects) on the loop, where a thread's hand-off costs more.
@@ -75,13 +76,9 @@ class HashingReader:
             self._pending.append(bytes(data))
             self._pending_size += len(data)
 
-    def take(self, size: int) -> bytearray:
-        """The first `size` buffered bytes (or all there are), as one buffer.
-
-        Joined rather than copied into `bytearray(size)`: that zeroes the
-        whole buffer first (a pass over the chunk's memory for nothing), and
-        either way the pieces and the buffer are both held until the copy
-        ends."""
+    def take(self, size: int) -> ChunkPieces:
+        """The first `size` buffered bytes (or all there are), in the pieces
+        they arrived in: never joined into one buffer (app.telegram.chunk_pieces)."""
         size = min(size, self._pending_size)
         self._pending_size -= size
         taken: list[bytes] = []
@@ -93,7 +90,7 @@ class HashingReader:
                 head = head[: size - filled]
             taken.append(head)
             filled += len(head)
-        chunk = bytearray().join(taken)
+        chunk = ChunkPieces(taken)
         del taken
         self._hash(chunk)
         return chunk
@@ -109,14 +106,14 @@ class HashingReader:
         if self.hashing is not None:
             self.hashing.cancel()
 
-    def _hash(self, chunk: bytearray) -> None:
+    def _hash(self, chunk: ChunkPieces) -> None:
         if self.hashing is None and len(chunk) < OFF_LOOP_MIN:
             _update(self._md5, self._sha256, chunk, None)
         elif chunk:
             self.hashing = asyncio.ensure_future(self._hash_after(self.hashing, chunk))
 
     async def _hash_after(
-        self, previous: asyncio.Future[ChunkDigests | None] | None, chunk: bytearray
+        self, previous: asyncio.Future[ChunkDigests | None] | None, chunk: ChunkPieces
     ) -> ChunkDigests | None:
         if previous is not None:
             await previous
@@ -124,22 +121,20 @@ class HashingReader:
 
 
 def _update(
-    md5: hashlib._Hash, sha256: hashlib._Hash, data: bytearray, block_digest: str | None
+    md5: hashlib._Hash, sha256: hashlib._Hash, chunk: ChunkPieces, block_digest: str | None
 ) -> ChunkDigests | None:
-    """MD5 and SHA-256 of `data`, and its block digests of kind
+    """MD5 and SHA-256 of `chunk`, and its block digests of kind
     `block_digest` if given, in one pass: window by window, each window
     hashed three ways while it is in the CPU's cache. Three passes over a
     chunk that has left the cache cost 2.9 CPU-s per GiB here, one pass 2.3
     (bench/README.md, ingest_bench.py)."""
-    if block_digest is None:
-        md5.update(data)
-        sha256.update(data)
-        return None
-    view = memoryview(data)
-    digests: list[bytes] = []
-    for start in range(0, len(view), CACHED_WINDOW):
-        window = view[start : start + CACHED_WINDOW]
-        md5.update(window)
-        sha256.update(window)
-        digests.append(block_hashes(window, block_digest))
-    return ChunkDigests(block_digest, b"".join(digests))
+    blocks = None if block_digest is None else BlockDigester(block_digest)
+    for piece in chunk:
+        view = memoryview(piece)
+        for start in range(0, len(view), CACHED_WINDOW):
+            window = view[start : start + CACHED_WINDOW]
+            md5.update(window)
+            sha256.update(window)
+            if blocks is not None:
+                blocks.update(window)
+    return None if blocks is None else ChunkDigests(blocks.kind, blocks.digests())

@@ -53,6 +53,7 @@ from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
 from app.store.upload_buffers import UploadBuffers
+from app.telegram.chunk_pieces import ChunkPieces, contiguous
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.types import StoredDocument
 from app.telegram.worker import ReplicaGroup
@@ -249,7 +250,7 @@ class ChunkWriter:
 
     async def _send(
         self,
-        data: bytearray,
+        data: ChunkPieces,
         hashing: asyncio.Future[ChunkDigests | None] | None,
         own: asyncio.Semaphore,
         *,
@@ -269,7 +270,7 @@ class ChunkWriter:
 
     async def store_chunk(
         self,
-        data: bytes | bytearray,
+        data: bytes | bytearray | ChunkPieces,
         *,
         label: str = "",
         index: int = 0,
@@ -288,6 +289,7 @@ class ChunkWriter:
                 # Sealed: each frame's tag checks it; plaintext hashes would
                 # only tell the database holder what the bytes are.
                 keys = self.encryption.new_chunk()
+                data = contiguous(data)  # sealed frame by frame, from one buffer
             else:
                 # Shielded: the reader's next chunk waits on this hashing.
                 hashes = await asyncio.shield(hashed) if hashed is not None else None
@@ -347,7 +349,7 @@ class ChunkWriter:
 
     async def _send_copy(
         self,
-        data: bytes | bytearray,
+        data: bytes | bytearray | ChunkPieces,
         chat_id: int | None,
         group: ReplicaGroup | None,
         keys: ChunkKeys | None,
@@ -362,7 +364,7 @@ class ChunkWriter:
         caption = f"{label} #{index}" if label and keys is None else None
         salt, body = None, None
         if keys is not None:
-            salt, body = self.encryption.seal_copy(keys.data_key, data)
+            salt, body = self.encryption.seal_copy(keys.data_key, contiguous(data))
         intent = await self._open_intent()
         try:
             document = await self._dispatcher.send_document(

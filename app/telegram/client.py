@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from app.config import BotToken
+from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,
     PermanentError,
@@ -165,7 +166,7 @@ class BotClient:
     async def send_document(
         self,
         chat_id: int,
-        data: bytes | bytearray | DocumentBody,
+        data: bytes | bytearray | ChunkPieces | DocumentBody,
         filename: str,
         *,
         caption: str | None = None,
@@ -182,7 +183,11 @@ class BotClient:
         # only the cyclic GC frees, seconds later. Each sent chunk would stay in
         # memory until then. A file object, closed here, drops the chunk at once.
         # A DocumentBody is its caller's to close (it is read again on a retry).
-        body: Any = _ChunkReader(data) if isinstance(data, bytes | bytearray) else data
+        body: Any = data
+        if isinstance(data, bytes | bytearray):
+            body = _ChunkReader(data)
+        elif isinstance(data, ChunkPieces):
+            body = data.body()
         try:
             body.seek(0)
             message = await self._call(
@@ -192,7 +197,7 @@ class BotClient:
                 body_size=len(data),
             )
         finally:
-            if isinstance(body, _ChunkReader):
+            if body is not data:
                 body.close()
         return self._stored_document(message, expected_size=len(data))
 

@@ -51,6 +51,7 @@ from app.telegram.attempts import (
     Attempts,
     OrphanHandler,
 )
+from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
 from app.telegram.pool_views import PoolViews
@@ -309,7 +310,7 @@ class Dispatcher(PoolViews):
 
     async def send_document(
         self,
-        data: bytes | bytearray | DocumentBody,
+        data: bytes | bytearray | ChunkPieces | DocumentBody,
         filename: str,
         *,
         caption: str | None = None,

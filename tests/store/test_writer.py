@@ -19,8 +19,9 @@ from app.store.chunk_size import plan_chunk_size
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
+from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import PermanentError, TelegramError
-from app.telegram.types import StoredDocument
+from app.telegram.types import DocumentBody, StoredDocument
 from tests.running_service import eventually
 
 MiB = 1024 * 1024
@@ -82,7 +83,7 @@ class FakeTelegram:
 
     async def send_document(
         self,
-        data: bytes,
+        data: bytes | bytearray | ChunkPieces | DocumentBody,
         filename: str,
         *,
         caption: str | None = None,
@@ -96,7 +97,7 @@ class FakeTelegram:
             if self.fail_after is not None and len(self.sent) >= self.fail_after:
                 self.failed.set()
                 raise self.failure
-            self.sent.append(data)
+            self.sent.append(document_bytes(data))
             message_id = next(self._ids)
             return StoredDocument(
                 bot_id=self.bots[message_id % len(self.bots)],
@@ -108,6 +109,14 @@ class FakeTelegram:
             )
         finally:
             self.in_flight -= 1
+
+
+def document_bytes(data: bytes | bytearray | ChunkPieces | DocumentBody) -> bytes:
+    """What Telegram would store: the bytes, or what a file-like body reads."""
+    if isinstance(data, bytes | bytearray | ChunkPieces):
+        return bytes(data)
+    data.seek(0)
+    return b"".join(iter(lambda: data.read(1 << 20) or b"", b""))
 
 
 async def pieces(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:

@@ -1,0 +1,106 @@
+"""A chunk kept in the pieces it arrived in (app/telegram/chunk_pieces.py):
+however a client's body was cut, what is sent is its bytes exactly, again
+on a retry; long pieces go out as they came (the copy it saves is the
+point); and the block digests made piece by piece are the ones a read
+checks (app/store/blocks.py)."""
+
+from __future__ import annotations
+
+import io
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.store.blocks import BLAKE3, BLOCK_SIZE, SHA256, BlockDigester, block_hashes
+from app.telegram.chunk_pieces import MIN_PIECE, ChunkPieces
+
+# Up to a few blocks and a few MIN_PIECEs, in pieces from one byte up.
+SIZES = st.integers(min_value=0, max_value=5 * MIN_PIECE + 123)
+
+
+def cut(data: bytes, draw: st.DataObject) -> list[bytes]:
+    """`data` in pieces whose sizes hypothesis picks: tiny, around
+    MIN_PIECE, and long."""
+    pieces = []
+    at = 0
+    while at < len(data):
+        size = draw.draw(
+            st.one_of(
+                st.integers(1, 100),
+                st.integers(MIN_PIECE - 2, MIN_PIECE + 2),
+                st.integers(1, 3 * MIN_PIECE),
+            )
+        )
+        pieces.append(data[at : at + size])
+        at += size
+    return pieces
+
+
+def body_bytes(chunk: ChunkPieces, read_size: int) -> bytes:
+    body = chunk.body()
+    assert body.seek(0, io.SEEK_END) == len(body) == len(chunk)
+    body.seek(0)
+    return b"".join(iter(lambda: body.read(read_size), b""))
+
+
+@settings(max_examples=60, deadline=None)
+@given(SIZES, st.data())
+def test_any_cut_is_sent_exactly_and_again_on_a_retry(size: int, draw: st.DataObject) -> None:
+    data = random.Random(size).randbytes(size)
+    pieces = cut(data, draw)
+    chunk = ChunkPieces(pieces)
+
+    assert len(chunk) == len(data)
+    assert bytes(chunk) == data
+    read_size = draw.draw(st.sampled_from([1, 4096, 65536, -1]))
+    assert body_bytes(chunk, read_size) == data
+    assert body_bytes(chunk, read_size) == data  # a retry reads it again from 0
+    # Only the last piece, and one just before a long piece, may be short.
+    sent = list(chunk)
+    for index, piece in enumerate(sent[:-1]):
+        assert len(piece) >= MIN_PIECE or len(sent[index + 1]) >= MIN_PIECE
+    # A long piece goes out as the very object the client's body gave.
+    long_ones = [piece for piece in pieces if len(piece) >= MIN_PIECE]
+    assert all(any(piece is out for out in sent) for piece in long_ones)
+
+
+@settings(max_examples=30, deadline=None)
+@given(SIZES, st.data())
+def test_readinto_from_anywhere_reads_what_is_there(size: int, draw: st.DataObject) -> None:
+    data = random.Random(size).randbytes(size)
+    body = ChunkPieces(cut(data, draw)).body()
+    start = draw.draw(st.integers(0, size))
+    buffer = bytearray(draw.draw(st.integers(1, 2 * MIN_PIECE)))
+
+    body.seek(start)
+    count = body.readinto(buffer)
+
+    expected = data[start : start + len(buffer)]
+    assert bytes(buffer[:count]) == expected
+    assert body.tell() == start + len(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(SIZES, st.sampled_from([SHA256, BLAKE3]), st.data())
+def test_block_digests_made_piece_by_piece_are_the_blocks_own(
+    size: int, kind: str, draw: st.DataObject
+) -> None:
+    data = random.Random(size).randbytes(size)
+    blocks = BlockDigester(kind)
+    for piece in cut(data, draw):
+        blocks.update(piece)
+
+    assert blocks.digests() == block_hashes(data, kind)
+
+
+def test_a_closed_body_holds_no_piece() -> None:
+    """The send closes its body: a chunk whose send ended must not stay in
+    memory through a body httpx still holds in a reference cycle."""
+    chunk = ChunkPieces([bytes(BLOCK_SIZE), bytes(MIN_PIECE)])
+    body = chunk.body()
+    body.read()
+    body.close()
+
+    assert body.closed
+    assert body._pieces == ()
