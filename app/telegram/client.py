@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from app.config import BotToken
-from app.telegram.chunk_pieces import ChunkPieces
+from app.telegram.chunk_pieces import SEND_PIECE, ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,
     PermanentError,
@@ -44,10 +44,6 @@ CONNECT_TIMEOUT = 10.0
 SERVER_PROCESSING_ALLOWANCE = 30.0
 # Time allowed for one read of a streamed download before it counts as stalled.
 STREAM_READ_TIMEOUT = 30.0
-
-
-# Bytes handed to the connection at a time when a chunk is sent.
-SEND_PIECE = 1024 * 1024
 
 
 class _ChunkReader(io.RawIOBase):

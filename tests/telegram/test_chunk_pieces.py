@@ -13,23 +13,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.store.blocks import BLAKE3, BLOCK_SIZE, SHA256, BlockDigester, block_hashes
-from app.telegram.chunk_pieces import MIN_PIECE, ChunkPieces
+from app.telegram.chunk_pieces import SEND_PIECE, UNCOPIED_PIECE, ChunkPieces
 
-# Up to a few blocks and a few MIN_PIECEs, in pieces from one byte up.
-SIZES = st.integers(min_value=0, max_value=5 * MIN_PIECE + 123)
+# Up to two SEND_PIECEs and a bit, in pieces from one byte up.
+SIZES = st.integers(min_value=0, max_value=2 * SEND_PIECE + 123)
 
 
 def cut(data: bytes, draw: st.DataObject) -> list[bytes]:
     """`data` in pieces whose sizes hypothesis picks: tiny, around
-    MIN_PIECE, and long."""
+    UNCOPIED_PIECE, and long."""
     pieces = []
     at = 0
     while at < len(data):
         size = draw.draw(
             st.one_of(
                 st.integers(1, 100),
-                st.integers(MIN_PIECE - 2, MIN_PIECE + 2),
-                st.integers(1, 3 * MIN_PIECE),
+                st.integers(UNCOPIED_PIECE - 2, UNCOPIED_PIECE + 2),
+                st.integers(1, 3 * UNCOPIED_PIECE),
             )
         )
         pieces.append(data[at : at + size])
@@ -56,13 +56,18 @@ def test_any_cut_is_sent_exactly_and_again_on_a_retry(size: int, draw: st.DataOb
     read_size = draw.draw(st.sampled_from([1, 4096, 65536, -1]))
     assert body_bytes(chunk, read_size) == data
     assert body_bytes(chunk, read_size) == data  # a retry reads it again from 0
-    # Only the last piece, and one just before a long piece, may be short.
+    # A long piece goes out as the very object the client's body gave; short
+    # ones are joined, to no more than SEND_PIECE, and a joined piece is short
+    # only when it is the last or a long piece follows it.
     sent = list(chunk)
-    for index, piece in enumerate(sent[:-1]):
-        assert len(piece) >= MIN_PIECE or len(sent[index + 1]) >= MIN_PIECE
-    # A long piece goes out as the very object the client's body gave.
-    long_ones = [piece for piece in pieces if len(piece) >= MIN_PIECE]
+    long_ones = [piece for piece in pieces if len(piece) >= UNCOPIED_PIECE]
     assert all(any(piece is out for out in sent) for piece in long_ones)
+    for index, piece in enumerate(sent):
+        if any(piece is long for long in long_ones):
+            continue
+        assert len(piece) <= SEND_PIECE
+        if index + 1 < len(sent) and len(sent[index + 1]) < UNCOPIED_PIECE:
+            assert len(piece) >= UNCOPIED_PIECE
 
 
 @settings(max_examples=30, deadline=None)
@@ -71,7 +76,7 @@ def test_readinto_from_anywhere_reads_what_is_there(size: int, draw: st.DataObje
     data = random.Random(size).randbytes(size)
     body = ChunkPieces(cut(data, draw)).body()
     start = draw.draw(st.integers(0, size))
-    buffer = bytearray(draw.draw(st.integers(1, 2 * MIN_PIECE)))
+    buffer = bytearray(draw.draw(st.integers(1, 2 * UNCOPIED_PIECE)))
 
     body.seek(start)
     count = body.readinto(buffer)
@@ -97,7 +102,7 @@ def test_block_digests_made_piece_by_piece_are_the_blocks_own(
 def test_a_closed_body_holds_no_piece() -> None:
     """The send closes its body: a chunk whose send ended must not stay in
     memory through a body httpx still holds in a reference cycle."""
-    chunk = ChunkPieces([bytes(BLOCK_SIZE), bytes(MIN_PIECE)])
+    chunk = ChunkPieces([bytes(BLOCK_SIZE), bytes(UNCOPIED_PIECE)])
     body = chunk.body()
     body.read()
     body.close()
