@@ -39,11 +39,15 @@ class HashingReader:
         max_size: int | None,
         on_bytes: Callable[[int], None] | None,
         block_digest: str | None = None,
+        joined: bool = False,
     ) -> None:
         self._stream = stream.__aiter__()
         self._max_size = max_size
         self._on_bytes = on_bytes
         self._block_digest = block_digest
+        # Each chunk taken as one piece: a sealed chunk is sealed frame by
+        # frame from one buffer, and joining it later would hold it twice.
+        self._joined = joined
         self._pending: deque[bytes] = deque()
         self._pending_size = 0
         self._md5 = hashlib.md5(usedforsecurity=False)
@@ -78,7 +82,7 @@ class HashingReader:
 
     def take(self, size: int) -> ChunkPieces:
         """The first `size` buffered bytes (or all there are), in the pieces
-        they arrived in: never joined into one buffer (app.telegram.chunk_pieces)."""
+        they arrived in (app.telegram.chunk_pieces), or `joined`."""
         size = min(size, self._pending_size)
         self._pending_size -= size
         taken: list[bytes] = []
@@ -90,7 +94,7 @@ class HashingReader:
                 head = head[: size - filled]
             taken.append(head)
             filled += len(head)
-        chunk = ChunkPieces(taken)
+        chunk = ChunkPieces([b"".join(taken)] if self._joined else taken)
         del taken
         self._hash(chunk)
         return chunk

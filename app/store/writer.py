@@ -182,6 +182,7 @@ class ChunkWriter:
     ) -> WrittenContent:
         # A customer key's content is sealed in Telegram, never kept inline.
         inline = allow_inline and not customer_key_given()
+        sealed = self.encryption.seals_new_chunks
         inline_threshold = self.inline_threshold if inline else 0
         lanes = self.parallelism()
         chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
@@ -189,7 +190,8 @@ class ChunkWriter:
             stream,
             max_size=max_size,
             on_bytes=self._on_bytes,
-            block_digest=None if self.encryption.seals_new_chunks else self.block_digest,
+            block_digest=None if sealed else self.block_digest,
+            joined=sealed,
         )
         # Content that may live inline is read without a buffer: it is small,
         # and the registry's many tiny files must not queue behind big uploads.
@@ -217,17 +219,16 @@ class ChunkWriter:
                 except BaseException:
                     own.release()
                     raise
+                data = None
                 try:
                     _raise_first_failure(tasks)
                     await reader.fill(chunk_size)
                     data = reader.take(chunk_size)
-                except BaseException:
-                    self.buffers.release()
-                    own.release()
-                    raise
+                finally:
+                    if not data:  # failed, or the stream's end: no chunk holds them
+                        self.buffers.release()
+                        own.release()
                 if not data:
-                    self.buffers.release()
-                    own.release()
                     break
                 send = self._send(data, reader.hashing, own, label=label, index=len(tasks))
                 tasks.append(asyncio.create_task(send))
@@ -289,7 +290,7 @@ class ChunkWriter:
                 # Sealed: each frame's tag checks it; plaintext hashes would
                 # only tell the database holder what the bytes are.
                 keys = self.encryption.new_chunk()
-                data = contiguous(data)  # sealed frame by frame, from one buffer
+                data = contiguous(data)  # sealed frame by frame; taken joined (one piece)
             else:
                 # Shielded: the reader's next chunk waits on this hashing.
                 hashes = await asyncio.shield(hashed) if hashed is not None else None
@@ -313,16 +314,13 @@ class ChunkWriter:
                     send.cancel()
                 await self._forget_copies(sends)
                 raise
-            if any(send.done() and send.exception() is not None for send in sends):
+            failure = next(
+                (s.exception() for s in sends if s.done() and s.exception() is not None), None
+            )
+            if failure is not None:
                 for send in sends:
                     send.cancel()
-                failure = next(
-                    send.exception()
-                    for send in sends
-                    if send.done() and not send.cancelled() and send.exception() is not None
-                )
                 await self._forget_copies(sends)
-                assert failure is not None
                 raise failure
             copies = [send.result() for send in sends]
             documents = [document for document, _, _ in copies]

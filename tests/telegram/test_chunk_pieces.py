@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.store.blocks import BLAKE3, BLOCK_SIZE, SHA256, BlockDigester, block_hashes
-from app.telegram.chunk_pieces import SEND_PIECE, UNCOPIED_PIECE, ChunkPieces
+from app.telegram.chunk_pieces import SEND_PIECE, UNCOPIED_PIECE, ChunkPieces, contiguous
 
 # Up to two SEND_PIECEs and a bit, in pieces from one byte up.
 SIZES = st.integers(min_value=0, max_value=2 * SEND_PIECE + 123)
@@ -109,3 +109,13 @@ def test_a_closed_body_holds_no_piece() -> None:
 
     assert body.closed
     assert body._pieces == ()
+
+
+def test_a_chunk_of_one_piece_is_its_own_buffer() -> None:
+    """A sealed upload takes each chunk joined, as one piece, and sealing
+    reads that piece itself: the chunk is never in memory twice."""
+    buffer = random.Random(1).randbytes(3 * UNCOPIED_PIECE)
+    chunk = ChunkPieces([buffer])
+
+    assert contiguous(chunk) is buffer
+    assert bytes(chunk) is buffer
