@@ -11,7 +11,6 @@ a frame of another chunk or copy was sealed under another key.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from app.sealing.layout import (
     frame_plaintext_size,
     sealed_size,
 )
+from app.seekable_body import SeekableBody
 
 MAGIC = b"TUF1"
 
@@ -110,40 +110,21 @@ def open_all(cipher: AESGCM, size: int, sealed: bytes | bytearray | memoryview) 
     return plaintext
 
 
-class SealedBody(io.RawIOBase):
+class SealedBody(SeekableBody):
     """A chunk as its sealed stream, sealed frame by frame as it is read: the
-    sealed chunk is never whole in memory (one frame is). Seekable with a
-    known length, so an HTTP client sends a Content-Length and a retry reads
-    it again from 0 (the same key and nonces give the same bytes: nothing
+    sealed chunk is never whole in memory (one frame is). A retry reads it
+    again from 0 and gets the same bytes (the same key and nonces: nothing
     new is sealed under a nonce). `close()` drops the plaintext at once."""
 
     def __init__(self, cipher: AESGCM, plaintext: bytes | bytearray | memoryview) -> None:
-        super().__init__()
+        plain = memoryview(plaintext)
+        super().__init__(sealed_size(len(plain)))
         self._cipher = cipher
-        self._plain = memoryview(plaintext)
-        self._size = len(self._plain)
+        self._plain = plain
+        self._size = len(plain)
         self._frames = frame_count(self._size)
-        self._length = sealed_size(self._size)
-        self._position = 0
         self._frame_index = -1
         self._frame = b""
-
-    def __len__(self) -> int:
-        return self._length
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._length}
-        self._position = max(0, base[whence] + offset)
-        return self._position
 
     def readinto(self, buffer: Any) -> int:
         out = memoryview(buffer).cast("B")

@@ -14,6 +14,8 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from app.seekable_body import SeekableBody
+
 # Bytes handed to the connection at a time, at most, when pieces are joined
 # (and when a chunk in one buffer is sent: app.telegram.client): each piece
 # sent is a trip through httpx, httpcore, h11 and a socket write, about 30 us
@@ -57,37 +59,20 @@ def contiguous(data: bytes | bytearray | ChunkPieces) -> bytes | bytearray:
     return bytes(data) if isinstance(data, ChunkPieces) else data
 
 
-class PiecesBody(io.RawIOBase):
-    """A ChunkPieces as a file (app.telegram.types.DocumentBody): seekable with
-    a known length, so that the request has a Content-Length and a retry
-    reads it again from 0. `read` hands out a whole piece, uncopied, whatever
-    size is asked (httpx asks for 64 KiB). `close()` drops the pieces."""
+class PiecesBody(SeekableBody):
+    """A ChunkPieces as a file (app.telegram.types.DocumentBody). `read`
+    hands out a whole piece, uncopied, whatever size is asked (httpx asks
+    for 64 KiB). `close()` drops the pieces."""
 
     def __init__(self, pieces: tuple[bytes, ...], size: int) -> None:
-        super().__init__()
+        super().__init__(size)
         self._pieces = pieces
-        self._size = size
         self._index = 0  # the piece `_position` is in
         self._start = 0  # where that piece starts
-        self._position = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}
-        self._position = max(0, base[whence] + offset)
         self._index, self._start = 0, 0
-        return self._position
+        return super().seek(offset, whence)
 
     def read(self, size: int = -1) -> bytes:
         piece, within = self._piece_at_position()

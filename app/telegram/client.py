@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import io
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 
 from app.config import BotToken
+from app.seekable_body import SeekableBody
 from app.telegram.chunk_pieces import SEND_PIECE, ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,
@@ -46,29 +46,14 @@ SERVER_PROCESSING_ALLOWANCE = 30.0
 STREAM_READ_TIMEOUT = 30.0
 
 
-class _ChunkReader(io.RawIOBase):
+class _ChunkReader(SeekableBody):
     """A chunk as a file, read in place: a BytesIO of a bytearray would copy
     the whole chunk (and one chunk more per upload is what the memory budget
-    cannot afford). Seekable, so httpx sends a Content-Length."""
+    cannot afford)."""
 
     def __init__(self, data: bytes | bytearray) -> None:
-        super().__init__()
+        super().__init__(len(data))
         self._view = memoryview(data)
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}
-        self._position = max(0, base[whence] + offset)
-        return self._position
 
     def read(self, size: int = -1) -> bytes:
         """At least SEND_PIECE bytes whatever `size` asks (httpx asks for

@@ -1,0 +1,39 @@
+"""A document's bytes as a file that can be read again from 0.
+
+httpx sends a file with a known length as a Content-Length body, and a send
+that is retried reads it again from the start. Every document we send is
+such a file: a chunk in one buffer (app.telegram.client), a chunk in the
+pieces it arrived in (app.telegram.chunk_pieces), a sealed stream
+(app.sealing.frames). They differ only in how they read.
+"""
+
+from __future__ import annotations
+
+import io
+
+
+class SeekableBody(io.RawIOBase):
+    """Readable and seekable, `length` bytes long; a subclass reads from
+    `_position` and moves it."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self._length = length
+        self._position = 0
+
+    def __len__(self) -> int:
+        return self._length
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._length}
+        self._position = max(0, base[whence] + offset)
+        return self._position
