@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import uvloop
 from common import CHAT_ID, Broken, MiB, add_repo_to_path, simulator_process
 
 add_repo_to_path()
@@ -40,9 +41,40 @@ from app.telegram.client import BotClient  # noqa: E402
 CHUNK = 19 * MiB
 # "buffer": one bytearray, as the spool's flusher sends; "joined": 8 KiB
 # pieces as a ChunkPieces joins them (app.telegram.chunk_pieces); a number:
-# pieces of that size, each sent as it is (a PiecesBody, nothing joined).
-SHAPES: list[str | int] = ["buffer", "joined", 8 * 1024, 64 * 1024, 256_000, MiB]
+# pieces of that size, each sent as it is (a PiecesBody, nothing joined);
+# "socket": 256,000-byte pieces in the same multipart request written
+# straight to a socket, no HTTP client (the floor of any client).
+SHAPES: list[str | int] = ["buffer", "joined", 8 * 1024, 64 * 1024, 256_000, MiB, "socket"]
 SMALL = 8 * 1024
+UPLOAD_PIECE = 256_000  # what curl's body arrives in (ingest_bench.py)
+
+
+async def raw_send(url: str, token: str, pieces: list[bytes], name: str) -> None:
+    """sendDocument as one multipart POST written with `writelines`, its
+    answer read to the end; no retries, no timeouts: a measuring stick."""
+    host, port = url.removeprefix("http://").split(":")
+    boundary = "piecesbenchboundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="chat_id"\r\n\r\n{CHAT_ID}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="document"; filename="{name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    length = len(head) + sum(map(len, pieces)) + len(tail)
+    request = (
+        f"POST /bot{token}/sendDocument HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        f"Content-Length: {length}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.writelines([request, head, *pieces, tail])
+        await writer.drain()
+        answer = await reader.read()
+    finally:
+        writer.close()
+    if not answer.startswith(b"HTTP/1.1 200"):
+        raise Broken(f"the simulator refused the raw sendDocument: {answer[:200]!r}")
 
 
 async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tuple[float, float]:
@@ -50,25 +82,32 @@ async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tup
     client = BotClient(BotToken.parse(token), api_base=url)
     source = os.urandom(CHUNK)
 
-    def make() -> bytearray | ChunkPieces | PiecesBody:
+    def make() -> bytearray | ChunkPieces | PiecesBody | list[bytes]:
         if shape == "buffer":
             return bytearray(source)
-        size = SMALL if shape == "joined" else int(shape)
+        size = {"joined": SMALL, "socket": UPLOAD_PIECE}.get(str(shape), shape)
+        assert isinstance(size, int)
         pieces = [bytes(source[at : at + size]) for at in range(0, CHUNK, size)]
         if shape == "joined":
             return ChunkPieces(pieces)
-        return PiecesBody(tuple(pieces), CHUNK)
+        return pieces if shape == "socket" else PiecesBody(tuple(pieces), CHUNK)
+
+    async def send(data: bytearray | ChunkPieces | PiecesBody | list[bytes], name: str) -> None:
+        if isinstance(data, list):
+            await raw_send(url, token, data, name)
+        else:
+            await client.send_document(CHAT_ID, data, name)
 
     try:
-        await client.send_document(CHAT_ID, make(), "warm-up.bin")
-        prepared: list[bytearray | ChunkPieces | PiecesBody | None] = [
+        await send(make(), "warm-up.bin")
+        prepared: list[bytearray | ChunkPieces | PiecesBody | list[bytes] | None] = [
             make() for _ in range(chunks)
         ]
         cpu, wall = time.process_time(), time.perf_counter()
         for index in range(chunks):
             data = prepared[index]
             assert data is not None
-            await client.send_document(CHAT_ID, data, f"{index}.bin")
+            await send(data, f"{index}.bin")
             prepared[index] = None
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     finally:
@@ -91,15 +130,23 @@ def main() -> int:
         url, token = simulator.url, simulator.tokens[0]
         for _ in range(args.rounds):
             for shape in SHAPES:
-                results[shape].append(asyncio.run(send_round(url, token, shape, args.chunks)))
+                # uvloop, as the service runs (asyncio's own loop joins what
+                # writelines is given, a copy of the whole chunk).
+                with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                    results[shape].append(runner.run(send_round(url, token, shape, args.chunks)))
     print(f"\nsending 19 MiB chunks, median of {args.rounds}; {os.cpu_count()} CPUs")
     print("\n| shape | pieces per chunk | CPU-s per GiB (range) | MiB/s |")
     print("|---|---:|---:|---:|")
     for shape, rows in results.items():
         cpus = [cpu for cpu, _ in rows]
-        names = {"buffer": "one buffer (1 MiB copies)", "joined": "8 KiB pieces, joined"}
+        names = {
+            "buffer": "one buffer (1 MiB copies)",
+            "joined": "8 KiB pieces, joined",
+            "socket": "256,000-byte pieces, no HTTP client",
+        }
         name = names[shape] if isinstance(shape, str) else f"{shape:,}-byte pieces as they are"
-        count = -(-CHUNK // (MiB if isinstance(shape, str) else shape))
+        piece = {"socket": UPLOAD_PIECE, "buffer": MiB, "joined": MiB}.get(str(shape), shape)
+        count = -(-CHUNK // int(piece))
         print(
             f"| {name} | {count} | {statistics.median(cpus):.2f} ({min(cpus):.2f}-{max(cpus):.2f}) "
             f"| {statistics.median(speed for _, speed in rows):.0f} |"
