@@ -14,14 +14,8 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from app.seekable_body import SeekableBody
+from app.seekable_body import SEND_PIECE, SeekableBody
 
-# Bytes handed to the connection at a time, at most, when pieces are joined
-# (and when a chunk in one buffer is sent: app.telegram.client): each piece
-# sent is a trip through httpx, httpcore, h11 and a socket write, about 30 us
-# of CPU here (bench/send_pieces_bench.py: 19 MiB in 8 KiB pieces cost 4.2
-# CPU-s per GiB sent, in 1 MiB pieces 0.4).
-SEND_PIECE = 1024 * 1024
 # A piece this long is sent as it came. A shorter one is joined with its
 # short neighbours (up to SEND_PIECE): copying 192 KiB into a fresh buffer
 # costs about what the trip it saves does (20-60 us), and a slow client's

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 
 from app.config import BotToken
-from app.seekable_body import SeekableBody
-from app.telegram.chunk_pieces import SEND_PIECE, ChunkPieces
+from app.seekable_body import SEND_PIECE, SeekableBody
+from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,
     PermanentError,

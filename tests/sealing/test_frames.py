@@ -139,3 +139,20 @@ def test_the_layout_arithmetic() -> None:
     largest = largest_plaintext(limit)
     assert sealed_size(largest) <= limit < sealed_size(largest + 1)
     assert largest == 19_995_104
+
+
+@given(SIZES, st.sampled_from([1, 4096, SEALED_FRAME_SIZE, 3 * SEALED_FRAME_SIZE]))
+def test_a_sealed_body_read_in_any_steps_is_the_sealed_stream_again_after_a_seek(
+    size: int, step: int
+) -> None:
+    """httpx reads a body in steps of its own choosing and, on a retry,
+    from 0 again: both times it must get the same sealed stream."""
+    plain = plaintext(size)
+    body = SealedBody(CIPHER, plain)
+    first = b"".join(iter(lambda: body.read(step), b""))
+    body.seek(0)
+    again = b"".join(iter(lambda: body.read(step), b""))
+
+    assert first == again
+    assert len(first) == len(body) == sealed_size(size)
+    assert open_all(CIPHER, size, first) == plain
