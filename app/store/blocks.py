@@ -48,17 +48,11 @@ BLAKE3 = "blake3"
 READABLE = f"{SHA256},{BLAKE3}"
 
 
-def _sha256(block: bytes | bytearray | memoryview) -> bytes:
-    return hashlib.sha256(block).digest()[:DIGEST_BYTES]
-
-
-def _blake3(block: bytes | bytearray | memoryview) -> bytes:
-    return blake3.blake3(block).digest(DIGEST_BYTES)
-
-
-_DIGESTS: dict[str, Callable[[bytes | bytearray | memoryview], bytes]] = {
-    SHA256: _sha256,
-    BLAKE3: _blake3,
+# Each digest's hasher, fed a block (or its parts) and cut to DIGEST_BYTES.
+# BLAKE3's first 16 bytes are its 16-byte output (an extendable output).
+_HASHERS: dict[str, Callable[[bytes | bytearray | memoryview], Any]] = {
+    SHA256: hashlib.sha256,
+    BLAKE3: blake3.blake3,
 }
 
 
@@ -72,22 +66,21 @@ def digest_of(kind: str | None) -> str:
     """A chunk's `block_digest` column as a digest name (NULL: SHA-256).
     ValueError for one this release cannot check (a later release's)."""
     name = SHA256 if kind is None else kind
-    if name not in _DIGESTS:
+    if name not in _HASHERS:
         raise ValueError(f"block digest {name!r} is unknown to this release")
     return name
 
 
 def block_digest(block: bytes | bytearray | memoryview, kind: str = SHA256) -> bytes:
-    return _DIGESTS[kind](block)
+    return _truncated(_HASHERS[kind](block))
 
 
-def block_hashes(data: bytes | bytearray | memoryview, kind: str = SHA256) -> bytes:
+def block_hashes(data: bytes | bytearray | memoryview | ChunkPieces, kind: str = SHA256) -> bytes:
     """The digests of every block of `data`, one after another."""
-    digest = _DIGESTS[kind]
-    view = memoryview(data)
-    return b"".join(
-        digest(view[start : start + BLOCK_SIZE]) for start in range(0, len(view), BLOCK_SIZE)
-    )
+    blocks = BlockDigester(kind)
+    for piece in data if isinstance(data, ChunkPieces) else (data,):
+        blocks.update(piece)
+    return blocks.digests()
 
 
 class BlockDigester:
@@ -96,7 +89,7 @@ class BlockDigester:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._digest = _DIGESTS[kind]
+        self._hasher = _HASHERS[kind]
         self._digests: list[bytes] = []
         self._partial: Any = None  # a hasher of the block begun, not yet full
         self._partial_size = 0
@@ -112,10 +105,10 @@ class BlockDigester:
                 self._digests.append(_truncated(self._partial))
                 self._partial = None
         while len(view) - at >= BLOCK_SIZE:
-            self._digests.append(self._digest(view[at : at + BLOCK_SIZE]))
+            self._digests.append(_truncated(self._hasher(view[at : at + BLOCK_SIZE])))
             at += BLOCK_SIZE
         if at < len(view):
-            self._partial = _HASHERS[self.kind](view[at:])
+            self._partial = self._hasher(view[at:])
             self._partial_size = len(view) - at
 
     def digests(self) -> bytes:
@@ -126,14 +119,9 @@ class BlockDigester:
         return b"".join(self._digests)
 
 
-_HASHERS: dict[str, Callable[[memoryview], Any]] = {
-    SHA256: hashlib.sha256,
-    BLAKE3: blake3.blake3,
-}
-
-
 def _truncated(hasher: Any) -> bytes:
-    return bytes(hasher.digest()[:DIGEST_BYTES])
+    digest: bytes = hasher.digest()
+    return digest[:DIGEST_BYTES]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +147,7 @@ async def off_loop(function: Callable[[*Args], T], *args: *Args) -> T:
 
 async def block_hashes_off_loop(data: bytes | bytearray | ChunkPieces, kind: str) -> ChunkDigests:
     """`block_hashes(data, kind)`, in a hashing thread."""
-    return ChunkDigests(kind, await off_loop(_block_hashes_of, data, kind))
-
-
-def _block_hashes_of(data: bytes | bytearray | ChunkPieces, kind: str) -> bytes:
-    if not isinstance(data, ChunkPieces):
-        return block_hashes(data, kind)
-    blocks = BlockDigester(kind)
-    for piece in data:
-        blocks.update(piece)
-    return blocks.digests()
+    return ChunkDigests(kind, await off_loop(block_hashes, data, kind))
 
 
 def hashes_root(hashes: bytes) -> str:
