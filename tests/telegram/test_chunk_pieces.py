@@ -23,19 +23,27 @@ SIZES = st.integers(min_value=0, max_value=2 * SEND_PIECE + 123)
 
 def cut(data: bytes, draw: st.DataObject) -> list[bytes]:
     """`data` in pieces whose sizes hypothesis picks: tiny, around
-    UNCOPIED_PIECE, and long."""
-    pieces = []
-    at = 0
-    while at < len(data):
-        size = draw.draw(
+    UNCOPIED_PIECE, and long; whatever they leave is one last long piece.
+    (Drawn as one list: a draw per piece made hypothesis the test's cost.)"""
+    sizes = draw.draw(
+        st.lists(
             st.one_of(
                 st.integers(1, 100),
                 st.integers(UNCOPIED_PIECE - 2, UNCOPIED_PIECE + 2),
                 st.integers(1, 3 * UNCOPIED_PIECE),
-            )
+            ),
+            max_size=24,
         )
+    )
+    pieces = []
+    at = 0
+    for size in sizes:
+        if at >= len(data):
+            break
         pieces.append(data[at : at + size])
         at += size
+    if at < len(data):
+        pieces.append(data[at:])
     return pieces
 
 
