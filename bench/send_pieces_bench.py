@@ -2,7 +2,8 @@
 
 An upload's chunk is kept in the pieces the client's body arrived in
 (app/telegram/chunk_pieces.py) and each piece is one trip through httpx,
-httpcore, h11 and a socket write. This bench sends the same 19 MiB chunks
+httpcore, h11 and a socket write (app/telegram/network.py; one row goes
+through httpx's own sockets, anyio's, instead). This bench sends the same 19 MiB chunks
 through one `BotClient` to the simulator (a process of its own, one bot) as
 one buffer (cut by the client into 1 MiB copies, as a spooled part is sent)
 and in pieces of several sizes, every piece a `bytes` of its own made before
@@ -29,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import uvloop
 from common import CHAT_ID, Broken, MiB, add_repo_to_path, simulator_process
 
@@ -36,15 +38,26 @@ add_repo_to_path()
 
 from app.bot_tokens import BotToken  # noqa: E402
 from app.telegram.chunk_pieces import ChunkPieces, PiecesBody  # noqa: E402
-from app.telegram.client import BotClient  # noqa: E402
+from app.telegram.client import BotClient, tls_context  # noqa: E402
 
 CHUNK = 19 * MiB
 # "buffer": one bytearray, as the spool's flusher sends; "joined": 8 KiB
 # pieces as a ChunkPieces joins them (app.telegram.chunk_pieces); a number:
 # pieces of that size, each sent as it is (a PiecesBody, nothing joined);
-# "socket": 256,000-byte pieces in the same multipart request written
-# straight to a socket, no HTTP client (the floor of any client).
-SHAPES: list[str | int] = ["buffer", "joined", 8 * 1024, 64 * 1024, 256_000, MiB, "socket"]
+# "anyio": 256,000-byte pieces through httpx on its own network backend
+# (anyio), as before app/telegram/network.py; "socket": the same pieces in the
+# same multipart request written straight to a socket, no HTTP client (the
+# floor of any client).
+SHAPES: list[str | int] = [
+    "buffer",
+    "joined",
+    8 * 1024,
+    64 * 1024,
+    256_000,
+    "anyio",
+    MiB,
+    "socket",
+]
 SMALL = 8 * 1024
 UPLOAD_PIECE = 256_000  # what curl's body arrives in (ingest_bench.py)
 
@@ -79,13 +92,20 @@ async def raw_send(url: str, token: str, pieces: list[bytes], name: str) -> None
 
 async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tuple[float, float]:
     """(CPU-s per GiB, MiB/s) of sending `chunks` chunks shaped `shape`."""
-    client = BotClient(BotToken.parse(token), api_base=url)
+    # The client's default transport is app/telegram/network.py's; "anyio" is
+    # httpx's own, with the same TLS context and limits.
+    anyio = httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits())
+    client = BotClient(
+        BotToken.parse(token), api_base=url, transport=anyio if shape == "anyio" else None
+    )
     source = os.urandom(CHUNK)
 
     def make() -> bytearray | ChunkPieces | PiecesBody | list[bytes]:
         if shape == "buffer":
             return bytearray(source)
-        size = {"joined": SMALL, "socket": UPLOAD_PIECE}.get(str(shape), shape)
+        size = {"joined": SMALL, "socket": UPLOAD_PIECE, "anyio": UPLOAD_PIECE}.get(
+            str(shape), shape
+        )
         assert isinstance(size, int)
         pieces = [bytes(source[at : at + size]) for at in range(0, CHUNK, size)]
         if shape == "joined":
@@ -143,9 +163,12 @@ def main() -> int:
             "buffer": "one buffer (1 MiB copies)",
             "joined": "8 KiB pieces, joined",
             "socket": "256,000-byte pieces, no HTTP client",
+            "anyio": "256,000-byte pieces as they are, httpx's own sockets (anyio)",
         }
         name = names[shape] if isinstance(shape, str) else f"{shape:,}-byte pieces as they are"
-        piece = {"socket": UPLOAD_PIECE, "buffer": MiB, "joined": MiB}.get(str(shape), shape)
+        piece = {"socket": UPLOAD_PIECE, "anyio": UPLOAD_PIECE, "buffer": MiB, "joined": MiB}.get(
+            str(shape), shape
+        )
         count = -(-CHUNK // int(piece))
         print(
             f"| {name} | {count} | {statistics.median(cpus):.2f} ({min(cpus):.2f}-{max(cpus):.2f}) "

@@ -29,6 +29,7 @@ from app.telegram.errors import (
     TransientError,
     error_from_reply,
 )
+from app.telegram.network import LoopTransport
 from app.telegram.types import (
     CAPTION_LIMIT,
     BotInfo,
@@ -115,17 +116,16 @@ class BotClient:
         self._floor_bandwidth = floor_bandwidth
         self._connect_timeout = connect_timeout
         self._processing_allowance = processing_allowance
+        # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
+        # downloads the budget allows, plus the one Bot API call a bot runs.
+        # 16 kept alive: a download fetches up to 16 parts of chunks at once
+        # (app/store/reader.py), and each new connection costs a handshake.
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=16, keepalive_expiry=60.0
+        )
         self._http = httpx.AsyncClient(
-            transport=transport,
-            verify=tls_context(),
+            transport=transport or LoopTransport(verify=tls_context(), limits=limits),
             timeout=httpx.Timeout(connect_timeout, read=60.0, write=60.0),
-            # None: no limit. The service passes DOWNLOAD_CONNECTIONS + 1: the file
-            # downloads the budget allows, plus the one Bot API call a bot runs.
-            # 16 kept alive: a download fetches up to 16 parts of chunks at once
-            # (app/store/reader.py), and each new connection costs a handshake.
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=16, keepalive_expiry=60.0
-            ),
         )
 
     async def aclose(self) -> None:
