@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-drop-rate", type=float, default=0.0)
     sim.add_argument("--fault-429-rate", type=float, default=0.0)
     sim.add_argument("--seed", type=int, default=None)
+    sim.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate")
+    sim.add_argument("--tls-key", default=None, help="... and this PEM private key")
     sim.set_defaults(handler=cmd_telegram_sim)
 
     check = commands.add_parser(
@@ -440,6 +442,8 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         fault_drop_rate=args.fault_drop_rate,
         fault_429_rate=args.fault_429_rate,
         seed=args.seed,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
     return 0
 

@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -108,9 +109,15 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 def http_request(
-    url: str, *, method: str = "GET", body: Any = None, timeout: float = 10.0
+    url: str,
+    *,
+    method: str = "GET",
+    body: Any = None,
+    timeout: float = 10.0,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
-    """(status, body) of one request; a JSON `body` is sent as JSON.
+    """(status, body) of one request; a JSON `body` is sent as JSON; HTTPS
+    trusts what `context` trusts (the system's roots without one).
 
     HTTP errors come back as a status rather than an exception, so that callers
     can say what the server answered; connection errors (OSError) propagate."""
@@ -119,14 +126,19 @@ def http_request(
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
 
 
 def wait_until(
-    process: subprocess.Popen[bytes], url: str, log_path: Path, what: str, limit: float = 60.0
+    process: subprocess.Popen[bytes],
+    url: str,
+    log_path: Path,
+    what: str,
+    limit: float = 60.0,
+    context: ssl.SSLContext | None = None,
 ) -> None:
     """Poll `url` until it answers 200; fail if `process` exits first.
 
@@ -139,7 +151,7 @@ def wait_until(
         if process.poll() is not None:
             raise Broken(f"{what} exited with {process.returncode}:\n{tail(log_path)}")
         with contextlib.suppress(OSError):
-            status, body = http_request(url, timeout=2.0)
+            status, body = http_request(url, timeout=2.0, context=context)
             if status == 200:
                 return
             last = f"{status} {body[:200]!r}"
@@ -278,6 +290,7 @@ def simulator_process(
     cwd: Path | None = None,
     ready_within: float = 60.0,
     grace: float = 40.0,
+    tls: tuple[Path, Path, ssl.SSLContext] | None = None,
 ) -> Iterator[SimulatorProcess]:
     """Start `teleuploader telegram-sim` with `bots` bots on a free port, wait
     until it answers, stop it on the way out.
@@ -285,7 +298,9 @@ def simulator_process(
     It runs as a separate process so that the server's work shares neither an
     event loop nor a CPU with the client being measured. `args` are further
     telegram-sim flags (bandwidths, limits); its tokens are written to and read
-    back from `workdir`/tokens.txt, its output goes to `workdir`/simulator.log."""
+    back from `workdir`/tokens.txt, its output goes to `workdir`/simulator.log.
+    `tls`: a certificate and key (PEM files) to serve HTTPS with, and a client
+    context that trusts them."""
     tokens_file = workdir / "tokens.txt"
     log_path = workdir / "simulator.log"
     port = free_port()
@@ -304,9 +319,20 @@ def simulator_process(
         str(tokens_file),
         *args,
     ]
-    url = f"http://127.0.0.1:{port}"
+    context = None
+    if tls is not None:
+        cert, key, context = tls
+        command += ["--tls-cert", str(cert), "--tls-key", str(key)]
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     with running(command, log_path, cwd=cwd, grace=grace) as process:
-        wait_until(process, f"{url}/_sim/stats", log_path, "the simulator", limit=ready_within)
+        wait_until(
+            process,
+            f"{url}/_sim/stats",
+            log_path,
+            "the simulator",
+            limit=ready_within,
+            context=context,
+        )
         tokens = [line.strip() for line in tokens_file.read_text().splitlines() if line.strip()]
         yield SimulatorProcess(url=url, tokens=tokens, process=process, log_path=log_path)
 

@@ -14,6 +14,7 @@ rather than join with its neighbours (`UNCOPIED_PIECE`).
 
     .venv/bin/python bench/send_pieces_bench.py             # ~1 min
     .venv/bin/python bench/send_pieces_bench.py --rounds 5 --chunks 12 --json out.json
+    .venv/bin/python bench/send_pieces_bench.py --tls     # the simulator on HTTPS
 
 Exit status 1 only if something broke.
 """
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -39,6 +42,7 @@ add_repo_to_path()
 from app.bot_tokens import BotToken  # noqa: E402
 from app.telegram.chunk_pieces import ChunkPieces, PiecesBody  # noqa: E402
 from app.telegram.client import BotClient, tls_context  # noqa: E402
+from app.telegram.network import LoopTransport  # noqa: E402
 
 CHUNK = 19 * MiB
 # "buffer": one bytearray, as the spool's flusher sends; "joined": 8 KiB
@@ -62,10 +66,12 @@ SMALL = 8 * 1024
 UPLOAD_PIECE = 256_000  # what curl's body arrives in (ingest_bench.py)
 
 
-async def raw_send(url: str, token: str, pieces: list[bytes], name: str) -> None:
+async def raw_send(
+    url: str, token: str, pieces: list[bytes], name: str, tls: ssl.SSLContext | None
+) -> None:
     """sendDocument as one multipart POST written with `writelines`, its
     answer read to the end; no retries, no timeouts: a measuring stick."""
-    host, port = url.removeprefix("http://").split(":")
+    host, port = url.split("://")[1].split(":")
     boundary = "piecesbenchboundary"
     head = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="chat_id"\r\n\r\n{CHAT_ID}\r\n'
@@ -79,7 +85,7 @@ async def raw_send(url: str, token: str, pieces: list[bytes], name: str) -> None
         f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
         f"Content-Length: {length}\r\nConnection: close\r\n\r\n"
     ).encode()
-    reader, writer = await asyncio.open_connection(host, int(port))
+    reader, writer = await asyncio.open_connection(host, int(port), ssl=tls)
     try:
         writer.writelines([request, head, *pieces, tail])
         await writer.drain()
@@ -90,14 +96,19 @@ async def raw_send(url: str, token: str, pieces: list[bytes], name: str) -> None
         raise Broken(f"the simulator refused the raw sendDocument: {answer[:200]!r}")
 
 
-async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tuple[float, float]:
+async def send_round(
+    url: str, token: str, shape: str | int, chunks: int, tls: ssl.SSLContext | None
+) -> tuple[float, float]:
     """(CPU-s per GiB, MiB/s) of sending `chunks` chunks shaped `shape`."""
-    # The client's default transport is app/telegram/network.py's; "anyio" is
-    # httpx's own, with the same TLS context and limits.
-    anyio = httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits())
-    client = BotClient(
-        BotToken.parse(token), api_base=url, transport=anyio if shape == "anyio" else None
-    )
+    # The client's own transport (app/telegram/network.py), or for "anyio"
+    # httpx's; with TLS, each trusting the bench's CA.
+    verify = tls or tls_context()
+    limits = httpx.Limits()
+    if shape == "anyio":
+        transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(verify=verify, limits=limits)
+    else:
+        transport = LoopTransport(verify=verify, limits=limits)
+    client = BotClient(BotToken.parse(token), api_base=url, transport=transport)
     source = os.urandom(CHUNK)
 
     def make() -> bytearray | ChunkPieces | PiecesBody | list[bytes]:
@@ -114,7 +125,7 @@ async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tup
 
     async def send(data: bytearray | ChunkPieces | PiecesBody | list[bytes], name: str) -> None:
         if isinstance(data, list):
-            await raw_send(url, token, data, name)
+            await raw_send(url, token, data, name, tls)
         else:
             await client.send_document(CHAT_ID, data, name)
 
@@ -136,25 +147,46 @@ async def send_round(url: str, token: str, shape: str | int, chunks: int) -> tup
     return cpu / gib, gib * 1024 / wall
 
 
+def local_tls(workdir: Path) -> tuple[Path, Path, ssl.SSLContext]:
+    """A certificate for 127.0.0.1 from a CA of the bench's own (trustme),
+    its PEM files in `workdir`, and a client context that trusts the CA."""
+    import trustme  # a development dependency, as the tests' TLS servers use
+
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    cert, key = workdir / "sim-cert.pem", workdir / "sim-key.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    context = ssl.create_default_context()
+    authority.configure_trust(context)
+    return cert, key, context
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="turns of every size (3)")
     parser.add_argument("--chunks", type=int, default=8, help="19 MiB chunks per turn (8)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers here")
+    parser.add_argument(
+        "--tls", action="store_true", help="the simulator serves HTTPS, as Telegram does"
+    )
     args = parser.parse_args()
     results: dict[str | int, list[tuple[float, float]]] = {shape: [] for shape in SHAPES}
-    with (
-        tempfile.TemporaryDirectory() as workdir,
-        simulator_process(Path(workdir), bots=1) as simulator,
-    ):
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        tls = local_tls(workdir) if args.tls else None
+        simulator = stack.enter_context(simulator_process(workdir, bots=1, tls=tls))
+        context = tls[2] if tls else None
         url, token = simulator.url, simulator.tokens[0]
         for _ in range(args.rounds):
             for shape in SHAPES:
                 # uvloop, as the service runs (asyncio's own loop joins what
                 # writelines is given, a copy of the whole chunk).
                 with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                    results[shape].append(runner.run(send_round(url, token, shape, args.chunks)))
-    print(f"\nsending 19 MiB chunks, median of {args.rounds}; {os.cpu_count()} CPUs")
+                    sent = send_round(url, token, shape, args.chunks, context)
+                    results[shape].append(runner.run(sent))
+    over = "HTTPS (TLS 1.3)" if args.tls else "plain HTTP"
+    print(f"\nsending 19 MiB chunks over {over}, median of {args.rounds}; {os.cpu_count()} CPUs")
     print("\n| shape | pieces per chunk | CPU-s per GiB (range) | MiB/s |")
     print("|---|---:|---:|---:|")
     for shape, rows in results.items():

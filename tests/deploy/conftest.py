@@ -248,9 +248,12 @@ def telegram_sim_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 
 
 @contextlib.contextmanager
-def sim_process(directory: Path, bots: int, chat_id: int) -> Iterator[Simulator]:
+def sim_process(
+    directory: Path, bots: int, chat_id: int, tls: tuple[Path, Path] | None = None
+) -> Iterator[Simulator]:
     """`teleuploader telegram-sim` in a process of its own (one call at a time
-    per token, as Telegram), until the block ends."""
+    per token, as Telegram), until the block ends; on HTTPS with `tls`'s
+    certificate and key (PEM files)."""
     processes = Processes(directory)
     port = free_port()
     tokens_file = directory / "tokens.txt"
@@ -270,6 +273,7 @@ def sim_process(directory: Path, bots: int, chat_id: int) -> Iterator[Simulator]
                 tokens_file,
                 "--concurrency-limit",
                 "1",
+                *(["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else []),
             ],
             env=base_env(directory),
         )
@@ -281,7 +285,8 @@ def sim_process(directory: Path, bots: int, chat_id: int) -> Iterator[Simulator]
         )
         tokens = tokens_file.read_text().split()
         assert len(tokens) == bots, tokens_file.read_text()
-        yield Simulator(url=f"http://127.0.0.1:{port}", tokens=tokens, chat_id=chat_id)
+        scheme = "https" if tls else "http"
+        yield Simulator(url=f"{scheme}://127.0.0.1:{port}", tokens=tokens, chat_id=chat_id)
     finally:
         processes.stop_all()
 

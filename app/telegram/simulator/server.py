@@ -44,12 +44,15 @@ def main_simulator(
     tokens: Sequence[str] | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
     first_bot_id: int = 100001,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
     **knobs: Any,
 ) -> None:
     """Run the simulator standalone (`teleuploader telegram-sim`) until interrupted.
 
     Knobs are SimulatorConfig fields; ones given as None keep their default.
-    The tokens it accepts are printed to stdout, one per line.
+    The tokens it accepts are printed to stdout, one per line. With `tls_cert`
+    and `tls_key` (PEM files) it serves HTTPS, as Telegram does.
     """
     settings = {_CLI_ALIASES.get(name, name): value for name, value in knobs.items()}
     config = SimulatorConfig(
@@ -64,8 +67,9 @@ def main_simulator(
     for token in sim.tokens:
         print(token)
     sys.stdout.flush()
+    scheme = "https" if tls_cert else "http"
     print(
-        f"Telegram simulator on http://{host}:{port}, chats {sim.chat_ids}",
+        f"Telegram simulator on {scheme}://{host}:{port}, chats {sim.chat_ids}",
         file=sys.stderr,
     )
     uvicorn.run(
@@ -76,4 +80,6 @@ def main_simulator(
         log_level="warning",
         access_log=False,
         ws="none",
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
     )
