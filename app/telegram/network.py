@@ -37,9 +37,10 @@ import httpcore
 import httpx
 
 # The transport holds this much of a request body before a write waits: a few
-# of an upload's pieces, which are in memory anyway (the chunk holds them), so
-# the socket always has the next one. uvloop's default, 64 KiB, would stop
-# after every piece.
+# of an upload's pieces, so that the socket always has the next one. uvloop
+# holds the pieces themselves, which the chunk holds anyway (asyncio's own
+# loop would copy them). uvloop's default, 64 KiB, would stop after every
+# piece.
 WRITE_HIGH_WATER = 2 * 1024 * 1024
 
 
