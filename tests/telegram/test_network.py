@@ -19,7 +19,7 @@ import pytest
 import trustme
 import uvloop
 
-from app.telegram.network import LoopTransport
+from app.telegram.network import LoopStream, LoopTransport
 
 MiB = 1024 * 1024
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -149,6 +149,10 @@ async def test_a_body_sent_in_pieces_arrives_whole_and_a_long_answer_comes_back_
         got = await http.post(url, content=body(), headers={"Content-Length": str(len(sent))})
     assert got.status_code == 200
     assert got.content == answer
+    # httpx takes no network backend: LoopTransport replaces the pool httpx
+    # built. Were that replacement lost (an httpx release renaming its pool),
+    # requests would quietly go through anyio's sockets again.
+    assert isinstance(got.extensions["network_stream"], LoopStream)
 
 
 @on_both_loops
