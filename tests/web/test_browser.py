@@ -244,7 +244,12 @@ async def test_a_reload_mid_upload_resumes_from_where_it_was(
     await expect(item.locator(".percent")).to_have_text("100 %", timeout=UPLOAD_TIMEOUT_MS)
     resumed_at = int(await item.get_attribute("data-resumed-at") or 0)
     assert resumed_at >= 16 * MiB
-    assert patches and patches[0] == resumed_at, patches
+    # Nothing before the stored offset is sent again. The first PATCH may
+    # start short of where the upload resumes: the request the reload cut off
+    # keeps what it received, and if that lands after the new page's HEAD,
+    # its PATCH is refused (409) and tus asks again (HEAD, then PATCH there).
+    assert patches and min(patches) >= 16 * MiB, patches
+    assert resumed_at in patches, patches
     await expect(item.locator(".detail")).to_contain_text("Done")
     await expect(page.get_by_text("Unfinished uploads")).to_be_hidden()
 
