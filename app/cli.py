@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-429-rate", type=float, default=0.0)
     sim.add_argument("--seed", type=int, default=None)
     sim.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate")
-    sim.add_argument("--tls-key", default=None, help="... and this PEM private key")
+    sim.add_argument("--tls-key", default=None, help="... and this PEM private key (both or none)")
     sim.set_defaults(handler=cmd_telegram_sim)
 
     check = commands.add_parser(
@@ -425,6 +425,11 @@ def cmd_scrub(args: argparse.Namespace) -> int:
 
 def cmd_telegram_sim(args: argparse.Namespace) -> int:
     from app.telegram.simulator import main_simulator
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        # A certificate alone would fail deep in uvicorn; a key alone would
+        # quietly serve plain HTTP.
+        raise CliError("--tls-cert and --tls-key go together: give both to serve HTTPS")
 
     main_simulator(
         host=args.host,

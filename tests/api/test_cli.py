@@ -305,6 +305,16 @@ def test_serve_without_tokens_is_one_line(
     )
 
 
+@pytest.mark.parametrize("given", [["--tls-cert", "cert.pem"], ["--tls-key", "key.pem"]])
+def test_the_simulators_tls_flags_come_in_pairs(
+    given: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["telegram-sim", *given]) == 2
+    assert capsys.readouterr().err == (
+        "teleuploader: error: --tls-cert and --tls-key go together: give both to serve HTTPS\n"
+    )
+
+
 def test_keys_on_an_unmigrated_database_say_to_migrate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
