@@ -64,7 +64,12 @@ class _Protocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A cast, not an isinstance check: uvloop's transports do not derive
         # from asyncio's classes.
-        transport = cast(asyncio.Transport, transport)
+        self.attach(cast(asyncio.Transport, transport))
+
+    def attach(self, transport: asyncio.Transport) -> None:
+        """`transport` is the connection's from now on (the TCP one, then
+        the TLS one over it): not read until asked, writes buffered up to
+        WRITE_HIGH_WATER."""
         self.transport = transport
         transport.pause_reading()
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
@@ -209,14 +214,12 @@ class LoopStream(httpcore.AsyncNetworkStream):
         except TimeoutError as exc:
             self._transport.abort()
             raise httpcore.ConnectTimeout(f"no TLS handshake in {timeout:g} s") from exc
-        except (OSError, ssl.SSLError, ConnectionError) as exc:
+        except OSError as exc:  # ssl.SSLError and a reset among them
             self._transport.abort()
             raise httpcore.ConnectError(str(exc)) from exc
         if transport is None:  # the peer closed during the handshake
             raise httpcore.ConnectError("the connection closed during the TLS handshake")
-        self._protocol.transport = transport
-        transport.pause_reading()
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._protocol.attach(transport)
         return LoopStream(transport, self._protocol)
 
     def get_extra_info(self, info: str) -> Any:
