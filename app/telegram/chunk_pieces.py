@@ -17,9 +17,11 @@ from typing import Any
 from app.seekable_body import SEND_PIECE, SeekableBody
 
 # A piece this long is sent as it came. A shorter one is joined with its
-# short neighbours (up to SEND_PIECE): copying 192 KiB into a fresh buffer
-# costs about what the trip it saves does (20-60 us), and a slow client's
-# body comes in pieces of a few KiB.
+# short neighbours (up to SEND_PIECE): a slow client's body comes in pieces of
+# a few KiB. Chosen when a trip cost 30 us (anyio's sockets), about what
+# copying 192 KiB into a fresh buffer costs; at 7 us now, 64 KiB pieces sent
+# as they came still cost more than short ones joined (bench/README.md,
+# send_pieces_bench.py), so the bound stays.
 UNCOPIED_PIECE = 192 * 1024
 
 

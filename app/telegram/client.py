@@ -58,9 +58,10 @@ class _ChunkReader(SeekableBody):
 
     def read(self, size: int = -1) -> bytes:
         """At least SEND_PIECE bytes whatever `size` asks (httpx asks for
-        64 KiB): each piece costs a trip through httpcore, h11, anyio and a
-        socket write, and in 64 KiB pieces those trips were a third of the
-        CPU an upload spends with the GIL held (bench/ingest_bench.py)."""
+        64 KiB): each piece costs a trip through httpcore, h11 and a socket
+        write (SEND_PIECE); in 64 KiB pieces on anyio's sockets those trips
+        were a third of the CPU an upload spent with the GIL held
+        (bench/ingest_bench.py)."""
         start = self._position
         end = len(self._view) if size < 0 else min(len(self._view), start + max(size, SEND_PIECE))
         self._position = max(start, end)
