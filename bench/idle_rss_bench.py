@@ -324,13 +324,24 @@ def measure(
     base = service_env(tokens, telegram_url, workdir / "teleuploader.db")
     cache = workdir / "pycache"
     deployed = bytecode_env(base, cache)
+    # A variant gets a cache of its own: some variables change the bytecode
+    # without changing its file name (PYTHONNODEBUGRANGES drops the column
+    # tables), so a shared cache would measure the default's bytecode.
+    variant_envs = [
+        (
+            f"bytecode, {name}={value}",
+            {**bytecode_env(base, cache / f"{name}={value}"), name: value},
+        )
+        for name, value in variants
+    ]
     modes: list[tuple[str, dict[str, str]]] = [
         ("bytecode", deployed),
         ("this environment", base),
-        *((f"bytecode, {name}={value}", {**deployed, name: value}) for name, value in variants),
+        *variant_envs,
     ]
-    # Fills the cache: the bytecode rows then compile nothing.
-    idle_reading(deployed, workdir, contender.code, 0)
+    # Fills the caches: the bytecode rows then compile nothing.
+    for env in [deployed, *(env for _, env in variant_envs)]:
+        idle_reading(env, workdir, contender.code, 0)
     for mode, env in modes:
         row = Row(contender=contender.name, mode=mode)
         for number in range(config.repeat):
