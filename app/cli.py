@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--upload-bandwidth", type=float, default=None, help="bytes/s per upload connection"
     )
     sim.add_argument("--download-bandwidth", type=float, default=None, help="bytes/s per download")
+    sim.add_argument(
+        "--discard-file-bytes",
+        action="store_true",
+        help="keep no document's bytes (downloads answer 404): for benches that never read back",
+    )
     sim.add_argument("--fault-5xx-rate", type=float, default=0.0)
     sim.add_argument("--fault-drop-rate", type=float, default=0.0)
     sim.add_argument("--fault-429-rate", type=float, default=0.0)
@@ -447,6 +452,7 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         fault_drop_rate=args.fault_drop_rate,
         fault_429_rate=args.fault_429_rate,
         seed=args.seed,
+        keep_file_bytes=not args.discard_file_bytes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
     )

@@ -315,6 +315,19 @@ def test_the_simulators_tls_flags_come_in_pairs(
     )
 
 
+@pytest.mark.parametrize(("given", "kept"), [([], True), (["--discard-file-bytes"], False)])
+def test_the_simulator_discards_file_bytes_only_when_told(
+    given: list[str], kept: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[dict[str, object]] = []
+    monkeypatch.setattr(
+        "app.telegram.simulator.main_simulator", lambda **options: started.append(options)
+    )
+
+    assert main(["telegram-sim", *given]) == 0
+    assert [options["keep_file_bytes"] for options in started] == [kept]
+
+
 def test_keys_on_an_unmigrated_database_say_to_migrate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

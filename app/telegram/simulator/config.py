@@ -94,6 +94,13 @@ class SimulatorConfig:
     # file server is a static-file nginx, which does; no Telegram document
     # promises it. False: a server that ignores Range (200, the whole file).
     honour_range: bool = True
+    # False: a document's bytes are dropped once its sendDocument is answered
+    # (its size is kept; downloading it answers 404). For ingest benches,
+    # which never read back: holding every upload made the simulator's
+    # memory grow by each one, and touching that much fresh memory cost it
+    # three times the CPU per byte after a gigabyte or so, on the CPUs the
+    # service being measured shares with it.
+    keep_file_bytes: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -127,6 +134,7 @@ class SimulatorConfig:
         _check_int(self, "seed", minimum=None, optional=True)
         _check_bool(self, "files_outlive_lost_chats")
         _check_bool(self, "honour_range")
+        _check_bool(self, "keep_file_bytes")
 
 
 def _check_method_fault_rates(rates: object) -> None:

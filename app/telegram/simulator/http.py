@@ -354,7 +354,11 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
         return _control(act)
 
     async def files(request: Request) -> Response:
-        live = {(chat, message) for chat, message, _ in sim.stored_files(include_gone=False)}
+        try:
+            stored = sim.stored_files()
+            live = {(chat, message) for chat, message, _ in sim.stored_files(include_gone=False)}
+        except KeyError as exc:
+            return _control_error(exc)
         listing = [
             {
                 "chat_id": chat,
@@ -362,7 +366,7 @@ def _control_routes(sim: TelegramSimulator) -> list[Route]:
                 "size": len(data),
                 "live": (chat, message) in live,
             }
-            for chat, message, data in sim.stored_files()
+            for chat, message, data in stored
         ]
         return JSONResponse({"ok": True, "files": listing})
 

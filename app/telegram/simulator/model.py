@@ -108,6 +108,25 @@ class ReceivedBytes:
         return b"".join(self._pieces)
 
 
+NOT_KEPT = "the simulator keeps no file bytes (--discard-file-bytes)"
+
+
+class BytesNotKept(KeyError):
+    """The simulator was told not to keep file bytes (`keep_file_bytes` off)."""
+
+
+class DiscardedBytes:
+    """What is left of a file whose bytes were not kept: its size."""
+
+    __slots__ = ("_size",)
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+
 @dataclass(eq=False)
 class _StoredFile:
     """One file on Telegram's side, shared by every message and file_id of it."""
@@ -116,7 +135,7 @@ class _StoredFile:
     # Changed only by `corrupt` (and `swap_files`): every message and file_id of the file then
     # serves the damaged bytes, as damage on Telegram's side would. (`data` also puts the
     # joined bytes of a ReceivedBytes here: the same bytes.)
-    content: bytes | ReceivedBytes
+    content: bytes | ReceivedBytes | DiscardedBytes
     file_name: str
     mime_type: str
 
@@ -125,7 +144,13 @@ class _StoredFile:
         return len(self.content)
 
     @property
+    def kept(self) -> bool:
+        return not isinstance(self.content, DiscardedBytes)
+
+    @property
     def data(self) -> bytes:
+        if isinstance(self.content, DiscardedBytes):
+            raise BytesNotKept(NOT_KEPT)
         if isinstance(self.content, ReceivedBytes):
             self.content = self.content.joined()
         return self.content

@@ -30,6 +30,8 @@ class PersistentSimulator(TelegramSimulator):
     """TelegramSimulator whose messages and files live in `directory`."""
 
     def __init__(self, config: SimulatorConfig, directory: Path) -> None:
+        if not config.keep_file_bytes:
+            raise ValueError("a simulator that keeps its chats must keep their files' bytes")
         super().__init__(config)
         self._files_dir = directory / "files"
         self._files_dir.mkdir(parents=True, exist_ok=True)

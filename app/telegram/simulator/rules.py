@@ -29,7 +29,9 @@ from app.telegram.simulator.bodies import (
 from app.telegram.simulator.config import FAULTABLE_METHODS, SimulatorConfig
 from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
+    NOT_KEPT,
     ApiError,
+    DiscardedBytes,
     Post,
     _Bot,
     _Chat,
@@ -87,6 +89,8 @@ class TelegramRules:
         resent_id = params.fields.get("document", "")
         if upload is not None:
             file = _received_file(upload, params)
+            if not self.config.keep_file_bytes:
+                file.content = DiscardedBytes(file.size)
         else:
             file = self._file_to_resend(bot_id, resent_id)
         self._check_send_budget(bot_id, chat.chat_id)
@@ -236,6 +240,8 @@ class TelegramRules:
         ref = self._file_paths.get(file_path)
         if ref is None or ref.bot_id != bot_id or self._expired(ref) or self._file_gone(ref.file):
             raise ApiError(404, "Not Found")
+        if not ref.file.kept:
+            raise ApiError(404, f"Not Found: {NOT_KEPT}")
         return ref.file.data
 
     # --- helpers of the rules -----------------------------------------------------
