@@ -24,7 +24,10 @@ layer depends on (see the reference notes on the Bot API):
 - file paths expire, and bots can delete messages for 48 hours only;
 - the file endpoint honours one `Range: bytes=...` (206 and Content-Range;
   416 past the end), as the static-file server behind api.telegram.org/file
-  does (`honour_range=False` is a server that ignores Range).
+  does (`honour_range=False` is a server that ignores Range);
+- files are kept in memory, unless `keep_file_bytes=False`
+  (`telegram-sim --discard-file-bytes`): for benches that never read back,
+  an upload is answered as always and only its size is kept.
 
 On top of that it can misbehave on purpose: added latency, limited bandwidth,
 random 5xx, random 429 and connections that drop halfway through a response.
