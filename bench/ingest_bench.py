@@ -8,7 +8,11 @@ Both run as processes under uvicorn (httptools and uvloop, as `serve` runs):
   ours must do), then answers 201;
 - *service*: `teleuploader serve` (SQLite, its defaults but the bots) in front
   of the simulator process at full speed (`--bots` bots, no bandwidth limit,
-  no pacing), `PUT /api/files/{name}`.
+  no pacing), `PUT /api/files/{name}`. The simulator keeps none of the
+  bytes (`--discard-file-bytes`: nothing is read back, and a simulator that
+  kept every upload came to cost three times the CPU per byte, on the CPUs
+  the service shares), and each round waits until the service's spool is
+  flushed (`/metrics`), so that no upload's flush runs into the next round.
 
 The same `--size` file of random bytes is sent by curl (`-T`, streamed from
 disk) `--repeat` times to each, alternating, so that both meet the same
@@ -24,7 +28,8 @@ on the same CPUs.
 
 `--baseline REF` also runs the service at git ref REF (`git archive`, alone on
 PYTHONPATH) beside the checkout's, with the same simulator and body: each round
-uploads to the floor, then REF, then the checkout.
+uploads to the floor, then REF, then the checkout. REF's `/metrics` must
+report `teleuploader_spool_unflushed_bytes` (issue 37's Complete, 2026-12).
 
 `--py-spy PATH` records the service during one more upload with py-spy (from
 PyPI: `.venv/bin/pip install py-spy`) and writes a flame graph
