@@ -33,6 +33,13 @@ apart from ``LOG_LEVEL=WARNING``.
    0.5 MiB; the total is exact. It also says which notable modules were
    loaded, and what loading ``awscrt`` costs at its first use.
 
+3. **The stack alone.** ``bench/stack_app.py``, an empty FastAPI app on the
+   design card's stack (uvicorn with uvloop and httptools, pydantic-settings,
+   structlog, an httpx client with its TLS roots, SQLite), measured as in 1
+   from its own bytecode cache: once with aiosqlite alone, once with
+   SQLAlchemy's asyncio extension (an engine, one statement). What no
+   change to our code can take off.
+
 ``--baseline REF`` first measures the code at git ref REF (``git archive``
 into the work dir, alone on ``PYTHONPATH``), then the checkout, with the same
 simulator and virtualenv, in one run. ``--variant NAME=VALUE`` adds a row of
@@ -69,8 +76,10 @@ from common import (
     MiB,
     extract,
     free_port,
+    running,
     served,
     simulator_process,
+    wait_until,
 )
 
 TARGET_MIB = 80.0
@@ -355,6 +364,49 @@ def measure(
     contender.startup = startup_imports(deployed, workdir, contender.code)
 
 
+def stack_reading(env: dict[str, str], workdir: Path, idle: float) -> dict[str, int]:
+    """One fresh start of bench/stack_app.py: its status after `idle` seconds."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "stack.db").unlink(missing_ok=True)
+    port = free_port()
+    command = [
+        sys.executable,
+        *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "stack_app:app"),
+        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
+        *("--loop", "uvloop", "--http", "httptools", "--log-level", "warning"),
+    ]
+    log_path = workdir / "stack.log"
+    with running(command, log_path, env=env, cwd=workdir) as process:
+        wait_until(process, f"http://127.0.0.1:{port}/ready", log_path, "the stack app")
+        time.sleep(idle)  # the quantity measured: memory after this long idle
+        return status(process.pid)
+
+
+def measure_stack(config: Config, workdir: Path) -> Contender:
+    """The design card's stack alone, an empty app (bench/stack_app.py), as
+    deployed (bytecode): without SQLAlchemy, and with its asyncio extension."""
+    print("\n== the stack alone", flush=True)
+    contender = Contender("the stack alone (an empty app)", None)
+    env = bytecode_env(dict(os.environ), workdir / "pycache")
+    env.pop("PYTHONPATH", None)
+    for mode, with_sqlalchemy in [
+        ("bytecode, aiosqlite alone", "0"),
+        ("bytecode, SQLAlchemy's asyncio extension", "1"),
+    ]:
+        row_env = {**env, "STACK_WITH_SQLALCHEMY": with_sqlalchemy}
+        stack_reading(row_env, workdir, 0)  # fills the cache
+        row = Row(contender=contender.name, mode=mode)
+        for number in range(config.repeat):
+            reading = stack_reading(row_env, workdir, config.idle)
+            row.vm_rss.append(reading["VmRSS"])
+            row.rss_anon.append(reading["RssAnon"])
+            row.rss_file.append(reading["RssFile"])
+            row.threads.append(reading["Threads"])
+            print(f"{mode}, start {number + 1}: VmRSS {reading['VmRSS'] / MiB:.1f} MiB", flush=True)
+        contender.rows.append(row)
+    return contender
+
+
 # --- report -------------------------------------------------------------------------------------
 
 
@@ -475,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                 directory = workdir / ("before" if contender.code else "after")
                 variants = config.variants if contender.code is None else ()
                 measure(contender, config, sim.tokens, sim.url, directory, variants)
+            contenders.append(measure_stack(config, workdir / "stack"))
         except Broken as exc:
             broken.append(str(exc))
         except KeyboardInterrupt:
