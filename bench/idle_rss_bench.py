@@ -65,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,15 +353,14 @@ def measure(
     for env in [deployed, *(env for _, env in variant_envs)]:
         idle_reading(env, workdir, contender.code, 0)
     for mode, env in modes:
-        row = Row(contender=contender.name, mode=mode)
-        for number in range(config.repeat):
-            reading = idle_reading(env, workdir, contender.code, config.idle)
-            row.vm_rss.append(reading["VmRSS"])
-            row.rss_anon.append(reading["RssAnon"])
-            row.rss_file.append(reading["RssFile"])
-            row.threads.append(reading["Threads"])
-            print(f"{mode}, start {number + 1}: VmRSS {reading['VmRSS'] / MiB:.1f} MiB", flush=True)
-        contender.rows.append(row)
+        contender.rows.append(
+            repeated_row(
+                contender.name,
+                mode,
+                config.repeat,
+                lambda env=env: idle_reading(env, workdir, contender.code, config.idle),
+            )
+        )
     contender.startup = startup_imports(deployed, workdir, contender.code)
 
 
@@ -395,16 +395,28 @@ def measure_stack(config: Config, workdir: Path) -> Contender:
     ]:
         row_env = {**env, "STACK_WITH_SQLALCHEMY": with_sqlalchemy}
         stack_reading(row_env, workdir, 0)  # fills the cache
-        row = Row(contender=contender.name, mode=mode)
-        for number in range(config.repeat):
-            reading = stack_reading(row_env, workdir, config.idle)
-            row.vm_rss.append(reading["VmRSS"])
-            row.rss_anon.append(reading["RssAnon"])
-            row.rss_file.append(reading["RssFile"])
-            row.threads.append(reading["Threads"])
-            print(f"{mode}, start {number + 1}: VmRSS {reading['VmRSS'] / MiB:.1f} MiB", flush=True)
-        contender.rows.append(row)
+        contender.rows.append(
+            repeated_row(
+                contender.name,
+                mode,
+                config.repeat,
+                lambda row_env=row_env: stack_reading(row_env, workdir, config.idle),
+            )
+        )
     return contender
+
+
+def repeated_row(contender: str, mode: str, repeat: int, read: Callable[[], dict[str, int]]) -> Row:
+    """One row of the idle table: `repeat` fresh starts, each measured by `read`."""
+    row = Row(contender=contender, mode=mode)
+    for number in range(repeat):
+        reading = read()
+        row.vm_rss.append(reading["VmRSS"])
+        row.rss_anon.append(reading["RssAnon"])
+        row.rss_file.append(reading["RssFile"])
+        row.threads.append(reading["Threads"])
+        print(f"{mode}, start {number + 1}: VmRSS {reading['VmRSS'] / MiB:.1f} MiB", flush=True)
+    return row
 
 
 # --- report -------------------------------------------------------------------------------------
