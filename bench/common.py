@@ -132,6 +132,16 @@ def http_request(
         return exc.code, exc.read()
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """A service's /metrics page as {series with its labels: value}, ours only."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("teleuploader_"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
 def wait_until(
     process: subprocess.Popen[bytes],
     url: str,

@@ -68,6 +68,7 @@ from common import (
     extract,
     free_port,
     http_request,
+    parse_metrics,
     served,
     simulator_process,
 )
@@ -260,12 +261,12 @@ def scrape(svc: Service) -> dict[str, float]:
     with contextlib.suppress(OSError):
         status, body = http_request(f"{svc.url}/metrics", timeout=10)
         if status == 200:
-            values = {}
-            for line in body.decode().splitlines():
-                if line.startswith("teleuploader_download"):
-                    name, _, value = line.rpartition(" ")
-                    values[name] = float(value)
-            return values
+            values = parse_metrics(body.decode())
+            return {
+                name: value
+                for name, value in values.items()
+                if name.startswith("teleuploader_download")
+            }
     return {}
 
 

@@ -62,6 +62,7 @@ from common import (
     extract,
     free_port,
     http_request,
+    parse_metrics,
     parse_size,
     running,
     served,
@@ -98,10 +99,10 @@ def unflushed_bytes(url: str) -> float:
     status, body = http_request(f"{url}/metrics", timeout=10)
     if status != 200:
         raise Broken(f"{url}/metrics answered {status}")
-    for line in body.decode().splitlines():
-        if line.startswith("teleuploader_spool_unflushed_bytes "):
-            return float(line.split()[1])
-    raise Broken(f"{url}/metrics has no teleuploader_spool_unflushed_bytes")
+    unflushed = parse_metrics(body.decode()).get("teleuploader_spool_unflushed_bytes")
+    if unflushed is None:
+        raise Broken(f"{url}/metrics has no teleuploader_spool_unflushed_bytes")
+    return unflushed
 
 
 def wait_flushed(url: str) -> float:
