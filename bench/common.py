@@ -132,6 +132,18 @@ def http_request(
         return exc.code, exc.read()
 
 
+def bench_app_command(app: str, port: int, *extra: str) -> list[str]:
+    """uvicorn serving one of the bench's own ASGI apps (`module:attribute`
+    in bench/) on 127.0.0.1:`port`, on uvloop and httptools as `serve` runs."""
+    return [
+        sys.executable,
+        *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), app),
+        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
+        *("--loop", "uvloop", "--http", "httptools"),
+        *extra,
+    ]
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """A service's /metrics page as {series with its labels: value}, ours only."""
     values: dict[str, float] = {}

@@ -75,6 +75,7 @@ from common import (
     REPO,
     Broken,
     MiB,
+    bench_app_command,
     extract,
     free_port,
     running,
@@ -369,12 +370,7 @@ def stack_reading(env: dict[str, str], workdir: Path, idle: float) -> dict[str, 
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "stack.db").unlink(missing_ok=True)
     port = free_port()
-    command = [
-        sys.executable,
-        *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "stack_app:app"),
-        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
-        *("--loop", "uvloop", "--http", "httptools", "--log-level", "warning"),
-    ]
+    command = bench_app_command("stack_app:app", port, "--log-level", "warning")
     log_path = workdir / "stack.log"
     with running(command, log_path, env=env, cwd=workdir) as process:
         wait_until(process, f"http://127.0.0.1:{port}/ready", log_path, "the stack app")

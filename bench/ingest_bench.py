@@ -54,10 +54,10 @@ from pathlib import Path
 
 from common import (
     CHAT_ID,
-    REPO,
     Broken,
     GiB,
     MiB,
+    bench_app_command,
     cpu_seconds,
     extract,
     free_port,
@@ -160,12 +160,7 @@ def main() -> int:
         floor = Target("bare ASGI app (read + MD5 + SHA-256)")
         sim_cpu: list[float] = []
         floor_port = free_port()
-        floor_command = [
-            sys.executable,
-            *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "floor_app:app"),
-            *("--host", "127.0.0.1", "--port", str(floor_port), "--no-access-log"),
-            *("--loop", "uvloop", "--http", "httptools"),
-        ]
+        floor_command = bench_app_command("floor_app:app", floor_port)
         # No upload is read back: a simulator that kept them all grew by 512
         # MiB a round, and past a GiB or so its CPU per byte tripled (the
         # kernel zeroing fresh pages), taken from the CPUs the service shares.

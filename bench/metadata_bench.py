@@ -94,6 +94,7 @@ from common import (
     REPO,
     Broken,
     KiB,
+    bench_app_command,
     extract,
     free_port,
     running,
@@ -487,11 +488,7 @@ def measure_floor(workdir: Path, ops: int, placements: list[str]) -> dict[str, f
     and uvloop, as `serve` picks them), with the load of `measure_size`, in
     each of `placements` (keys prefixed `shared_` for SHARED)."""
     port = free_port()
-    command = [
-        sys.executable,
-        *("-m", "uvicorn", "--app-dir", str(REPO / "bench"), "floor_app:app"),
-        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
-    ]
+    command = bench_app_command("floor_app:app", port)
     with running(command, workdir / "floor.log") as process:
         floor = Service(url=f"http://127.0.0.1:{port}", port=port, pid=process.pid)
         wait_until(process, f"{floor.url}/", workdir / "floor.log", "the floor app")
