@@ -1,0 +1,1 @@
+"""The one `Settings`, and how each value is read from the environment and `.env`."""

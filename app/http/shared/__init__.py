@@ -1,0 +1,1 @@
+"""The HTTP rules every face shares: the error table, ranges, conditions, forms, headers."""
