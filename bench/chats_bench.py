@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.simulator import (

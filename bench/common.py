@@ -97,7 +97,7 @@ def teleuploader_command() -> list[str]:
     script = Path(sys.executable).with_name("teleuploader")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from app.cli.main import main; sys.exit(main())"]
 
 
 def tail(path: Path, lines: int = 40) -> str:

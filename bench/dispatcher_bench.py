@@ -60,7 +60,7 @@ import common
 import structlog
 from common import CHAT_ID, KiB, MiB, SimulatorProcess
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import RateLimited, TransientError

@@ -99,7 +99,7 @@ from common import (
 )
 from pydantic import AliasChoices
 
-from app.config import MAX_CHUNK_SIZE, Settings
+from app.config.settings import MAX_CHUNK_SIZE, Settings
 
 TARGET_UPLOAD_RATIO = 1.15
 RSS_BASE_ALLOWANCE = 100 * MiB

@@ -97,8 +97,8 @@ NOTABLE = (
     "click",
     "uvloop",
     "httptools",
-    "app.s3.gateway",
-    "app.api.tus",
+    "app.http.s3.gateway",
+    "app.http.api.tus",
     "hypothesis",
     "boto3",
 )
@@ -134,7 +134,7 @@ def measured_load(spec):
     finally:
         if spec.name == "uvicorn.server" and spec.name in sys.modules:
             # Patched once loaded, not imported here: serve decides what
-            # uvicorn may import (app/cli.py, _NOT_FOR_SERVE).
+            # uvicorn may import (app/cli/main.py, _NOT_FOR_SERVE).
             sys.modules[spec.name].Server.run = report
         grown, took = rss() - before, time.perf_counter() - began
         child_rss, child_time = stack.pop()
@@ -168,7 +168,7 @@ def report(server, sockets=None):
     os._exit(0)
 
 bootstrap._load_unlocked = measured_load
-from app.cli import main
+from app.cli.main import main
 sys.exit(main(["serve"]))
 """
 

@@ -35,13 +35,13 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from app.config import BotToken, Settings
+from app.cli.demo import create_api_key
+from app.config.settings import BotToken, Settings
 from app.db.engine import create_engine
 from app.db.migrations import MIGRATIONS_DIR, upgrade
-from app.demo import create_api_key
-from app.logging import configure_logging
-from app.main import create_app
-from app.serving import serve_in_task
+from app.kit.logging import configure_logging
+from app.kit.serving import serve_in_task
+from app.runtime.main import create_app
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 
 CHAT_ID = -1001000000043

@@ -311,7 +311,7 @@ class Service:
 
 
 def _settings_names() -> set[str]:
-    from app.config import Settings
+    from app.config.settings import Settings
 
     names = {name.upper() for name in Settings.model_fields}
     for info in Settings.model_fields.values():

@@ -132,10 +132,10 @@ async def _call(
 async def _measure(
     database_url: str, ops: int, log_level: str, meter: CpuTime | Instructions
 ) -> dict[str, float]:
-    from app.config import BotToken, Settings
+    from app.config.settings import BotToken, Settings
     from app.db.migrations import upgrade
-    from app.logging import configure_logging
-    from app.main import create_app
+    from app.kit.logging import configure_logging
+    from app.runtime.main import create_app
     from app.telegram.simulator import (
         SimulatorConfig,
         TelegramSimulator,

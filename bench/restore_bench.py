@@ -30,13 +30,13 @@ from typing import Any
 
 from sqlalchemy import delete, insert
 
-from app.config import BotToken, Settings
+from app.config.settings import BotToken, Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import Chunk, ChunkCopy, JournalEntry, Piece, StoredObject
 from app.db.types import utcnow
-from app.logging import configure_logging
-from app.startup import start_services
+from app.kit.logging import configure_logging
+from app.runtime.startup import start_services
 from app.store.encryption import Encryption
 from app.store.restore import restore
 from app.telegram.client import BotClient

@@ -61,9 +61,9 @@ from common import add_repo_to_path
 
 add_repo_to_path()  # for tests.*, which is not installed
 
-from app.config import Settings  # noqa: E402
+from app.config.settings import Settings  # noqa: E402
 from tests.deploy.conftest import Processes  # noqa: E402
-from tests.s3.registry import (  # noqa: E402
+from tests.http.s3.registry import (  # noqa: E402
     OCI_MANIFEST,
     Blob,
     Image,

@@ -149,7 +149,7 @@ class Fleet:
                 "PORT": str(port),
                 "SENDS_PER_MINUTE": "0",
                 "CHUNK_SIZE": str(self._args.chunk),
-                # Revisions before app/tuning.py read the lease from here.
+                # Revisions before app/config/tuning.py read the lease from here.
                 "BOT_LEASE_SECONDS": str(self._args.lease),
                 "SPOOL_DIR": str(self._workdir / f"spool-{index}-{port}"),
                 "LOG_LEVEL": "WARNING",
@@ -162,7 +162,7 @@ class Fleet:
             env["PYTHONPATH"] = str(self._code)
         command = [*teleuploader_command(), "serve"]
         if (tree / "tests" / "serve_tuned.py").exists():
-            # The lease is a constructor parameter now (app/tuning.py).
+            # The lease is a constructor parameter now (app/config/tuning.py).
             env["PYTHONPATH"] = str(tree)
             tuning = json.dumps({"bot_lease_seconds": self._args.lease})
             command = [sys.executable, "-m", "tests.serve_tuned", tuning]

@@ -39,7 +39,7 @@ from common import CHAT_ID, Broken, MiB, add_repo_to_path, simulator_process
 
 add_repo_to_path()
 
-from app.bot_tokens import BotToken  # noqa: E402
+from app.config.bot_tokens import BotToken  # noqa: E402
 from app.telegram.chunk_pieces import ChunkPieces, PiecesBody  # noqa: E402
 from app.telegram.client import BotClient, tls_context  # noqa: E402
 from app.telegram.network import LoopTransport  # noqa: E402

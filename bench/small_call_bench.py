@@ -28,7 +28,7 @@ from common import Broken, add_repo_to_path, simulator_process
 
 add_repo_to_path()
 
-from app.bot_tokens import BotToken  # noqa: E402
+from app.config.bot_tokens import BotToken  # noqa: E402
 from app.telegram.client import BotClient, tls_context  # noqa: E402
 from app.telegram.network import LoopTransport  # noqa: E402
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from app.demo import create_api_key
-from app.main import create_app
+from app.cli.demo import create_api_key
+from app.runtime.main import create_app
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from tests.db.helpers import Database
 from tests.running_service import CHAT_ID, make_settings, take_tuning

@@ -24,14 +24,14 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from app.config import BotToken, Settings
-from app.demo import create_api_key
-from app.main import create_app
+from app.cli.demo import create_api_key
+from app.config.settings import BotToken, Settings
+from app.config.tuning import Tuning
+from app.kit.serving import serve_in_task
+from app.runtime.main import create_app
 from app.sealing.layout import sealed_size
-from app.serving import serve_in_task
 from app.telegram.client import tls_context
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
-from app.tuning import Tuning
 from tests.db.helpers import Database
 
 CHAT_ID = -1001987654321
@@ -77,7 +77,7 @@ def make_settings(
         "log_level": "WARNING",
         # Deletes are final, as the tests of everything but the trash expect
         # (that the old messages go, that a key is free): TRASH_RETENTION_SECONDS=0
-        # is the behaviour they pin. tests/api/test_trash.py turns it on.
+        # is the behaviour they pin. tests/http/api/test_trash.py turns it on.
         "trash_retention_seconds": 0,
         # Snapshots add messages to the chats (tests count them) and a send at
         # every stop: tests/store/test_snapshots.py turns them on.

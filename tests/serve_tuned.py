@@ -1,6 +1,6 @@
 """`teleuploader serve` with a Tuning of the caller's own, for the tests and
 benchmarks that run the service as a process and shorten its timers
-(app/tuning.py: they are constructor parameters, not settings):
+(app/config/tuning.py: they are constructor parameters, not settings):
 
     python -m tests.serve_tuned '{"bot_lease_seconds": 4}'
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
-from app.cli import run_command, serve
-from app.tuning import Tuning
+from app.cli.main import run_command, serve
+from app.config.tuning import Tuning
 
 
 def main() -> int:

@@ -14,31 +14,31 @@ import h11
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.api.errors import ApiError
-from app.api.files import parse_id_cursor
-from app.api.tus_headers import parse_length
-from app.http.conditions import parse_http_date, range_applies
-from app.http.disposition import content_disposition
-from app.http.forms import FormError, StreamingForm
-from app.http.header_names import is_header_name
-from app.http.ranges import (
-    RangeNotSatisfiable,
-    parse_range,
-)
-from app.parsing import parse_decimal
-from app.s3 import post_policy, sigv4
-from app.s3.aws_chunked import decode_aws_chunked
-from app.s3.errors import S3Error
-from app.s3.names import split_path, validate_bucket_name, validate_object_key
-from app.s3.payload import request_body
-from app.s3.sigv4 import PayloadMode, VerifiedRequest, parse_query, verify_request
-from app.s3.sigv4 import checks as sigv4_checks
-from app.s3.xml.parsing import (
+from app.http.api.errors import ApiError
+from app.http.api.files import parse_id_cursor
+from app.http.api.tus_headers import parse_length
+from app.http.s3 import post_policy, sigv4
+from app.http.s3.aws_chunked import decode_aws_chunked
+from app.http.s3.errors import S3Error
+from app.http.s3.names import split_path, validate_bucket_name, validate_object_key
+from app.http.s3.payload import request_body
+from app.http.s3.sigv4 import PayloadMode, VerifiedRequest, parse_query, verify_request
+from app.http.s3.sigv4 import checks as sigv4_checks
+from app.http.s3.xml.parsing import (
     parse_complete_multipart,
     parse_create_bucket_configuration,
     parse_delete_objects,
 )
-from app.s3.xml.writer import escape
+from app.http.s3.xml.writer import escape
+from app.http.shared.conditions import parse_http_date, range_applies
+from app.http.shared.disposition import content_disposition
+from app.http.shared.forms import FormError, StreamingForm
+from app.http.shared.header_names import is_header_name
+from app.http.shared.parsing import parse_decimal
+from app.http.shared.ranges import (
+    RangeNotSatisfiable,
+    parse_range,
+)
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.core.result import Ok
 
-from app.main import create_app
+from app.runtime.main import create_app
 from app.telegram.simulator import make_tokens
 from tests.db.helpers import Database
 from tests.in_process import InProcess, in_process

@@ -1,1 +1,1 @@
-"""The `teleuploader` command: one module per command group (serve, keys, trash, snapshots, the client side...)."""
+"""The `teleuploader` command: one module per command group (serve, keys, trash, the client...)."""

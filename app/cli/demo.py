@@ -24,15 +24,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import BotToken, Settings
+from app.config.settings import BotToken, Settings
 from app.db.api_keys import ApiKeyNameTaken, ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import KeyScope
 from app.db.session import session_scope
-from app.logging import configure_logging
-from app.main import create_app
-from app.serving import serve_in_task
+from app.kit.logging import configure_logging
+from app.kit.serving import serve_in_task
+from app.runtime.main import create_app
 from app.telegram.simulator import SimulatorConfig, make_tokens, run_simulator
 from app.telegram.simulator.persistent import PersistentSimulator
 

@@ -12,7 +12,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from app.client_cli import ClientError, explain
+from app.cli.client import ClientError, explain
 
 
 def run_scrub(

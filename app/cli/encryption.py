@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.cli_database import CliError, with_database
-from app.config import Settings
+from app.cli.database import CliError, with_database
+from app.config.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker

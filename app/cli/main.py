@@ -15,11 +15,11 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, TypeVar
 
 from app import __version__
-from app.cli_database import CliError, database_problems
-from app.config import Settings, SettingsError, load_settings
+from app.cli.database import CliError, database_problems
+from app.config.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
-    from app.tuning import Tuning
+    from app.config.tuning import Tuning
 
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
@@ -54,8 +54,8 @@ def run_command(command: Callable[[], int]) -> int:
 def _one_line(exc: Exception) -> str | None:
     """The message of an error a user can fix, or None for a bug (traceback)."""
     from app.db.migrations import SchemaOutOfDate
-    from app.serving import CannotListen
-    from app.startup import StartupError
+    from app.kit.serving import CannotListen
+    from app.runtime.startup import StartupError
 
     one_line: tuple[type[Exception], ...] = (
         CliError,
@@ -66,7 +66,7 @@ def _one_line(exc: Exception) -> str | None:
     )
     # Only the client commands raise ClientError, and they have loaded its
     # module; importing it here would bring rich into `serve` (_NOT_FOR_SERVE).
-    client_cli = sys.modules.get("app.client_cli")
+    client_cli = sys.modules.get("app.cli.client")
     if client_cli is not None:
         one_line = (*one_line, client_cli.ClientError)
     if isinstance(exc, one_line):
@@ -77,8 +77,8 @@ def _one_line(exc: Exception) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from app.keys_cli import add_key_commands
-    from app.trash_cli import add_trash_commands
+    from app.cli.keys import add_key_commands
+    from app.cli.trash import add_trash_commands
 
     parser = argparse.ArgumentParser(
         prog="teleuploader",
@@ -203,11 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     down.set_defaults(handler=cmd_download)
 
     add_key_commands(commands, _usage)
-    from app.encryption_cli import add_commands as add_encryption_commands
+    from app.cli.encryption import add_commands as add_encryption_commands
 
     add_encryption_commands(commands, _usage, _client_options)
     add_trash_commands(commands, _client_options)
-    from app.snapshot_cli import add_snapshot_commands
+    from app.cli.snapshot import add_snapshot_commands
 
     add_snapshot_commands(commands, _client_options)
     return parser
@@ -262,10 +262,10 @@ def serve(tuning: Tuning | None = None) -> int:
     _keep_out_of_serve()
     import structlog
 
-    from app.config import retired_settings
-    from app.logging import configure_logging
-    from app.main import create_app, shutdown_delay
-    from app.serving import bind_listener, run_server
+    from app.config.settings import retired_settings
+    from app.kit.logging import configure_logging
+    from app.kit.serving import bind_listener, run_server
+    from app.runtime.main import create_app, shutdown_delay
 
     settings = load_settings()
     asyncio.run(_precheck(settings))
@@ -273,7 +273,7 @@ def serve(tuning: Tuning | None = None) -> int:
     sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     for name in retired_settings():
-        structlog.get_logger("app.cli").warning(
+        structlog.get_logger("app.cli.main").warning(
             "setting_retired", setting=name, detail="no longer read: remove it from the env file"
         )
     app = create_app(settings, tuning)
@@ -292,7 +292,7 @@ async def _precheck(settings: Settings) -> None:
     """What can be checked before the server starts, so it fails in one line."""
     from app.db.engine import create_engine
     from app.db.migrations import check_schema
-    from app.startup import StartupError
+    from app.runtime.startup import StartupError
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
@@ -330,7 +330,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from app.client_cli import files_to_upload, upload
+    from app.cli.client import files_to_upload, upload
 
     paths = files_to_upload(args.files, recursive=args.recursive)
     for stored in upload(paths, url=args.url, key=args.key, console=Console(stderr=True)):
@@ -346,7 +346,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from app.client_cli import download
+    from app.cli.client import download
 
     saved = download(
         args.public_id,
@@ -376,8 +376,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from app.client_cli import audit_storage_chat, check_bots, check_budget, inspect_bots
-    from app.durability_cli import check_durability
+    from app.cli.client import audit_storage_chat, check_bots, check_budget, inspect_bots
+    from app.cli.durability import check_durability
 
     settings = load_settings()
     if not settings.bot_tokens:
@@ -408,7 +408,7 @@ def cmd_scrub(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from app.durability_cli import run_scrub
+    from app.cli.durability import run_scrub
 
     report = run_scrub(
         url=args.url,
@@ -460,7 +460,7 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from app.demo import demo_directory, run_demo
+    from app.cli.demo import demo_directory, run_demo
 
     # Ctrl-C and SIGTERM both stop the demo, and its temporary directory is
     # removed on the way out.

@@ -35,7 +35,7 @@ def add_snapshot_commands(
 def cmd_snapshot(args: argparse.Namespace) -> int:
     import httpx
 
-    from app.client_cli import ClientError, explain
+    from app.cli.client import ClientError, explain
 
     if not args.key:
         raise ClientError("an admin API key is needed: --key or TELEUPLOADER_KEY")
@@ -63,7 +63,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     """Exit 0 when everything was restored and the sampled chunks are there;
     1 when the report lists problems."""
-    from app.config import load_settings
+    from app.config.settings import load_settings
 
     report = asyncio.run(_restore(load_settings()))
     problems: list[str] = report["problems"]
@@ -87,7 +87,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 async def _restore(settings: Any) -> dict[str, Any]:
-    from app.client_cli import ClientError
+    from app.cli.client import ClientError
     from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
     from app.store.encryption import Encryption

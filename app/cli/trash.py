@@ -45,7 +45,7 @@ def _request(args: argparse.Namespace, method: str, path: str, **params: str) ->
     """The JSON answer of a call to the service; ClientError if it refuses."""
     import httpx
 
-    from app.client_cli import ClientError, explain
+    from app.cli.client import ClientError, explain
 
     if not args.key:
         raise ClientError("an API key is needed: --key or TELEUPLOADER_KEY")

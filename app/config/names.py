@@ -1,5 +1,5 @@
 """Setting names no longer read: the renamed ones stop the start with a line
-naming their replacement, the retired timers (app/tuning.py) are ignored
+naming their replacement, the retired timers (app/config/tuning.py) are ignored
 with a warning."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ RENAMED_SETTINGS: dict[str, str] = {
     "S3_ACCESS_KEY_ID": "S3_CREDENTIALS",
     "S3_SECRET_ACCESS_KEY": "S3_CREDENTIALS",
 }
-#: Timers that only tests had a use for: now fixed (app/tuning.py). Set,
+#: Timers that only tests had a use for: now fixed (app/config/tuning.py). Set,
 #: they are ignored with a warning at start.
 RETIRED_SETTINGS: tuple[str, ...] = (
     "BOT_LEASE_SECONDS",

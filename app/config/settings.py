@@ -23,11 +23,11 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
-from app import settings_values
-from app.bot_tokens import BotToken as BotToken
-from app.bot_tokens import parse_tokens
-from app.settings_names import names_given, renamed_problem
-from app.settings_names import retired_settings as retired_settings
+from app.config import values as settings_values
+from app.config.bot_tokens import BotToken as BotToken
+from app.config.bot_tokens import parse_tokens
+from app.config.names import names_given, renamed_problem
+from app.config.names import retired_settings as retired_settings
 
 if TYPE_CHECKING:
     from app.sealing.keys import Keyring

@@ -1,6 +1,6 @@
 """How the settings' list values are read from the environment: comma-separated
 text, each entry checked, each problem one line naming what is wrong (see
-`app.config.load_settings`)."""
+`app.config.settings.load_settings`)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def database_url(value: str | None) -> str | None:
     connection: one line naming the setting."""
     from sqlalchemy.exc import ArgumentError
 
-    from app.database_url import normalize_url
+    from app.config.database_url import normalize_url
 
     if value is None:
         return None

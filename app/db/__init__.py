@@ -1,0 +1,1 @@
+"""The database: models, repositories (all the SQL), engines for SQLite and Postgres, migrations."""

@@ -31,7 +31,7 @@ class BucketRepository:
 
         INSERT ... ON CONFLICT DO NOTHING: two concurrent creates of one name
         both succeed, one of them reporting that it did not create it.
-        Checking S3's naming rules is the caller's job (app.s3.names).
+        Checking S3's naming rules is the caller's job (app.http.s3.names).
         """
         if not name or len(name) > MAX_BUCKET_NAME_LENGTH:
             raise ValueError(f"bucket name must be 1 to {MAX_BUCKET_NAME_LENGTH} characters")

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.ext.asyncio import create_async_engine as _create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from app.database_url import normalize_url as normalize_url
+from app.config.database_url import normalize_url as normalize_url
 from app.db.sqlite_driver import OneHopAiosqlite
 from app.db.types import json_loads
 

@@ -25,7 +25,6 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checksums import COMPOSITE, FULL_OBJECT, object_checksum
 from app.db.chunks import ChunkRepository
 from app.db.locking import lock_database_for_write, lock_upload_part
 from app.db.models import (
@@ -49,6 +48,7 @@ from app.db.objects import ObjectRepository, WriteCheck
 from app.db.pending import PendingRepository
 from app.db.types import utcnow
 from app.db.upload_ids import new_upload_id
+from app.kit.checksums import COMPOSITE, FULL_OBJECT, object_checksum
 
 
 class MultipartRepository:

@@ -17,8 +17,8 @@ import structlog
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import jitter
 from app.db.session import session_scope
+from app.kit import jitter
 
 log = structlog.get_logger("app.db.retry")
 

@@ -1,1 +1,1 @@
-"""Rules both HTTP APIs (native and S3) share."""
+"""The HTTP faces: native API and tus (api), S3 (s3), the page (web), and the rules they share."""

@@ -1,2 +1,1 @@
-"""Building blocks that know nothing of files, bots or chats: periodic loops, jitter,
-checksums, bodies sent in pieces, logging and the uvicorn server they run under."""
+"""Building blocks that know nothing of files, bots or chats: loops, jitter, checksums, logging."""

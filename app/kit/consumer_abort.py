@@ -3,7 +3,7 @@
 A download that must end without a proper end (its client stalled, or
 Telegram failed after the headers were sent) has to *abort* the connection:
 ending the body would pass a short file for a whole one. The server
-(app/serving.py) sets `CONSUMER_ABORT` for each request; the store's reader
+(app/kit/serving.py) sets `CONSUMER_ABORT` for each request; the store's reader
 calls it. Here, below both, so that neither imports the other.
 """
 

@@ -28,9 +28,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from app import jitter
+from app.kit import jitter
 
-log = structlog.get_logger("app.periodic")
+log = structlog.get_logger("app.kit.periodic")
 
 #: What a round may return: seconds until the next one, or None for `interval`.
 Round = Callable[[], Awaitable[float | None]]

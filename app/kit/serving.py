@@ -23,15 +23,15 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.consumer_abort import CONSUMER_ABORT
-from app.head_limits import (
+from app.kit.consumer_abort import CONSUMER_ABORT
+from app.kit.head_limits import (
     HEAD_TIMEOUT_SECONDS,
     MAX_HEAD_BYTES,
     LimitedHttpToolsProtocol,
     limited_protocol,
 )
 
-log = structlog.get_logger("app.serving")
+log = structlog.get_logger("app.kit.serving")
 
 #: How long the service keeps an idle keep-alive connection open, in seconds.
 #: Longer than the clients in front of it keep theirs (Caddy: `keepalive 2m`
@@ -281,7 +281,7 @@ def run_server(
         AbortableConnections(app),
         host=host,
         port=port,
-        # Limits on the request head: app/head_limits.py.
+        # Limits on the request head: app/kit/head_limits.py.
         http=LimitedHttpToolsProtocol,
         # ws stays "auto" although no route is a WebSocket: with "none",
         # uvicorn serves an upgrade request as plain HTTP and logs two warnings,

@@ -1,1 +1,1 @@
-"""The running service: the FastAPI app, how its parts start and stop, and systemd's view of it."""
+"""The running service: the FastAPI app, how its parts start and stop, systemd's view of it."""

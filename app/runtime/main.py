@@ -15,7 +15,9 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from app import __version__
-from app.api import (
+from app.config.settings import Settings
+from app.config.tuning import Tuning
+from app.http.api import (
     encryption,
     files,
     health,
@@ -26,26 +28,24 @@ from app.api import (
     trash,
     tus,
 )
-from app.api.errors import install_error_handlers
-from app.api.middleware import RequestContextMiddleware
-from app.api.sign_in_limits import SignInLimits
-from app.config import Settings
-from app.metrics import Metrics
-from app.ops.sdnotify import systemd_notify
-from app.s3.gateway import XML, S3Gateway, draining_refusal
-from app.s3.service import S3Service
-from app.services import Services
-from app.startup import start_services
-from app.tuning import Tuning
-from app.web import buckets as web_buckets
-from app.web import routes as web
+from app.http.api.errors import install_error_handlers
+from app.http.api.middleware import RequestContextMiddleware
+from app.http.api.sign_in_limits import SignInLimits
+from app.http.s3.gateway import XML, S3Gateway, draining_refusal
+from app.http.s3.service import S3Service
+from app.http.web import buckets as web_buckets
+from app.http.web import routes as web
+from app.runtime.sdnotify import systemd_notify
+from app.runtime.startup import start_services
+from app.store.metrics import Metrics
+from app.store.services import Services
 
 
 class State(TypedDict):
     """What every request sees in `request.state`."""
 
     services: Services
-    # The S3 API's operations on the store (its handlers read it, app.s3.context).
+    # The S3 API's operations on the store (its handlers read it, app.http.s3.context).
     s3: S3Service
 
 
@@ -74,7 +74,7 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
         summary="Files stored in a private Telegram channel through a pool of bots.",
         version=__version__,
         lifespan=lifespan,
-        # /docs and /redoc are the web page's (app/web/routes.py): FastAPI's
+        # /docs and /redoc are the web page's (app/http/web/routes.py): FastAPI's
         # load their scripts from a CDN.
         docs_url=None,
         redoc_url=None,
@@ -83,7 +83,7 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    # Per process, like the app: failed sign-ins of the web page (app/api/sign_in_limits.py).
+    # Per process, like the app: failed sign-ins of the web page (app/http/api/sign_in_limits.py).
     app.state.sign_in_limits = SignInLimits()
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.

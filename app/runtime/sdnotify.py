@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.store.services import Services
     from app.telegram.dispatcher import BotStatus
 
-log = structlog.get_logger("app.ops.sdnotify")
+log = structlog.get_logger("app.runtime.sdnotify")
 
 STATUS_INTERVAL = 5.0  # seconds between STATUS= updates
 LISTEN_WAIT = 15.0  # how long READY=1 waits for the HTTP port to accept connections

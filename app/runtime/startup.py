@@ -5,7 +5,7 @@ bot clients, the dispatcher, the GC and the object store. It does not wait for
 Telegram: each bot joins the pool when its getMe check passes
 (app.telegram.probe), so the service listens at once; `wait_ready` (/ready,
 systemd's READY=1) waits for the first bot. What it returns, `Services`
-(app.services), stops them in the reverse order, letting in-flight work
+(app.store.services), stops them in the reverse order, letting in-flight work
 finish first. Apart from `Services` so that the handle the HTTP layers hold
 reads on its own, without the long wiring of every part.
 """
@@ -21,13 +21,12 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.config import Settings
+from app.config.settings import Settings
+from app.config.tuning import Tuning
 from app.db import trash
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
-from app.metrics import Metrics, UploadBudgetUse
-from app.services import Services
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
@@ -39,6 +38,7 @@ from app.store.instance import InstanceHeartbeat, new_instance_id
 from app.store.journal import Journal
 from app.store.leases import BotLeases
 from app.store.locator import ChunkLocator
+from app.store.metrics import Metrics, UploadBudgetUse
 from app.store.multipart import MultipartStore
 from app.store.reader import READ_BLOCK, RangeReader
 from app.store.reconcile import Reconciler, may_have_posted
@@ -46,9 +46,11 @@ from app.store.resumable import ResumableStore
 from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
+from app.store.services import Services
 from app.store.shared_paths import SharedPaths
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
+from app.store.throughput import ThroughputHistory, sampler
 from app.store.trash import TrashStore
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
@@ -56,12 +58,10 @@ from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
-from app.throughput import ThroughputHistory, sampler
-from app.tuning import Tuning
 
 # The name these events were logged under before start_services moved here
-# from app.services: the lines stay as they were for whoever searches them.
-log = structlog.get_logger("app.services")
+# from app.store.services: the lines stay as they were for whoever searches them.
+log = structlog.get_logger("app.store.services")
 
 
 class StartupError(Exception):
@@ -373,7 +373,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
     if not settings.public_base_url:
-        # app/http/links.py: a link built from a request's Host header points
+        # app/http/shared/links.py: a link built from a request's Host header points
         # wherever the client said.
         log.warning(
             "public_base_url_unset",

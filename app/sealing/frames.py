@@ -17,6 +17,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from app.kit.seekable_body import SEND_PIECE, SeekableBody
 from app.sealing.layout import (
     FRAME_SIZE,
     SEALED_FRAME_SIZE,
@@ -25,7 +26,6 @@ from app.sealing.layout import (
     frame_plaintext_size,
     sealed_size,
 )
-from app.seekable_body import SEND_PIECE, SeekableBody
 
 MAGIC = b"TUF1"
 

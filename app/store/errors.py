@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # What the Telegram layer raises passes through the store unchanged: the HTTP
-# layers map it (app.http.errors) by these names, so that they depend on the
+# layers map it (app.http.shared.errors) by these names, so that they depend on the
 # store alone (api/s3 -> store -> telegram/db, checked by import-linter).
 from app.telegram.errors import BotUnusable as BotUnusable
 from app.telegram.errors import DispatcherClosed as DispatcherClosed

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.pending import PendingRepository
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 
 #: Seconds between two measures for /metrics.
 LAG_INTERVAL = 10.0

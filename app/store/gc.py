@@ -23,7 +23,7 @@ from app.db.gc import GcRepository
 from app.db.models import GcReason
 from app.db.session import session_scope
 from app.db.trash import TrashRepository
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import ChatForbidden, PermanentError, TelegramError
 from app.telegram.types import StoredDocument

@@ -33,7 +33,7 @@ from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.store.blocks import READABLE, digest_for_new_chunks
 from app.store.gc import GarbageCollector
 from app.store.reconcile import Reconciler

@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import journal, snapshots
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.store.encryption import Encryption
 from app.store.snapshot import Snapshots, send_recorded
 from app.telegram.client import BotClient

@@ -44,7 +44,7 @@ from app.db.leases import LeaseRepository, LeaseRow
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.store.blocks import READABLE
 from app.telegram.dispatcher import Dispatcher
 

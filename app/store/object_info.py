@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from app.checksums import FULL_OBJECT
 from app.db.object_rows import ObjectRow, StoredChecksum
+from app.kit.checksums import FULL_OBJECT
 
 
 class ObjectInfo(NamedTuple):

@@ -10,8 +10,8 @@ exactly these bytes: the whole object, in the same algorithm, FULL_OBJECT.
 
 from __future__ import annotations
 
-from app.checksums import b64, new_checksum
-from app.consumer_abort import CONSUMER_ABORT
+from app.kit.checksums import b64, new_checksum
+from app.kit.consumer_abort import CONSUMER_ABORT
 from app.store.errors import ContentUnavailable
 from app.store.service import FULL_OBJECT, ObjectInfo, ObjectStore
 

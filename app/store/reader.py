@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from app.consumer_abort import CONSUMER_ABORT
+from app.kit.consumer_abort import CONSUMER_ABORT
 from app.sealing.layout import FRAME_SIZE
 from app.store.blocks import BLOCK_SIZE
 from app.store.copy_fetch import CopyCorrupt, HashesFound, fetch_checked

@@ -39,7 +39,7 @@ from app.db.multipart_errors import PartsNotStored
 from app.db.resumable import Segment, TusRepository, TusUploadMissing
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.store.flusher import Flusher
 from app.store.resumable_protocol import BodyTooLong, Checksum, ChecksumMismatch, UploadState
 from app.store.service import ObjectStore

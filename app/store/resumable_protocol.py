@@ -1,4 +1,4 @@
-"""What the tus protocol layer (app/api/tus.py) needs from the storage.
+"""What the tus protocol layer (app/http/api/tus.py) needs from the storage.
 
 The protocol layer parses headers and answers in tus's terms; everything it
 does to an upload goes through `ResumableUploads`, implemented on the spool,

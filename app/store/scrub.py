@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.sealing import CUSTOMER_KEY_ID
 from app.store.blocks import hashes_root
 from app.store.encryption import Encryption

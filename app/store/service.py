@@ -25,10 +25,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-# COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
-# the HTTP layers, which never import app.db.
-from app.checksums import COMPOSITE as COMPOSITE
-from app.checksums import FULL_OBJECT as FULL_OBJECT
 from app.db import objects as db_objects
 from app.db.chunks import ChunksMissing
 from app.db.copies import CopyRepository
@@ -45,6 +41,11 @@ from app.db.session import session_scope
 from app.db.single_statement_sql import TrashMove, inserted_row
 from app.db.single_statements import AsyncStatements, SingleStatements
 from app.db.types import utcnow
+
+# COMPOSITE, FULL_OBJECT, PartSummary and StoredChecksum are re-exported for
+# the HTTP layers, which never import app.db.
+from app.kit.checksums import COMPOSITE as COMPOSITE
+from app.kit.checksums import FULL_OBJECT as FULL_OBJECT
 from app.store import encryption
 from app.store.errors import NotOwner, ObjectNotFound
 from app.store.gc import GarbageCollector

@@ -3,7 +3,7 @@
 `Services` gives the HTTP layers every part of the service (database,
 dispatcher, stores, background loops) and answers what they ask of it as a
 whole: is it ready, is the database up, how long to go on serving once told
-to stop. app.startup builds it (`start_services`); `Services.close` stops
+to stop. app.runtime.startup builds it (`start_services`); `Services.close` stops
 everything in the reverse order, letting in-flight work finish first.
 """
 
@@ -18,8 +18,7 @@ import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.config import Settings
-from app.metrics import Metrics
+from app.config.settings import Settings
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.flush_lag import FlushLagWatch
@@ -28,6 +27,7 @@ from app.store.gc import GarbageCollector
 from app.store.instance import InstanceHeartbeat
 from app.store.journal import Journal
 from app.store.leases import BotLeases
+from app.store.metrics import Metrics
 from app.store.multipart import MultipartStore
 from app.store.resumable import ResumableStore
 from app.store.scrub import Scrub
@@ -36,15 +36,15 @@ from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
+from app.store.throughput import ThroughputHistory
 from app.store.trash import TrashStore
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo
-from app.throughput import ThroughputHistory
 
-log = structlog.get_logger("app.services")
+log = structlog.get_logger("app.store.services")
 
 
 @dataclass
@@ -119,6 +119,6 @@ class Services:
         return delay if alive - {self.instance.instance_id} else 0.0
 
     async def close(self) -> None:
-        """Stop everything, in the reverse order of the start (app.startup)."""
+        """Stop everything, in the reverse order of the start (app.runtime.startup)."""
         await self._stack.aclose()
         log.info("services_stopped")

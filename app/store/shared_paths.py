@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.session import session_scope
 from app.db.shared_paths import SharedPathRepository
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import TelegramError
 

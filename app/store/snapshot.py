@@ -39,7 +39,7 @@ from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.migrations import head_revision
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
 from app.telegram.dispatcher import Dispatcher

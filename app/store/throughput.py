@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 
 if TYPE_CHECKING:
-    from app.metrics import Metrics
+    from app.store.metrics import Metrics
     from app.telegram.dispatcher import BotStatus
 
 SAMPLE_SECONDS = 5.0

@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from app import jitter
+from app.kit import jitter
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
@@ -86,7 +86,7 @@ class Attempts:
         self.max_attempts = max_attempts
         self._transient_backoff = transient_backoff
         self._abandoned_hold = abandoned_hold
-        # Set by the service after construction (app/startup.py).
+        # Set by the service after construction (app/runtime/startup.py).
         self.on_orphan: OrphanHandler | None = None
         self.on_attempt: AttemptObserver | None = None
         self.on_abandoned_send: AbandonedSendHandler | None = None

@@ -14,7 +14,7 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from app.seekable_body import SEND_PIECE, SeekableBody
+from app.kit.seekable_body import SEND_PIECE, SeekableBody
 
 # A piece this long is sent as it came. A shorter one is joined with its
 # short neighbours (up to SEND_PIECE): a slow client's body comes in pieces of

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from app.config import BotToken
-from app.seekable_body import SEND_PIECE, SeekableBody
+from app.config.settings import BotToken
+from app.kit.seekable_body import SEND_PIECE, SeekableBody
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,

@@ -39,8 +39,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
-from app import jitter
-from app.periodic import Periodic
+from app.kit import jitter
+from app.kit.periodic import Periodic
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError

@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from app import jitter
+from app.kit import jitter
 from app.telegram.errors import BotUnusable, NoUsableBot
 from app.telegram.worker import BotWorker, Job
 

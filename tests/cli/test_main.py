@@ -15,9 +15,9 @@ import pytest
 import structlog
 from rich.console import Console
 
-from app.cli import main
-from app.durability_cli import check_durability
-from app.logging import configure_logging
+from app.cli.durability import check_durability
+from app.cli.main import main
+from app.kit.logging import configure_logging
 from tests.running_service import CHAT_ID, CHUNK, Service, eventually
 
 

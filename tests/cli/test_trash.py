@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.api.test_cli import run_cli
-from tests.api.test_cli import service_logs_elsewhere as service_logs_elsewhere
+from tests.cli.test_main import run_cli
+from tests.cli.test_main import service_logs_elsewhere as service_logs_elsewhere
 from tests.running_service import ServiceFactory
 
 

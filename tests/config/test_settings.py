@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from app.config import MAX_CHUNK_SIZE, BotToken, SettingsError, load_settings, retired_settings
+from app.config.settings import (
+    MAX_CHUNK_SIZE,
+    BotToken,
+    SettingsError,
+    load_settings,
+    retired_settings,
+)
 
 T1 = "123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 T2 = "654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbw"

@@ -32,7 +32,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config.settings import Settings
 from tests.conftest import BACKENDS, empty_tables
 from tests.db.helpers import Database
 from tests.running_service import assert_one_call_per_token, parse_metrics
@@ -61,7 +61,7 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def serve_command(tuning: Mapping[str, Any] | None = None) -> list[str]:
-    """`teleuploader serve`, or, to shorten its timers (app/tuning.py: not
+    """`teleuploader serve`, or, to shorten its timers (app/config/tuning.py: not
     settings), the same through tests/serve_tuned.py (needs PYTHONPATH=REPO)."""
     if not tuning:
         return [str(TELEUPLOADER), "serve"]

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config.settings import Settings
 from tests.deploy.conftest import (
     CADDY,
     CADDYFILE,

@@ -16,9 +16,9 @@ import httpx
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.cli.demo import create_api_key
 from app.db.engine import create_engine
 from app.db.models import Chunk
-from app.demo import create_api_key
 from tests.conftest import run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for

@@ -8,9 +8,9 @@ from __future__ import annotations
 import configparser
 import re
 
-from app.config import Settings
+from app.config.settings import Settings
 from app.db.engine import POOL_OVERFLOW, POOL_SIZE
-from app.serving import KEEP_ALIVE_SECONDS
+from app.kit.serving import KEEP_ALIVE_SECONDS
 from tests.deploy.conftest import REPO
 
 DEPLOY = REPO / "deploy"

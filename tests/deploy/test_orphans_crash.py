@@ -20,9 +20,9 @@ import threading
 import httpx
 from sqlalchemy import select
 
+from app.cli.demo import create_api_key
 from app.db.engine import create_engine
 from app.db.models import ChunkCopy, Piece
-from app.demo import create_api_key
 from tests.conftest import run_async
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, configure_sim, wait_for
 from tests.running_service import payload

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.demo import create_api_key
+from app.cli.demo import create_api_key
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (

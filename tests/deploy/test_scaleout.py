@@ -24,9 +24,9 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from app.cli.demo import create_api_key
 from app.db.engine import create_engine
 from app.db.models import BotLease, Chunk, GcEntry, SharedFilePath
-from app.demo import create_api_key
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (

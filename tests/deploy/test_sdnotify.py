@@ -1,4 +1,4 @@
-"""app/ops/sdnotify.py in-process: the datagram protocol, the watchdog task and
+"""app/runtime/sdnotify.py in-process: the datagram protocol, the watchdog task and
 the lifecycle the app's lifespan runs (the real service is tested under a
 fake systemd in test_systemd.py)."""
 
@@ -19,8 +19,8 @@ from typing import Any, cast
 import pytest
 from structlog.testing import capture_logs
 
-from app.ops.sdnotify import Notifier, describe_bots, systemd_notify
-from app.services import Services
+from app.runtime.sdnotify import Notifier, describe_bots, systemd_notify
+from app.store.services import Services
 from app.telegram.dispatcher import BotStatus
 
 

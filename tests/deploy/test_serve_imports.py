@@ -27,7 +27,8 @@ import httpx
 from tests.deploy.conftest import TELEUPLOADER, ServiceStarter, base_env, sqlite_url
 
 VERBOSE_IMPORTS = {"PYTHONVERBOSE": "1"}
-# Written once a module has loaded: "import 'app.main' # <...SourceFileLoader object at 0x...>".
+# Written once a module has loaded:
+#   "import 'app.runtime.main' # <...SourceFileLoader object at 0x...>".
 _IMPORT_LINE = re.compile(r"^import '([^']+)' # ")
 
 #: Modules a server never needs, and who does.
@@ -36,10 +37,10 @@ NOT_FOR_SERVE = {
     "mako": "Alembic's templates (new migrations)",
     "rich": "the client commands (upload, download, check)",
     "pygments": "rich's syntax highlighting, for the client commands",
-    "app.client_cli": "the client commands",
+    "app.cli.client": "the client commands",
     "app.telegram.simulator": "`teleuploader telegram-sim` and the demo",
-    "app.demo": "`teleuploader demo`",
-    "awscrt": "the first CRC64NVME or full-object multipart checksum (app/checksums.py)",
+    "app.cli.demo": "`teleuploader demo`",
+    "awscrt": "the first CRC64NVME or full-object multipart checksum (app/kit/checksums.py)",
     "watchfiles": "uvicorn's --reload, which serve does not offer",
     # 9 MiB of memory: loaded only with ENCRYPTION_KEYS, or to read a sealed chunk.
     "cryptography": "encryption at rest (app/sealing), with master keys configured",
@@ -93,7 +94,7 @@ def test_an_idle_server_and_its_native_requests_import_no_tool_it_does_not_use(
     modules = imported(service.proc.stderr())
     # The reading works: the server's own modules, the S3 gateway among them
     # (on every request's path, so not loaded lazily).
-    assert {"app.main", "app.s3.gateway", "uvicorn"} <= modules, sorted(modules)[:50]
+    assert {"app.runtime.main", "app.http.s3.gateway", "uvicorn"} <= modules, sorted(modules)[:50]
     assert unexpected(modules) == {}
 
 

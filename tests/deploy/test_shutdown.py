@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.demo import create_api_key
+from app.cli.demo import create_api_key
 from tests.conftest import run_async
 from tests.deploy.conftest import (
     Service,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trustme
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.client import BotClient
 from app.telegram.errors import TelegramError

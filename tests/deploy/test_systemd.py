@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config.settings import Settings
 from tests.deploy.conftest import (
     REPO,
     TELEUPLOADER,
@@ -138,7 +138,7 @@ def test_unit_stop_timeout_covers_the_drain() -> None:
 
 
 def test_env_example_lists_every_setting() -> None:
-    """Every setting of app/config.py is in deploy/env.example, and the example
+    """Every setting of app/config/settings.py is in deploy/env.example, and the example
     itself is valid settings."""
     text = ENV_EXAMPLE.read_text()
     assigned = {

@@ -37,7 +37,7 @@ from tests.deploy.conftest import (
 )
 
 UV = REPO / "scripts" / "uv"
-MIGRATION = "app/migrations/versions/0001_initial.py"
+MIGRATION = "app/db/migrations/versions/0001_initial.py"
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,10 @@ def test_sdist_and_wheel_carry_the_migrations_and_the_page(dist: tuple[Path, Pat
         in_sdist = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     with zipfile.ZipFile(wheel_path) as wheel:
         in_wheel = set(wheel.namelist())
-    for path in (MIGRATION, "app/migrations/env.py", "app/web/static/index.html", "LICENSE"):
+    shipped = (MIGRATION, "app/db/migrations/env.py", "app/http/web/static/index.html")
+    for path in (*shipped, "LICENSE"):
         assert path in in_sdist, path
-    for path in (MIGRATION, "app/migrations/env.py", "app/web/static/index.html"):
+    for path in shipped:
         assert path in in_wheel, path
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in in_wheel)
 

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import app
-from app import jitter
+from app.kit import jitter
 
 APP = Path(app.__file__).parent
 # Making a generator of one's own is the point; everything else draws from the global one.

@@ -17,8 +17,8 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config import BotToken, load_settings
-from app.logging import REQUEST_ID, _json_line, configure_logging, utc_timestamp
+from app.config.settings import BotToken, load_settings
+from app.kit.logging import REQUEST_ID, _json_line, configure_logging, utc_timestamp
 
 
 @pytest.fixture

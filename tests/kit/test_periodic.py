@@ -1,4 +1,4 @@
-"""The one runner of the service's background loops (app/periodic.py)."""
+"""The one runner of the service's background loops (app/kit/periodic.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from app.periodic import Periodic
+from app.kit.periodic import Periodic
 
 
 async def test_rounds_go_on_after_a_failure_which_is_logged_counted_and_observed() -> None:

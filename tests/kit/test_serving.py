@@ -1,4 +1,4 @@
-"""`teleuploader serve`'s two-step stop (app/serving.py), on a real socket:
+"""`teleuploader serve`'s two-step stop (app/kit/serving.py), on a real socket:
 told to stop, the server serves on, unready, for the delay it is given, then
 closes its listener; a second signal cuts the delay short."""
 
@@ -20,8 +20,8 @@ from fastapi import FastAPI, Request
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.head_limits import HeadMeter
-from app.serving import _DrainingServer, serve_in_task
+from app.kit.head_limits import HeadMeter
+from app.kit.serving import _DrainingServer, serve_in_task
 
 DELAY = 0.8
 
@@ -150,7 +150,7 @@ async def test_without_a_delay_new_writes_are_refused_from_the_signal_on() -> No
         assert await refused(run.url)
 
 
-# --- limits on the request head (app/head_limits.py) ---------------------------
+# --- limits on the request head (app/kit/head_limits.py) ---------------------------
 
 
 async def _exchange(url: str, *pieces: bytes) -> tuple[bytes, bool]:

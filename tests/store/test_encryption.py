@@ -13,13 +13,13 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.cli import main
+from app.cli.main import main
 from app.db.models import Chunk, ChunkCopy, Piece, SpooledPart
 from app.db.session import session_scope
 from app.sealing.layout import FRAME_SIZE, sealed_size
-from app.services import Services
+from app.store.services import Services
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import Service, ServiceFactory, ServiceLauncher, eventually
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 # Three frames a chunk: a Range read can start and end inside a chunk.
 CHUNK = 3 * FRAME_SIZE

@@ -28,9 +28,9 @@ from app.db.gc import GcRepository
 from app.db.models import Chunk, GcEntry
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.metrics import Metrics
 from app.store.gc import GarbageCollector
-from tests.api.test_database_outage import PrivatePgbouncer, outage_service, pgbouncer
+from app.store.metrics import Metrics
+from tests.http.api.test_database_outage import PrivatePgbouncer, outage_service, pgbouncer
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually, payload
 
 Sessions = async_sessionmaker[AsyncSession]

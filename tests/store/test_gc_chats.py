@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.db.gc import GcRepository
 from app.db.models import GcEntry
 from app.db.session import session_scope

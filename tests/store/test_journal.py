@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.demo import create_api_key
-from app.services import Services
+from app.cli.demo import create_api_key
 from app.store.channel_audit import audit_channel
 from app.store.journal import Journal, pointer, read_batch
+from app.store.services import Services
 from app.telegram.client import BotClient
 from tests.db.helpers import Database
 from tests.running_service import (

@@ -19,7 +19,7 @@ from typing import TypeVar
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.db.leases import LeaseRepository, LeaseRow
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository

@@ -1,6 +1,6 @@
 """Reads of a pending object on an instance that does not hold its spool
 files: they wait for the flush, bounded, then refuse with a Retry-After
-(the holder's side: tests/s3/test_complete_at_spool.py)."""
+(the holder's side: tests/http/s3/test_complete_at_spool.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.http.errors import failure_for
+from app.http.shared.errors import failure_for
 from app.store.encryption import Encryption
 from app.store.errors import ContentPending
 from app.store.pending import PENDING_RETRY_AFTER, PendingReads

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.consumer_abort import CONSUMER_ABORT
+from app.kit.consumer_abort import CONSUMER_ABORT
 from app.store import reader as reader_module
 from app.store.blocks import block_hashes, hashes_root
 from app.store.download_budget import DownloadBudget

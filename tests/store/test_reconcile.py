@@ -32,16 +32,16 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.config import BotToken, Settings
+from app.config.settings import BotToken, Settings
 from app.db.chunks import ChunkRepository
 from app.db.intents import IntentRepository
 from app.db.models import ChatWatermark, Chunk, ChunkCopy, Instance, SendIntent
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.services import Services
-from app.startup import start_services
+from app.runtime.startup import start_services
 from app.store import instance as instance_module
 from app.store.object_write import ObjectWrite
+from app.store.services import Services
 from app.telegram.client import BotClient
 from app.telegram.errors import TelegramError
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator

@@ -23,15 +23,15 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.db.chunks import ChunkRepository
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.models import ChatWatermark, ChunkCopy, Instance
 from app.db.session import session_scope
 from app.db.types import utcnow
-from app.services import Services
-from app.startup import start_services
+from app.runtime.startup import start_services
 from app.store.object_write import ObjectWrite
+from app.store.services import Services
 from app.telegram.client import BotClient
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument

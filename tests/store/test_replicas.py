@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from app.db.models import Chunk, ChunkCopy, Piece
 from app.db.session import session_scope
-from app.services import Services
+from app.store.services import Services
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import (
     CHUNK,
     Service,
@@ -23,7 +24,6 @@ from tests.running_service import (
     eventually,
     payload,
 )
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 CHATS = [-1001000000301, -1001000000302, -1001000000303]
 FILES = 6

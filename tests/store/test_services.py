@@ -1,4 +1,4 @@
-"""Starting and stopping the service's parts (app/startup.py): a start that
+"""Starting and stopping the service's parts (app/runtime/startup.py): a start that
 fails part-way stops what it had started, and a clean start then stop leaves
 nothing running either."""
 
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from app.db.models import BotLease, Instance
 from app.db.types import utcnow
-from app.startup import start_services
+from app.runtime.startup import start_services
 from app.store.leases import BotLeases
 from app.store.resumable import ResumableStore
 from app.telegram.probe import BotProber

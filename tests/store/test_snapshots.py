@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.cli import main
+from app.cli.main import main
 from app.db.engine import create_engine
 from app.db.models import Base
 from tests.conftest import empty_tables
 from tests.db.helpers import Database
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.store.test_encryption import K1
 
 HOUR = 3600

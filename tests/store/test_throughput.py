@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.throughput import BotTotals, Sample, ThroughputHistory
+from app.store.throughput import BotTotals, Sample, ThroughputHistory
 
 
 class Counters:

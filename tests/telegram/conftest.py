@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.simulator import (
     SimulatorConfig,

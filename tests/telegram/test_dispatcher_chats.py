@@ -18,7 +18,7 @@ import httpx
 import pytest
 import respx
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import ChatForbidden, NoUsableBot, PermanentError

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import TelegramError

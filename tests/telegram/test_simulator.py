@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.errors import (
     BotUnusable,

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.errors import ChatForbidden, PermanentError
 from app.telegram.simulator import (

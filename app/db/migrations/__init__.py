@@ -1,7 +1,7 @@
 """Schema migrations (Alembic, configured here rather than in an alembic.ini).
 
-The scripts live in app/migrations/ (env.py, and one file per revision in
-versions/; app/migrations/README.md says how to add one). They are package
+The scripts live beside this module (env.py, and one file per revision in
+versions/; README.md here says how to add one). They are package
 data: a wheel or sdist carries them, so an installed program migrates
 without the checkout.
 
@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 if TYPE_CHECKING:
     from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent
 #: Where Alembic records the revision a database is at (its default name,
 #: which env.py keeps).
 VERSION_TABLE = "alembic_version"

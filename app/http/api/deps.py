@@ -13,12 +13,12 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.api.errors import ApiError
-from app.api.web_session import check_csrf, session_token
-from app.config import Settings
-from app.services import Services
+from app.config.settings import Settings
+from app.http.api.errors import ApiError
+from app.http.api.web_session import check_csrf, session_token
 from app.store.callers import Caller, KeyScope
 from app.store.service import ObjectStore
+from app.store.services import Services
 
 
 def get_services(request: Request) -> Services:

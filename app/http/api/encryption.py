@@ -10,8 +10,8 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.api.deps import AdminKey, ServicesDep
-from app.api.errors import ApiError
+from app.http.api.deps import AdminKey, ServicesDep
+from app.http.api.errors import ApiError
 
 router = APIRouter(tags=["encryption"])
 

@@ -1,7 +1,7 @@
 """Errors as JSON `{"error": ..., "detail": ...}` with the right status.
 
 Store, Telegram and database errors are answered from the table both APIs
-share (`app.http.errors`). Handlers never echo an internal exception: an
+share (`app.http.shared.errors`). Handlers never echo an internal exception: an
 unexpected error is logged with its traceback and answered with a generic 500.
 """
 
@@ -16,11 +16,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from app.http.errors import INTERNAL_ERROR, Failure, failure_for
-from app.http.forms import FormError
+from app.http.shared.errors import INTERNAL_ERROR, Failure, failure_for
+from app.http.shared.forms import FormError
 from app.store.errors import StoreError, TelegramError
 
-log = structlog.get_logger("app.api")
+log = structlog.get_logger("app.http.api")
 
 
 class ApiError(Exception):

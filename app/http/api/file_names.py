@@ -8,9 +8,9 @@ import mimetypes
 
 from fastapi import Request
 
-from app.config import Settings
-from app.http.bidi import strip_bidi
-from app.http.links import public_base
+from app.config.settings import Settings
+from app.http.shared.bidi import strip_bidi
+from app.http.shared.links import public_base
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 from app.store.service import DEFAULT_CONTENT_TYPE
 
@@ -27,7 +27,7 @@ def download_url(request: Request, settings: Settings, public_id: str) -> str:
 
 def clean_name(name: str | None, fallback: str) -> str:
     """A file name as it is kept: no control characters, bidi ones included
-    (app.http.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
+    (app.http.shared.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
     printable = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f")
     cleaned = strip_bidi(printable).strip()
     # Browsers on Windows send a full path as the file name.

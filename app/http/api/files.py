@@ -13,23 +13,23 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
-from app.api.errors import ApiError
-from app.api.file_names import (
+from app.config.settings import Settings
+from app.http.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
+from app.http.api.errors import ApiError
+from app.http.api.file_names import (
     MAX_FILE_NAME_LENGTH,
     NATIVE_BUCKET,
     clean_name,
     download_url,
     guess_type,
 )
-from app.api.schemas import FileList, FileOut
-from app.config import Settings
-from app.http.active_content import NATIVE_FILE_HEADERS
-from app.http.conditions import http_date, not_modified, range_applies
-from app.http.disposition import content_disposition
-from app.http.forms import StreamingForm
-from app.http.ranges import RangeNotSatisfiable, parse_range
-from app.parsing import parse_decimal
+from app.http.api.schemas import FileList, FileOut
+from app.http.shared.active_content import NATIVE_FILE_HEADERS
+from app.http.shared.conditions import http_date, not_modified, range_applies
+from app.http.shared.disposition import content_disposition
+from app.http.shared.forms import StreamingForm
+from app.http.shared.parsing import parse_decimal
+from app.http.shared.ranges import RangeNotSatisfiable, parse_range
 from app.store.callers import Caller
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
@@ -243,7 +243,7 @@ async def download(
         "Last-Modified": http_date(info.updated_at),
         "Accept-Ranges": "bytes",
         # Every file is a download, never a page, script or style sheet of
-        # this origin, whatever its type (app.http.active_content).
+        # this origin, whatever its type (app.http.shared.active_content).
         "Content-Disposition": content_disposition(info.name),
         **NATIVE_FILE_HEADERS,
         "Cache-Control": "private, max-age=0, must-revalidate",

@@ -13,11 +13,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.api.deps import ServicesDep, verify_key
-from app.api.errors import ApiError
-from app.api.schemas import BotReadiness, Readiness
-from app.metrics import CONTENT_TYPE
-from app.services import Services
+from app.http.api.deps import ServicesDep, verify_key
+from app.http.api.errors import ApiError
+from app.http.api.schemas import BotReadiness, Readiness
+from app.store.metrics import CONTENT_TYPE
+from app.store.services import Services
 
 router = APIRouter(tags=["health"])
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.http.route_label import route_label
-from app.logging import REQUEST_ID
-from app.metrics import Metrics
+from app.http.shared.route_label import route_label
+from app.kit.logging import REQUEST_ID
+from app.store.metrics import Metrics
 
 log = structlog.get_logger("app.http")
 

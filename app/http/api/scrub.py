@@ -10,7 +10,7 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.api.deps import AdminKey, ServicesDep
+from app.http.api.deps import AdminKey, ServicesDep
 
 router = APIRouter(tags=["durability"])
 

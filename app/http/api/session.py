@@ -9,12 +9,16 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
-from app.api.deps import ServicesDep, verify_key
-from app.api.errors import ApiError
-from app.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS, SignInLimits
-from app.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
-from app.services import Services
+from app.http.api.deps import ServicesDep, verify_key
+from app.http.api.errors import ApiError
+from app.http.api.sign_in_limits import (
+    SIGN_IN_FAILURES_ALLOWED,
+    SIGN_IN_WINDOW_SECONDS,
+    SignInLimits,
+)
+from app.http.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
 from app.store.callers import Caller
+from app.store.services import Services
 
 router = APIRouter(tags=["web page"])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from app.api.deps import ServicesDep, verify_key
+from app.http.api.deps import ServicesDep, verify_key
 
 router = APIRouter(tags=["web page"])
 

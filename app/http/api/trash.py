@@ -14,11 +14,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from app.api.deps import ServicesDep, SettingsDep, WriteKey
-from app.api.errors import ApiError
-from app.api.file_names import MAX_FILE_NAME_LENGTH, NATIVE_BUCKET, clean_name, download_url
-from app.api.files import NAMED_PREFIX, parse_id_cursor
-from app.config import Settings
+from app.config.settings import Settings
+from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
+from app.http.api.errors import ApiError
+from app.http.api.file_names import MAX_FILE_NAME_LENGTH, NATIVE_BUCKET, clean_name, download_url
+from app.http.api.files import NAMED_PREFIX, parse_id_cursor
 from app.store.callers import Caller
 from app.store.limits import MAX_KEY_LENGTH
 from app.store.object_write import object_name

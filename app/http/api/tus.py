@@ -22,10 +22,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.requests import ClientDisconnect
 
-from app.api.deps import ServicesDep, SettingsDep, WriteKey
-from app.api.errors import ApiError
-from app.api.file_names import NATIVE_BUCKET, clean_name, download_url, guess_type
-from app.api.tus_headers import (
+from app.config.settings import Settings
+from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
+from app.http.api.errors import ApiError
+from app.http.api.file_names import NATIVE_BUCKET, clean_name, download_url, guess_type
+from app.http.api.tus_headers import (
     CHECKSUM_ALGORITHMS,
     MAX_ID_LENGTH,
     TUS_VERSION,
@@ -35,9 +36,8 @@ from app.api.tus_headers import (
     partial_ids,
     tus_error,
 )
-from app.config import Settings
-from app.http.conditions import http_date
-from app.http.links import public_base
+from app.http.shared.conditions import http_date
+from app.http.shared.links import public_base
 from app.store.callers import Caller
 from app.store.resumable_protocol import (
     MAX_SEGMENTS,

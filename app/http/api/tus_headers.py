@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 
-from app.api.errors import ApiError
-from app.parsing import MAX_DECIMAL_DIGITS, parse_decimal
+from app.http.api.errors import ApiError
+from app.http.shared.parsing import MAX_DECIMAL_DIGITS, parse_decimal
 from app.store.resumable_protocol import Checksum
 
 TUS_VERSION = "1.0.0"
@@ -46,7 +46,7 @@ def parse_metadata(header: str | None) -> tuple[str, dict[str, str]]:
 
 
 def parse_length(value: str | None, header: str) -> int | None:
-    """A length or offset header: ASCII digits (app.parsing), else a 400."""
+    """A length or offset header: ASCII digits (app.http.shared.parsing), else a 400."""
     if value is None:
         return None
     parsed = parse_decimal(value)

@@ -13,7 +13,7 @@ import hmac
 
 from fastapi import Request
 
-from app.api.errors import ApiError
+from app.http.api.errors import ApiError
 
 SESSION_COOKIE = "teleuploader_session"
 CSRF_HEADER = "X-CSRF-Token"

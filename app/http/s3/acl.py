@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Final
 from xml.etree.ElementTree import Element
 
-from app.s3.errors import S3Error
-from app.s3.xml.parsing import parse_xml
-from app.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, Owner, escape
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.parsing import parse_xml
+from app.http.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, Owner, escape
 
 CANNED_PRIVATE: Final = "private"
 #: Canned ACLs that grant only the owner's FULL_CONTROL in a single-owner store.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.s3 import acl
-from app.s3.context import S3Request, empty_response, xml_response
-from app.s3.xml.writer import DEFAULT_OWNER
+from app.http.s3 import acl
+from app.http.s3.context import S3Request, empty_response, xml_response
+from app.http.s3.xml.writer import DEFAULT_OWNER
 
 
 async def get_bucket_acl(req: S3Request) -> Response:

@@ -8,11 +8,11 @@ from typing import Final
 
 from starlette.responses import Response
 
-from app.http.conditions import http_date
-from app.s3.context import MAX_KEYS, S3Request, xml_response
-from app.s3.errors import S3Error
-from app.s3.xml.responses import AttributeParts, get_object_attributes_xml
-from app.s3.xml.writer import STANDARD_STORAGE_CLASS, Checksum
+from app.http.s3.context import MAX_KEYS, S3Request, xml_response
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.responses import AttributeParts, get_object_attributes_xml
+from app.http.s3.xml.writer import STANDARD_STORAGE_CLASS, Checksum
+from app.http.shared.conditions import http_date
 
 ATTRIBUTES: Final = frozenset({"ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"})
 

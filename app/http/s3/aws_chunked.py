@@ -3,7 +3,7 @@ signatures, length and trailing checksums verified as the body streams.
 
 A chunk's data is yielded as it arrives, *before* that chunk's signature
 (which can only be checked at the chunk's end) is verified: see
-:mod:`app.s3.payload` for what a caller must do with it.
+:mod:`app.http.s3.payload` for what a caller must do with it.
 """
 
 from __future__ import annotations
@@ -13,21 +13,21 @@ import re
 from collections.abc import AsyncIterator, Iterable
 from typing import Final
 
-from app.checksums import Checksum, new_checksum
-from app.s3.errors import S3Error
-from app.s3.payload_checks import (
+from app.http.s3.errors import S3Error
+from app.http.s3.payload_checks import (
     CHECKSUM_HEADER_PREFIX,
     BodyResult,
     compare_checksum,
     decode_checksum_value,
 )
-from app.s3.sigv4 import (
+from app.http.s3.sigv4 import (
     VerifiedRequest,
     chunk_string_to_sign,
     sign_hex,
     signatures_equal,
     trailer_string_to_sign,
 )
+from app.kit.checksums import Checksum, new_checksum
 
 #: Longest chunk-header line (``<hex size>;chunk-signature=<64 hex>``) accepted.
 MAX_CHUNK_HEADER: Final = 4096

@@ -8,10 +8,10 @@ import binascii
 
 from starlette.responses import Response
 
-from app.s3.context import MAX_KEYS, S3Request, empty_response, xml_response
-from app.s3.errors import S3Error
-from app.s3.names import validate_object_key
-from app.s3.xml.listings import (
+from app.http.s3.context import MAX_KEYS, S3Request, empty_response, xml_response
+from app.http.s3.errors import S3Error
+from app.http.s3.names import validate_object_key
+from app.http.s3.xml.listings import (
     BucketEntry,
     ObjectEntry,
     list_buckets_xml,
@@ -19,18 +19,18 @@ from app.s3.xml.listings import (
     list_objects_v1_xml,
     list_objects_v2_xml,
 )
-from app.s3.xml.parsing import (
+from app.http.s3.xml.parsing import (
     parse_create_bucket_configuration,
     parse_delete_objects,
     parse_versioning_configuration,
 )
-from app.s3.xml.responses import (
+from app.http.s3.xml.responses import (
     DeleteError,
     delete_result_xml,
     location_constraint_xml,
     versioning_configuration_xml,
 )
-from app.s3.xml.writer import DEFAULT_OWNER, STANDARD_STORAGE_CLASS
+from app.http.s3.xml.writer import DEFAULT_OWNER, STANDARD_STORAGE_CLASS
 from app.store.listing import Listing
 
 #: The most buckets one ListBuckets page holds (AWS's cap).

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
-from app.checksums import FULL_OBJECT_ALGORITHMS, SUPPORTED_CHECKSUMS, b64, new_checksum
-from app.s3.errors import S3Error
-from app.s3.payload_checks import BodyResult
+from app.http.s3.errors import S3Error
+from app.http.s3.payload_checks import BodyResult
+from app.kit.checksums import FULL_OBJECT_ALGORITHMS, SUPPORTED_CHECKSUMS, b64, new_checksum
 from app.store.service import COMPOSITE, FULL_OBJECT, StoredChecksum
 
 ALGORITHM_HEADER: Final = "x-amz-checksum-algorithm"

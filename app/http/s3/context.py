@@ -14,18 +14,18 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.logging import REQUEST_ID
-from app.parsing import parse_decimal
-from app.s3 import metadata_text
-from app.s3.aws_chunked import strip_aws_chunked
-from app.s3.errors import S3Error
-from app.s3.payload import request_body
-from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
-from app.s3.service import S3Service
-from app.s3.sigv4 import VerifiedRequest, parse_query
-from app.s3.xml.parsing import MAX_XML_BYTES
-from app.services import Services
+from app.http.s3 import metadata_text
+from app.http.s3.aws_chunked import strip_aws_chunked
+from app.http.s3.errors import S3Error
+from app.http.s3.payload import request_body
+from app.http.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.http.s3.service import S3Service
+from app.http.s3.sigv4 import VerifiedRequest, parse_query
+from app.http.s3.xml.parsing import MAX_XML_BYTES
+from app.http.shared.parsing import parse_decimal
+from app.kit.logging import REQUEST_ID
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_USER_METADATA_BYTES
+from app.store.services import Services
 
 XML = "application/xml"
 #: The most keys, uploads or parts one listing page holds (S3's own cap).

@@ -14,7 +14,7 @@ Use::
     raise S3Error("NoSuchKey", resource="/bucket/key")
     raise S3Error("InvalidArgument", "max-keys must be a non-negative integer")
 
-``app.s3.xml.responses.s3_error_xml(err, ...)`` renders it. Store, Telegram and database
+``app.http.s3.xml.responses.s3_error_xml(err, ...)`` renders it. Store, Telegram and database
 errors become S3Errors through the table both APIs share (`s3_error_for`).
 """
 
@@ -25,9 +25,9 @@ from typing import Final
 
 import structlog
 
-from app.http.errors import Failure, failure_for
+from app.http.shared.errors import Failure, failure_for
 
-log = structlog.get_logger("app.s3")
+log = structlog.get_logger("app.http.s3")
 
 #: code -> (HTTP status, default message). Messages follow AWS's wording.
 ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
@@ -223,7 +223,7 @@ def from_failure(failure: Failure) -> S3Error:
 
 def s3_error_for(exc: BaseException) -> S3Error | None:
     """A store, Telegram or database error as S3 reports it (the table in
-    `app.http.errors`); None for anything else."""
+    `app.http.shared.errors`); None for anything else."""
     failure = failure_for(exc)
     return None if failure is None else from_failure(failure)
 

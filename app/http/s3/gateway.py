@@ -12,7 +12,7 @@ from the raw path exactly as sent, because that is what the client signed.
 
 The gateway checks the signature, hands the request to the route table
 (`router.py`) and renders whatever was raised as an S3 `<Error>` document
-(through the error table both APIs share, `app.http.errors`).
+(through the error table both APIs share, `app.http.shared.errors`).
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.http.headers import IndexedHeaders
-from app.http.route_label import set_route_label
-from app.s3.context import XML, S3Request, request_id
-from app.s3.errors import S3Error, as_s3_error
-from app.s3.names import is_reserved_bucket, split_path
-from app.s3.post_object import is_form_post, post_object
-from app.s3.router import dispatch, label_route
-from app.s3.service import S3Service
-from app.s3.sigv2 import is_sigv2_request, verify_sigv2
-from app.s3.sigv4 import is_sigv4_request, verify_request
-from app.s3.xml.responses import s3_error_xml
-from app.services import Services
+from app.http.s3.context import XML, S3Request, request_id
+from app.http.s3.errors import S3Error, as_s3_error
+from app.http.s3.names import is_reserved_bucket, split_path
+from app.http.s3.post_object import is_form_post, post_object
+from app.http.s3.router import dispatch, label_route
+from app.http.s3.service import S3Service
+from app.http.s3.sigv2 import is_sigv2_request, verify_sigv2
+from app.http.s3.sigv4 import is_sigv4_request, verify_request
+from app.http.s3.xml.responses import s3_error_xml
+from app.http.shared.headers import IndexedHeaders
+from app.http.shared.route_label import set_route_label
+from app.store.services import Services
 
 __all__ = ["XML", "S3Gateway", "draining_refusal", "error_response"]
 

@@ -11,10 +11,8 @@ from typing import TypeVar
 
 from starlette.responses import Response, StreamingResponse
 
-from app.checksums import CHECKSUM_SIZES, object_checksum
-from app.parsing import parse_decimal
-from app.s3 import checksum_headers, sse, tagging
-from app.s3.context import (
+from app.http.s3 import checksum_headers, sse, tagging
+from app.http.s3.context import (
     MAX_KEYS,
     XML,
     S3Request,
@@ -22,24 +20,31 @@ from app.s3.context import (
     request_id,
     xml_response,
 )
-from app.s3.errors import S3Error, as_s3_error
-from app.s3.object_handlers import retrying_copy, source_object
-from app.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
-from app.s3.service import CopiedPart
-from app.s3.write_conditions import WriteConditions
-from app.s3.xml.listings import PartEntry, UploadEntry, list_multipart_uploads_xml, list_parts_xml
-from app.s3.xml.parsing import (
+from app.http.s3.errors import S3Error, as_s3_error
+from app.http.s3.object_handlers import retrying_copy, source_object
+from app.http.s3.payload_checks import CHECKSUM_HEADER_PREFIX, BodyResult
+from app.http.s3.service import CopiedPart
+from app.http.s3.write_conditions import WriteConditions
+from app.http.s3.xml.listings import (
+    PartEntry,
+    UploadEntry,
+    list_multipart_uploads_xml,
+    list_parts_xml,
+)
+from app.http.s3.xml.parsing import (
     CompletedPart,
     parse_complete_multipart,
     parse_complete_part_checksums,
 )
-from app.s3.xml.responses import (
+from app.http.s3.xml.responses import (
     complete_multipart_upload_xml,
     copy_part_xml,
     initiate_multipart_upload_xml,
     s3_error_xml,
 )
-from app.s3.xml.writer import Checksum
+from app.http.s3.xml.writer import Checksum
+from app.http.shared.parsing import parse_decimal
+from app.kit.checksums import CHECKSUM_SIZES, object_checksum
 from app.store.limits import MAX_PART_NUMBER
 from app.store.multipart import UploadInfo
 from app.store.service import ObjectInfo

@@ -12,7 +12,7 @@ import re
 from typing import Final
 from urllib.parse import unquote_to_bytes
 
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
 
 #: Names that would collide with the service's own routes (the predecessor
 #: answered ``/api``... with a bucket). Refused at creation.

@@ -10,29 +10,29 @@ from urllib.parse import unquote
 import structlog
 from starlette.responses import Response, StreamingResponse
 
-from app.http.active_content import protective_headers
-from app.http.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
-from app.http.header_names import is_header_name
-from app.http.ranges import RangeNotSatisfiable, parse_range
-from app.parsing import parse_decimal
-from app.s3 import checksum_headers, metadata_text, sse, tagging
-from app.s3.context import (
+from app.http.s3 import checksum_headers, metadata_text, sse, tagging
+from app.http.s3.context import (
     STORED_HEADERS,
     S3Request,
     empty_response,
     request_id,
     xml_response,
 )
-from app.s3.errors import S3Error
-from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload_checks import BodyResult
-from app.s3.service import SourceChanged
-from app.s3.write_conditions import WriteConditions
-from app.s3.xml.responses import copy_object_xml
+from app.http.s3.errors import S3Error
+from app.http.s3.names import validate_bucket_name, validate_object_key
+from app.http.s3.payload_checks import BodyResult
+from app.http.s3.service import SourceChanged
+from app.http.s3.write_conditions import WriteConditions
+from app.http.s3.xml.responses import copy_object_xml
+from app.http.shared.active_content import protective_headers
+from app.http.shared.conditions import NOT_MODIFIED, copy_source_refused, evaluate, http_date
+from app.http.shared.header_names import is_header_name
+from app.http.shared.parsing import parse_decimal
+from app.http.shared.ranges import RangeNotSatisfiable, parse_range
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
-log = structlog.get_logger("app.s3")
+log = structlog.get_logger("app.http.s3")
 
 T = TypeVar("T")
 

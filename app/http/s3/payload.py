@@ -2,8 +2,8 @@
 share, and :func:`request_body`, which chains them for a verified request.
 
 The verifiers (SHA-256, Content-MD5, ``x-amz-checksum-*``) are in
-:mod:`app.s3.payload_checks`, the aws-chunked decoder in
-:mod:`app.s3.aws_chunked`. Every one of them is (or returns) an async
+:mod:`app.http.s3.payload_checks`, the aws-chunked decoder in
+:mod:`app.http.s3.aws_chunked`. Every one of them is (or returns) an async
 generator over an ``AsyncIterator[bytes]`` (for instance Starlette's
 ``request.stream()``) and holds a bounded amount of the body in memory: the
 pieces it yields are the pieces it received (or slices of them), never the
@@ -11,12 +11,12 @@ whole body and never a whole aws-chunked chunk.
 
 **The end of the stream is part of the verification.** A digest, a chunk
 signature, a trailing checksum or a length is only known to be right once the
-generator is exhausted; a mismatch is raised as :class:`~app.s3.errors.S3Error`
+generator is exhausted; a mismatch is raised as :class:`~app.http.s3.errors.S3Error`
 from the last ``__anext__`` (or from the middle, as soon as something is known to
 be wrong). The caller must write what it receives to temporary storage and
 commit it only when the iteration ended without an exception; on any exception
 it must discard everything it received. In particular
-:func:`~app.s3.aws_chunked.decode_aws_chunked` yields a chunk's data as it
+:func:`~app.http.s3.aws_chunked.decode_aws_chunked` yields a chunk's data as it
 arrives, *before* that chunk's signature (which can only be checked at the
 chunk's end) is verified.
 """
@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Final
 
-from app.s3.aws_chunked import decode_aws_chunked
-from app.s3.payload_checks import (
+from app.http.s3.aws_chunked import decode_aws_chunked
+from app.http.s3.payload_checks import (
     CHECKSUM_HEADER_PREFIX,
     BodyResult,
     decode_checksum_value,
@@ -36,7 +36,7 @@ from app.s3.payload_checks import (
     verify_md5,
     verify_sha256,
 )
-from app.s3.sigv4 import PayloadMode, VerifiedRequest
+from app.http.s3.sigv4 import PayloadMode, VerifiedRequest
 
 #: ``x-amz-checksum-*`` headers that are not checksum values.
 _NOT_CHECKSUM_VALUES: Final = frozenset({"algorithm", "type", "mode"})

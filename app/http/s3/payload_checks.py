@@ -2,7 +2,7 @@
 stream learned (:class:`BodyResult`).
 
 Each verifier yields the body as it receives it and raises at its end on a
-mismatch (see :mod:`app.s3.payload`: the end of the stream is part of the
+mismatch (see :mod:`app.http.s3.payload`: the end of the stream is part of the
 verification). Malformed header values raise on the first iteration.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from app.checksums import CHECKSUM_SIZES, Checksum, new_checksum
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
+from app.kit.checksums import CHECKSUM_SIZES, Checksum, new_checksum
 
 CHECKSUM_HEADER_PREFIX: Final = "x-amz-checksum-"
 

@@ -18,20 +18,20 @@ from urllib.parse import quote, urlencode, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.http.forms import FormError, StreamingForm
-from app.http.header_names import is_header_name
-from app.http.links import public_base
-from app.parsing import parse_decimal
-from app.s3 import tagging
-from app.s3.context import empty_response, stored_metadata, xml_response
-from app.s3.errors import S3Error
-from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.payload_checks import verify_checksum
-from app.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
-from app.s3.service import S3Service
-from app.s3.xml.responses import post_response_xml
-from app.services import Services
+from app.http.s3 import tagging
+from app.http.s3.context import empty_response, stored_metadata, xml_response
+from app.http.s3.errors import S3Error
+from app.http.s3.names import validate_bucket_name, validate_object_key
+from app.http.s3.payload_checks import verify_checksum
+from app.http.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
+from app.http.s3.service import S3Service
+from app.http.s3.xml.responses import post_response_xml
+from app.http.shared.forms import FormError, StreamingForm
+from app.http.shared.header_names import is_header_name
+from app.http.shared.links import public_base
+from app.http.shared.parsing import parse_decimal
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
+from app.store.services import Services
 
 #: What a form may carry besides its file (boundaries, part headers, fields).
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.parsing import parse_decimal
-from app.s3.errors import S3Error
-from app.s3.sigv4 import ALGORITHM, derive_signing_key, sign_hex, signatures_equal
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4 import ALGORITHM, derive_signing_key, sign_hex, signatures_equal
+from app.http.shared.parsing import parse_decimal
 
 #: Fields no condition has to name: the signature's own and the file.
 UNCOVERED_FIELDS = frozenset({"policy", "signature", "awsaccesskeyid", "x-amz-signature", "file"})

@@ -20,17 +20,17 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.types import Scope
 
-from app.http.route_label import set_route_label
-from app.s3 import acl_handlers as acl
-from app.s3 import attributes_handler as attributes
-from app.s3 import bucket_handlers as bucket
-from app.s3 import multipart_handlers as multipart
-from app.s3 import object_handlers as obj
-from app.s3 import tagging_handlers as tagging
-from app.s3.context import S3Request
-from app.s3.errors import S3Error
-from app.s3.names import validate_bucket_name, validate_object_key
-from app.s3.xml.writer import NULL_VERSION_ID
+from app.http.s3 import acl_handlers as acl
+from app.http.s3 import attributes_handler as attributes
+from app.http.s3 import bucket_handlers as bucket
+from app.http.s3 import multipart_handlers as multipart
+from app.http.s3 import object_handlers as obj
+from app.http.s3 import tagging_handlers as tagging
+from app.http.s3.context import S3Request
+from app.http.s3.errors import S3Error
+from app.http.s3.names import validate_bucket_name, validate_object_key
+from app.http.s3.xml.writer import NULL_VERSION_ID
+from app.http.shared.route_label import set_route_label
 
 Handler = Callable[[S3Request], Awaitable[Response]]
 

@@ -15,8 +15,8 @@ import hashlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NamedTuple
 
-from app.s3.errors import S3Error
-from app.s3.write_conditions import WriteConditions
+from app.http.s3.errors import S3Error
+from app.http.s3.write_conditions import WriteConditions
 from app.store.buckets import BucketInfo, BucketNotEmpty, BucketStore
 from app.store.errors import ObjectNotFound, UploadTooLarge
 from app.store.limits import MAX_PART_NUMBER

@@ -29,16 +29,16 @@ from urllib.parse import unquote
 
 from starlette.datastructures import Headers
 
-from app.http.conditions import parse_http_date
-from app.parsing import parse_decimal
-from app.s3.errors import S3Error
-from app.s3.sigv4 import (
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4 import (
     MAX_PRESIGN_EXPIRES,
     MAX_SKEW,
     PayloadMode,
     VerifiedRequest,
     format_amz_date,
 )
+from app.http.shared.conditions import parse_http_date
+from app.http.shared.parsing import parse_decimal
 
 PREFIX: Final = "AWS "
 #: SigV2 names no region; the request's is recorded as S3's default one.

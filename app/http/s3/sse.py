@@ -20,7 +20,7 @@ import binascii
 import hashlib
 from collections.abc import Mapping
 
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
 from app.store.service import ObjectInfo, ObjectSeal
 
 HEADER = "x-amz-server-side-encryption"

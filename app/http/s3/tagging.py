@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import unquote
 
-from app.s3.errors import S3Error
-from app.s3.xml.parsing import parse_xml
-from app.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, escape
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.parsing import parse_xml
+from app.http.s3.xml.writer import S3_NAMESPACE, XML_DECLARATION, escape
 
 MAX_TAGS: Final = 10
 MAX_TAG_KEY_LENGTH: Final = 128

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.s3 import tagging
-from app.s3.context import S3Request, empty_response, xml_response
+from app.http.s3 import tagging
+from app.http.s3.context import S3Request, empty_response, xml_response
 
 
 async def get_object_tagging(req: S3Request) -> Response:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from app.http.conditions import etag_matches
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
+from app.http.shared.conditions import etag_matches
 from app.store.service import WriteCheck
 
 

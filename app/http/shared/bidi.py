@@ -5,7 +5,7 @@ kind): invisible, they reorder the text around them, so that
 Names the service makes itself (native and tus file names) have them
 stripped. S3 keys must come back exactly as they were sent, so they are kept,
 and escaped as `[U+202E]` wherever they are shown to a person: the
-Content-Disposition of a download, the web page (app/web/static/api.js keeps
+Content-Disposition of a download, the web page (app/http/web/static/api.js keeps
 the same list).
 """
 

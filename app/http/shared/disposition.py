@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from app.http.bidi import escape_bidi
+from app.http.shared.bidi import escape_bidi
 
 
 def content_disposition(filename: str, disposition: str = "attachment") -> str:

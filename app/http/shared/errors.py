@@ -1,7 +1,7 @@
 """The one error table: what a client is told when the layers below fail.
 
 Both APIs render the same decision: the native API as JSON
-(`app.api.errors`), the S3 API as an `<Error>` document (`app.s3.errors`).
+(`app.http.api.errors`), the S3 API as an `<Error>` document (`app.http.s3.errors`).
 Only the HTTP layer knows this table; the store, Telegram and database layers
 raise their own types and never import HTTP.
 
@@ -49,7 +49,7 @@ from app.store.errors import (
     UploadTooLarge,
 )
 
-log = structlog.get_logger("app.http.errors")
+log = structlog.get_logger("app.http.shared.errors")
 
 #: Retry-After (seconds) when the database cannot be reached.
 DATABASE_RETRY_AFTER = 5

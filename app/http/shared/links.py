@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from app.config import Settings
+from app.config.settings import Settings
 
 
 def public_base(request: Request, settings: Settings) -> str:

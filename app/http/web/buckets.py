@@ -16,13 +16,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
-from app.api.deps import ServicesDep, require_admin_key
-from app.api.errors import ApiError
-from app.http.disposition import content_disposition
-from app.http.links import public_base
-from app.s3.sigv4.presign import presign_get
-from app.services import Services
+from app.http.api.deps import ServicesDep, require_admin_key
+from app.http.api.errors import ApiError
+from app.http.s3.sigv4.presign import presign_get
+from app.http.shared.disposition import content_disposition
+from app.http.shared.links import public_base
 from app.store.buckets import BucketStore
+from app.store.services import Services
 
 router = APIRouter(tags=["web page"])
 

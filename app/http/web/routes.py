@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
-from app.api.errors import ApiError
+from app.http.api.errors import ApiError
 
 router = APIRouter(include_in_schema=False)
 

@@ -9,7 +9,7 @@ with the whole file. Several ranges would get multipart/byteranges from
 nginx; the simulator sends the whole file instead, which HTTP allows and no
 client of the service asks for.
 
-Written apart from the service's own Range parser (app/http/ranges.py), so a
+Written apart from the service's own Range parser (app/http/shared/ranges.py), so a
 test of the service's ranged reads does not check that parser against itself.
 """
 

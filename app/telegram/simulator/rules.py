@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import BotToken
+from app.config.settings import BotToken
 from app.telegram.simulator.bodies import (
     _chat_id_param,
     _int_param,

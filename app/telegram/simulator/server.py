@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from app.serving import serve_in_task
+from app.kit.serving import serve_in_task
 from app.telegram.simulator.config import SimulatorConfig, make_tokens
 from app.telegram.simulator.http import create_simulator_app
 from app.telegram.simulator.state import TelegramSimulator

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.http.active_content import is_active
+from app.http.shared.active_content import is_active
 from tests.running_service import Service
 
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(document.cookie)</script></svg>'

@@ -14,8 +14,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.http.forms import MAX_FORM_TEXT_BYTES, FormError, StreamingForm
+from app.http.shared.forms import MAX_FORM_TEXT_BYTES, FormError, StreamingForm
 
 BOUNDARY = "----boundary42"
 CONTENT_TYPE = f"multipart/form-data; boundary={BOUNDARY}"

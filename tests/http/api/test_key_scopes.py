@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from app.cli.demo import create_api_key
 from app.db.models import KeyScope
-from app.demo import create_api_key
 from tests.db.helpers import key_queries
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 

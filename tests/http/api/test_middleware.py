@@ -1,6 +1,6 @@
 """While the service drains after SIGTERM, new writes get 503 with Retry-After
 and reads go on. `app.state.draining` is what the signal handler of
-`app.serving.run_server` sets; tests/deploy/test_shutdown.py sends the real
+`app.kit.serving.run_server` sets; tests/deploy/test_shutdown.py sends the real
 signal to the real process."""
 
 from __future__ import annotations

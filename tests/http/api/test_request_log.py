@@ -16,9 +16,9 @@ import pytest
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
-from app.api.middleware import RequestContextMiddleware
-from app.logging import configure_logging
-from app.metrics import Metrics
+from app.http.api.middleware import RequestContextMiddleware
+from app.kit.logging import configure_logging
+from app.store.metrics import Metrics
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""The memory of failed sign-ins (app/api/sign_in_limits.py), on a clock the
+"""The memory of failed sign-ins (app/http/api/sign_in_limits.py), on a clock the
 test moves: the window, Retry-After, and the bound on what it remembers."""
 
 from __future__ import annotations
 
-from app.api.sign_in_limits import (
+from app.http.api.sign_in_limits import (
     SIGN_IN_FAILURES_ALLOWED,
     SIGN_IN_WINDOW_SECONDS,
     SignInLimits,

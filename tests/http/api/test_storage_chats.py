@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.cli import main
+from app.cli.main import main
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import ChunkCopy
 from app.db.session import session_scope

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
+from app.cli.demo import create_api_key
 from app.db.models import KeyScope
-from app.demo import create_api_key
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 HOUR = 3600
 

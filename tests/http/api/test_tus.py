@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import func, select
 from tusclient.client import TusClient
 
+from app.cli.demo import create_api_key
 from app.db.engine import create_engine
 from app.db.models import Chunk, MultipartUpload, SpooledPart, TusUpload
-from app.demo import create_api_key
 from app.store import resumable
 from app.store.resumable_protocol import UploadState
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload

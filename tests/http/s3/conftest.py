@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.http.s3.helpers import CapturingClient, boto3_client, freeze_botocore
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, SECRET
 from tests.running_service import Service, ServiceFactory
-from tests.s3.helpers import CapturingClient, boto3_client, freeze_botocore
-from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from starlette.datastructures import Headers
 
-from app.s3.sigv4 import VerifiedRequest, verify_request
+from app.http.s3.sigv4 import VerifiedRequest, verify_request
 
 ACCESS_KEY = "AKIDEXAMPLETELEUP"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

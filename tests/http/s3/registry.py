@@ -1,6 +1,6 @@
 """A real Docker registry (CNCF distribution, Debian's `docker-registry`) on the
 S3 API, pushed to and pulled from with `skopeo`: helpers shared by
-tests/s3/test_docker_registry.py and bench/s3_push_bench.py.
+tests/http/s3/test_docker_registry.py and bench/s3_push_bench.py.
 
 - `build_oci_image` writes an OCI image layout with random gzip layers (no
   Docker daemon needed); `read_oci_image` reads one back.

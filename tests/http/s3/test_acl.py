@@ -12,8 +12,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 from tests.running_service import Service
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 OWNER = {"ID": "teleuploader", "DisplayName": "teleuploader"}
 OWNER_FULL_CONTROL = {

@@ -7,14 +7,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.main import create_app
-from app.s3.gateway import is_native_path
-from app.s3.names import RESERVED_BUCKETS
+from app.http.s3.gateway import is_native_path
+from app.http.s3.names import RESERVED_BUCKETS
+from app.runtime.main import create_app
 from app.telegram.simulator import make_tokens
 from tests.db.helpers import Database
+from tests.http.s3.test_api_boto3 import S3, read
+from tests.http.s3.test_bad_input import error_code
 from tests.running_service import Service, ServiceFactory, make_settings
-from tests.s3.test_api_boto3 import S3, read
-from tests.s3.test_bad_input import error_code
 
 
 @pytest.fixture

@@ -199,7 +199,7 @@ async def test_put_unknown_length_streams_multipart(mc: Client) -> None:
     assert stat.etag == multipart_etag(parts)
     # How many messages the parts became depends on whether each one went
     # straight to the bots or through the spool, which is the machine's load
-    # to decide (tests/s3/test_write_behind.py checks both paths).
+    # to decide (tests/http/s3/test_write_behind.py checks both paths).
     assert await mc.read("packages/blob") == body
     # A range across the boundary of parts 1 and 2.
     assert (

@@ -13,8 +13,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_USER_METADATA_BYTES
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 from tests.running_service import CHAT_ID, CHUNK, Service, payload
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 
 @pytest.fixture

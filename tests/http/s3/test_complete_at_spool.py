@@ -14,8 +14,8 @@ from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from tests.http.s3.test_write_behind import spool_files, upload_parts
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
-from tests.s3.test_write_behind import spool_files, upload_parts
 
 # Postgres too: pending objects are rows of both backends' schemas.
 pytestmark = pytest.mark.both_backends

@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 from tests.running_service import INLINE, Service, ServiceFactory, eventually, payload
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 
 # Postgres too: races between copies and replacements (locking) (tests/README.md, "Which backend").
 pytestmark = pytest.mark.both_backends

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tests.http.s3.test_api_boto3 import S3, code, read
 from tests.running_service import CHUNK, Service
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import S3, code, read
 
 # Postgres too: conditions checked under the key's lock (tests/README.md, "Which backend").
 pytestmark = pytest.mark.both_backends

@@ -14,9 +14,9 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 from tests.running_service import Service, ServiceFactory
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 MiB = 1024 * 1024
 

@@ -41,7 +41,7 @@ from app.db.models import GcEntry
 from tests.conftest import BACKENDS, empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import Processes, base_env, check_one_call_per_token, wait_for
-from tests.s3.registry import (
+from tests.http.s3.registry import (
     CHAT_ID,
     REGISTRY,
     Image,
@@ -360,7 +360,7 @@ def _wait_for_gc(stack: Stack, *, within: float = 30) -> int:
 
 # Deletes final (no trash, whose retention would keep the messages for a day):
 # the registry's deletes must free them now. The trash's own expiry is
-# tested in tests/api/test_trash.py.
+# tested in tests/http/api/test_trash.py.
 @pytest.mark.parametrize(
     "stack", [("sqlite", {"TRASH_RETENTION_SECONDS": "0"})], ids=["sqlite"], indirect=True
 )

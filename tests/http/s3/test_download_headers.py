@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import Service, ServiceFactory
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
 HTML = b"<html><script>alert(1)</script></html>"

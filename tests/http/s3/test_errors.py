@@ -16,12 +16,12 @@ from botocore.exceptions import ClientError
 from sqlalchemy.exc import DBAPIError
 from starlette.requests import Request
 
-from app.s3.errors import ERROR_TABLE, S3Error
-from app.s3.gateway import error_response
-from app.s3.service import S3Service
+from app.http.s3.errors import ERROR_TABLE, S3Error
+from app.http.s3.gateway import error_response
+from app.http.s3.service import S3Service
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, SECRET, client_for
+from tests.http.s3.test_xml import answer, parse
 from tests.running_service import ServiceFactory
-from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET, client_for
-from tests.s3.test_xml import answer, parse
 
 PATH = b"/bucket/some%20key"
 

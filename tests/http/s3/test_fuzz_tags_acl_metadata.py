@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.s3 import acl, metadata_text, tagging
-from app.s3.errors import S3Error
-from app.s3.xml.writer import DEFAULT_OWNER, escape
+from app.http.s3 import acl, metadata_text, tagging
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.writer import DEFAULT_OWNER, escape
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: A header value as Starlette hands it over: its bytes as Latin-1 text.

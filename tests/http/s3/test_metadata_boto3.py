@@ -10,8 +10,8 @@ import pytest
 
 from app.store import service as store_service
 from tests.db.helpers import statements
+from tests.http.s3.test_api_boto3 import S3, code
 from tests.running_service import INLINE, Service
-from tests.s3.test_api_boto3 import S3, code
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.s3.errors import S3Error
-from app.s3.names import (
+from app.http.s3.errors import S3Error
+from app.http.s3.names import (
     MAX_KEY_BYTES,
     RESERVED_BUCKETS,
     bucket_name_problem,

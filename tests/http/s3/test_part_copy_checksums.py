@@ -14,10 +14,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from tests.running_service import Service
-from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET
-from tests.s3.test_parts_and_checksums import (
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, SECRET
+from tests.http.s3.test_parts_and_checksums import (
     PART,
     Client,
     checksum,
@@ -25,6 +23,8 @@ from tests.s3.test_parts_and_checksums import (
     s3,
     service,
 )
+from tests.running_service import Service
+from tests.running_service import payload as data
 
 #: Over INLINE_THRESHOLD: kept in chunks (of 1 MiB in this service).
 SOURCE = data(PART + 3000, seed=41)
@@ -80,8 +80,8 @@ async def source_and_sha256_upload(s3: Client) -> str:
 def answer_early(monkeypatch: pytest.MonkeyPatch, after: float) -> None:
     """Slow copies answer early after `after` seconds (5 in production) and
     send whitespace every 0.2 s."""
-    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", after)
-    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
+    monkeypatch.setattr("app.http.s3.multipart_handlers.EARLY_ANSWER", after)
+    monkeypatch.setattr("app.http.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.2)
 
 
 async def copy_once(client: Any, upload_id: str) -> dict[str, Any]:

@@ -21,10 +21,10 @@ import pytest
 from awscrt import checksums as crt
 from botocore.client import BaseClient
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, SECRET, code
+from tests.http.s3.test_bad_input import error_code, signed
 from tests.running_service import Service, ServiceFactory
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, SECRET, code
-from tests.s3.test_bad_input import error_code, signed
 
 MiB = 1024 * 1024
 #: S3's smallest part but the last.

@@ -11,19 +11,19 @@ from datetime import UTC, datetime
 import google_crc32c
 import pytest
 
-from app.checksums import new_checksum
-from app.s3.aws_chunked import decode_aws_chunked, strip_aws_chunked
-from app.s3.errors import S3Error
-from app.s3.payload import request_body
-from app.s3.payload_checks import (
+from app.http.s3.aws_chunked import decode_aws_chunked, strip_aws_chunked
+from app.http.s3.errors import S3Error
+from app.http.s3.payload import request_body
+from app.http.s3.payload_checks import (
     BodyResult,
     parse_content_md5,
     verify_checksum,
     verify_md5,
     verify_sha256,
 )
-from app.s3.sigv4 import PayloadMode, VerifiedRequest, verify_request
-from tests.s3.helpers import (
+from app.http.s3.sigv4 import PayloadMode, VerifiedRequest, verify_request
+from app.kit.checksums import new_checksum
+from tests.http.s3.helpers import (
     ENDPOINT,
     CapturingClient,
     boto3_client,

@@ -18,10 +18,10 @@ import pytest
 from botocore.config import Config
 
 from app.store.object_write import ObjectWrite
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
+from tests.http.s3.test_bad_input import error_code
+from tests.http.s3.test_sigv2 import default_client
 from tests.running_service import CHUNK, Service, eventually
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
-from tests.s3.test_bad_input import error_code
-from tests.s3.test_sigv2 import default_client
 
 
 @pytest.fixture

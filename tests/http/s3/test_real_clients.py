@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 from tests.running_service import Service, ServiceFactory
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 
 DEBIAN_BIN = Path("/usr/bin")
 MiB = 1024 * 1024

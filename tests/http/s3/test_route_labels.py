@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
+from tests.http.s3.test_api_boto3 import S3, read
+from tests.http.s3.test_post_object import presigned_post, submit
 from tests.running_service import Service
-from tests.s3.test_api_boto3 import S3, read
-from tests.s3.test_post_object import presigned_post, submit
 
 
 def requests_by_label(text: str) -> dict[tuple[str, str, str], float]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.s3.router import _CANDIDATES, ROUTES, UNSUPPORTED, Level
+from app.http.s3.router import _CANDIDATES, ROUTES, UNSUPPORTED, Level
+from tests.http.s3.test_api_boto3 import S3, read
+from tests.http.s3.test_bad_input import error_code, s3, signed
 from tests.running_service import Service
-from tests.s3.test_api_boto3 import S3, read
-from tests.s3.test_bad_input import error_code, s3, signed
 
 __all__ = ["s3"]  # the fixture, shared with test_bad_input
 

@@ -18,11 +18,11 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from starlette.datastructures import Headers
 
-from app.s3.errors import S3Error
-from app.s3.sigv2 import verify_sigv2
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv2 import verify_sigv2
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
+from tests.http.s3.test_bad_input import error_code
 from tests.running_service import Service
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
-from tests.s3.test_bad_input import error_code
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from minio import Minio
 
-from app.s3 import sigv4
-from app.s3.errors import S3Error
-from app.s3.names import split_path
-from app.s3.sigv2 import is_sigv2_request
-from app.s3.sigv4 import (
+from app.http.s3 import sigv4
+from app.http.s3.errors import S3Error
+from app.http.s3.names import split_path
+from app.http.s3.sigv2 import is_sigv2_request
+from app.http.s3.sigv4 import (
     EMPTY_SHA256,
     PayloadMode,
     auth_kind,
@@ -29,9 +29,9 @@ from app.s3.sigv4 import (
     parse_query,
     verify_request,
 )
-from app.s3.sigv4.canonical import uri_candidates
-from app.s3.sigv4.presign import presign_get
-from tests.s3.helpers import (
+from app.http.s3.sigv4.canonical import uri_candidates
+from app.http.s3.sigv4.presign import presign_get
+from tests.http.s3.helpers import (
     ACCESS_KEY,
     CREDENTIALS,
     ENDPOINT,
@@ -445,7 +445,7 @@ def test_sigv2_presigned_url_is_left_to_sigv2(frozen: None) -> None:
     )
     assert "AWSAccessKeyId=" in url
     wire = wire_from_url("GET", url)
-    # The gateway sends it to app.s3.sigv2 (tests/s3/test_sigv2.py serves one).
+    # The gateway sends it to app.http.s3.sigv2 (tests/http/s3/test_sigv2.py serves one).
     assert not is_sigv4_request(wire.headers, wire.query)
     assert is_sigv2_request(wire.headers, wire.query)
 
@@ -631,7 +631,7 @@ def test_bodyless_request_without_payload_header(frozen: None) -> None:
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    from tests.s3.helpers import from_prepared
+    from tests.http.s3.helpers import from_prepared
 
     request = AWSRequest(method="GET", url=f"{ENDPOINT}/bucket/k")
     SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(request)

@@ -1,4 +1,4 @@
-"""Server-side encryption requests (app/s3/sse.py) on a service without
+"""Server-side encryption requests (app/http/s3/sse.py) on a service without
 master keys: what cannot be honoured is refused, never silently ignored.
 With keys, tests/store/test_encryption.py."""
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from tests.http.s3.test_api_boto3 import S3, code
 from tests.running_service import Service
-from tests.s3.test_api_boto3 import S3, code
 
 CUSTOMER_KEY = os.urandom(32)
 

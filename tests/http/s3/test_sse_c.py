@@ -1,4 +1,4 @@
-"""SSE-C, customer-provided keys (app/s3/sse.py, app/sealing/customer.py),
+"""SSE-C, customer-provided keys (app/http/s3/sse.py, app/sealing/customer.py),
 through boto3 against a service without master keys: the client's key seals
 the chunks, opens them, and is refused as AWS refuses it. docs/encryption.md#sse-c."""
 
@@ -17,10 +17,10 @@ from sqlalchemy import select
 from app.db.models.base import Base
 from app.db.session import session_scope
 from app.sealing.keys import parse_keys
-from app.services import Services
 from app.store.key_rotation import rotate
+from app.store.services import Services
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 from tests.running_service import CHUNK, Service, ServiceFactory
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code
 
 MARKER = b"SSE-C-PLAINTEXT-MARKER"
 KEY = os.urandom(32)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.http.s3.test_api_boto3 import S3, code, read
 from tests.running_service import CHUNK, Service
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import S3, code, read
 
 
 @pytest.fixture

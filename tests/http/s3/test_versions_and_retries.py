@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 from tests.running_service import CHUNK, ServiceFactory, eventually
 from tests.running_service import payload as data
-from tests.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, code, read
 
 # Two parts of an object within the test service's MAX_UPLOAD_SIZE.
 PART = 1024 * 1024

@@ -52,8 +52,8 @@ async def call(client: BaseClient, operation: str, **params: Any) -> Any:
 async def service(start_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch) -> Service:
     # Answer 200 early after a short wait (5 s in production), so the test
     # sees the whitespace keep-alive without waiting long.
-    monkeypatch.setattr("app.s3.multipart_handlers.EARLY_ANSWER", 0.3)
-    monkeypatch.setattr("app.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.3)
+    monkeypatch.setattr("app.http.s3.multipart_handlers.EARLY_ANSWER", 0.3)
+    monkeypatch.setattr("app.http.s3.multipart_handlers.KEEPALIVE_INTERVAL", 0.3)
     # What Complete did before objects could be pending: it waits for Telegram
     # (test_complete_at_spool.py: the default, answering at spool durability).
     return await start_service(

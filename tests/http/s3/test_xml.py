@@ -16,9 +16,8 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.http.conditions import http_date, parse_http_date
-from app.s3.errors import S3Error
-from app.s3.xml.listings import (
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.listings import (
     BucketEntry,
     ObjectEntry,
     PartEntry,
@@ -29,13 +28,13 @@ from app.s3.xml.listings import (
     list_objects_v2_xml,
     list_parts_xml,
 )
-from app.s3.xml.parsing import (
+from app.http.s3.xml.parsing import (
     MAX_DELETE_KEYS,
     parse_complete_multipart,
     parse_create_bucket_configuration,
     parse_delete_objects,
 )
-from app.s3.xml.responses import (
+from app.http.s3.xml.responses import (
     DeleteError,
     complete_multipart_upload_xml,
     copy_object_xml,
@@ -47,13 +46,14 @@ from app.s3.xml.responses import (
     s3_error_xml,
     versioning_configuration_xml,
 )
-from app.s3.xml.writer import (
+from app.http.s3.xml.writer import (
     S3_NAMESPACE,
     Owner,
     escape,
     iso8601,
 )
-from tests.s3.helpers import ACCESS_KEY, ENDPOINT, SECRET_KEY, CapturingClient
+from app.http.shared.conditions import http_date, parse_http_date
+from tests.http.s3.helpers import ACCESS_KEY, ENDPOINT, SECRET_KEY, CapturingClient
 
 _SESSION = boto3.session.Session()
 WHEN = datetime(2026, 11, 30, 8, 0, 0, 123456, tzinfo=UTC)

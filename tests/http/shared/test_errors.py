@@ -1,4 +1,4 @@
-"""The one error table (app/http/errors.py): which failures of the layers below
+"""The one error table (app/http/shared/errors.py): which failures of the layers below
 are worth a retry (503 + Retry-After) and which are not, and that both APIs
 render the same decision."""
 
@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from app.api.errors import failure_response
-from app.http.errors import failure_for
-from app.s3.errors import s3_error_for
+from app.http.api.errors import failure_response
+from app.http.s3.errors import s3_error_for
+from app.http.shared.errors import failure_for
 from app.store.errors import ContentUnavailable, ObjectNotFound
 from app.telegram.errors import (
     DispatcherClosed,

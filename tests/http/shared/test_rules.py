@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.datastructures import Headers
 
-from app.http.conditions import (
+from app.http.shared.conditions import (
     NOT_MODIFIED,
     PRECONDITION_FAILED,
     copy_source_refused,
@@ -20,9 +20,9 @@ from app.http.conditions import (
     not_modified,
     range_applies,
 )
-from app.http.disposition import content_disposition
-from app.http.headers import IndexedHeaders
-from app.http.ranges import (
+from app.http.shared.disposition import content_disposition
+from app.http.shared.headers import IndexedHeaders
+from app.http.shared.ranges import (
     ByteRange,
     RangeNotSatisfiable,
     parse_range,

@@ -3,7 +3,7 @@ Telegram simulator: sign in, upload through tus with progress, resume after a
 reload, download byte-exact, delete, the status screen, a wrong key.
 
 These run on SQLite only: the database behind the page's endpoints is
-covered on both backends by tests/web/test_session.py and
+covered on both backends by tests/http/web/test_session.py and
 test_page_endpoints.py; here the browser is what is under test.
 """
 
@@ -22,8 +22,8 @@ import pytest
 from playwright.async_api import Browser, CDPSession, ConsoleMessage, Page, Request, expect
 
 from tests.db.helpers import Database
+from tests.http.web.conftest import record_screenshot
 from tests.running_service import Service, ServiceFactory, payload
-from tests.web.conftest import record_screenshot
 
 ACCESS_KEY = "AKIDBROWSER"
 SECRET = "browser-test-secret-0123456789"

@@ -15,10 +15,10 @@ import boto3
 import pytest
 from botocore.client import BaseClient
 
+from app.cli.demo import create_api_key
 from app.db.models import KeyScope
-from app.demo import create_api_key
-from app.web.buckets import BROWSE_LINK_SECONDS
-from app.web.routes import STATIC_DIR
+from app.http.web.buckets import BROWSE_LINK_SECONDS
+from app.http.web.routes import STATIC_DIR
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 ACCESS_KEY = "AKIDWEBPAGE"

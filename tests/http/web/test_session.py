@@ -11,14 +11,14 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from app.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS
-from app.api.web_session import CSRF_HEADER, SESSION_COOKIE
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import ApiKey, WebSession
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.db.web_sessions import MAX_SESSIONS_PER_KEY
+from app.http.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS
+from app.http.api.web_session import CSRF_HEADER, SESSION_COOKIE
 from tests.running_service import Service, payload
 
 

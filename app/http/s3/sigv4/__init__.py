@@ -42,14 +42,14 @@ signed (otherwise a replayed request could carry an altered
 credential's service must be ``s3`` and its date the request's date.
 
 The result, :class:`VerifiedRequest`, tells the routes how to read the body
-(see ``app.s3.payload.request_body``).
+(see ``app.http.s3.payload.request_body``).
 
 This module tells the forms apart and exports what the rest of the app uses;
 the work is in one module per concept: ``canonical`` (the canonical request),
 ``signing`` (keys, HMACs, dates, the chunk and trailer strings to sign),
 ``checks`` (what both forms check alike), ``header`` and ``presigned`` (the
 two forms), ``request`` (:class:`PayloadMode` and :class:`VerifiedRequest`).
-SigV2 is another module, ``app.s3.sigv2``, to which the gateway sends it.
+SigV2 is another module, ``app.http.s3.sigv2``, to which the gateway sends it.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Final, Literal
 
-from app.s3.errors import S3Error
-from app.s3.sigv4.canonical import (
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4.canonical import (
     canonical_query_string,
     canonical_uri,
     collect_headers,
@@ -67,9 +67,9 @@ from app.s3.sigv4.canonical import (
     parse_query,
     query_pairs,
 )
-from app.s3.sigv4.header import verify_header
-from app.s3.sigv4.presigned import AUTH_QUERY_PARAMS, MAX_PRESIGN_EXPIRES, verify_presigned
-from app.s3.sigv4.request import (
+from app.http.s3.sigv4.header import verify_header
+from app.http.s3.sigv4.presigned import AUTH_QUERY_PARAMS, MAX_PRESIGN_EXPIRES, verify_presigned
+from app.http.s3.sigv4.request import (
     STREAMING_SIGNED_PAYLOAD,
     STREAMING_SIGNED_PAYLOAD_TRAILER,
     STREAMING_UNSIGNED_PAYLOAD_TRAILER,
@@ -77,7 +77,7 @@ from app.s3.sigv4.request import (
     PayloadMode,
     VerifiedRequest,
 )
-from app.s3.sigv4.signing import (
+from app.http.s3.sigv4.signing import (
     ALGORITHM,
     EMPTY_SHA256,
     MAX_SKEW,

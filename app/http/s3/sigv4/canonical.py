@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
-from app.s3.sigv4.signing import ALGORITHM
+from app.http.s3.sigv4.signing import ALGORITHM
 
 _BLANKS_RE: Final = re.compile(rb"[ \t]+")
 # A path of bytes that URI encoding leaves as they are.

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from app.parsing import parse_decimal
-from app.s3.errors import S3Error
-from app.s3.sigv4.canonical import canonical_requests, first_header, string_to_sign
-from app.s3.sigv4.request import VerifiedRequest, payload_mode
-from app.s3.sigv4.signing import (
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4.canonical import canonical_requests, first_header, string_to_sign
+from app.http.s3.sigv4.request import VerifiedRequest, payload_mode
+from app.http.s3.sigv4.signing import (
     SERVICE,
     TERMINATOR,
     derive_signing_key,
     sign_hex,
     signatures_equal,
 )
+from app.http.shared.parsing import parse_decimal
 
 _SIGNED_HEADER_RE: Final = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 

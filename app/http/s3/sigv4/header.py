@@ -1,6 +1,6 @@
 """SigV4 in the ``Authorization`` header: ``AWS4-HMAC-SHA256 Credential=...,
 SignedHeaders=..., Signature=...`` with ``x-amz-date`` (or ``Date``) within
-:data:`~app.s3.sigv4.signing.MAX_SKEW` of now.
+:data:`~app.http.s3.sigv4.signing.MAX_SKEW` of now.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Final
 
-from app.s3.errors import S3Error
-from app.s3.sigv4.canonical import first_header, query_candidates
-from app.s3.sigv4.checks import (
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4.canonical import first_header, query_candidates
+from app.http.s3.sigv4.checks import (
     Credential,
     check_region,
     checked,
@@ -21,8 +21,8 @@ from app.s3.sigv4.checks import (
     parse_credential,
     parse_signed_headers,
 )
-from app.s3.sigv4.request import HEX64_RE, VerifiedRequest
-from app.s3.sigv4.signing import (
+from app.http.s3.sigv4.request import HEX64_RE, VerifiedRequest
+from app.http.s3.sigv4.signing import (
     ALGORITHM,
     EMPTY_SHA256,
     MAX_SKEW,

@@ -14,10 +14,10 @@ from __future__ import annotations
 from datetime import datetime
 from urllib.parse import quote, urlsplit
 
-from app.s3.sigv4.canonical import canonical_query_string, string_to_sign
-from app.s3.sigv4.presigned import MAX_PRESIGN_EXPIRES
-from app.s3.sigv4.request import UNSIGNED_PAYLOAD
-from app.s3.sigv4.signing import (
+from app.http.s3.sigv4.canonical import canonical_query_string, string_to_sign
+from app.http.s3.sigv4.presigned import MAX_PRESIGN_EXPIRES
+from app.http.s3.sigv4.request import UNSIGNED_PAYLOAD
+from app.http.s3.sigv4.signing import (
     ALGORITHM,
     SERVICE,
     TERMINATOR,

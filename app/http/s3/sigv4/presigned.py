@@ -10,18 +10,18 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Final
 
-from app.parsing import parse_decimal
-from app.s3.errors import S3Error
-from app.s3.sigv4.canonical import parse_query, query_candidates
-from app.s3.sigv4.checks import (
+from app.http.s3.errors import S3Error
+from app.http.s3.sigv4.canonical import parse_query, query_candidates
+from app.http.s3.sigv4.checks import (
     check_region,
     checked,
     lookup_secret,
     parse_credential,
     parse_signed_headers,
 )
-from app.s3.sigv4.request import HEX64_RE, UNSIGNED_PAYLOAD, VerifiedRequest
-from app.s3.sigv4.signing import ALGORITHM, MAX_SKEW, iso8601, parse_amz_date
+from app.http.s3.sigv4.request import HEX64_RE, UNSIGNED_PAYLOAD, VerifiedRequest
+from app.http.s3.sigv4.signing import ALGORITHM, MAX_SKEW, iso8601, parse_amz_date
+from app.http.shared.parsing import parse_decimal
 
 #: Longest validity of a presigned URL, in seconds (seven days).
 MAX_PRESIGN_EXPIRES: Final = 604800

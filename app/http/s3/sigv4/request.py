@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
 
 UNSIGNED_PAYLOAD: Final = "UNSIGNED-PAYLOAD"
 STREAMING_SIGNED_PAYLOAD: Final = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"

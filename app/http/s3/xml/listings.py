@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from app.s3.xml.writer import (
+from app.http.s3.xml.writer import (
     DEFAULT_OWNER,
     NULL_VERSION_ID,
     STANDARD_STORAGE_CLASS,

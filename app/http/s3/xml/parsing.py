@@ -14,8 +14,8 @@ from xml.etree.ElementTree import Element, ParseError
 import defusedxml.ElementTree as DefusedET
 from defusedxml import DefusedXmlException
 
-from app.parsing import parse_decimal
-from app.s3.errors import S3Error
+from app.http.s3.errors import S3Error
+from app.http.shared.parsing import parse_decimal
 from app.store.limits import MAX_PART_NUMBER
 
 #: Largest request XML body accepted (DeleteObjects with 1000 long keys fits).

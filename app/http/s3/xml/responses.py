@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.s3.errors import S3Error
-from app.s3.xml.writer import (
+from app.http.s3.errors import S3Error
+from app.http.s3.xml.writer import (
     Checksum,
     Doc,
     checksum_element,

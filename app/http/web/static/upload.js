@@ -14,7 +14,7 @@ const CHUNK_SIZE = 16 * 1024 * 1024;
 const RETRY_DELAYS = [0, 1000, 3000, 5000, 10000, 20000, 30000];
 // Speed is measured over this many seconds of progress events.
 const SPEED_WINDOW_SECONDS = 5;
-// The response header with the finished file's download URL (app/api/tus.py).
+// The response header with the finished file's download URL (app/http/api/tus.py).
 const DOWNLOAD_URL_HEADER = 'X-File-Url';
 
 let ready = false;
