@@ -273,7 +273,7 @@ def serve(tuning: Tuning | None = None) -> int:
     sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     for name in retired_settings():
-        structlog.get_logger("app.cli.main").warning(
+        structlog.get_logger("app.cli").warning(
             "setting_retired", setting=name, detail="no longer read: remove it from the env file"
         )
     app = create_app(settings, tuning)

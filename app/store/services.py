@@ -44,7 +44,7 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo
 
-log = structlog.get_logger("app.store.services")
+log = structlog.get_logger("app.services")
 
 
 @dataclass

@@ -20,7 +20,7 @@ from app.http.shared.errors import INTERNAL_ERROR, Failure, failure_for
 from app.http.shared.forms import FormError
 from app.store.errors import StoreError, TelegramError
 
-log = structlog.get_logger("app.http.api")
+log = structlog.get_logger("app.api")
 
 
 class ApiError(Exception):

@@ -12,7 +12,7 @@ import structlog
 from app.telegram.simulator.inspection import SimulatorInspection
 from app.telegram.simulator.model import _StoredFile
 
-log = structlog.get_logger("app.telegram.simulator.damage")
+log = structlog.get_logger("app.telegram.simulator.state")
 
 
 class SimulatedDamage(SimulatorInspection):
