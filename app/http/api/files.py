@@ -52,7 +52,9 @@ def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut
         created_at=info.created_at,
         updated_at=info.updated_at,
         download_url=download_url(request, settings, info.public_id),
-        path=info.key.removeprefix(NAMED_PREFIX) if info.key.startswith(NAMED_PREFIX) else None,
+        stored_path=info.key.removeprefix(NAMED_PREFIX)
+        if info.key.startswith(NAMED_PREFIX)
+        else None,
     )
 
 

@@ -236,7 +236,15 @@ async def _target(services: Services, key: Caller, asked: ShareIn) -> ShareTarge
     return ShareTarget(bucket, public_id=public_id)
 
 
-@router.post("/api/shares", status_code=201, response_model=ShareOut)
+def _json_body(model: type[BaseModel]) -> dict[str, object]:
+    """The OpenAPI description of a body the route reads itself (bounded)."""
+    schema = {"schema": model.model_json_schema()}
+    return {"requestBody": {"required": True, "content": {"application/json": schema}}}
+
+
+@router.post(
+    "/api/shares", status_code=201, response_model=ShareOut, openapi_extra=_json_body(ShareIn)
+)
 async def create_share(request: Request, services: ServicesDep, key: ReadKey) -> ShareOut:
     """Share a file (`{"file": PUBLIC_ID}`) or a folder (`{"folder": "PREFIX/"}`),
     optionally until `expires_in` seconds from now or `expires_at`, behind a
@@ -303,7 +311,9 @@ async def get_share(
     return await _share_out(request, services, await _owned(services, key, share_id))
 
 
-@router.patch("/api/shares/{share_id}", response_model=ShareOut)
+@router.patch(
+    "/api/shares/{share_id}", response_model=ShareOut, openapi_extra=_json_body(ShareUpdate)
+)
 async def change_share(
     share_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     request: Request,

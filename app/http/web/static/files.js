@@ -67,7 +67,7 @@ function row(file) {
   const share = el('button', { type: 'button', text: 'Share' });
   share.setAttribute('aria-label', `Share ${shown(file.file_name)}`);
   share.addEventListener('click', () => openShareDialog(file));
-  const label = file.path ? shown(file.path) : shown(file.file_name);
+  const label = file.stored_path ? shown(file.stored_path) : shown(file.file_name);
   const kind = previewKind(file.mime_type);
   let name;
   if (kind) {

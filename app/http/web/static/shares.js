@@ -31,7 +31,7 @@ function foldersOf(path) {
 export function openShareDialog(file) {
   setUpDialog();
   targets = [{ body: { file: file.public_id }, label: `This file: ${shown(file.file_name)}` }];
-  for (const folder of foldersOf(file.path)) {
+  for (const folder of foldersOf(file.stored_path)) {
     targets.push({ body: { folder }, label: `The folder ${shown(folder)}` });
   }
   const what = $('share-what');
