@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.api_keys import ApiKeyRepository
-from app.db.models import JournalEntry, Share
+from app.db.models import JournalEntry, Share, ShareSession
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.shares import NewShare, Opened, SessionRules, ShareRepository
@@ -87,10 +87,23 @@ async def test_a_session_ends_idle_old_or_once_it_sent_enough(sessionmaker: Sess
     assert await open_download(sessionmaker, share_id, "idle", idle) is Opened.COUNTED
 
     assert await open_download(sessionmaker, share_id, "old") is Opened.COUNTED
-    for minutes in range(50, 24 * 60, 50):  # a request every 50 minutes keeps it alive, for a day
+    # A request every 50 minutes keeps it alive, until its age is up.
+    for minutes in range(50, 24 * 60, 250):
+        async with session_scope(sessionmaker) as session:  # as if every 50 minutes
+            await session.execute(
+                ShareSession.__table__.update()
+                .where(ShareSession.key_hash == "old")
+                .values(last_at=T0 + timedelta(minutes=minutes - 50))
+            )
         step = T0 + timedelta(minutes=minutes)
         assert await open_download(sessionmaker, share_id, "old", step) is Opened.CONTINUED
     old = T0 + RULES.max_age + timedelta(seconds=1)
+    async with session_scope(sessionmaker) as session:
+        await session.execute(
+            ShareSession.__table__.update()
+            .where(ShareSession.key_hash == "old")
+            .values(last_at=old - timedelta(minutes=50))
+        )
     assert await open_download(sessionmaker, share_id, "old", old) is Opened.COUNTED
 
     assert await open_download(sessionmaker, share_id, "bytes") is Opened.COUNTED
