@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import structlog
+from sqlalchemy import select
 
+from app.db.models import ShareSession
+from app.db.session import session_scope
 from app.kit.logging import configure_logging
 from app.store.shares import PASSWORD_FAILURES_ALLOWED
 from tests.http.s3.test_api_boto3 import S3
@@ -34,7 +37,7 @@ from tests.http.shares_service import (
     shares_service,
     token_of,
 )
-from tests.running_service import CHAT_ID, CHUNK, Service, payload
+from tests.running_service import CHAT_ID, CHUNK, Service, eventually, payload
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 __all__ = ["shares_service"]
@@ -110,6 +113,29 @@ async def test_ten_range_requests_of_one_player_count_as_one(shares_service: Ser
             await http.get(made["download_url"], headers={"Range": "bytes=0-9"})
         ).status_code == 206
     assert (await share_of(service, made["id"]))["downloads"] == 2
+
+
+async def test_one_downloader_fetching_the_file_again_and_again_counts_again(
+    shares_service: Service,
+) -> None:
+    service = shares_service
+    data = payload(CHUNK + 1, seed=8)
+    made = await share(service, file=(await put(service, "again.bin", data))["public_id"])
+    async with client(service, agent="a loop") as http:
+        for round_ in range(1, 4):
+            assert (await http.get(made["download_url"])).content == data
+            await eventually(lambda n=round_: _bytes_sent(service, n * len(data)))
+        assert (await share_of(service, made["id"]))["downloads"] == 1
+        # Three times its size sent: the session is spent, the next is a new download.
+        assert (await http.get(made["download_url"])).content == data
+    assert (await share_of(service, made["id"]))["downloads"] == 2
+
+
+async def _bytes_sent(service: Service, expected: int) -> bool:
+    services = service.app.state.services
+    async with session_scope(services.sessionmaker) as session:
+        sent = await session.scalars(select(ShareSession.bytes_sent))
+    return expected in set(sent)
 
 
 async def test_max_downloads_refuses_the_next_download_but_not_the_one_under_way(
