@@ -87,10 +87,14 @@ async def test_shared_bytes_carry_the_sandbox_policy_of_f(shares_service: Servic
     async with client(service) as http:
         got = await http.get(made["download_url"])
         shown = await http.get(made["url"] + "/view")
-    for answer in (got, shown):
+        # The main page's preview of a file: /f/ shown inline, as sandboxed.
+        previewed = await http.get(f"/f/{page['public_id']}", params={"disposition": "inline"})
+        saved = await http.get(f"/f/{page['public_id']}")
+    for answer in (got, shown, previewed):
         assert answer.headers["content-security-policy"] == "default-src 'none'; sandbox"
         assert answer.headers["x-content-type-options"] == "nosniff"
         assert answer.headers["content-disposition"].startswith("inline")
+    assert saved.headers["content-disposition"].startswith("attachment")
 
 
 async def test_ten_range_requests_of_one_player_count_as_one(shares_service: Service) -> None:
