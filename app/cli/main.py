@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_encryption_commands(commands, _usage, _client_options)
     add_trash_commands(commands, _client_options)
+    from app.cli.shares import add_share_commands
+
+    add_share_commands(commands, _client_options)
     from app.cli.snapshot import add_snapshot_commands
 
     add_snapshot_commands(commands, _client_options)

@@ -40,6 +40,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.shares import ShareStore
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.throughput import ThroughputHistory, sampler
@@ -84,6 +85,7 @@ class Parts:
     resumable: ResumableStore
     prober: BotProber
     buckets: BucketStore
+    shares: ShareStore
     multipart: MultipartStore
     flush_lag: FlushLagWatch
     throughput: ThroughputHistory
@@ -273,6 +275,7 @@ def build_parts(
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
+    shares = ShareStore(sessionmaker, store, buckets)
     multipart = MultipartStore(
         sessionmaker,
         store,
@@ -334,6 +337,7 @@ def build_parts(
         background=background,
         prober=prober,
         buckets=buckets,
+        shares=shares,
         multipart=multipart,
         flush_lag=flush_lag,
         throughput=throughput,

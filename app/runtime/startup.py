@@ -103,6 +103,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         snapshots=parts.snapshots,
         journal=parts.journal,
         access=parts.access,
+        shares=parts.shares,
         started_at=started_at,
         _stack=stack,
     )

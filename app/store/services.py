@@ -34,6 +34,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.shares import ShareStore
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.throughput import ThroughputHistory
@@ -77,6 +78,8 @@ class Services:
     snapshots: Snapshots
     journal: Journal
     access: AccessStore
+    # Share links (/api/shares, /s/...).
+    shares: ShareStore
     metrics: Metrics
     started_at: datetime
     # What `close` stops, in order.
