@@ -9,6 +9,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 from app.http.api.errors import ApiError
 from app.http.api.sign_in_limits import (
@@ -20,7 +21,7 @@ from app.http.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, ses
 from app.store.callers import Caller
 from app.store.services import Services
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 # API keys are 46 characters; a body field far longer is not one.
 MAX_KEY_FIELD = 256

@@ -8,9 +8,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 
 class BotRow(BaseModel):

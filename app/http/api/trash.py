@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from app.config.settings import Settings
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.http.api.errors import ApiError
 from app.http.api.file_names import MAX_FILE_NAME_LENGTH, NATIVE_BUCKET, clean_name, download_url
@@ -25,7 +26,7 @@ from app.store.object_write import object_name
 from app.store.service import ObjectInfo
 from app.store.trash import NameTaken, RestoreRefused, TrashItem, TrashScope, TrashStore
 
-router = APIRouter(tags=["trash"])
+router = APIRouter(tags=["trash"], route_class=SmallBodyRoute)
 
 
 def get_trash(services: ServicesDep) -> TrashStore:

@@ -15,9 +15,10 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.errors import ApiError
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=SmallBodyRoute)
 
 STATIC_DIR = Path(__file__).parent / "static"
 
