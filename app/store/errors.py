@@ -56,6 +56,15 @@ class ContentPending(StoreError):
         self.retry_after = retry_after
 
 
+class TooManyFailedChecks(StoreError):
+    """The client failed too many key checks lately (app.store.key_failures):
+    its key is not checked; retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ClientStalled(StoreError):
     """The client took no byte for the stall timeout: its download was dropped."""
 

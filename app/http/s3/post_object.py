@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.http.client import client_address
 from app.http.s3 import sse, tagging
 from app.http.s3.context import empty_response, stored_metadata, xml_response
 from app.http.s3.errors import S3Error
@@ -25,6 +26,7 @@ from app.http.s3.names import validate_bucket_name, validate_object_key
 from app.http.s3.payload_checks import verify_checksum
 from app.http.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
 from app.http.s3.service import S3Service
+from app.http.s3.signature_limits import checked_signature
 from app.http.s3.xml.responses import post_response_xml
 from app.http.shared.forms import FormError, StreamingForm
 from app.http.shared.header_names import is_header_name
@@ -84,7 +86,13 @@ async def post_object(
         access_key: secret.get_secret_value()
         for access_key, secret in settings.s3_credentials.items()
     }
-    _, policy = authorize(fields, credentials, now=now, region=settings.s3_region)
+    # A wrong policy signature is a failed key check, limited per client.
+    _, policy = await checked_signature(
+        services.access.failures,
+        client_address(request),
+        lambda: authorize(fields, credentials, now=now, region=settings.s3_region),
+        lambda authorized: authorized[0],
+    )
     key = _object_key(fields, form.filename)
     check_fields(policy, {**fields, "key": key}, bucket)
     content_type = fields.get("content-type") or form.content_type

@@ -138,7 +138,10 @@ def verify_sigv2(
         hmac.new(secret.encode(), string_to_sign.encode("utf-8"), hashlib.sha1).digest()
     )
     if not hmac.compare_digest(expected, provided.encode("utf-8", "replace")):
-        raise S3Error("SignatureDoesNotMatch", details={"StringToSign": string_to_sign})
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            details={"AWSAccessKeyId": access_key[:128], "StringToSign": string_to_sign},
+        )
     return VerifiedRequest(
         access_key=access_key,
         payload_mode=PayloadMode.UNSIGNED,
