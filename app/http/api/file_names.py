@@ -26,9 +26,10 @@ def download_url(request: Request, settings: Settings, public_id: str) -> str:
 
 
 def clean_name(name: str | None, fallback: str) -> str:
-    """A file name as it is kept: no control characters, bidi ones included
+    """A file name as it is kept: no control characters (C0, DEL, C1: 0x9b
+    begins an escape sequence in many terminals), bidi ones included
     (app.http.shared.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
-    printable = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f")
+    printable = "".join(ch for ch in (name or "") if ch >= " " and not "\x7f" <= ch <= "\x9f")
     cleaned = strip_bidi(printable).strip()
     # Browsers on Windows send a full path as the file name.
     cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
