@@ -10,8 +10,11 @@ import hashlib
 import os
 from typing import Any
 
+import boto3
 import httpx
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 from sqlalchemy import select
 
 from app.db.models.base import Base
@@ -169,6 +172,31 @@ async def test_malformed_customer_key_headers_are_refused_with_400(s3: S3) -> No
         assert (code(error), status(error)) == (expected, 400), headers
         assert encoded not in str(error.response)
     assert (await s3("list_objects_v2", Bucket="box"))["KeyCount"] == 0
+
+
+async def test_a_signature_error_never_hands_back_the_customer_key(s3: S3) -> None:
+    """SignatureDoesNotMatch echoes the signed text (CanonicalRequest,
+    StringToSign), which holds every signed header: the SSE-C key's value is
+    redacted there, in SigV4 and SigV2 alike."""
+    encoded = base64.b64encode(KEY).decode()
+    for signature in ("s3v4", "s3"):
+        wrong: Any = boto3.client(
+            "s3",
+            endpoint_url=s3.service.url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key="a-wrong-secret-of-some-length",
+            region_name="us-east-1",
+            config=Config(signature_version=signature, s3={"addressing_style": "path"}),
+        )
+        with pytest.raises(ClientError) as caught:
+            await asyncio.to_thread(wrong.put_object, Bucket="box", Key="k", Body=b"x", **sse(KEY))
+        error = caught.value.response["Error"]
+        assert error["Code"] == "SignatureDoesNotMatch", signature
+        signed = error.get("CanonicalRequest") or error["StringToSign"]
+        assert "x-amz-server-side-encryption-customer-key:<redacted>" in signed, signature
+        assert encoded not in str(caught.value.response), signature
+        # The key's MD5 names the key without opening it, as the answers do.
+        assert "x-amz-server-side-encryption-customer-key-md5:" in signed
 
 
 # Both backends: the seal queries (DISTINCT over bytea, a LIMIT 1 sample of
