@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
+
 # What the Telegram layer raises passes through the store unchanged: the HTTP
 # layers map it (app.http.shared.errors) by these names, so that they depend on the
 # store alone (api/s3 -> store -> telegram/db, checked by import-linter).
@@ -100,3 +102,17 @@ class CustomerKeyMismatch(EncryptionKeyUnavailable):
     def __init__(self) -> None:
         StoreError.__init__(self, "The customer key given does not open the object.")
         self.key_id = "~customer"
+
+
+def pass_failure(exc: BaseException, event: str) -> str:
+    """How a background pass's status (the scrub, the sealing migration)
+    says it failed: a stable sentence by kind, never the exception's text,
+    which may quote SQL, paths or Telegram's words; the log line `event`
+    has the detail."""
+    if isinstance(exc, TelegramError):
+        kind = "Telegram failed"
+    elif isinstance(exc, SQLAlchemyError | ConnectionError | TimeoutError):
+        kind = "the database failed"
+    else:
+        kind = "an internal error stopped it"
+    return f"the pass did not finish: {kind} (the service's log has the detail: {event})"
