@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from app import __version__
 from app.cli.database import CliError, database_problems
 from app.config.settings import Settings, SettingsError, load_settings
+from app.kit.bidi import escape_controls
 
 if TYPE_CHECKING:
     from app.config.tuning import Tuning
@@ -47,7 +48,8 @@ def run_command(command: Callable[[], int]) -> int:
         message = _one_line(exc)
         if message is None:
             raise
-        print(f"teleuploader: error: {message}", file=sys.stderr)
+        # It may quote the service or a file name: nothing in it may act on the terminal.
+        print(f"teleuploader: error: {escape_controls(message)}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -372,7 +374,7 @@ def cmd_download(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(saved.path)
+        print(escape_controls(str(saved.path)))  # a name the service chose
     return 0
 
 

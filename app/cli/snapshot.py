@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from app.kit.bidi import escape_controls
+
 
 def add_snapshot_commands(
     commands: Any, client_options: Callable[[argparse.ArgumentParser], None]
@@ -81,7 +83,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             f"(rows written {report['journal_upserted']}, deleted {report['journal_deleted']})"
         )
         for problem in problems:
-            print(f"could not: {problem}")
+            print(f"could not: {escape_controls(problem)}")  # Telegram's words among them
         print(f"the last change it saw: {report['last_change_at']}")
     return 1 if problems else 0
 

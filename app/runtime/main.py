@@ -31,7 +31,6 @@ from app.http.api import (
 )
 from app.http.api.errors import install_error_handlers
 from app.http.api.middleware import RequestContextMiddleware
-from app.http.api.sign_in_limits import SignInLimits
 from app.http.s3.gateway import XML, S3Gateway, draining_refusal
 from app.http.s3.service import S3Service
 from app.http.web import buckets as web_buckets
@@ -85,8 +84,6 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    # Per process, like the app: failed sign-ins of the web page (app/http/api/sign_in_limits.py).
-    app.state.sign_in_limits = SignInLimits()
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of, s3=_s3_of)

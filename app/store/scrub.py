@@ -51,7 +51,7 @@ from app.kit.periodic import Periodic
 from app.sealing import CUSTOMER_KEY_ID
 from app.store.blocks import hashes_root
 from app.store.encryption import Encryption
-from app.store.errors import EncryptionKeyUnavailable
+from app.store.errors import EncryptionKeyUnavailable, pass_failure
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, copy_ref, is_gone
 from app.store.upload_buffers import UploadBuffers
@@ -215,8 +215,8 @@ class Scrub:
             try:
                 await self.run_pass(deep=deep, into=full.report)
             except Exception as exc:
-                full.error = str(exc) or type(exc).__name__
-                log.warning("scrub_pass_failed", error=full.error)
+                full.error = pass_failure(exc, "scrub_pass_failed")
+                log.warning("scrub_pass_failed", exc_info=exc)
             finally:
                 full.finished_at = datetime.now(UTC)
 

@@ -6,7 +6,7 @@
 * :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
   spooled parts;
 * :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
-* :mod:`~app.db.models.keys` -- API keys and web sessions;
+* :mod:`~app.db.models.keys` -- API keys, web sessions, failed key checks;
 * :mod:`~app.db.models.tus` -- resumable uploads;
 * :mod:`~app.db.models.trash` -- deleted and replaced objects kept restorable;
 * :mod:`~app.db.models.snapshots` -- the messages of metadata snapshots, their writer's lease,
@@ -34,7 +34,7 @@ from app.db.models.chunks import (
     SendIntent,
 )
 from app.db.models.instances import BotLease, Instance, SharedFilePath
-from app.db.models.keys import KEY_SCOPES, ApiKey, KeyScope, WebSession
+from app.db.models.keys import KEY_SCOPES, ApiKey, KeyCheckFailure, KeyScope, WebSession
 from app.db.models.multipart import (
     MAX_PART_NUMBER,
     UPLOAD_ID_LENGTH,
@@ -95,6 +95,7 @@ __all__ = [
     "GcReason",
     "Instance",
     "JournalEntry",
+    "KeyCheckFailure",
     "KeyScope",
     "MultipartUpload",
     "PartPiece",

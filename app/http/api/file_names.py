@@ -9,8 +9,8 @@ import mimetypes
 from fastapi import Request
 
 from app.config.settings import Settings
-from app.http.shared.bidi import strip_bidi
 from app.http.shared.links import public_base
+from app.kit.bidi import strip_bidi
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 from app.store.service import DEFAULT_CONTENT_TYPE
 
@@ -26,9 +26,10 @@ def download_url(request: Request, settings: Settings, public_id: str) -> str:
 
 
 def clean_name(name: str | None, fallback: str) -> str:
-    """A file name as it is kept: no control characters, bidi ones included
-    (app.http.shared.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
-    printable = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f")
+    """A file name as it is kept: no control characters (C0, DEL, C1: 0x9b
+    begins an escape sequence in many terminals), bidi ones included
+    (app.kit.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
+    printable = "".join(ch for ch in (name or "") if ch >= " " and not "\x7f" <= ch <= "\x9f")
     cleaned = strip_bidi(printable).strip()
     # Browsers on Windows send a full path as the file name.
     cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.config.settings import Settings
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.http.api.errors import ApiError
 from app.http.api.file_names import (
@@ -33,7 +34,7 @@ from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from app.store.object_write import ObjectWrite
 from app.store.service import ListOrder, ObjectInfo, ObjectStore
 
-router = APIRouter(tags=["files"])
+router = APIRouter(tags=["files"], route_class=SmallBodyRoute)
 
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024

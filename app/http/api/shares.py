@@ -18,6 +18,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config.settings import Settings
+from app.http.api.body_limits import JSON_BODY_LIMIT, SmallBodyRoute, read_small_body
 from app.http.api.deps import ReadKey, ServicesDep
 from app.http.api.errors import ApiError
 from app.http.api.file_names import NATIVE_BUCKET
@@ -29,10 +30,8 @@ from app.store.services import Services
 from app.store.share_passwords import MAX_PASSWORD_LENGTH
 from app.store.shares import ShareChanges, ShareInfo, ShareState, ShareTarget
 
-router = APIRouter(tags=["shares"])
+router = APIRouter(tags=["shares"], route_class=SmallBodyRoute)
 
-#: A share's JSON body is read up to this many bytes (past it: 413).
-MAX_SHARE_BODY = 4096
 #: The furthest a share's expiry may be set: ten years.
 MAX_EXPIRY = timedelta(days=3650)
 MAX_DOWNLOADS_LIMIT = 1_000_000_000
@@ -96,29 +95,6 @@ class ShareOut(BaseModel):
 class ShareList(BaseModel):
     items: list[ShareOut]
     next_cursor: str | None
-
-
-async def read_small_body(request: Request, limit: int = MAX_SHARE_BODY) -> bytes:
-    """The request's body, read up to `limit` bytes: past that, 413 before
-    reading more (a share's body is a few fields)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    body = bytearray()
-    async for block in request.stream():
-        body += block
-        if len(body) > limit:
-            raise _too_large(limit)
-    return bytes(body)
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(
-        413,
-        "payload_too_large",
-        f"the request body is larger than {limit} bytes",
-        {"Connection": "close"},
-    )
 
 
 def _parse(model: type[_Limits], body: bytes) -> _Limits:
@@ -251,7 +227,7 @@ async def create_share(request: Request, services: ServicesDep, key: ReadKey) ->
     `password`, for at most `max_downloads` downloads, served `inline` or as
     an `attachment` (the default). The answer's `url` is the page to hand out;
     `download_url` the bytes. The body is JSON of at most 4 KiB."""
-    asked = _parse(ShareIn, await read_small_body(request))
+    asked = _parse(ShareIn, await read_small_body(request, JSON_BODY_LIMIT))
     assert isinstance(asked, ShareIn)
     target = await _target(services, key, asked)
     share = await services.shares.create(
@@ -324,7 +300,7 @@ async def change_share(
     change its download limit (`max_downloads`; `null`: none), its password
     (`null`: none) or `disposition`. An expired or exhausted share comes
     back to life when its new limits allow. A revoked one is gone (404)."""
-    changed = _parse(ShareUpdate, await read_small_body(request))
+    changed = _parse(ShareUpdate, await read_small_body(request, JSON_BODY_LIMIT))
     await _owned(services, key, share_id)
     sent = changed.model_fields_set
     changes = ShareChanges()

@@ -1,16 +1,18 @@
 """GET /api/status: what the web page's status screen shows an operator (per
 bot: usable, cooling down, queue, recent sends; the upload budget and spool;
 the GC backlog; the stored data's state; the last ten minutes of
-throughput). Needs a key."""
+throughput). Needs a key. The bots' ids, usernames and queues follow
+METRICS_ACCESS as on /metrics and /ready: with `off`, no key sees them."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 
 class BotRow(BaseModel):
@@ -56,6 +58,8 @@ class Durability(BaseModel):
 
 class Status(BaseModel):
     bots: list[BotRow]
+    # True when METRICS_ACCESS=off keeps the bots' rows from every key.
+    bots_hidden: bool
     recent_seconds: float
     upload_budget: UploadBudget
     gc_backlog: int
@@ -71,7 +75,8 @@ async def status(request: Request, services: ServicesDep) -> Status:
     history = services.throughput
     recent_seconds, recent = history.recent_bots()
     bots = []
-    for bot in services.dispatcher.status():
+    hidden = services.settings.metrics_access == "off"
+    for bot in [] if hidden else services.dispatcher.status():
         info = services.bots.get(bot.bot_id)
         lately = recent.get(bot.bot_id)
         bots.append(
@@ -93,6 +98,7 @@ async def status(request: Request, services: ServicesDep) -> Status:
     health = services.scrub.last_health
     return Status(
         bots=bots,
+        bots_hidden=hidden,
         recent_seconds=round(recent_seconds, 1),
         upload_budget=UploadBudget(
             buffers_in_use=services.buffers.in_use,

@@ -45,6 +45,7 @@ from app.store.errors import (
     RateLimited,
     StoreError,
     TelegramError,
+    TooManyFailedChecks,
     TransientError,
     UploadTooLarge,
 )
@@ -82,7 +83,7 @@ _TOKEN = re.compile(r"\b\d{3,}:[A-Za-z0-9_-]{20,}")
 class Failure:
     """What a client is told: the status, the native API's error name, the S3
     code (and its status where S3 differs), a message safe to show, and how
-    many seconds to wait before retrying (503 only)."""
+    many seconds to wait before retrying (503 and 429 only)."""
 
     status: int
     error: str
@@ -150,6 +151,11 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
         )
     if isinstance(exc, ContentPending):
         return Failure(503, "content_pending", "SlowDown", str(exc), exc.retry_after)
+    if isinstance(exc, TooManyFailedChecks):
+        # S3 has no 429: SlowDown is what its clients back off on.
+        return Failure(
+            429, "too_many_requests", "SlowDown", str(exc), exc.retry_after, s3_status=503
+        )
     if isinstance(exc, ObjectDamaged):
         # Not 503: no retry brings a lost chunk back (docs: "Durability").
         log.error("object_damaged", path=path, error=str(exc))

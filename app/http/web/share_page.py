@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from fastapi.responses import HTMLResponse
 
-from app.http.shared.bidi import escape_bidi
 from app.http.web.routes import PAGE_HEADERS
+from app.kit.bidi import escape_bidi
 
 #: Kinds of preview the page offers, by Content-Type.
 _TEXT_TYPES = (

@@ -10,7 +10,7 @@ many wrong ones 429. Each answer that refuses is a short page saying why.
 Bytes are only ever served from here, through the store's reader (never a
 Telegram or presigned URL), with the sandbox policy of `/f/`. The counting
 rule is app/store/shares.py's; the token never reaches a log line (routes
-are logged by their template, errors by app.http.shared.log_paths).
+are logged by their template, errors by app.http.shared.route_label.logged_path).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
+from app.http.api.body_limits import JSON_BODY_LIMIT, SmallBodyRoute, read_small_body
 from app.http.api.deps import ServicesDep
 from app.http.api.file_names import MAX_FILE_NAME_LENGTH
 from app.http.api.file_response import plan_download
 from app.http.api.files import NAMED_PREFIX
-from app.http.api.shares import read_small_body
 from app.http.shared.active_content import NATIVE_FILE_HEADERS
 from app.http.shared.disposition import content_disposition
 from app.http.shared.links import public_base
@@ -47,7 +47,7 @@ from app.store.shares import (
     ShareState,
 )
 
-router = APIRouter(tags=["share links"])
+router = APIRouter(tags=["share links"], route_class=SmallBodyRoute)
 
 #: The page's download session: one per browser and share (app/store/shares.py).
 SESSION_COOKIE = "tu_share_session"
@@ -266,7 +266,7 @@ async def unlock(token: str, request: Request, services: ServicesDep) -> Respons
         return share
     if not _same_origin(request, services):
         return refusal(403, "Refused", "The password form must be sent from the share's page.")
-    body = await read_small_body(request)
+    body = await read_small_body(request, JSON_BODY_LIMIT)
     password = parse_qs(body.decode("utf-8", "replace")).get("password", [""])[0]
     if not share.has_password:
         return RedirectResponse(f"/s/{token}", status_code=303)

@@ -39,9 +39,19 @@ async function refresh() {
   const lately = formatDuration(status.recent_seconds);
   $('recent-sends-head').textContent = `Sends (last ${lately})`;
   $('recent-bytes-head').textContent = `Bytes (last ${lately})`;
-  $('bots-body').replaceChildren(...status.bots.map(botRow));
+  $('bots-body').replaceChildren(
+    ...(status.bots_hidden ? [hiddenRow()] : status.bots.map(botRow)),
+  );
   facts(status);
   drawChart(status.throughput, status.sample_seconds);
+}
+
+function hiddenRow() {
+  return el(
+    'tr',
+    {},
+    el('td', { colspan: '5', text: 'The bots are not shown: METRICS_ACCESS=off.' }),
+  );
 }
 
 function botRow(bot) {
