@@ -29,8 +29,10 @@ from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.dav_locks import DavLocks
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
+from app.store.file_tree import FileTree
 from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
@@ -278,6 +280,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
+    tree = FileTree(sessionmaker, store, statements, gc)
     multipart = MultipartStore(
         sessionmaker,
         store,
@@ -412,6 +415,8 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         trash=trash_store,
         buckets=buckets,
         multipart=multipart,
+        tree=tree,
+        dav_locks=DavLocks(sessionmaker),
         buffers=buffers,
         spool=spool,
         flusher=flusher,

@@ -16,17 +16,18 @@ from fastapi.responses import StreamingResponse
 from app.config.settings import Settings
 from app.http.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import (
+from app.http.api.schemas import FileList, FileOut
+from app.http.shared.active_content import NATIVE_FILE_HEADERS
+from app.http.shared.conditions import http_date, not_modified, range_applies
+from app.http.shared.disposition import content_disposition
+from app.http.shared.file_names import (
     MAX_FILE_NAME_LENGTH,
+    NAMED_PREFIX,
     NATIVE_BUCKET,
     clean_name,
     download_url,
     guess_type,
 )
-from app.http.api.schemas import FileList, FileOut
-from app.http.shared.active_content import NATIVE_FILE_HEADERS
-from app.http.shared.conditions import http_date, not_modified, range_applies
-from app.http.shared.disposition import content_disposition
 from app.http.shared.forms import StreamingForm
 from app.http.shared.parsing import parse_decimal
 from app.http.shared.ranges import RangeNotSatisfiable, parse_range
@@ -40,8 +41,6 @@ router = APIRouter(tags=["files"])
 
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
-# `PUT /api/files/{name}` stores the file under this key prefix.
-NAMED_PREFIX = "named/"
 
 
 def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut:
