@@ -16,14 +16,28 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    Boolean,
+    Select,
+    String,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.key_ranges import key_prefix_bounds
+from app.db.key_ranges import key_prefix_bounds, prefix_upper_bound
+from app.db.listing import RowReader
 from app.db.locking import lock_named
 from app.db.models import DavLock
+from app.db.types import UtcDateTime
 
 # The one lock every LOCK takes, and every write's check of the locks shares.
 _LOCKS = "dav-locks"
@@ -54,15 +68,62 @@ _COLUMNS = (
 )
 
 
-def ancestors(key: str) -> builtins.list[str]:
-    """The folders above `key`, outermost first: "a/b/c" -> ["a/", "a/b/"]."""
-    cut = key.rstrip("/")
-    found = []
-    position = cut.find("/")
-    while position >= 0:
-        found.append(cut[: position + 1])
-        position = cut.find("/", position + 1)
-    return found
+def _covering() -> Select[Any]:
+    """The live locks of a bucket that cover :key: rooted at it, or infinite
+    and rooted at a folder above it (a key the target starts with), or, when
+    :subtree, rooted anywhere under it (up to :stop). The locks table is
+    small (a lock per file a client holds open), so the ancestors' test may
+    read the bucket's live locks rather than an index range."""
+    locks = DavLock.__table__.c
+    target: BindParameter[str] = bindparam("key", type_=String())
+    return (
+        select(*(locks[column.key] for column in _COLUMNS))
+        .where(
+            locks.bucket == bindparam("bucket"),
+            locks.expires_at > bindparam("now", type_=UtcDateTime()),
+            or_(
+                locks.key == target,
+                and_(
+                    locks.infinite.is_(True),
+                    func.substr(target, 1, func.length(locks.key)) == locks.key,
+                ),
+                and_(
+                    bindparam("subtree", type_=Boolean()).is_(True),
+                    locks.key >= target,
+                    locks.key < bindparam("stop"),
+                ),
+            ),
+        )
+        .order_by(locks.key, locks.created_at)
+    )
+
+
+#: Built once: the row reader compiles each statement object once.
+COVERING = _covering()
+
+
+def covering_values(bucket: str, key: str, now: datetime, *, subtree: bool) -> dict[str, Any]:
+    return {
+        "bucket": bucket,
+        "key": key,
+        "now": now,
+        "subtree": subtree,
+        "stop": prefix_upper_bound(key) or key,
+    }
+
+
+class LockReader:
+    """The locks covering a key, read outside any transaction (a check of
+    the moment, before a body is read), through the service's row reader."""
+
+    def __init__(self, reader: RowReader) -> None:
+        self._reader = reader
+
+    async def covering(
+        self, bucket: str, key: str, now: datetime, *, subtree: bool = False
+    ) -> builtins.list[LockRow]:
+        rows = await self._reader.rows(COVERING, covering_values(bucket, key, now, subtree=subtree))
+        return [LockRow(*row) for row in rows]
 
 
 class LockRepository:
@@ -83,16 +144,8 @@ class LockRepository:
         """The live locks that cover `key`: its own, and the infinite ones of
         the folders above it; with `subtree` (a folder deleted or moved
         whole), also those of everything under it."""
-        above = ancestors(key)
-        conditions = [DavLock.key == key]
-        if above:
-            conditions.append(DavLock.infinite.is_(True) & DavLock.key.in_(above))
-        if subtree:
-            conditions.append(and_(*key_prefix_bounds(DavLock.key, key)))
         rows = await self._session.execute(
-            select(*_COLUMNS)
-            .where(DavLock.bucket == bucket, DavLock.expires_at > now, or_(*conditions))
-            .order_by(DavLock.key, DavLock.created_at)
+            COVERING, covering_values(bucket, key, now, subtree=subtree)
         )
         return [LockRow(*row) for row in rows]
 

@@ -10,14 +10,67 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, exists, func, literal, select, update
+from sqlalchemy import (
+    BindParameter,
+    Select,
+    String,
+    bindparam,
+    delete,
+    exists,
+    func,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.dialects import upsert_insert
-from app.db.key_ranges import key_prefix_bounds
+from app.db.key_ranges import key_prefix_bounds, prefix_upper_bound
+from app.db.listing import RowReader
 from app.db.locking import dialect_name
 from app.db.models import Folder, StoredObject
+from app.db.types import utc_from_sqlite_text
+
+
+def _folder() -> Select[Any]:
+    """Whether anything lies under :start (to :stop), and when the folder's
+    own row was made: three index seeks in one statement."""
+    objects, folders = StoredObject.__table__.c, Folder.__table__.c
+    bucket: BindParameter[str] = bindparam("bucket", type_=String())
+    start: BindParameter[str] = bindparam("start", type_=String())
+    stop: BindParameter[str] = bindparam("stop", type_=String())
+    return select(
+        exists().where(objects.bucket == bucket, objects.key >= start, objects.key < stop),
+        exists().where(folders.bucket == bucket, folders.key >= start, folders.key < stop),
+        select(folders.created_at)
+        .where(folders.bucket == bucket, folders.key == start)
+        .scalar_subquery(),
+    )
+
+
+#: Built once: the row reader compiles each statement object once.
+FOLDER = _folder()
+
+
+class FolderReader:
+    """A folder looked up outside any transaction, through the service's
+    row reader (a PROPFIND's, a PUT's check of where it writes)."""
+
+    def __init__(self, reader: RowReader) -> None:
+        self._reader = reader
+
+    async def find(self, bucket: str, prefix: str) -> tuple[bool, datetime | None]:
+        """Whether the folder `prefix` exists, and when its row was made
+        (None: it has none, only files)."""
+        stop = prefix_upper_bound(prefix)
+        assert stop is not None, "a folder's key ends with '/'"
+        rows = await self._reader.rows(FOLDER, {"bucket": bucket, "start": prefix, "stop": stop})
+        under_objects, under_folders, created = rows[0]
+        if isinstance(created, str):
+            created = utc_from_sqlite_text(created)
+        return bool(under_objects or under_folders), created
 
 
 class FolderRepository:

@@ -416,7 +416,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         buckets=buckets,
         multipart=multipart,
         tree=tree,
-        dav_locks=DavLocks(sessionmaker),
+        dav_locks=DavLocks(sessionmaker, statements),
         buffers=buffers,
         spool=spool,
         flusher=flusher,

@@ -16,11 +16,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.dav_locks import LockRepository, LockRow
+from app.db.dav_locks import LockReader, LockRepository, LockRow
+from app.db.listing import RowReader
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.types import utcnow
@@ -77,13 +78,12 @@ async def enforce(
     bucket: str,
     targets: Iterable[Target],
     submitted: Submitted,
-    now: datetime | None = None,
 ) -> None:
     """Raise Locked unless `submitted` may change every target; in the
     caller's transaction, after which no lock can be taken before it ends."""
     repo = LockRepository(session)
     await repo.serialize_shared()
-    now = now or utcnow()
+    now = utcnow()
     for target in targets:
         covering = await repo.covering(bucket, target.key, now, subtree=target.subtree)
         blocking = blocking_lock(covering, submitted)
@@ -116,23 +116,27 @@ def conflicting(covering: list[LockInfo], *, exclusive: bool) -> LockInfo | None
 
 
 class DavLocks:
-    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessionmaker: async_sessionmaker[AsyncSession], reader: RowReader) -> None:
         self._sessionmaker = sessionmaker
+        self._reader = LockReader(reader)
 
     async def covering(self, bucket: str, key: str, *, subtree: bool = False) -> list[LockInfo]:
         """The live locks covering `key` (and, with `subtree`, under it)."""
-        async with session_scope(self._sessionmaker) as session:
-            return await LockRepository(session).covering(bucket, key, utcnow(), subtree=subtree)
+        return await self._reader.covering(bucket, key, utcnow(), subtree=subtree)
 
     async def get(self, token: str) -> LockInfo | None:
         async with session_scope(self._sessionmaker) as session:
             return await LockRepository(session).get(token, utcnow())
 
     async def check(self, bucket: str, targets: Iterable[Target], submitted: Submitted) -> None:
-        """Locked if `submitted` may not change the targets now (a write
-        whose body comes later checks again where it commits)."""
-        async with session_scope(self._sessionmaker) as session:
-            await enforce(session, bucket, targets, submitted)
+        """Locked if `submitted` may not change the targets now: a check of
+        the moment (a PUT's, before and after its body), taking no lock."""
+        now = utcnow()
+        for target in targets:
+            covering = await self._reader.covering(bucket, target.key, now, subtree=target.subtree)
+            blocking = blocking_lock(covering, submitted)
+            if blocking is not None:
+                raise Locked(blocking)
 
     async def lock(
         self,

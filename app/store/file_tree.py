@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.dav_properties import PropertyRepository, PropertyRow
-from app.db.folders import FolderRepository
+from app.db.folders import FolderReader, FolderRepository
 from app.db.listing import CommonPrefix, RowReader
 from app.db.locking import lock_object_key
 from app.db.objects import ObjectRepository
@@ -103,6 +103,7 @@ class FileTree:
         self._sessionmaker = sessionmaker
         self._store = store
         self._listing = TreeListing(reader)
+        self._folders = FolderReader(reader)
         self._gc = gc
 
     # --- reading ------------------------------------------------------------------
@@ -112,11 +113,8 @@ class FileTree:
 
     async def folder(self, bucket: str, prefix: str) -> FolderInfo | None:
         """The folder `prefix` (ending with "/"), if it exists."""
-        async with session_scope(self._sessionmaker) as session:
-            folders = FolderRepository(session)
-            if not await folders.exists(bucket, prefix):
-                return None
-            return FolderInfo(prefix, await folders.created_at(bucket, prefix))
+        found, created = await self._folders.find(bucket, prefix)
+        return FolderInfo(prefix, created) if found else None
 
     async def children(
         self, bucket: str, prefix: str, *, after: str | None, limit: int
