@@ -41,9 +41,7 @@ async def _tree(sessionmaker: async_sessionmaker[AsyncSession]) -> list[int]:
 
 
 async def _keys(session: AsyncSession) -> list[str]:
-    return sorted(
-        await session.scalars(select(StoredObject.key).where(StoredObject.bucket == B))
-    )
+    return sorted(await session.scalars(select(StoredObject.key).where(StoredObject.bucket == B)))
 
 
 async def test_a_folder_moves_whole_keeping_rows_chunks_and_properties(

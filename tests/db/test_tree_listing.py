@@ -33,9 +33,7 @@ async def statements(engine: AsyncEngine) -> AsyncIterator[SingleStatements]:
 async def _store(sessionmaker: async_sessionmaker[AsyncSession], *keys: str) -> None:
     async with session_scope(sessionmaker) as session:
         for key in keys:
-            await ObjectRepository(session).put(
-                spec(key, bucket=BUCKET, inline_data=key.encode())
-            )
+            await ObjectRepository(session).put(spec(key, bucket=BUCKET, inline_data=key.encode()))
 
 
 async def _keep(sessionmaker: async_sessionmaker[AsyncSession], *folders: str) -> None:
