@@ -122,7 +122,7 @@ def _wrapped(value: str) -> str:
 
 @FUZZ
 @given(
-    st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+    st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
     st.sampled_from(["", "urn:a", "DAV:", NS]),
     st.text(st.characters(min_codepoint=0x61, max_codepoint=0x7A), min_size=1, max_size=6),
 )
