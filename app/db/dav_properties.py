@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import delete, func, insert, literal, select, update
+from sqlalchemy import Select, bindparam, delete, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.key_ranges import key_prefix_bounds
+from app.db.key_ranges import key_prefix_bounds, prefix_upper_bound
+from app.db.listing import RowReader
 from app.db.locking import batches
 from app.db.models import DeadProperty
 
@@ -27,6 +28,37 @@ class PropertyRow(NamedTuple):
     namespace: str
     name: str
     value: str
+
+
+def _any_under() -> Select[Any]:
+    properties = DeadProperty.__table__.c
+    return (
+        select(properties.id)
+        .where(
+            properties.bucket == bindparam("bucket"),
+            properties.key >= bindparam("start"),
+            properties.key < bindparam("stop"),
+        )
+        .limit(1)
+    )
+
+
+#: Built once: the row reader compiles each statement object once.
+ANY_UNDER = _any_under()
+
+
+class PropertyReader:
+    """Whether a folder holds dead properties at all, through the service's
+    row reader: a listing of a folder with none (most) looks none up."""
+
+    def __init__(self, reader: RowReader) -> None:
+        self._reader = reader
+
+    async def any_under(self, bucket: str, prefix: str) -> bool:
+        stop = prefix_upper_bound(prefix)
+        assert stop is not None, "a folder's key ends with '/'"
+        rows = await self._reader.rows(ANY_UNDER, {"bucket": bucket, "start": prefix, "stop": stop})
+        return bool(rows)
 
 
 class PropertyRepository:

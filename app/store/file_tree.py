@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.dav_properties import PropertyRepository, PropertyRow
+from app.db.dav_properties import PropertyReader, PropertyRepository, PropertyRow
 from app.db.folders import FolderReader, FolderRepository
 from app.db.listing import CommonPrefix, RowReader
 from app.db.locking import lock_object_key
@@ -104,6 +104,7 @@ class FileTree:
         self._store = store
         self._listing = TreeListing(reader)
         self._folders = FolderReader(reader)
+        self._properties = PropertyReader(reader)
         self._gc = gc
 
     # --- reading ------------------------------------------------------------------
@@ -124,6 +125,11 @@ class FileTree:
 
     async def used_bytes(self, bucket: str, prefix: str) -> int:
         return await self._listing.used_bytes(bucket, prefix)
+
+    async def has_properties(self, bucket: str, prefix: str) -> bool:
+        """Whether anything under the folder `prefix` (itself included) has a
+        dead property: a listing of a folder with none looks none up."""
+        return await self._properties.any_under(bucket, prefix)
 
     async def properties(
         self, bucket: str, keys: Iterable[str]
@@ -148,17 +154,19 @@ class FileTree:
         owner: int | None,
         max_properties: int,
         metadata: Mapping[str, Any] | None = None,
+        root: bool = False,
     ) -> None:
         """Apply `changes` in order, all or none (PROPPATCH); with
         `metadata`, the file's metadata is replaced too (its modification
-        time). Gone if the resource is not there any more."""
+        time). Gone if the resource is not there any more (the `root`
+        folder always is)."""
 
         async def work(session: AsyncSession) -> None:
             await lock_object_key(session, bucket, key)
             await enforce(session, bucket, [Target(key)], submitted)
             place = Place(bucket, key)
             if place.folder:
-                if not await FolderRepository(session).exists(bucket, key):
+                if not root and not await FolderRepository(session).exists(bucket, key):
                     raise Gone(key)
             else:
                 subtree = SubtreeRepository(session)

@@ -17,8 +17,8 @@ from starlette.responses import Response, StreamingResponse
 
 from app.http.dav.context import BUCKET, DavRequest, Node
 from app.http.dav.errors import DavError
-from app.http.dav.properties import QUOTA, Entry, Facts, modified_time, response_xml, wants_dead
-from app.http.dav.xml_bodies import MAX_XML_BODY_BYTES, PropfindRequest, parse_propfind
+from app.http.dav.properties import QUOTA, Entry, Facts, Plan, modified_time
+from app.http.dav.xml_bodies import MAX_XML_BODY_BYTES, parse_propfind
 from app.http.dav.xml_out import ROOT_NAMESPACES, XML_DECLARATION, XML_MEDIA_TYPE
 from app.http.shared.active_content import NATIVE_FILE_HEADERS
 from app.http.shared.conditions import NOT_MODIFIED, evaluate, http_date, range_applies
@@ -98,9 +98,12 @@ async def propfind(dav: DavRequest) -> Response:
     first: list[TreeEntry] = []
     if listing:
         first = await dav.tree.children(BUCKET, node.key, after=None, limit=PAGE)
-    head = await _page_xml(dav, request, [own], Facts(locks=locks, quota_used=quota))
+    plan = Plan(request)
+    if plan.wants_dead and listing and not await dav.tree.has_properties(BUCKET, node.key):
+        plan.wants_dead = False
+    head = await _page_xml(dav, plan, [own], Facts(locks=locks, quota_used=quota))
     return StreamingResponse(
-        _multistatus(dav, request, node, head, first, locks, listing),
+        _multistatus(dav, plan, node, head, first, locks, listing),
         status_code=207,
         media_type=XML_MEDIA_TYPE,
     )
@@ -108,7 +111,7 @@ async def propfind(dav: DavRequest) -> Response:
 
 async def _multistatus(
     dav: DavRequest,
-    request: PropfindRequest,
+    plan: Plan,
     node: Node,
     head: str,
     page: list[TreeEntry],
@@ -118,7 +121,7 @@ async def _multistatus(
     yield f"{XML_DECLARATION}<D:multistatus {ROOT_NAMESPACES}>{head}".encode()
     while listing and page:
         entries = [_entry_of_listed(listed) for listed in page]
-        yield (await _page_xml(dav, request, entries, Facts(locks=locks))).encode()
+        yield (await _page_xml(dav, plan, entries, Facts(locks=locks))).encode()
         if len(page) < PAGE:
             break
         last = page[-1]
@@ -127,12 +130,11 @@ async def _multistatus(
     yield b"</D:multistatus>"
 
 
-async def _page_xml(
-    dav: DavRequest, request: PropfindRequest, entries: list[Entry], facts: Facts
-) -> str:
-    if wants_dead(request):
+async def _page_xml(dav: DavRequest, plan: Plan, entries: list[Entry], facts: Facts) -> str:
+    if plan.wants_dead:
         facts.dead = await dav.tree.properties(BUCKET, [entry.key for entry in entries])
-    return "".join(response_xml(entry, request, facts) for entry in entries)
+    render = plan.render
+    return "".join([render(entry, facts) for entry in entries])
 
 
 async def get(dav: DavRequest) -> Response:

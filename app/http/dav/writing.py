@@ -262,6 +262,7 @@ async def proppatch(dav: DavRequest) -> Response:
         owner=owner_limit(dav.key) if node.file is not None else None,
         max_properties=MAX_PROPERTIES_PER_RESOURCE,
         metadata=metadata,
+        root=not node.path,
     )
     return _propstat_response(node.key, [(update.name, 200) for update in updates])
 

@@ -28,7 +28,13 @@ _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 
 def escape(text: str) -> str:
     """`text` as XML character data or an attribute value."""
+    if _NEEDS_WORK.search(text) is None:
+        return text
     return _NOT_XML.sub("", text).translate(_ESCAPES)
+
+
+# Most text (names, types) needs nothing done: one search finds out.
+_NEEDS_WORK = re.compile('[&<>"\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]')
 
 
 def element(namespace: str, name: str, content: str | None = None) -> str:
