@@ -21,6 +21,7 @@ from app.http.dav.context import BUCKET, DavRequest
 from app.http.dav.errors import DavError, bad_request
 from app.http.dav.paths import file_key, name_of
 from app.http.dav.properties import lock_xml
+from app.http.dav.writing import write_refusal
 from app.http.dav.xml_bodies import MAX_XML_BODY_BYTES, parse_lockinfo
 from app.http.dav.xml_out import XML_DECLARATION, XML_MEDIA_TYPE
 from app.http.shared.file_names import clean_name, guess_type
@@ -61,6 +62,9 @@ async def lock(dav: DavRequest) -> Response:
     seconds = timeout_seconds(dav.request.headers.get("timeout"))
     node = await dav.resolve(dav.path)
     await dav.check_if((dav.path, node))
+    # davfs2 locks a file it is about to create with If-None-Match: *.
+    if write_refusal(dav, node.etag if node is not None else None):
+        raise DavError(412, "the precondition of the request does not hold")
     if request is None:
         if not dav.if_lists:
             raise bad_request("a LOCK without a body refreshes a lock: submit its token in If")

@@ -56,7 +56,7 @@ def kept_parent(key: str) -> str | None:
 # --- PUT ----------------------------------------------------------------------------
 
 
-def _write_refusal(dav: DavRequest, etag: str | None) -> bool:
+def write_refusal(dav: DavRequest, etag: str | None) -> bool:
     """RFC 9110's If-Match / If-None-Match on a write: True when it must not happen."""
     if_match = dav.request.headers.get("if-match")
     if_none_match = dav.request.headers.get("if-none-match")
@@ -97,7 +97,7 @@ async def put(dav: DavRequest) -> Response:
     if declared_type is not None and len(declared_type.strip()) > MAX_CONTENT_TYPE_LENGTH:
         raise bad_request(f"the Content-Type is longer than {MAX_CONTENT_TYPE_LENGTH} characters")
     etag = node.etag if node is not None else None
-    if _write_refusal(dav, etag):
+    if write_refusal(dav, etag):
         raise DavError(412, "the precondition of the request does not hold")
     await dav.check_if((path, node))
     targets = [Target(key)] if node is not None else [Target(key), Target(parent_of(key))]
@@ -168,7 +168,7 @@ def _at_commit(dav: DavRequest) -> WriteCheck | None:
         return None
 
     def check(etag: str | None) -> None:
-        if _write_refusal(dav, etag):
+        if write_refusal(dav, etag):
             raise DavError(412, "the file changed while the body came: the precondition failed")
 
     return check

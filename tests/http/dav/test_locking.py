@@ -69,11 +69,16 @@ async def test_a_lock_on_a_new_name_makes_an_empty_file(dav_service: DavService)
         lock = await http.request("LOCK", "/dav/lk-new.txt", content=EXCLUSIVE)
         got = await http.get("/dav/lk-new.txt")
         nowhere = await http.request("LOCK", "/dav/lk-none/x.txt", content=EXCLUSIVE)
-        await http.request(
+        unlocked = await http.request(
             "UNLOCK", "/dav/lk-new.txt", headers={"Lock-Token": lock.headers["lock-token"]}
         )
+        # davfs2 locks a file it is about to create with If-None-Match: *.
+        exists = await http.request(
+            "LOCK", "/dav/lk-new.txt", content=EXCLUSIVE, headers={"If-None-Match": "*"}
+        )
     assert lock.status_code == 201 and got.status_code == 200 and got.content == b""
-    assert nowhere.status_code == 409
+    assert nowhere.status_code == 409 and unlocked.status_code == 204
+    assert exists.status_code == 412
 
 
 async def test_a_token_binds_the_key_that_took_it_only(dav_service: DavService) -> None:

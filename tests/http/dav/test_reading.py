@@ -37,6 +37,7 @@ def prop(response: ET.Element, name: str) -> ET.Element | None:
     return None
 
 
+@pytest.mark.smoke  # ./scripts/test --quick runs it
 async def test_depth_1_lists_a_folders_files_and_folders(dav_service: DavService) -> None:
     async with dav_service.client() as http:
         assert (await http.request("MKCOL", "/dav/rd-list/")).status_code == 201
