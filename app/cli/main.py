@@ -207,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_encryption_commands(commands, _usage, _client_options)
     add_trash_commands(commands, _client_options)
+    from app.cli.shares import add_share_commands
+
+    add_share_commands(commands, _client_options)
     from app.cli.snapshot import add_snapshot_commands
 
     add_snapshot_commands(commands, _client_options)
@@ -273,7 +276,7 @@ def serve(tuning: Tuning | None = None) -> int:
     sock = bind_listener(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     for name in retired_settings():
-        structlog.get_logger("app.cli.main").warning(
+        structlog.get_logger("app.cli").warning(
             "setting_retired", setting=name, detail="no longer read: remove it from the env file"
         )
     app = create_app(settings, tuning)

@@ -5,7 +5,8 @@ snapshots' own messages; the lease that lets one instance write at a time.
 What is left out is what a restore has no use for: the GC ledger and send
 intents (the old database's unfinished business), instances and leases,
 spooled and half-done uploads (their bytes were on the lost machine), web
-sessions (everyone signs in again).
+sessions (everyone signs in again), share links' download sessions and
+wrong passwords (their shares are kept).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ SNAPSHOT_TABLES: tuple[str, ...] = (
     "objects",
     "pieces",
     "trash",
+    "shares",
     "snapshot_messages",
 )
 # A restore refuses a database holding any of these rows.

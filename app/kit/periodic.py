@@ -30,7 +30,7 @@ import structlog
 
 from app.kit import jitter
 
-log = structlog.get_logger("app.kit.periodic")
+log = structlog.get_logger("app.periodic")
 
 #: What a round may return: seconds until the next one, or None for `interval`.
 Round = Callable[[], Awaitable[float | None]]

@@ -31,7 +31,7 @@ from app.kit.head_limits import (
     limited_protocol,
 )
 
-log = structlog.get_logger("app.kit.serving")
+log = structlog.get_logger("app.serving")
 
 #: How long the service keeps an idle keep-alive connection open, in seconds.
 #: Longer than the clients in front of it keep theirs (Caddy: `keepalive 2m`

@@ -24,6 +24,7 @@ from app.http.api import (
     health,
     scrub,
     session,
+    shares,
     snapshots,
     status,
     trash,
@@ -38,6 +39,7 @@ from app.http.s3.gateway import XML, S3Gateway, draining_refusal
 from app.http.s3.service import S3Service
 from app.http.web import buckets as web_buckets
 from app.http.web import routes as web
+from app.http.web import shares as share_links
 from app.runtime.sdnotify import systemd_notify
 from app.runtime.startup import start_services
 from app.store.metrics import Metrics
@@ -106,6 +108,8 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     app.include_router(scrub.router)
     app.include_router(snapshots.router)
     app.include_router(encryption.router)
+    app.include_router(shares.router)
+    app.include_router(share_links.router)
     app.include_router(web_buckets.router)
     # WebDAV at /dav/, and at /dav itself: Windows asks for a folder without
     # its slash, and a redirect breaks it. Any method reaches it.

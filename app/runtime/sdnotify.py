@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from app.store.services import Services
     from app.telegram.dispatcher import BotStatus
 
-log = structlog.get_logger("app.runtime.sdnotify")
+log = structlog.get_logger("app.ops.sdnotify")
 
 STATUS_INTERVAL = 5.0  # seconds between STATUS= updates
 LISTEN_WAIT = 15.0  # how long READY=1 waits for the HTTP port to accept connections

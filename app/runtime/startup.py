@@ -13,10 +13,8 @@ reads on its own, without the long wiring of every part.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,43 +25,15 @@ from app.db import trash
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
-from app.store.access import AccessStore
-from app.store.buckets import BucketStore
-from app.store.dav_locks import DavLocks
-from app.store.download_budget import DownloadBudget
-from app.store.encryption import Encryption
-from app.store.file_tree import FileTree
-from app.store.flush_lag import FlushLagWatch
-from app.store.flusher import Flusher
-from app.store.gc import GarbageCollector
-from app.store.instance import InstanceHeartbeat, new_instance_id
+from app.runtime.parts import Parts, build_parts
 from app.store.journal import Journal
-from app.store.leases import BotLeases
-from app.store.locator import ChunkLocator
-from app.store.metrics import Metrics, UploadBudgetUse
-from app.store.multipart import MultipartStore
-from app.store.reader import READ_BLOCK, RangeReader
-from app.store.reconcile import Reconciler, may_have_posted
-from app.store.resumable import ResumableStore
-from app.store.scrub import Scrub
-from app.store.sealing_migration import SealingMigration
-from app.store.service import ObjectStore
+from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
-from app.store.shared_paths import SharedPaths
 from app.store.snapshot import Snapshots
-from app.store.spool import Spool
-from app.store.throughput import ThroughputHistory, sampler
-from app.store.trash import TrashStore
-from app.store.upload_buffers import UploadBuffers
-from app.store.writer import ChunkWriter
-from app.telegram.client import BotClient
-from app.telegram.dispatcher import Dispatcher
-from app.telegram.probe import BotProber
-from app.telegram.types import BotInfo, StoredDocument
 
 # The name these events were logged under before start_services moved here
-# from app.store.services: the lines stay as they were for whoever searches them.
-log = structlog.get_logger("app.store.services")
+# from app/services.py: the lines stay as they were for whoever searches them.
+log = structlog.get_logger("app.services")
 
 
 class StartupError(Exception):
@@ -82,13 +52,13 @@ async def start_services(settings: Settings, tuning: Tuning | None = None) -> Se
 
 
 async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> Services:
-    """Build every part, then start them one by one, each start followed by
-    its stop on `stack`. The stack stops them in reverse, so the starts run
-    in the reverse of the order a stop needs: the engine first (it closes
-    last); the instance row, the leases and the GC before the dispatcher
-    (they outlive its drain: its late orphans are ledgered, its bots stay
-    leased until its calls end); the work that uses the dispatcher after it
-    (stopped before it drains)."""
+    """Build every part (app.runtime.parts), then start them one by one, each
+    start followed by its stop on `stack`. The stack stops them in reverse, so
+    the starts run in the reverse of the order a stop needs: the engine first
+    (it closes last); the instance row, the leases and the GC before the
+    dispatcher (they outlive its drain: its late orphans are ledgered, its
+    bots stay leased until its calls end); the work that uses the dispatcher
+    after it (stopped before it drains)."""
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
     if not settings.chat_ids:
@@ -102,276 +72,106 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     await check_schema(engine)
     sessionmaker = create_sessionmaker(engine)
     trash.configure(sessionmaker, settings.trash_retention_seconds)
-    statements = single_statements_for(engine)
-
-    # --- every part, built (nothing runs yet) -----------------------------------
-    metrics = Metrics()
-    spool = Spool(
-        settings.spool_path, max_bytes=settings.spool_max_bytes, instance_id=new_instance_id()
+    parts = build_parts(settings, tuning, sessionmaker, single_statements_for(engine))
+    await _start_in_order(parts, settings, stack)
+    _announce(parts, settings)
+    _watch(parts, engine)
+    return Services(
+        settings=settings,
+        flush_lag=parts.flush_lag,
+        throughput=parts.throughput,
+        metrics=parts.metrics,
+        engine=engine,
+        sessionmaker=sessionmaker,
+        dispatcher=parts.dispatcher,
+        gc=parts.gc,
+        writer=parts.writer,
+        store=parts.store,
+        trash=parts.trash_store,
+        buckets=parts.buckets,
+        multipart=parts.multipart,
+        tree=parts.tree,
+        dav_locks=parts.dav_locks,
+        buffers=parts.buffers,
+        spool=parts.spool,
+        flusher=parts.flusher,
+        instance=parts.instance,
+        leases=parts.leases,
+        shared_paths=parts.shared_paths,
+        resumable=parts.resumable,
+        prober=parts.prober,
+        scrub=parts.scrub,
+        sealing_migration=parts.sealing_migration,
+        snapshots=parts.snapshots,
+        journal=parts.journal,
+        access=parts.access,
+        shares=parts.shares,
+        started_at=started_at,
+        _stack=stack,
     )
 
-    def on_attempt(bot_id: int, method: str, outcome: str, seconds: float) -> None:
-        metrics.observe_attempt(bot_id, method, outcome, seconds)
-        # A send whose answer was lost may have left a message no row knows of.
-        if may_have_posted(method, outcome):
-            instance.request_reconcile()
 
-    async def resume_adopted() -> None:
-        # Spooled parts adopted from a dead instance go to Telegram now, if a
-        # bot passed its check; at start-up none has yet, and the first one
-        # that does resumes the spool (on_admitted, below).
-        if dispatcher.usable_bots():
-            await flusher.resume()
-
-    def on_orphan(document: StoredDocument) -> None:
-        # A send finished after its upload was abandoned: the message must go.
-        gc.enqueue_document(document, reason="failed_upload")
-
-    clients = [
-        BotClient(
-            token,
-            api_base=settings.telegram_api_base,
-            floor_bandwidth=settings.telegram_floor_bandwidth,
-            max_connections=settings.download_connections + 1,
-        )
-        for token in settings.bot_tokens
-    ]
-    dispatcher = Dispatcher(
-        clients,
-        checked=False,  # each bot joins the pool once its getMe passes (BotProber)
-        leased=True,  # and works only while this instance holds its lease (BotLeases)
-        chat_ids=settings.chat_ids,
-        max_attempts=settings.max_attempts,
-        sends_per_minute=settings.sends_per_minute,
-        on_orphan=on_orphan,
-        on_attempt=on_attempt,
-        on_abandoned_send=metrics.observe_abandoned_send,
-    )
-    stack.push_async_callback(dispatcher.close_clients)
-    gc = GarbageCollector(dispatcher, sessionmaker, on_undeletable=metrics.gc_undeletable.inc)
-    buffers = UploadBuffers(settings.upload_buffers)
-    encryption = Encryption(settings.keyring())
-    writer = ChunkWriter(
-        dispatcher,
-        sessionmaker,
-        gc,
-        buffers,
-        chunk_size=settings.chunk_size,
-        inline_threshold=settings.inline_threshold,
-        replicas=settings.replicas,
-        owner=spool.instance_id,
-        on_bytes=metrics.bytes_uploaded.inc,
-        encryption=encryption,
-    )
-    flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
-    instance = InstanceHeartbeat(
-        sessionmaker,
-        spool,
-        gc,
-        # Unclean stops found on the way are reconciled in the background.
-        reconciler=Reconciler(
-            dispatcher, sessionmaker, gc, live_owners=lambda: instance.live_ids()
-        ),
-        on_adopted=resume_adopted,
-        running_since=writer.oldest_running,
-        on_block_digest=writer.use_block_digest,
-        interval=tuning.heartbeat_seconds,
-    )
-    leases = BotLeases(
-        dispatcher,
-        sessionmaker,
-        instance.instance_id,
-        # Only a hash of each token is stored, as the lease's key.
-        {client.bot_id: client.token.value for client in clients},
-        lease_seconds=tuning.bot_lease_seconds,
-        host=socket.gethostname()[:255],
-        pid=os.getpid(),
-    )
-    shared_paths = SharedPaths(dispatcher, sessionmaker)
-    budget = DownloadBudget(
-        buffer_bytes=settings.download_buffer_bytes,
-        connections=settings.download_connections,
-        block_size=READ_BLOCK,
-    )
-    locator = ChunkLocator(dispatcher, gc, shared_paths)
-    scrub = Scrub(
-        dispatcher,
-        sessionmaker,
-        gc,
-        locator,
-        buffers,
-        replicas=settings.replicas,
-        period=settings.scrub_period_seconds,
-        read_bytes_per_day=settings.scrub_read_bytes_per_day,
-        owner=spool.instance_id,
-        encryption=encryption,
-    )
-    reader = RangeReader(
-        locator,
-        budget,
-        stall_seconds=settings.download_stall_seconds,
-        on_bytes=metrics.bytes_downloaded.inc,
-        on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
-        on_bad_copy=scrub.report_bad,
-        on_hashes=scrub.hashes_found,
-    )
-    store = ObjectStore(
-        sessionmaker,
-        writer,
-        reader,
-        gc,
-        statements=statements,
-        trash_retention=timedelta(seconds=settings.trash_retention_seconds)
-        if settings.trash_retention_seconds > 0
-        else None,
-        spool=spool,
-        pending_copies=settings.complete_waits_for == "spool",
-    )
-    trash_store = TrashStore(sessionmaker)
-    snapshots = Snapshots(
-        dispatcher,
-        sessionmaker,
-        gc,
-        encryption,
-        owner=spool.instance_id,
-        piece_size=settings.chunk_size,
-        interval=settings.snapshot_interval_seconds,
-        on_round=metrics.observe_round,
-    )
-    journal = Journal(
-        dispatcher,
-        sessionmaker,
-        encryption,
-        snapshots,
-        owner=spool.instance_id,
-        interval=settings.journal_seconds,
-        max_bytes=settings.chunk_size,
-        on_round=metrics.observe_round,
-    )
-    access = AccessStore(sessionmaker, refused_key_ttl=tuning.refused_key_cache_seconds)
-    resumable = ResumableStore(
-        sessionmaker,
-        store,
-        spool=spool,
-        flusher=flusher,
-        wait_for_telegram=settings.complete_waits_for == "telegram",
-        expiration=settings.tus_expiration_seconds,
-        cleanup_interval=tuning.tus_cleanup_interval_seconds,
-    )
-    background: set[asyncio.Task[None]] = set()
-
-    def on_admitted(info: BotInfo) -> None:
-        usable = len(dispatcher.usable_bots())
-        if usable == 1:
-            log.info("bots_ready", usable=usable, configured=len(clients))
-            instance.reconcile_now()
-            # Spooled parts left by the last run can be sent now.
-            task = asyncio.create_task(resume_spool(), name="spool-resume")
-            background.add(task)
-            task.add_done_callback(background.discard)
-
-    async def resume_spool() -> None:
-        try:
-            await flusher.resume()
-        except Exception:
-            # The parts stay in the spool: the next part or the completion of
-            # their upload, or the next start, sends them.
-            log.exception("spool_resume_failed")
-
-    prober = BotProber(dispatcher, on_admitted=on_admitted)
-    buckets = BucketStore(sessionmaker, statements=statements)
-    tree = FileTree(sessionmaker, store, statements, gc)
-    multipart = MultipartStore(
-        sessionmaker,
-        store,
-        spool=spool,
-        flusher=flusher,
-        min_part_size=tuning.s3_min_part_size,
-        wait_for_telegram=settings.complete_waits_for == "telegram",
-    )
-    flush_lag = FlushLagWatch(sessionmaker, owner=spool.instance_id, alert=settings.flush_lag_alert)
-    # The web page's status screen: the last ten minutes of throughput.
-    throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
-    loops = (
-        gc.loop,
-        instance.loop,
-        leases.loop,
-        shared_paths.loop,
-        resumable.cleanup,
-        prober.rechecks,
-        throughput.loop,
-        flush_lag.loop,
-        scrub.loop,
-    )
-    for loop in loops:
-        loop.on_round = metrics.observe_round
-
-    # --- started in order; the stack stops them in reverse -----------------------
-    stack.push_async_callback(store.close)
-    stack.push_async_callback(writer.settle)
-    stack.push_async_callback(access.close)
-    if spool.enabled:
-        await spool.open()
+async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStack) -> None:
+    """Each part started, its stop pushed on `stack` (the order: `_start`)."""
+    stack.push_async_callback(parts.dispatcher.close_clients)
+    stack.push_async_callback(parts.store.close)
+    stack.push_async_callback(parts.writer.settle)
+    stack.push_async_callback(parts.access.close)
+    if parts.spool.enabled:
+        await parts.spool.open()
     # Jobs are taken from now on (none runs before a bot passed its check):
     # the registration's reconciliation may queue its probe. The dispatcher
     # stops later in the stack (below), before what outlives its drain.
-    await dispatcher.start()
+    await parts.dispatcher.start()
     # Registering also sweeps the pending chunks of instances that died. A
     # stop is safe before its start: it removes what a half-done one wrote.
-    stack.push_async_callback(instance.stop)
-    await instance.register()
-    instance.start()
-    stack.push_async_callback(leases.stop)
-    await leases.round()
-    leases.start()
-    gc.start()
-    stack.push_async_callback(gc.stop)
-    stack.push_async_callback(dispatcher.stop, grace=settings.shutdown_grace_seconds)
-    shared_paths.start()
-    stack.push_async_callback(shared_paths.stop)
+    stack.push_async_callback(parts.instance.stop)
+    await parts.instance.register()
+    parts.instance.start()
+    stack.push_async_callback(parts.leases.stop)
+    await parts.leases.round()
+    parts.leases.start()
+    parts.gc.start()
+    stack.push_async_callback(parts.gc.stop)
+    stack.push_async_callback(parts.dispatcher.stop, grace=settings.shutdown_grace_seconds)
+    parts.shared_paths.start()
+    stack.push_async_callback(parts.shared_paths.stop)
     # Its checks and repairs go through the dispatcher.
-    scrub.start()
-    stack.push_async_callback(scrub.stop)
-    sealing_migration = SealingMigration(
-        dispatcher,
-        sessionmaker,
-        gc,
-        locator,
-        buffers,
-        encryption,
-        replicas=settings.replicas,
-        owner=spool.instance_id,
-    )
-    stack.push_async_callback(sealing_migration.stop)
-    snapshots.start()
-    journal.start()
+    parts.scrub.start()
+    stack.push_async_callback(parts.scrub.stop)
+    stack.push_async_callback(parts.sealing_migration.stop)
+    parts.snapshots.start()
+    parts.journal.start()
     if settings.snapshot_interval_seconds > 0:
         # Runs before the dispatcher drains (it needs it), after the loop stops.
-        stack.push_async_callback(_final_snapshot, snapshots, settings.shutdown_grace_seconds)
-    if journal.enabled:
+        stack.push_async_callback(_final_snapshot, parts.snapshots, settings.shutdown_grace_seconds)
+    if parts.journal.enabled:
         # Before the final snapshot (callbacks run last in, first out): should
         # that one fail, the changes since the previous one are in the chats.
-        stack.push_async_callback(_final_journal, journal, settings.shutdown_grace_seconds)
+        stack.push_async_callback(_final_journal, parts.journal, settings.shutdown_grace_seconds)
     # Before the final journal: the parts its last sends commit are in it.
     # Sends of spooled parts need the dispatcher; what they leave stays in
     # the spool for the next start.
-    stack.push_async_callback(flusher.stop, grace=settings.shutdown_grace_seconds)
-    stack.push_async_callback(_cancel_all, background)
-    stack.push_async_callback(snapshots.stop)
-    stack.push_async_callback(journal.stop)
-    prober.start()
-    stack.push_async_callback(prober.stop)
-    throughput.start()
-    stack.push_async_callback(throughput.stop)
-    resumable.start()
-    stack.push_async_callback(resumable.stop)
+    stack.push_async_callback(parts.flusher.stop, grace=settings.shutdown_grace_seconds)
+    stack.push_async_callback(_cancel_all, parts.background)
+    stack.push_async_callback(parts.snapshots.stop)
+    stack.push_async_callback(parts.journal.stop)
+    parts.prober.start()
+    stack.push_async_callback(parts.prober.stop)
+    parts.throughput.start()
+    stack.push_async_callback(parts.throughput.stop)
+    parts.resumable.start()
+    stack.push_async_callback(parts.resumable.stop)
 
+
+def _announce(parts: Parts, settings: Settings) -> None:
+    """What an operator reads at start: the memory budget, the APIs on, what to fix."""
     log.info(
         "upload_budget",
-        buffers=buffers.count,
-        buffer_bytes=buffers.count * settings.chunk_size,
-        spool_dir=str(spool.root) if spool.enabled else None,
-        spool_max_bytes=spool.max_bytes,
+        buffers=parts.buffers.count,
+        buffer_bytes=parts.buffers.count * settings.chunk_size,
+        spool_dir=str(parts.spool.root) if parts.spool.enabled else None,
+        spool_max_bytes=parts.spool.max_bytes,
     )
     if settings.s3_credentials:
         log.info("s3_api_enabled", access_keys=len(settings.s3_credentials))
@@ -383,55 +183,27 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
             detail="links handed out are built from each request's Host header; "
             "set PUBLIC_BASE_URL to the service's public address (https://...)",
         )
-    metrics.watch_uploads(
+
+
+def _watch(parts: Parts, engine: AsyncEngine) -> None:
+    """/metrics reads these live at every scrape."""
+    parts.metrics.watch_uploads(
         lambda: UploadBudgetUse(
-            buffers_in_use=buffers.in_use,
-            buffers=buffers.count,
-            waiting_uploads=buffers.waiting,
-            spool_bytes=spool.used,
-            spool_max_bytes=spool.max_bytes,
+            buffers_in_use=parts.buffers.in_use,
+            buffers=parts.buffers.count,
+            waiting_uploads=parts.buffers.waiting,
+            spool_bytes=parts.spool.used,
+            spool_max_bytes=parts.spool.max_bytes,
         )
     )
-    metrics.watch_flush_lag(flush_lag.current)
-    metrics.watch_durability(lambda: scrub.last_health, lambda: scrub.repaired)
-    metrics.watch_journal(journal.status)
-    metrics.watch(
-        bots=dispatcher.status,
-        gc_backlog=lambda: gc.last_backlog,
+    parts.metrics.watch_flush_lag(parts.flush_lag.current)
+    parts.metrics.watch_durability(lambda: parts.scrub.last_health, lambda: parts.scrub.repaired)
+    parts.metrics.watch_journal(parts.journal.status)
+    parts.metrics.watch(
+        bots=parts.dispatcher.status,
+        gc_backlog=lambda: parts.gc.last_backlog,
         db_pool=lambda: _pool_usage(engine),
-        downloads=budget.status,
-    )
-    return Services(
-        settings=settings,
-        flush_lag=flush_lag,
-        throughput=throughput,
-        metrics=metrics,
-        engine=engine,
-        sessionmaker=sessionmaker,
-        dispatcher=dispatcher,
-        gc=gc,
-        writer=writer,
-        store=store,
-        trash=trash_store,
-        buckets=buckets,
-        multipart=multipart,
-        tree=tree,
-        dav_locks=DavLocks(sessionmaker, statements),
-        buffers=buffers,
-        spool=spool,
-        flusher=flusher,
-        instance=instance,
-        leases=leases,
-        shared_paths=shared_paths,
-        resumable=resumable,
-        prober=prober,
-        scrub=scrub,
-        sealing_migration=sealing_migration,
-        snapshots=snapshots,
-        journal=journal,
-        access=access,
-        started_at=started_at,
-        _stack=stack,
+        downloads=parts.budget.status,
     )
 
 

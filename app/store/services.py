@@ -36,6 +36,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.shares import ShareStore
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.throughput import ThroughputHistory
@@ -46,7 +47,7 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo
 
-log = structlog.get_logger("app.store.services")
+log = structlog.get_logger("app.services")
 
 
 @dataclass
@@ -82,6 +83,8 @@ class Services:
     snapshots: Snapshots
     journal: Journal
     access: AccessStore
+    # Share links (/api/shares, /s/...).
+    shares: ShareStore
     metrics: Metrics
     started_at: datetime
     # What `close` stops, in order.

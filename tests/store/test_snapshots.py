@@ -79,6 +79,14 @@ async def get_link(service: Service, public_id: str) -> bytes:
     return answer.content
 
 
+async def make_share(service: Service, **body: Any) -> dict[str, Any]:
+    async with service.client() as http:
+        answer = await http.post("/api/shares", json=body, headers=service.auth)
+    assert answer.status_code == 201, answer.text
+    made: dict[str, Any] = answer.json()
+    return made
+
+
 async def take_snapshot(service: Service) -> dict[str, Any]:
     async with service.client() as http:
         answer = await http.post("/api/admin/snapshot", headers=service.auth)
@@ -107,10 +115,16 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     await s3("create_bucket", Bucket="box")
     body = payload(CHUNK + 5, seed=4)
     put = await s3("put_object", Bucket="box", Key="a/b.bin", Body=body, Metadata={"k": "v"})
+    # A share with a password and a download used: in the snapshot.
+    guarded = await make_share(first, file=small_id, password="pw", max_downloads=5)
+    async with first.client() as http:
+        got = await http.get(guarded["download_url"], auth=("", "pw"))
+        assert got.content == small
     taken = await take_snapshot(first)
     assert taken["taken"] and taken["rows"]["objects"] == 3 and taken["pieces"] == 1
     # Written after the snapshot: the snapshot at the clean stop carries it.
     late_id = await put_file(first, "late.txt", b"after the snapshot")
+    late_share = await make_share(first, file=late_id)
     await launcher.stop(first)
     await lose_the_database(database)
 
@@ -118,6 +132,7 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
 
     assert code == 0, out + _err
     assert "objects 4" in out and "api_keys 1" in out and "not found: 0" in out
+    assert "shares 2" in out
     again, _out, err = await restore(first, monkeypatch, capsys)
     assert again == 2 and "the database is not empty" in err
     second = await launcher.start(
@@ -127,6 +142,18 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     assert await get_link(second, small_id) == small
     assert await get_link(second, big_id) == big
     assert await get_link(second, late_id) == b"after the snapshot"
+    # The shares' links work as they did: the password still asked for,
+    # the download counted before the snapshot still counted.
+    guarded_bytes = guarded["download_url"].removeprefix(first.url)  # the same link, served anew
+    late_bytes = late_share["download_url"].removeprefix(first.url)
+    async with second.client() as http:
+        assert (await http.get(guarded_bytes)).status_code == 401
+        assert (await http.get(guarded_bytes, auth=("", "pw"))).content == small
+        assert (await http.get(late_bytes)).content == b"after the snapshot"
+        restored = await http.get(f"/api/shares/{guarded['id']}", headers=second.auth)
+    # The download before the snapshot, and the one just now: download
+    # sessions are not restored, so it is a new one.
+    assert restored.json()["downloads"] == 2
     s3 = S3(second)
     got = await s3("get_object", Bucket="box", Key="a/b.bin")
     assert await asyncio.to_thread(got["Body"].read) == body

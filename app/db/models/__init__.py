@@ -11,7 +11,8 @@
 * :mod:`~app.db.models.trash` -- deleted and replaced objects kept restorable;
 * :mod:`~app.db.models.dav` -- folders, dead properties and locks (WebDAV);
 * :mod:`~app.db.models.snapshots` -- the messages of metadata snapshots, their writer's lease,
-  the journal.
+  the journal;
+* :mod:`~app.db.models.shares` -- share links, their download sessions and wrong passwords.
 
 Everything is re-exported here: import models from ``app.db.models``. Importing
 this package puts every table on ``Base.metadata``, which Alembic's env.py
@@ -61,6 +62,14 @@ from app.db.models.objects import (
     Piece,
     StoredObject,
 )
+from app.db.models.shares import (
+    DISPOSITIONS,
+    SHARE_TOKEN_LENGTH,
+    Disposition,
+    Share,
+    ShareFailure,
+    ShareSession,
+)
 from app.db.models.snapshots import JournalEntry, SnapshotLease, SnapshotMessage
 from app.db.models.trash import TRASH_REASONS, TrashEntry, TrashReason
 from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
@@ -68,6 +77,7 @@ from app.db.models.tus import TUS_KINDS, TusKind, TusUpload
 __all__ = [
     "CHUNK_STATES",
     "COPY_STATES",
+    "DISPOSITIONS",
     "GC_REASONS",
     "KEY_SCOPES",
     "MAX_BUCKET_NAME_LENGTH",
@@ -79,6 +89,7 @@ __all__ = [
     "MAX_PROPERTY_NAMESPACE_LENGTH",
     "MAX_PROPERTY_NAME_LENGTH",
     "NEVER_REUSE_IDS",
+    "SHARE_TOKEN_LENGTH",
     "TRASH_REASONS",
     "TUS_KINDS",
     "UPLOAD_ID_LENGTH",
@@ -93,6 +104,7 @@ __all__ = [
     "CopyState",
     "DavLock",
     "DeadProperty",
+    "Disposition",
     "Folder",
     "GcEntry",
     "GcReason",
@@ -104,6 +116,9 @@ __all__ = [
     "PendingCopy",
     "Piece",
     "SendIntent",
+    "Share",
+    "ShareFailure",
+    "ShareSession",
     "SharedFilePath",
     "SnapshotLease",
     "SnapshotMessage",

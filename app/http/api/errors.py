@@ -18,9 +18,10 @@ from starlette.requests import ClientDisconnect
 
 from app.http.shared.errors import INTERNAL_ERROR, Failure, failure_for
 from app.http.shared.forms import FormError
+from app.http.shared.log_paths import loggable_path
 from app.store.errors import StoreError, TelegramError
 
-log = structlog.get_logger("app.http.api")
+log = structlog.get_logger("app.api")
 
 
 class ApiError(Exception):
@@ -84,14 +85,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
-        log.info("client_disconnected", path=request.url.path)
+        log.info("client_disconnected", path=loggable_path(request.url.path))
         return error_response(400, "client_disconnected", "the client went away")
 
     # Store, Telegram and database errors: the one table both APIs share.
     async def _from_table(request: Request, exc: Exception) -> JSONResponse:
-        failure = failure_for(exc, path=request.url.path)
+        failure = failure_for(exc, path=loggable_path(request.url.path))
         if failure is None:
-            log.exception("unhandled_error", path=request.url.path)
+            log.exception("unhandled_error", path=loggable_path(request.url.path))
             failure = INTERNAL_ERROR
         return failure_response(failure)
 

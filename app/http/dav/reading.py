@@ -25,7 +25,7 @@ from app.http.shared.conditions import NOT_MODIFIED, evaluate, http_date, range_
 from app.http.shared.disposition import content_disposition
 from app.http.shared.ranges import RangeNotSatisfiable, parse_range
 from app.store.dav_locks import LockInfo
-from app.store.file_tree import CommonPrefix, TreeEntry, TreeFile
+from app.store.file_tree import TreeEntry, TreeFile
 
 #: Every method /dav/ answers (OPTIONS's Allow, and a 405's).
 ALLOW = "OPTIONS, GET, HEAD, PUT, DELETE, PROPFIND, PROPPATCH, MKCOL, COPY, MOVE, LOCK, UNLOCK"
@@ -183,6 +183,3 @@ async def get(dav: DavRequest) -> Response:
     return StreamingResponse(
         body, status_code=status, headers=headers, media_type=info.content_type
     )
-
-
-__all__ = ["ALLOW", "DAV_HEADERS", "CommonPrefix", "entry_of", "get", "options", "propfind"]

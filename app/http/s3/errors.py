@@ -27,7 +27,7 @@ import structlog
 
 from app.http.shared.errors import Failure, failure_for
 
-log = structlog.get_logger("app.http.s3")
+log = structlog.get_logger("app.s3")
 
 #: code -> (HTTP status, default message). Messages follow AWS's wording.
 ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {

@@ -32,7 +32,7 @@ from app.http.shared.ranges import RangeNotSatisfiable, parse_range
 from app.store.limits import MAX_PART_NUMBER
 from app.store.service import DEFAULT_CONTENT_TYPE, ObjectInfo, StoredChecksum
 
-log = structlog.get_logger("app.http.s3")
+log = structlog.get_logger("app.s3")
 
 T = TypeVar("T")
 

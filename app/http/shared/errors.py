@@ -49,7 +49,7 @@ from app.store.errors import (
     UploadTooLarge,
 )
 
-log = structlog.get_logger("app.http.shared.errors")
+log = structlog.get_logger("app.http.errors")
 
 #: Retry-After (seconds) when the database cannot be reached.
 DATABASE_RETRY_AFTER = 5

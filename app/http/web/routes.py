@@ -51,7 +51,7 @@ DOCS_CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-_HEADERS = {
+PAGE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -63,10 +63,10 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
 
 @router.get("/")
 async def page() -> FileResponse:
-    return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=_HEADERS)
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 
 
-_DOCS_HEADERS = {**_HEADERS, "Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}
+_DOCS_HEADERS = {**PAGE_HEADERS, "Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}
 
 
 @router.get("/docs")
@@ -90,4 +90,4 @@ async def static(name: str) -> FileResponse:
         raise missing
     suffix = path.suffix.lower()
     media_type = _TYPES.get(suffix) or mimetypes.guess_type(path.name)[0] or "text/plain"
-    return FileResponse(path, media_type=media_type, headers=_HEADERS)
+    return FileResponse(path, media_type=media_type, headers=PAGE_HEADERS)

@@ -1,7 +1,7 @@
 """WebDAV: folders, dead properties and locks.
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0025
 Create Date: 2026-12-07
 
 `folders` keeps a folder that no object's key lies under (MKCOL, or the
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0024"
-down_revision: str | None = "0022"
+down_revision: str | None = "0025"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
