@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import TypedDict
 
 from fastapi import FastAPI
+from starlette.routing import Mount, Route
 from starlette.types import Scope
 
 from app import __version__
@@ -31,6 +32,8 @@ from app.http.api import (
 )
 from app.http.api.errors import install_error_handlers
 from app.http.api.middleware import RequestContextMiddleware
+from app.http.dav.app import DavApp
+from app.http.dav.paths import DAV_PREFIX
 from app.http.s3.gateway import XML, S3Gateway, draining_refusal
 from app.http.s3.service import S3Service
 from app.http.web import buckets as web_buckets
@@ -105,6 +108,11 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     app.include_router(shares.router)
     app.include_router(share_links.router)
     app.include_router(web_buckets.router)
+    # WebDAV at /dav/, and at /dav itself: Windows asks for a folder without
+    # its slash, and a redirect breaks it. Any method reaches it.
+    dav = DavApp()
+    app.router.routes.append(Route(DAV_PREFIX, dav))
+    app.router.routes.append(Mount(DAV_PREFIX, dav))
     app.include_router(web.router)
     return app
 

@@ -22,8 +22,10 @@ from app.config.tuning import Tuning
 from app.db.single_statements import SingleStatements
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.dav_locks import DavLocks
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
+from app.store.file_tree import FileTree
 from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
@@ -86,6 +88,8 @@ class Parts:
     prober: BotProber
     buckets: BucketStore
     shares: ShareStore
+    tree: FileTree
+    dav_locks: DavLocks
     multipart: MultipartStore
     flush_lag: FlushLagWatch
     throughput: ThroughputHistory
@@ -276,6 +280,8 @@ def build_parts(
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
     shares = ShareStore(sessionmaker, store, buckets)
+    tree = FileTree(sessionmaker, store, statements, gc)
+    dav_locks = DavLocks(sessionmaker, statements)
     multipart = MultipartStore(
         sessionmaker,
         store,
@@ -338,6 +344,8 @@ def build_parts(
         prober=prober,
         buckets=buckets,
         shares=shares,
+        tree=tree,
+        dav_locks=dav_locks,
         multipart=multipart,
         flush_lag=flush_lag,
         throughput=throughput,

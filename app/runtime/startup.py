@@ -90,6 +90,8 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         trash=parts.trash_store,
         buckets=parts.buckets,
         multipart=parts.multipart,
+        tree=parts.tree,
+        dav_locks=parts.dav_locks,
         buffers=parts.buffers,
         spool=parts.spool,
         flusher=parts.flusher,

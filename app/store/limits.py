@@ -14,6 +14,8 @@ from app.db.models import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PART_NUMBER,
+    MAX_PROPERTY_NAME_LENGTH,
+    MAX_PROPERTY_NAMESPACE_LENGTH,
 )
 
 #: User metadata (``x-amz-meta-*`` names and values, in bytes of UTF-8), as S3
@@ -35,6 +37,8 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_PART_NUMBER",
+    "MAX_PROPERTY_NAMESPACE_LENGTH",
+    "MAX_PROPERTY_NAME_LENGTH",
     "MAX_USER_METADATA_BYTES",
     "key_bytes",
 ]

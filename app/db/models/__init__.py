@@ -9,6 +9,7 @@
 * :mod:`~app.db.models.keys` -- API keys, web sessions, failed key checks;
 * :mod:`~app.db.models.tus` -- resumable uploads;
 * :mod:`~app.db.models.trash` -- deleted and replaced objects kept restorable;
+* :mod:`~app.db.models.dav` -- folders, dead properties and locks (WebDAV);
 * :mod:`~app.db.models.snapshots` -- the messages of metadata snapshots, their writer's lease,
   the journal;
 * :mod:`~app.db.models.shares` -- share links, their download sessions and wrong passwords.
@@ -32,6 +33,14 @@ from app.db.models.chunks import (
     GcEntry,
     GcReason,
     SendIntent,
+)
+from app.db.models.dav import (
+    MAX_LOCK_TOKEN_LENGTH,
+    MAX_PROPERTY_NAME_LENGTH,
+    MAX_PROPERTY_NAMESPACE_LENGTH,
+    DavLock,
+    DeadProperty,
+    Folder,
 )
 from app.db.models.instances import BotLease, Instance, SharedFilePath
 from app.db.models.keys import KEY_SCOPES, ApiKey, KeyCheckFailure, KeyScope, WebSession
@@ -74,8 +83,11 @@ __all__ = [
     "MAX_BUCKET_NAME_LENGTH",
     "MAX_CONTENT_TYPE_LENGTH",
     "MAX_KEY_LENGTH",
+    "MAX_LOCK_TOKEN_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_PART_NUMBER",
+    "MAX_PROPERTY_NAMESPACE_LENGTH",
+    "MAX_PROPERTY_NAME_LENGTH",
     "NEVER_REUSE_IDS",
     "SHARE_TOKEN_LENGTH",
     "TRASH_REASONS",
@@ -90,7 +102,10 @@ __all__ = [
     "ChunkCopy",
     "ChunkState",
     "CopyState",
+    "DavLock",
+    "DeadProperty",
     "Disposition",
+    "Folder",
     "GcEntry",
     "GcReason",
     "Instance",

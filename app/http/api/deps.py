@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 from app.config.settings import Settings
 from app.http.api.errors import ApiError
 from app.http.api.web_session import check_csrf, session_token
-from app.http.client import client_address
+from app.http.shared.client import client_address
 from app.store.callers import Caller, KeyScope
 from app.store.service import ObjectStore
 from app.store.services import Services

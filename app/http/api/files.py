@@ -17,15 +17,16 @@ from app.config.settings import Settings
 from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import (
+from app.http.api.file_response import plan_download
+from app.http.api.schemas import FileList, FileOut
+from app.http.shared.file_names import (
     MAX_FILE_NAME_LENGTH,
+    NAMED_PREFIX,
     NATIVE_BUCKET,
     clean_name,
     download_url,
     guess_type,
 )
-from app.http.api.file_response import plan_download
-from app.http.api.schemas import FileList, FileOut
 from app.http.shared.forms import StreamingForm
 from app.http.shared.parsing import parse_decimal
 from app.store.callers import Caller
@@ -38,8 +39,6 @@ router = APIRouter(tags=["files"], route_class=SmallBodyRoute)
 
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
-# `PUT /api/files/{name}` stores the file under this key prefix.
-NAMED_PREFIX = "named/"
 
 
 def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut:

@@ -13,7 +13,7 @@ from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 from app.http.api.errors import ApiError
 from app.http.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
-from app.http.client import client_address
+from app.http.shared.client import client_address
 from app.store.callers import Caller
 from app.store.services import Services
 

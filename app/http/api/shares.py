@@ -21,8 +21,7 @@ from app.config.settings import Settings
 from app.http.api.body_limits import JSON_BODY_LIMIT, SmallBodyRoute, read_small_body
 from app.http.api.deps import ReadKey, ServicesDep
 from app.http.api.errors import ApiError
-from app.http.api.file_names import NATIVE_BUCKET
-from app.http.api.files import NAMED_PREFIX
+from app.http.shared.file_names import NAMED_PREFIX, NATIVE_BUCKET
 from app.http.shared.links import public_base
 from app.store.callers import Caller
 from app.store.limits import MAX_KEY_LENGTH

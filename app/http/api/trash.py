@@ -18,8 +18,14 @@ from app.config.settings import Settings
 from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import MAX_FILE_NAME_LENGTH, NATIVE_BUCKET, clean_name, download_url
-from app.http.api.files import NAMED_PREFIX, parse_id_cursor
+from app.http.api.files import parse_id_cursor
+from app.http.shared.file_names import (
+    MAX_FILE_NAME_LENGTH,
+    NAMED_PREFIX,
+    NATIVE_BUCKET,
+    clean_name,
+    download_url,
+)
 from app.store.callers import Caller
 from app.store.limits import MAX_KEY_LENGTH, key_bytes
 from app.store.object_write import object_name

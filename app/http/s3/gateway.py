@@ -28,7 +28,6 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.http.client import client_address
 from app.http.s3.context import XML, S3Request, request_id
 from app.http.s3.errors import S3Error, as_s3_error
 from app.http.s3.names import is_reserved_bucket, split_path
@@ -39,6 +38,7 @@ from app.http.s3.signature_limits import checked_signature
 from app.http.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.http.s3.sigv4 import is_sigv4_request, verify_request
 from app.http.s3.xml.responses import s3_error_xml
+from app.http.shared.client import client_address
 from app.http.shared.headers import IndexedHeaders
 from app.http.shared.route_label import set_route_label
 from app.store.services import Services

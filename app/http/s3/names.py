@@ -30,6 +30,8 @@ RESERVED_BUCKETS: Final = frozenset(
         "redoc",
         "openapi.json",
         "static",
+        # WebDAV (app/http/dav).
+        "dav",
     }
 )
 

@@ -18,7 +18,6 @@ from urllib.parse import quote, urlencode, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.http.client import client_address
 from app.http.s3 import sse, tagging
 from app.http.s3.context import empty_response, stored_metadata, xml_response
 from app.http.s3.errors import S3Error
@@ -28,6 +27,7 @@ from app.http.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, che
 from app.http.s3.service import S3Service
 from app.http.s3.signature_limits import checked_signature
 from app.http.s3.xml.responses import post_response_xml
+from app.http.shared.client import client_address
 from app.http.shared.forms import FormError, StreamingForm
 from app.http.shared.header_names import is_header_name
 from app.http.shared.links import public_base

@@ -28,11 +28,10 @@ from fastapi.responses import RedirectResponse, StreamingResponse
 
 from app.http.api.body_limits import JSON_BODY_LIMIT, SmallBodyRoute, read_small_body
 from app.http.api.deps import ServicesDep
-from app.http.api.file_names import MAX_FILE_NAME_LENGTH
 from app.http.api.file_response import plan_download
-from app.http.api.files import NAMED_PREFIX
 from app.http.shared.active_content import NATIVE_FILE_HEADERS
 from app.http.shared.disposition import content_disposition
+from app.http.shared.file_names import MAX_FILE_NAME_LENGTH, NAMED_PREFIX
 from app.http.shared.links import public_base
 from app.http.web.share_page import file_page, folder_page, password_page, refusal
 from app.kit.zip_stream import MemberChanged, ZipMember, member_path, zip_length, zip_stream

@@ -1,7 +1,7 @@
 """Share links (issue 52): `shares`, their download sessions and wrong passwords.
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-12-07
 
 `shares` is journaled like every table a restore loads (the triggers of
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0025"
-down_revision: str | None = "0023"
+down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

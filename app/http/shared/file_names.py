@@ -1,6 +1,6 @@
-"""What the native API's uploads (forms, raw PUT, tus) share: where their
-objects live, how a file's name and type are taken from what the client sent,
-and the link a file is downloaded from."""
+"""What the native files' faces (the native API's forms, raw PUT and tus;
+WebDAV) share: where their objects live, how a file's name and type are
+taken from what the client sent, and the link a file is downloaded from."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from app.store.service import DEFAULT_CONTENT_TYPE
 # The bucket the native API keeps its objects in. S3 bucket names cannot start
 # with "_", so it can never collide with a bucket created through S3.
 NATIVE_BUCKET = "_native"
+# Files stored by name (`PUT /api/files/{name}`, WebDAV) have their name under
+# this key prefix: `named/photos/a.jpg`. Form and tus uploads have random keys.
+NAMED_PREFIX = "named/"
 # File names are cut to this many characters (they name downloads).
 MAX_FILE_NAME_LENGTH = 255
 
