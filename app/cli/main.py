@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -30,12 +31,37 @@ T = TypeVar("T")
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        _hint_dashed_ids(sys.argv[1:] if argv is None else argv, exit_)
+        raise
+
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return EXIT_USAGE
     return run_command(lambda: handler(args))
+
+
+# A public id of 24 URL-safe characters; ids made before new_public_id
+# stopped drawing a leading "-" may start with one.
+_DASHED_ID = re.compile(r"-[A-Za-z0-9_-]{23}")
+
+
+def _hint_dashed_ids(argv: Sequence[str], exit_: SystemExit) -> None:
+    """After argparse's own error: an id that starts with "-" was read as an
+    option; say how to give it."""
+    if exit_.code != EXIT_USAGE:
+        return
+    at = next((i for i, arg in enumerate(argv) if _DASHED_ID.fullmatch(arg)), None)
+    if at is not None:
+        example = " ".join([*argv[:at], "--", argv[at]])
+        print(
+            "teleuploader: a public id that starts with '-' goes after '--', as in: "
+            f"teleuploader {escape_controls(example)}",
+            file=sys.stderr,
+        )
 
 
 def run_command(command: Callable[[], int]) -> int:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from app.cli.main import main
 from tests.cli.test_main import run_cli
 from tests.cli.test_main import service_logs_elsewhere as service_logs_elsewhere
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
@@ -70,3 +71,12 @@ async def test_an_error_quoting_a_name_cannot_act_on_the_terminal(
     error = capsys.readouterr().err
     assert "no\\x1b[2Jsuch\\x9b.txt: no such file" in error
     assert "\x1b" not in error and "\x9b" not in error
+
+
+def test_an_id_that_starts_with_a_dash_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    # Ids made before new_public_id stopped drawing a leading "-" exist: argparse
+    # takes one for an option, and the user is told how to give it.
+    with pytest.raises(SystemExit) as exited:
+        main(["trash", "restore", "-abcdefghijklmnopqrstuvw"])
+    assert exited.value.code == 2
+    assert "teleuploader trash restore -- -abcdefghijklmnopqrstuvw" in capsys.readouterr().err
