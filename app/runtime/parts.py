@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config.settings import Settings
 from app.config.tuning import Tuning
 from app.db.single_statements import SingleStatements
+from app.sealing.layout import sealed_size
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
 from app.store.download_budget import DownloadBudget
@@ -48,6 +49,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.local_files import local_files_for
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 
@@ -121,12 +123,18 @@ def build_parts(
         # A send finished after its upload was abandoned: the message must go.
         gc.enqueue_document(document, reason="failed_upload")
 
+    # One for every bot: they learn the local server's directory together.
+    local_files = local_files_for(settings)
     clients = [
         BotClient(
             token,
             api_base=settings.telegram_api_base,
             floor_bandwidth=settings.telegram_floor_bandwidth,
             max_connections=settings.download_connections + 1,
+            local_files=local_files,
+            # A getFile of a file of unknown size (another instance's
+            # question) gets the time the largest one takes.
+            expected_file_size=sealed_size(settings.chunk_size),
         )
         for token in settings.bot_tokens
     ]

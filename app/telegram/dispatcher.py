@@ -270,11 +270,12 @@ class Dispatcher(PoolMembership, PoolViews):
             "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
         )
 
-    async def file_path(self, bot_id: int, file_id: str) -> str:
+    async def file_path(self, bot_id: int, file_id: str, size: int | None = None) -> str:
         """getFile through the bot that holds `file_id` (file_ids are bot-
-        scoped). A reader waits for it: it goes ahead of queued uploads."""
+        scoped). A reader waits for it: it goes ahead of queued uploads.
+        `size`: the file's, for the call's time budget (getFile downloads it)."""
         location = await self.call(
-            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
+            bot_id, "getFile", lambda client: client.get_file(file_id, size), priority=True
         )
         return location.file_path
 
