@@ -23,6 +23,7 @@ from app.db.single_statements import SingleStatements
 from app.sealing.layout import sealed_size
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.copy_failures import CopyFailures, MissingRule
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
 from app.store.flush_lag import FlushLagWatch
@@ -194,7 +195,15 @@ def build_parts(
         connections=settings.download_connections,
         block_size=READ_BLOCK,
     )
-    locator = ChunkLocator(dispatcher, gc, shared_paths)
+    locator = ChunkLocator(dispatcher, gc, shared_paths, retry_pause=tuning.read_retry_seconds)
+    failures = CopyFailures(
+        sessionmaker,
+        MissingRule(
+            failures=tuning.copy_missing_failures,
+            span=timedelta(seconds=tuning.copy_missing_span_seconds),
+            spacing=timedelta(seconds=tuning.copy_failure_spacing_seconds),
+        ),
+    )
     scrub = Scrub(
         dispatcher,
         sessionmaker,
@@ -206,15 +215,19 @@ def build_parts(
         read_bytes_per_day=settings.scrub_read_bytes_per_day,
         owner=spool.instance_id,
         encryption=encryption,
+        failures=failures,
     )
     reader = RangeReader(
         locator,
         budget,
         stall_seconds=settings.download_stall_seconds,
+        retry_delay=tuning.read_retry_seconds,
         on_bytes=metrics.bytes_downloaded.inc,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
         on_bad_copy=scrub.report_bad,
         on_hashes=scrub.hashes_found,
+        on_unavailable=scrub.report_unavailable,
+        on_served=scrub.copy_served,
     )
     store = ObjectStore(
         sessionmaker,

@@ -193,7 +193,7 @@ def test_a_local_server_with_the_cloud_base_is_refused_in_one_line(
     assert "TELEGRAM_LOCAL_SERVER=true needs TELEGRAM_API_BASE" in str(caught.value)
     assert "\n" not in str(caught.value)
     monkeypatch.setenv("TELEGRAM_API_BASE", "https://api.telegram.org/")
-    with pytest.raises(SettingsError, match="not api.telegram.org"):
+    with pytest.raises(SettingsError, match=r"not api\.telegram\.org"):
         load_settings()
     monkeypatch.setenv("TELEGRAM_API_BASE", LOCAL_API)
     assert load_settings().telegram_local_server is True
