@@ -171,7 +171,7 @@ class ChunkLocator:
                 probed, retries = True, 0
                 log.info("copy_unavailable_forwarded", copy_id=copy.copy_id, bot_id=copy.bot_id)
                 try:
-                    await self._rehome(copy, size)
+                    await self._rehome(copy, size, asking=True)
                 except NoUsableBot:
                     raise exc from None  # no other bot to ask: the answer stands
                 except PermanentError as forwarded:
@@ -258,11 +258,21 @@ class ChunkLocator:
         while len(self._paths) > CACHE_ENTRIES:
             self._paths.popitem(last=False)
 
-    async def _rehome(self, copy: CopyRef, size: int | None) -> tuple[BotClient, str]:
-        """Read the copy through another bot: forward its message, use the new file_id."""
+    async def _rehome(
+        self, copy: CopyRef, size: int | None, *, asking: bool = False
+    ) -> tuple[BotClient, str]:
+        """Read the copy through another bot: forward its message, use the
+        new file_id. `asking`: to learn whether the message is there (the
+        forward's answer is certain), through the uploader itself when no
+        other bot is in the chat."""
+        others = any(
+            worker.usable and copy.chat_id in worker.chats and worker.bot_id != copy.bot_id
+            for worker in self._dispatcher.workers.values()
+        )
+        exclude = {copy.bot_id} if others or not asking else set()
         try:
             document = await self._dispatcher.forward_message(
-                copy.chat_id, copy.message_id, exclude={copy.bot_id}
+                copy.chat_id, copy.message_id, exclude=exclude
             )
         except NoUsableBot as refused:
             gone = self._chat_gone(copy.chat_id, refused)

@@ -72,6 +72,10 @@ class CopyUnreachable(Exception):
     """No bot of this instance can reach the copy now."""
 
 
+class CopyUnavailable(CopyUnreachable):
+    """Telegram could not serve the copy, asked again and through a forward."""
+
+
 log = structlog.get_logger("app.store.reader")
 
 # What the budget counts as one block. httpx hands over at most 64 KiB per read,
@@ -363,6 +367,13 @@ class RangeReader:
                 damaged += 1
                 failures.append(str(exc))
                 self._report(chunk, copy, "missing", str(exc))
+            except CopyUnavailable as exc:
+                failures.append(str(exc))
+                if chunk.lost:
+                    # Found missing before (its failures lasted: the rule of
+                    # app/store/copy_failures.py), and Telegram still cannot
+                    # serve it: as damaged as a copy found gone.
+                    damaged += 1
             except (CopyUnreachable, ContentUnavailable) as exc:
                 failures.append(str(exc))
         if chunk.copies and damaged == len(chunk.copies):
@@ -402,7 +413,7 @@ class RangeReader:
                     log.warning("chunk_copy_unavailable", copy_id=copy.copy_id, error=str(exc))
                     if self._on_unavailable is not None:
                         self._on_unavailable(span.chunk.chunk_id, copy.copy_id)
-                    raise CopyUnreachable(f"copy {copy.copy_id}: {exc}") from None
+                    raise CopyUnavailable(f"copy {copy.copy_id}: {exc}") from None
                 # The next attempt starts at the byte where this one stopped.
                 last_error = exc
                 log.warning(

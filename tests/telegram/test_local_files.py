@@ -5,17 +5,21 @@ the path rules alone."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from app.config.settings import BotToken
 from app.telegram.client import BotClient
 from app.telegram.errors import FilesUnreachable, PermanentError, TransientError
 from app.telegram.local_files import READ_PIECE, LocalFiles
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+from tests.running_service import CHAT_ID as CHAT
+from tests.running_service import Service, ServiceFactory
 
 CHAT_ID = -1001234567890
 DATA = random.Random(11).randbytes(3 * READ_PIECE + 123)
@@ -139,3 +143,69 @@ async def test_a_file_this_user_may_not_read_is_a_configuration_error(
         async with files.open_at(TOKEN, "documents/file_1.bin", 0):
             pass
     assert TOKEN.secret not in str(caught.value)
+
+
+# --- a service on a local server ---------------------------------------------------------
+
+MiB = 1024 * 1024
+BIG_CHUNK = 21 * MiB  # above the cloud's getFile cap, 20 MiB (Client.h)
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+async def test_a_service_on_a_local_server_serves_chunks_above_20_mib_byte_exact(
+    start_service: ServiceFactory, tmp_path: Path, mapped: bool
+) -> None:
+    """The whole stack in local mode: uploads of 21 MiB chunks, then
+    downloads and Range reads (across the chunks' boundary, deep in the
+    first) read from the server's directory on disk, with and without
+    TELEGRAM_LOCAL_PATH_MAP. No path the service keeps holds a token."""
+    volume = tmp_path / "telegram-bot-api"
+    server_dir = "/var/lib/telegram-bot-api" if mapped else str(volume)
+    sim = TelegramSimulator(
+        SimulatorConfig(
+            tokens=make_tokens(2),
+            chat_ids=[CHAT],
+            local_dir=server_dir,
+            local_volume=str(volume) if mapped else None,
+        )
+    )
+    path_map = (server_dir, str(volume)) if mapped else None
+    service = await start_service(
+        sim=sim,
+        telegram_local_server=True,
+        telegram_local_path_map=path_map,
+        chunk_size=BIG_CHUNK,
+        max_upload_size=64 * MiB,
+        upload_buffer_chunks=2,
+    )
+    data = random.Random(5).randbytes(BIG_CHUNK + 300_000)
+    async with service.client() as http:
+        stored = await http.put("/api/files/big.bin", content=data, headers=service.auth)
+        assert stored.status_code == 201, stored.text
+        public_id = stored.json()["public_id"]
+        whole = await http.get(f"/f/{public_id}")
+        ranges = [(BIG_CHUNK - 1000, BIG_CHUNK + 999), (7 * MiB + 3, 7 * MiB + 70_000)]
+        parts = [
+            await http.get(f"/f/{public_id}", headers={"Range": f"bytes={first}-{last}"})
+            for first, last in ranges
+        ]
+
+    assert whole.status_code == 200
+    assert hashlib.sha256(whole.content).digest() == hashlib.sha256(data).digest()
+    for (first, last), part in zip(ranges, parts, strict=True):
+        assert part.status_code == 206
+        assert part.content == data[first : last + 1]
+    # The files read are the server's own, in the directory of each token.
+    assert len(sim.local_files()) == 2
+    secrets = [BotToken.parse(token).secret for token in sim.tokens]
+    assert not any(secret.encode() in database_bytes(service) for secret in secrets)
+
+
+def database_bytes(service: Service) -> bytes:
+    """Every byte of the service's SQLite database (its write-ahead log
+    too); Postgres keeps its own elsewhere: nothing to read here."""
+    url = make_url(service.settings.database_url)
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return b""
+    database = Path(url.database)
+    return b"".join(path.read_bytes() for path in database.parent.glob(database.name + "*"))
