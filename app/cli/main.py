@@ -290,9 +290,9 @@ def serve(tuning: Tuning | None = None) -> int:
 
 async def _precheck(settings: Settings) -> None:
     """What can be checked before the server starts, so it fails in one line."""
-    from app.db.engine import create_engine
+    from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
-    from app.runtime.startup import StartupError
+    from app.runtime.startup import StartupError, refuse_unreadable_chunks
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
@@ -304,6 +304,7 @@ async def _precheck(settings: Settings) -> None:
         engine = create_engine(settings.database_url)
         try:
             await check_schema(engine)
+            await refuse_unreadable_chunks(settings, create_sessionmaker(engine))
         finally:
             await engine.dispose()
 
