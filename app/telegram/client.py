@@ -256,6 +256,18 @@ class BotClient:
             ),
         )
 
+    async def chat_member_rights(self, chat_id: int, user_id: int) -> dict[str, bool | str]:
+        """A member's status and every `can_...` right getChatMember reports,
+        as Telegram gives them (what `teleuploader check --deep` shows)."""
+        result = await self._call(
+            "getChatMember", data={"chat_id": str(chat_id), "user_id": str(user_id)}
+        )
+        rights: dict[str, bool | str] = {"status": str(result.get("status", ""))}
+        for name, value in sorted(result.items()):
+            if name.startswith("can_") and isinstance(value, bool):
+                rights[name] = value
+        return rights
+
     async def pin_chat_message(self, chat_id: int, message_id: int) -> None:
         await self._call(
             "pinChatMessage",
