@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app import __version__
@@ -149,6 +150,24 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-5xx-rate", type=float, default=0.0)
     sim.add_argument("--fault-drop-rate", type=float, default=0.0)
     sim.add_argument("--fault-429-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--fault-file-unavailable-rate",
+        type=float,
+        default=0.0,
+        help="getFiles answered 'wrong file_id or the file is temporarily unavailable'",
+    )
+    sim.add_argument(
+        "--getfile-bandwidth",
+        type=float,
+        default=None,
+        help="bytes/s of the server's download before getFile answers",
+    )
+    sim.add_argument(
+        "--local-dir",
+        default=None,
+        help="act as a --local Bot API server with this directory: getFile writes the file "
+        "there and answers its absolute path; no /file/ route",
+    )
     sim.add_argument("--seed", type=int, default=None)
     sim.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate")
     sim.add_argument("--tls-key", default=None, help="... and this PEM private key (both or none)")
@@ -486,6 +505,9 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         fault_5xx_rate=args.fault_5xx_rate,
         fault_drop_rate=args.fault_drop_rate,
         fault_429_rate=args.fault_429_rate,
+        fault_file_unavailable_rate=args.fault_file_unavailable_rate,
+        getfile_bandwidth=args.getfile_bandwidth,
+        local_dir=str(Path(args.local_dir).resolve()) if args.local_dir else None,
         seed=args.seed,
         keep_file_bytes=not args.discard_file_bytes,
         tls_cert=args.tls_cert,
