@@ -29,9 +29,10 @@ app/telegram/pool_membership.py; the views for /ready and /metrics, which only
 read the pool, are in app/telegram/pool_views.py.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
-(`/file/bot<token>/...`) is not a method call and is not rate-limited the same
-way; it uses the bot's client directly (`client_for`), so a long download does
-not stall that bot's uploads.
+(`/file/bot<token>/...`, or a local server's file on its disk) is not a method
+call and is not rate-limited the same way; it uses the bot's client directly
+(`client_for`), so a long download does not stall that bot's uploads. getFile
+is a method call, and a download on the server's side before it answers.
 """
 
 from __future__ import annotations
