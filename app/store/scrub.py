@@ -42,7 +42,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -146,6 +147,7 @@ class Scrub:
         round_seconds: float = ROUND_SECONDS,
         encryption: Encryption | None = None,
         failures: CopyFailures | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dispatcher = dispatcher
         self._failures = failures if failures is not None else CopyFailures(sessionmaker)
@@ -156,11 +158,14 @@ class Scrub:
         self._buffers = buffers
         self.replicas = replicas
         self._period = period
-        self._read_per_round = read_bytes_per_day * round_seconds / DAY
-        # Bytes the rounds may still have Telegram fetch: a round's share
-        # each round, a day's at most (a check spends its copy's size).
+        # Bytes the rounds may still have Telegram fetch: the day's budget
+        # accrues with time (a day's at most), a check spends its copy's
+        # size. By time, not per round: a round woken early (a bad copy
+        # reported) adds nothing.
         self._read_per_day = read_bytes_per_day
         self._allowance = 0.0
+        self._clock = clock
+        self._accrued_at: float | None = None
         self._owner = owner
         self.loop = Periodic(
             "scrub", self._round, interval=round_seconds, jitter=0.1, run_at_start=True
@@ -302,9 +307,7 @@ class Scrub:
                 copy_ids = await CopyRepository(session).due_for_check(
                     max(due, 1), not_by=self._dispatcher.held_elsewhere
                 )
-            self._allowance = min(
-                self._allowance + self._read_per_round, max(self._read_per_day, 1.0)
-            )
+            self._accrue()
             for copy_id in copy_ids:
                 if self._dispatcher.backlog() > 0:
                     break  # user traffic first: the next round goes on
@@ -314,6 +317,15 @@ class Scrub:
             await self._count(report)
             if report.missing or report.corrupt or report.repaired:
                 log.info("scrub_round", **asdict(report))
+
+    def _accrue(self) -> None:
+        """The budget's share since the last round (the first: one round's)."""
+        now = self._clock()
+        last = self._accrued_at
+        elapsed = self._round_seconds if last is None else now - last
+        self._accrued_at = now
+        share = self._read_per_day * elapsed / DAY
+        self._allowance = min(self._allowance + share, max(float(self._read_per_day), 1.0))
 
     async def _count(self, report: PassReport) -> None:
         health = await self.health()

@@ -19,7 +19,17 @@ def services_of(service: Service) -> Services:
     return services
 
 
-def scrub_of(service: Service, bytes_per_day: float) -> Scrub:
+class Clock:
+    """The scrub's clock, moved a round at a time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scrub_of(service: Service, bytes_per_day: float, clock: Clock | None = None) -> Scrub:
     """A scrub of the service's parts whose period makes every copy due
     each round, and whose budget is `bytes_per_day`."""
     services = services_of(service)
@@ -33,6 +43,7 @@ def scrub_of(service: Service, bytes_per_day: float) -> Scrub:
         period=ROUND,
         read_bytes_per_day=int(bytes_per_day),
         round_seconds=ROUND,
+        clock=clock or Clock(),
     )
 
 
@@ -51,17 +62,21 @@ async def test_a_round_has_telegram_fetch_no_more_than_its_share_of_the_days_byt
         stored = await http.put("/api/files/six.bin", content=data, headers=service.auth)
         assert stored.status_code == 201
     per_round = 2.5 * CHUNK  # two copies and a half a round
-    scrub = scrub_of(service, per_round * DAY / ROUND)
+    clock = Clock()
+    scrub = scrub_of(service, per_round * DAY / ROUND, clock)
     service.sim.reset_stats()
 
     await scrub.loop.run_once()
     first = getfiles(service)
+    await scrub.loop.run_once()  # woken at once: nothing more to spend
+    woken = getfiles(service) - first
+    clock.now += ROUND
     await scrub.loop.run_once()
-    second = getfiles(service) - first
+    second = getfiles(service) - first - woken
 
-    # Three copies the first round (the third overdraws the share), then
-    # two: the overdraft is paid back.
-    assert (first, second) == (3, 2)
+    # Three copies the first round (the third overdraws the share), none
+    # in a round woken early, then two: the overdraft is paid back.
+    assert (first, woken, second) == (3, 0, 2)
     assert scrub.loop.failures == 0
 
 
