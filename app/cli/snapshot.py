@@ -92,15 +92,24 @@ async def _restore(settings: Any) -> dict[str, Any]:
     from app.cli.client import ClientError
     from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
+    from app.sealing.layout import sealed_size
     from app.store.encryption import Encryption
     from app.store.restore import RestoreRefused, restore
     from app.telegram.client import BotClient
+    from app.telegram.local_files import local_files_for
 
     if not settings.bot_tokens or not settings.chat_ids:
         raise ClientError("restore needs BOT_TOKENS and STORAGE_CHAT_ID (or STORAGE_CHAT_IDS)")
     engine = create_engine(settings.database_url)
+    local_files = local_files_for(settings)
     clients = [
-        BotClient(token, api_base=settings.telegram_api_base) for token in settings.bot_tokens
+        BotClient(
+            token,
+            api_base=settings.telegram_api_base,
+            local_files=local_files,
+            expected_file_size=sealed_size(settings.chunk_size),
+        )
+        for token in settings.bot_tokens
     ]
     try:
         await check_schema(engine)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
 
-from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
@@ -138,6 +138,24 @@ class ChunkRepository:
 
     async def get(self, chunk_id: int) -> Chunk | None:
         return await self._session.get(Chunk, chunk_id)
+
+    async def count_larger(self, size: int, sealed_size: int) -> int:
+        """Chunks whose stored documents are larger than a download limit:
+        plaintext ones above `size` bytes, sealed ones (their documents
+        carry the frames' tags) above `sealed_size` bytes of plaintext."""
+        return int(
+            await self._session.scalar(
+                select(func.count())
+                .select_from(Chunk)
+                .where(
+                    or_(
+                        and_(Chunk.seal_key_id.is_(None), Chunk.size > size),
+                        and_(Chunk.seal_key_id.is_not(None), Chunk.size > sealed_size),
+                    )
+                )
+            )
+            or 0
+        )
 
     async def mark_live(self, chunk_ids: Iterable[int]) -> None:
         """Mark chunks as referenced, locking them against a concurrent release.

@@ -20,8 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config.settings import Settings
 from app.config.tuning import Tuning
 from app.db.single_statements import SingleStatements
+from app.sealing.layout import sealed_size
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.copy_failures import CopyFailures, MissingRule
 from app.store.dav_locks import DavLocks
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
@@ -51,6 +53,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.local_files import local_files_for
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 
@@ -127,12 +130,18 @@ def build_parts(
         # A send finished after its upload was abandoned: the message must go.
         gc.enqueue_document(document, reason="failed_upload")
 
+    # One for every bot: they learn the local server's directory together.
+    local_files = local_files_for(settings)
     clients = [
         BotClient(
             token,
             api_base=settings.telegram_api_base,
             floor_bandwidth=settings.telegram_floor_bandwidth,
             max_connections=settings.download_connections + 1,
+            local_files=local_files,
+            # A getFile of a file of unknown size (another instance's
+            # question) gets the time the largest one takes.
+            expected_file_size=sealed_size(settings.chunk_size),
         )
         for token in settings.bot_tokens
     ]
@@ -192,7 +201,15 @@ def build_parts(
         connections=settings.download_connections,
         block_size=READ_BLOCK,
     )
-    locator = ChunkLocator(dispatcher, gc, shared_paths)
+    locator = ChunkLocator(dispatcher, gc, shared_paths, retry_pause=tuning.read_retry_seconds)
+    failures = CopyFailures(
+        sessionmaker,
+        MissingRule(
+            failures=tuning.copy_missing_failures,
+            span=timedelta(seconds=tuning.copy_missing_span_seconds),
+            spacing=timedelta(seconds=tuning.copy_failure_spacing_seconds),
+        ),
+    )
     scrub = Scrub(
         dispatcher,
         sessionmaker,
@@ -204,15 +221,19 @@ def build_parts(
         read_bytes_per_day=settings.scrub_read_bytes_per_day,
         owner=spool.instance_id,
         encryption=encryption,
+        failures=failures,
     )
     reader = RangeReader(
         locator,
         budget,
         stall_seconds=settings.download_stall_seconds,
+        retry_delay=tuning.read_retry_seconds,
         on_bytes=metrics.bytes_downloaded.inc,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
         on_bad_copy=scrub.report_bad,
         on_hashes=scrub.hashes_found,
+        on_unavailable=scrub.report_unavailable,
+        on_served=scrub.copy_served,
     )
     store = ObjectStore(
         sessionmaker,

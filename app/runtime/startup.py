@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config.settings import Settings
 from app.config.tuning import Tuning
@@ -26,6 +26,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.runtime.parts import Parts, build_parts
+from app.store.cloud_cap import chunks_above_cloud_cap, cloud_refusal
 from app.store.journal import Journal
 from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
@@ -38,6 +39,18 @@ log = structlog.get_logger("app.services")
 
 class StartupError(Exception):
     """The service cannot start; the message says what to fix."""
+
+
+async def refuse_unreadable_chunks(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """StartupError when the settings point at api.telegram.org while chunks
+    only a local Bot API server can read are stored (app/store/cloud_cap.py)."""
+    if settings.telegram_local_server:
+        return
+    too_large = await chunks_above_cloud_cap(sessionmaker)
+    if too_large:
+        raise StartupError(cloud_refusal(too_large))
 
 
 async def start_services(settings: Settings, tuning: Tuning | None = None) -> Services:
@@ -71,6 +84,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(engine.dispose)
     await check_schema(engine)
     sessionmaker = create_sessionmaker(engine)
+    await refuse_unreadable_chunks(settings, sessionmaker)
     trash.configure(sessionmaker, settings.trash_retention_seconds)
     parts = build_parts(settings, tuning, sessionmaker, single_statements_for(engine))
     await _start_in_order(parts, settings, stack)

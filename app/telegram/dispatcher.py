@@ -29,9 +29,10 @@ app/telegram/pool_membership.py; the views for /ready and /metrics, which only
 read the pool, are in app/telegram/pool_views.py.
 
 Only Bot API *method* calls go through the workers. Downloading a file's bytes
-(`/file/bot<token>/...`) is not a method call and is not rate-limited the same
-way; it uses the bot's client directly (`client_for`), so a long download does
-not stall that bot's uploads.
+(`/file/bot<token>/...`, or a local server's file on its disk) is not a method
+call and is not rate-limited the same way; it uses the bot's client directly
+(`client_for`), so a long download does not stall that bot's uploads. getFile
+is a method call, and a download on the server's side before it answers.
 """
 
 from __future__ import annotations
@@ -270,11 +271,12 @@ class Dispatcher(PoolMembership, PoolViews):
             "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
         )
 
-    async def file_path(self, bot_id: int, file_id: str) -> str:
+    async def file_path(self, bot_id: int, file_id: str, size: int | None = None) -> str:
         """getFile through the bot that holds `file_id` (file_ids are bot-
-        scoped). A reader waits for it: it goes ahead of queued uploads."""
+        scoped). A reader waits for it: it goes ahead of queued uploads.
+        `size`: the file's, for the call's time budget (getFile downloads it)."""
         location = await self.call(
-            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
+            bot_id, "getFile", lambda client: client.get_file(file_id, size), priority=True
         )
         return location.file_path
 

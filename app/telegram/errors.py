@@ -83,6 +83,13 @@ class ChatForbidden(BotUnusable):
         self.chat_id = chat_id
 
 
+class FilesUnreachable(TelegramError):
+    """The Bot API server's files cannot be read as this service is set up:
+    a server that serves no files (a `--local` one) taken for the cloud, a
+    local server's directory not shared or not readable. No fault of any
+    copy, and retrying does not help: the description says what to set."""
+
+
 class NoUsableBot(TelegramError):
     """Every bot in the pool is unusable: jobs fail fast instead of hanging."""
 

@@ -105,7 +105,11 @@ class Router:
         unable = {w.bot_id for w in usable if not self.serves(w, job)}
         if len(unable) == len(usable):
             where = "a storage chat" if job.chat_id is None else f"chat {job.chat_id}"
-            job.fail(NoUsableBot(f"no usable bot may post in {where}"))
+            error = NoUsableBot(f"no usable bot may post in {where}")
+            # What refused the last bot there, if that is why ("chat not
+            # found": the chat is gone), for callers that must tell.
+            error.__cause__ = job.last_error
+            job.fail(error)
             return
         now = self._clock()
         if not any(w.serving(now) for w in usable if w.bot_id not in unable):

@@ -1,8 +1,8 @@
 """The database schema, as SQLAlchemy models, one module per domain:
 
 * :mod:`~app.db.models.objects` -- stored objects, their pieces, buckets;
-* :mod:`~app.db.models.chunks` -- chunks and their copies, the GC ledger, send intents and chat
-  watermarks (what keeps every Telegram message accounted for);
+* :mod:`~app.db.models.chunks` -- chunks and their copies (and their read failures), the GC
+  ledger, send intents and chat watermarks (what keeps every Telegram message accounted for);
 * :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
   spooled parts;
 * :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
@@ -29,6 +29,7 @@ from app.db.models.chunks import (
     Chunk,
     ChunkCopy,
     ChunkState,
+    CopyFailure,
     CopyState,
     GcEntry,
     GcReason,
@@ -101,6 +102,7 @@ __all__ = [
     "Chunk",
     "ChunkCopy",
     "ChunkState",
+    "CopyFailure",
     "CopyState",
     "DavLock",
     "DeadProperty",

@@ -135,6 +135,27 @@ class ChunkCopy(Base):
         )
 
 
+class CopyFailure(Base):
+    """Reads and checks that Telegram could not serve a copy: getFile's
+    "wrong file_id or the file is temporarily unavailable", which the Bot
+    API server sends for any server-side download that failed (5xx and 429
+    of its data centre too: telegram-bot-api Client.cpp, on_update_file).
+    A copy counts as missing only once such failures spread over time
+    (app/store/copy_failures.py); a read or check that succeeds drops the row.
+    Here, not in memory, so that restarts and every instance agree."""
+
+    __tablename__ = "copy_failures"
+
+    copy_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("chunk_copies.id", ondelete="CASCADE"), primary_key=True
+    )
+    # The first failure counted, the last one, and how many were counted
+    # (at least the rule's spacing apart: one outage is one failure).
+    first_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    failures: Mapped[int] = mapped_column(Integer)
+
+
 class GcEntry(Base):
     """A Telegram message that must be deleted; the row goes once it is."""
 

@@ -18,7 +18,8 @@ router = APIRouter(tags=["durability"], route_class=SmallBodyRoute)
 
 class ScrubRequest(BaseModel):
     # Read every copy whole and check its bytes (else: ask Telegram whether
-    # it still holds each one, which finds missing copies, not corrupt ones).
+    # it still holds each one, which finds missing copies, not corrupt ones,
+    # and still costs Telegram a download of each: getFile is one).
     deep: bool = True
 
 
@@ -31,6 +32,9 @@ class ScrubPass(BaseModel):
     checked: int
     missing: int
     corrupt: int
+    # Copies Telegram could not serve this time: counted, not yet missing
+    # (docs/durability.md, "When Telegram cannot serve a copy").
+    unavailable: int
     repaired: int
     read: int
     read_bytes: int

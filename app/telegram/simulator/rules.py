@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.config.settings import BotToken
@@ -27,6 +28,7 @@ from app.telegram.simulator.bodies import (
     _received_file,
 )
 from app.telegram.simulator.config import FAULTABLE_METHODS, SimulatorConfig
+from app.telegram.simulator.local_disk import LocalDisk
 from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
     NOT_KEPT,
@@ -41,6 +43,11 @@ from app.telegram.simulator.model import (
     _StoredFile,
 )
 from app.telegram.types import CAPTION_LIMIT
+
+# What the server answers for any server-side download that failed, a file
+# that is gone or one Telegram could not give it now (Client.cpp,
+# on_update_file: "also includes all 5xx and 429 errors").
+FILE_UNAVAILABLE = "Bad Request: wrong file_id or the file is temporarily unavailable"
 
 
 class TelegramRules:
@@ -73,6 +80,9 @@ class TelegramRules:
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
         self._posts: list[Post] = []
         self._clock_offset = 0.0
+        # A `--local` server's disk, and where each path it gave has its bytes.
+        self._local = LocalDisk(config) if config.local else None
+        self._local_files: dict[str, Path] = {}
 
     # --- Telegram's rules -----------------------------------------------------------
 
@@ -94,7 +104,9 @@ class TelegramRules:
         else:
             file = self._file_to_resend(bot_id, resent_id)
         self._check_send_budget(bot_id, chat.chat_id)
-        file_id = self._issue_file_id(bot_id, file) if upload is not None else resent_id
+        file_id = (
+            self._issue_file_id(bot_id, file, chat.chat_id) if upload is not None else resent_id
+        )
         return self._message_json(self._post(bot_id, chat, file, file_id, caption))
 
     def _file_to_resend(self, bot_id: int, document: str) -> _StoredFile:
@@ -113,13 +125,20 @@ class TelegramRules:
             raise ApiError(400, "Bad Request: file_id is empty")
         ref = self._file_ids.get(file_id)
         if ref is None or ref.bot_id != bot_id:
-            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
-        if ref.file.size > self.config.max_getfile_bytes:
+            raise ApiError(400, FILE_UNAVAILABLE)
+        # A local server has no cap (Client.cpp, do_get_file: `!local_mode_`).
+        if not self.config.local and ref.file.size > self.config.max_getfile_bytes:
             raise ApiError(400, "Bad Request: file is too big")
         # After the size check: Telegram checks the size it knows from the
         # file_id first, and finds the file missing only when it fetches it.
         if self._file_gone(ref.file):
-            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
+            raise ApiError(400, FILE_UNAVAILABLE)
+        if self._must_fetch(bot_id, ref.file) and not self._may_fetch(bot_id, ref):
+            # The fetch goes through the message the file_id came from, which
+            # a bot out of its chat cannot read: the download fails, and the
+            # server says what it says of every failed download. (Not in the
+            # server's source, which leaves it to td: unverified.)
+            raise ApiError(400, FILE_UNAVAILABLE)
         return {
             "file_id": file_id,
             "file_unique_id": ref.file.unique_id,
@@ -149,7 +168,7 @@ class TelegramRules:
         if source is None or source.deleted or self._losses.message_gone(source):
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
-        file_id = self._issue_file_id(bot_id, source.file)
+        file_id = self._issue_file_id(bot_id, source.file, target.chat_id)
         message = self._post(bot_id, target, source.file, file_id, source.caption)
         message.forwarded_from = source.forwarded_from or source
         return self._message_json(message)
@@ -226,7 +245,7 @@ class TelegramRules:
             message = chat.messages[standing[-1]]
             pinned = self._message_json(message)
             # file_ids are per bot: the caller gets one of its own, as from Telegram.
-            pinned["document"]["file_id"] = self._issue_file_id(bot_id, message.file)
+            pinned["document"]["file_id"] = self._issue_file_id(bot_id, message.file, chat.chat_id)
             result["pinned_message"] = pinned
         return result
 
@@ -235,6 +254,19 @@ class TelegramRules:
         return (
             message is not None and not message.deleted and not self._losses.message_gone(message)
         )
+
+    def getfile_download_seconds(self, bot_id: int, params: _Params) -> float:
+        """How long this getFile's server-side download takes before the
+        answer: the file's size at `getfile_bandwidth`, unless the server has
+        the file on its disk already (Client.cpp, do_get_file: td's
+        downloadFile returns at once for a file downloaded before)."""
+        bandwidth = self.config.getfile_bandwidth
+        ref = self._file_ids.get(params.fields.get("file_id", ""))
+        if bandwidth is None or ref is None or ref.bot_id != bot_id:
+            return 0.0
+        if not self._must_fetch(bot_id, ref.file):
+            return 0.0
+        return ref.file.size / bandwidth
 
     def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
         ref = self._file_paths.get(file_path)
@@ -289,23 +321,48 @@ class TelegramRules:
             raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
         sends.append(now)
 
-    def _issue_file_id(self, bot_id: int, file: _StoredFile) -> str:
+    def _issue_file_id(self, bot_id: int, file: _StoredFile, chat_id: int) -> str:
         # Opaque, like Telegram's: nothing in it says which bot or file it is.
         file_id = "BQACAgIAAx" + secrets.token_urlsafe(48)
-        self._file_ids[file_id] = _FileRef(bot_id, file)
+        self._file_ids[file_id] = _FileRef(bot_id, file, chat_id=chat_id)
         return file_id
 
+    def _kept_path(self, bot_id: int, file: _StoredFile) -> str | None:
+        """The path the server gave the bot for the file, while it still
+        keeps it: unexpired, and (local mode) still on its disk."""
+        path = self._current_path.get((bot_id, file.unique_id))
+        if path is None or self._expired(self._file_paths[path]):
+            return None
+        if self._local is not None and not self._local.holds(self._local_files[path]):
+            return None  # the server's storage clean-up took it
+        return path
+
+    def _must_fetch(self, bot_id: int, file: _StoredFile) -> bool:
+        """Whether a getFile of the file makes the server download it."""
+        return self._kept_path(bot_id, file) is None
+
+    def _may_fetch(self, bot_id: int, ref: _FileRef) -> bool:
+        """Whether the bot may still read the message its file_id came from
+        (a lost chat's files are `_file_gone`'s)."""
+        return ref.chat_id is None or (bot_id, ref.chat_id) not in self._kicked
+
     def _file_path_for(self, bot_id: int, file: _StoredFile) -> str:
-        """The bot's download path for a file: reused until it expires."""
-        key = (bot_id, file.unique_id)
-        path = self._current_path.get(key)
-        if path is not None and not self._expired(self._file_paths[path]):
+        """The bot's path for a file: reused while the server keeps it. A
+        local server answers the absolute path of the copy it wrote."""
+        path = self._kept_path(bot_id, file)
+        if path is not None:
             return path
         self._path_counter += 1
         suffix = posixpath.splitext(file.file_name)[1].lower()
-        path = f"documents/file_{self._path_counter}{suffix or '.bin'}"
+        name = f"file_{self._path_counter}{suffix or '.bin'}"
+        if self._local is None:
+            path = f"documents/{name}"
+        else:
+            path, where = self._local.paths(self._bots[bot_id].token, name)
+            self._local.write(where, file.data)
+            self._local_files[path] = where
         self._file_paths[path] = _FileRef(bot_id, file, issued_at=self._now())
-        self._current_path[key] = path
+        self._current_path[(bot_id, file.unique_id)] = path
         return path
 
     def _expired(self, ref: _FileRef) -> bool:
