@@ -216,7 +216,8 @@ class Journal:
         }
         sent: list[StoredDocument] = []
         name = f"journal-{taken_at.strftime('%Y%m%dT%H%M%SZ')}-{seq}.bin"
-        for chat_id in self._dispatcher.chat_ids:
+        # Every chat that takes writes (one that is full keeps its older copies).
+        for chat_id in self._dispatcher.require_open_chats():
             await send_recorded(
                 self._dispatcher,
                 self._sessionmaker,

@@ -143,6 +143,11 @@ class ChunkWriter:
         what draws bots here)."""
         return max(1, self._dispatcher.pool_size())
 
+    def require_room(self) -> None:
+        """ChatsFull when no storage chat takes new chunks (each holds
+        CHAT_MESSAGE_LIMIT messages): an upload fails before it sends any."""
+        self._dispatcher.require_open_chats()
+
     def keeps_the_pool_busy(self, size: int) -> bool:
         """Would a stream of `size` bytes, cut into equal chunks, keep the
         bots busy on its own? At half the pool's width or more, its equal
@@ -180,6 +185,10 @@ class ChunkWriter:
         allow_inline: bool,
         expected_size: int | None,
     ) -> WrittenContent:
+        # Refused before a byte is read when no chat takes new writes: small
+        # content too, which could live inline, since no snapshot or journal
+        # batch could then carry its row to the chats either.
+        self.require_room()
         # A customer key's content is sealed in Telegram, never kept inline.
         inline = allow_inline and not customer_key_given()
         sealed = self.encryption.seals_new_chunks

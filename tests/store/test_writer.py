@@ -81,6 +81,9 @@ class FakeTelegram:
     def pool_size(self) -> int:
         return len(self.bots)
 
+    def require_open_chats(self) -> list[int]:
+        return list(self.chat_ids)  # none is full
+
     async def send_document(
         self,
         data: bytes | bytearray | ChunkPieces | DocumentBody,

@@ -1,8 +1,9 @@
 """The database schema, as SQLAlchemy models, one module per domain:
 
 * :mod:`~app.db.models.objects` -- stored objects, their pieces, buckets;
-* :mod:`~app.db.models.chunks` -- chunks and their copies, the GC ledger, send intents and chat
-  watermarks (what keeps every Telegram message accounted for);
+* :mod:`~app.db.models.chunks` -- chunks and their copies, the GC ledger, the messages
+  left in the channel for good, send intents, chat watermarks and each chat's fill
+  (what keeps every Telegram message accounted for);
 * :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
   spooled parts;
 * :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
@@ -23,6 +24,8 @@ from app.db.models.chunks import (
     CHUNK_STATES,
     COPY_STATES,
     GC_REASONS,
+    LEFT_WHYS,
+    ChatFill,
     ChatWatermark,
     Chunk,
     ChunkCopy,
@@ -30,6 +33,8 @@ from app.db.models.chunks import (
     CopyState,
     GcEntry,
     GcReason,
+    LeftMessage,
+    LeftWhy,
     SendIntent,
 )
 from app.db.models.instances import BotLease, Instance, SharedFilePath
@@ -61,6 +66,7 @@ __all__ = [
     "COPY_STATES",
     "GC_REASONS",
     "KEY_SCOPES",
+    "LEFT_WHYS",
     "MAX_BUCKET_NAME_LENGTH",
     "MAX_CONTENT_TYPE_LENGTH",
     "MAX_KEY_LENGTH",
@@ -74,6 +80,7 @@ __all__ = [
     "Base",
     "BotLease",
     "Bucket",
+    "ChatFill",
     "ChatWatermark",
     "Chunk",
     "ChunkCopy",
@@ -84,6 +91,8 @@ __all__ = [
     "Instance",
     "JournalEntry",
     "KeyScope",
+    "LeftMessage",
+    "LeftWhy",
     "MultipartUpload",
     "PartPiece",
     "PendingCopy",
