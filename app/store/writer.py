@@ -48,7 +48,7 @@ from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import SHA256, ChunkDigests, block_hashes_off_loop, hashes_root
-from app.store.chunk_size import plan_chunk_size
+from app.store.chunk_size import plan_chunks
 from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
@@ -194,7 +194,7 @@ class ChunkWriter:
         sealed = self.encryption.seals_new_chunks
         inline_threshold = self.inline_threshold if inline else 0
         lanes = self.parallelism()
-        chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
+        plan = plan_chunks(expected_size, self.chunk_size, lanes)
         reader = HashingReader(
             stream,
             max_size=max_size,
@@ -231,8 +231,9 @@ class ChunkWriter:
                 data = None
                 try:
                     _raise_first_failure(tasks)
-                    await reader.fill(chunk_size)
-                    data = reader.take(chunk_size)
+                    length = plan.length(len(tasks))
+                    await reader.fill(length)
+                    data = reader.take(length)
                 finally:
                     if not data:  # failed, or the stream's end: no chunk holds them
                         self.buffers.release()

@@ -200,6 +200,7 @@ class _BotApiEndpoint:
             # Once the whole query is in, as telegram-bot-api's on_cmd does.
             wait = self.sim._space_upload(call.bot_id, files)
             if wait > 0:
+                self.sim._count_spacing(call.bot_id, wait)
                 await asyncio.sleep(wait)
         if method.faultable:
             early = _fault_before_work(self.sim, call.bot_id, call.method)

@@ -50,6 +50,9 @@ class BotStats:
     errors: dict[int, int] = field(default_factory=dict)  # error responses by status
     downloads: int = 0
     max_concurrent_downloads: int = 0
+    # Uploads held back by the same-size spacing (`upload_spacing`), and how long.
+    spaced_uploads: int = 0
+    spacing_wait_seconds: float = 0.0
     # Gauges, as of the snapshot: what is running right now.
     calls_in_flight: int = 0
     downloads_in_flight: int = 0
