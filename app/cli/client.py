@@ -332,6 +332,7 @@ async def inspect_bots(
                 "admin": False,
                 "can_post": False,
                 "can_delete": False,
+                "can_edit": False,  # may pin (app/cli/chat_checks.py)
                 "problem": None,
             }
             for chat_id in chat_ids
@@ -353,6 +354,7 @@ async def inspect_bots(
                 row["admin"] = member.is_admin
                 row["can_post"] = member.can_post_messages
                 row["can_delete"] = member.can_delete_messages
+                row["can_edit"] = member.can_edit_messages
                 if not member.is_admin:
                     row["problem"] = f"not an admin of the chat (status {member.status})"
         finally:

@@ -439,6 +439,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from app.cli.chat_checks import check_chats
     from app.cli.client import audit_storage_chat, check_bots, check_budget, inspect_bots
     from app.cli.durability import check_durability
 
@@ -464,10 +465,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     console = Console(file=stream) if stream.isatty() else Console(file=stream, width=10_000)
     bots_ok = check_bots(rows, console)
     asyncio.run(audit_storage_chat(settings, rows, console))
+    chats_ok = asyncio.run(check_chats(settings, rows, console))
     budget_ok = check_budget(settings, console)
     data_ok = asyncio.run(check_durability(settings, console))
     deep_ok = _deep_check(settings, console, as_json=args.json) if args.deep else True
-    return 0 if bots_ok and budget_ok and data_ok and deep_ok else 1
+    return 0 if bots_ok and chats_ok and budget_ok and data_ok and deep_ok else 1
 
 
 def _deep_check(settings: Settings, console: Any, *, as_json: bool) -> bool:

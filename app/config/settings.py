@@ -76,6 +76,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("STORAGE_CHAT_IDS", "storage_chat_ids"),
         description="Comma-separated storage channels; new chunks spread across them.",
     )
+    chat_message_limit: int = Field(
+        default=500_000,
+        ge=0,
+        validation_alias=AliasChoices("CHAT_MESSAGE_LIMIT", "chat_message_limit"),
+        description="A storage chat whose newest message id reaches this takes no new "
+        "writes (another Telegram store's users lost their oldest files past about a "
+        "million messages in a channel); 0: no ceiling.",
+    )
     telegram_api_base: str = Field(
         default="https://api.telegram.org",
         validation_alias=AliasChoices("TELEGRAM_API_BASE", "telegram_api_base"),

@@ -54,9 +54,17 @@ def copy_values(
 
 
 def ledger_values(
-    bot_id: int, chat_id: int, message_id: int, file_unique_id: str, reason: GcReason, now: datetime
+    bot_id: int,
+    chat_id: int,
+    message_id: int,
+    file_unique_id: str,
+    posted_at: datetime | None,
+    reason: GcReason,
+    now: datetime,
 ) -> dict[str, object]:
-    """The gc_ledger row of a message to delete."""
+    """The gc_ledger row of a message to delete, posted at `posted_at` at
+    the latest (a copy's `created_at`: its row is written after Telegram
+    answered the post)."""
     return {
         "bot_id": bot_id,
         "chat_id": chat_id,
@@ -66,6 +74,7 @@ def ledger_values(
         "enqueued_at": now,
         "attempts": 0,
         "next_attempt_at": now,
+        "posted_at": posted_at,
     }
 
 
@@ -278,6 +287,7 @@ class ChunkRepository:
                         ChunkCopy.chat_id,
                         ChunkCopy.message_id,
                         ChunkCopy.file_unique_id,
+                        ChunkCopy.created_at,
                     )
                     .where(ChunkCopy.chunk_id.in_(batch))
                     .order_by(ChunkCopy.id)

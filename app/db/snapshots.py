@@ -215,6 +215,8 @@ async def record_messages(
             "message_id": m.message_id,
             "file_unique_id": m.file_unique_id,
             "detail": m.detail,
+            # Recorded once Telegram answered its post: posted by now.
+            "posted_at": utcnow(),
         }
         for m in messages
     ]
@@ -250,6 +252,7 @@ async def prune(session: AsyncSession, keep: int) -> int:
                 enqueued_at=now,
                 attempts=0,
                 next_attempt_at=now,
+                posted_at=message.posted_at,
             )
         )
     await session.execute(delete(SnapshotMessage).where(SnapshotMessage.taken_at < cutoff))

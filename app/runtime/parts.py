@@ -23,6 +23,7 @@ from app.db.single_statements import SingleStatements
 from app.sealing.layout import sealed_size
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.chat_fill import ChatFillSync
 from app.store.copy_failures import CopyFailures, MissingRule
 from app.store.dav_locks import DavLocks
 from app.store.download_budget import DownloadBudget
@@ -70,6 +71,7 @@ class Parts:
     spool: Spool
     clients: list[BotClient]
     dispatcher: Dispatcher
+    chat_fill: ChatFillSync
     gc: GarbageCollector
     buffers: UploadBuffers
     encryption: Encryption
@@ -155,7 +157,9 @@ def build_parts(
         on_orphan=on_orphan,
         on_attempt=on_attempt,
         on_abandoned_send=metrics.observe_abandoned_send,
+        chat_message_limit=settings.chat_message_limit,
     )
+    chat_fill = ChatFillSync(dispatcher.fill, sessionmaker)
     gc = GarbageCollector(dispatcher, sessionmaker, on_undeletable=metrics.gc_undeletable.inc)
     buffers = UploadBuffers(settings.upload_buffers)
     encryption = Encryption(settings.keyring())
@@ -316,6 +320,7 @@ def build_parts(
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
     loops = (
         gc.loop,
+        chat_fill.loop,
         instance.loop,
         leases.loop,
         shared_paths.loop,
@@ -343,6 +348,7 @@ def build_parts(
         spool=spool,
         clients=clients,
         dispatcher=dispatcher,
+        chat_fill=chat_fill,
         gc=gc,
         buffers=buffers,
         encryption=encryption,

@@ -133,6 +133,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     stack.push_async_callback(parts.access.close)
     if parts.spool.enabled:
         await parts.spool.open()
+    # How full each chat is, before the first write may go to a full one.
+    await parts.chat_fill.load()
     # Jobs are taken from now on (none runs before a bot passed its check):
     # the registration's reconciliation may queue its probe. The dispatcher
     # stops later in the stack (below), before what outlives its drain.
@@ -147,6 +149,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     parts.leases.start()
     parts.gc.start()
     stack.push_async_callback(parts.gc.stop)
+    parts.chat_fill.start()
+    stack.push_async_callback(parts.chat_fill.stop)  # after the drain's last posts
     stack.push_async_callback(parts.dispatcher.stop, grace=settings.shutdown_grace_seconds)
     parts.shared_paths.start()
     stack.push_async_callback(parts.shared_paths.stop)
@@ -213,6 +217,7 @@ def _watch(parts: Parts, engine: AsyncEngine) -> None:
     parts.metrics.watch_flush_lag(parts.flush_lag.current)
     parts.metrics.watch_durability(lambda: parts.scrub.last_health, lambda: parts.scrub.repaired)
     parts.metrics.watch_journal(parts.journal.status)
+    parts.metrics.watch_chats(parts.dispatcher.fill, lambda: parts.gc.last_left)
     parts.metrics.watch(
         bots=parts.dispatcher.status,
         gc_backlog=lambda: parts.gc.last_backlog,

@@ -8,6 +8,7 @@ from sqlalchemy.exc import SQLAlchemyError
 # layers map it (app.http.shared.errors) by these names, so that they depend on the
 # store alone (api/s3 -> store -> telegram/db, checked by import-linter).
 from app.telegram.errors import BotUnusable as BotUnusable
+from app.telegram.errors import ChatsFull as ChatsFull
 from app.telegram.errors import DispatcherClosed as DispatcherClosed
 from app.telegram.errors import NoUsableBot as NoUsableBot
 from app.telegram.errors import PermanentError as PermanentError

@@ -246,14 +246,12 @@ class BotClient:
         result = await self._call(
             "getChatMember", data={"chat_id": str(chat_id), "user_id": str(user_id)}
         )
+        creator = result.get("status") == "creator"  # holds every right, names none
         return ChatMemberInfo(
             status=str(result.get("status", "")),
-            can_post_messages=bool(
-                result.get("can_post_messages", result.get("status") == "creator")
-            ),
-            can_delete_messages=bool(
-                result.get("can_delete_messages", result.get("status") == "creator")
-            ),
+            can_post_messages=bool(result.get("can_post_messages", creator)),
+            can_delete_messages=bool(result.get("can_delete_messages", creator)),
+            can_edit_messages=bool(result.get("can_edit_messages", creator)),
         )
 
     async def chat_member_rights(self, chat_id: int, user_id: int) -> dict[str, bool | str]:

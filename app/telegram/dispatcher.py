@@ -54,6 +54,7 @@ from app.telegram.attempts import (
     Attempts,
     OrphanHandler,
 )
+from app.telegram.chat_fill import ChatFill
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
@@ -92,6 +93,7 @@ class Dispatcher(PoolMembership, PoolViews):
         abandoned_hold: float = ABANDONED_CALL_HOLD,
         checked: bool = True,
         leased: bool = False,
+        chat_message_limit: int = 0,
     ) -> None:
         """`checked=False`: every bot waits outside the pool until `admit`
         (after its getMe check passed) or `reject`. `leased=True`: a bot
@@ -109,6 +111,8 @@ class Dispatcher(PoolMembership, PoolViews):
             for worker in self.workers.values():
                 worker.usable = False
                 worker.probing = True
+        # How full each chat is; a full one takes no new sends (chat_fill.py).
+        self.fill = ChatFill(self.chat_ids, chat_message_limit)
         self._router = Router(
             self.workers,
             self.chat_ids,
@@ -124,6 +128,7 @@ class Dispatcher(PoolMembership, PoolViews):
             transient_backoff=transient_backoff,
             abandoned_hold=abandoned_hold,
         )
+        self._router.is_full = self.fill.full
         self.on_orphan = on_orphan
         self.on_attempt = on_attempt
         self.on_abandoned_send = on_abandoned_send
@@ -225,18 +230,38 @@ class Dispatcher(PoolMembership, PoolViews):
         caption: str | None = None,
         chat_id: int | None = None,
         replicas: ReplicaGroup | None = None,
+        even_if_full: bool = False,
     ) -> StoredDocument:
         """Store `data` as a document through some bot, in `chat_id` or else in
         the storage chat its bot can post to soonest (the result says which).
         A send of one of several copies names their `replicas`: it goes to a
-        bot none of the others has, where the pool allows."""
+        bot none of the others has, where the pool allows. A full chat takes
+        none (ChatsFull) unless `even_if_full` (a probe, deleted at once)."""
+        if chat_id is None:
+            self.require_open_chats()
+        elif not even_if_full and self.fill.full(chat_id):
+            raise self.fill.refusal()
 
         def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
             return client.send_document(chat, data, filename, caption=caption)
 
-        return await self._submit(
+        document: StoredDocument = await self._submit(
             "sendDocument", run, is_send=True, chat_id=chat_id, replicas=replicas
         )
+        self.fill.saw(document.chat_id, document.message_id)
+        return document
+
+    def open_chat_ids(self) -> list[int]:
+        """The storage chats that take new writes (not full)."""
+        return self.fill.open_chats(self.chat_ids)
+
+    def require_open_chats(self) -> list[int]:
+        """`open_chat_ids`, or ChatsFull when there is none: a write can
+        fail at once, before anything of it is sent."""
+        chats = self.open_chat_ids()
+        if not chats:
+            raise self.fill.refusal()
+        return chats
 
     def replica_chats(self, copies: int) -> list[int | None]:
         """The chat each of a chunk's `copies` goes to: distinct storage chats
@@ -247,7 +272,7 @@ class Dispatcher(PoolMembership, PoolViews):
             return [None] * copies
         open_chats = [
             chat
-            for chat in self.chat_ids
+            for chat in self.open_chat_ids()
             if any(w.usable and chat in w.chats for w in self.workers.values())
         ]
         if not open_chats:
@@ -267,9 +292,12 @@ class Dispatcher(PoolMembership, PoolViews):
         def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
             return client.forward_message(chat, from_chat_id, message_id)
 
-        return await self._submit(
+        # Into a full chat too: it keeps stored data reachable, and goes at once.
+        document: StoredDocument = await self._submit(
             "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
         )
+        self.fill.saw(document.chat_id, document.message_id)
+        return document
 
     async def file_path(self, bot_id: int, file_id: str, size: int | None = None) -> str:
         """getFile through the bot that holds `file_id` (file_ids are bot-

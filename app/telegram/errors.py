@@ -98,6 +98,12 @@ class DispatcherClosed(TelegramError):
     """The dispatcher is shutting down and takes no new jobs."""
 
 
+class ChatsFull(TelegramError):
+    """Every storage chat a write could go to holds CHAT_MESSAGE_LIMIT
+    messages (app/telegram/chat_fill.py): nothing new can be stored until
+    an operator adds a chat. Retrying does not help."""
+
+
 # Telegram answers some calls into a chat the bot may not post in with a 400,
 # not a 403. These descriptions (matched without case) say the refusal is the
 # bot's standing in that chat, not a fault of our request; any other 400 is.

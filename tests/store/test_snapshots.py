@@ -18,6 +18,9 @@ from sqlalchemy import text
 from app.cli.main import main
 from app.db.engine import create_engine
 from app.db.models import Base
+from app.store.channel_audit import audit_channel
+from app.store.services import Services
+from app.telegram.client import BotClient
 from tests.conftest import empty_tables
 from tests.db.helpers import Database
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
@@ -236,3 +239,58 @@ async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_the
     back.key = service.key
     assert await get_link(back, public_id) == secret
     assert await get_link(back, big_id) == big
+
+
+async def test_a_snapshot_no_bot_may_pin_is_not_sent(launcher: ServiceLauncher) -> None:
+    service = await launcher.start(snapshot_interval_seconds=HOUR, journal_seconds=HOUR)
+    await put_file(service, "kept.txt", b"a row for the snapshot")
+    sim = service.sim
+    for bot_id in sim.bot_ids:  # admins that may post, not pin
+        sim.restrict(bot_id, CHAT_ID, can_edit_messages=False)
+    posted = sim.message_count(CHAT_ID)
+
+    async with service.client() as http:
+        refused = await http.post("/api/admin/snapshot", headers=service.auth)
+
+    assert refused.status_code == 502, refused.text
+    assert "can_edit_messages" in refused.json()["detail"]
+    assert sim.message_count(CHAT_ID) == posted  # not a piece, not a manifest
+    assert sum(s.calls.get("sendDocument", 0) for s in sim.stats().values()) == 0
+
+    # One bot with the right is enough: it pins what another may have posted.
+    sim.unkick(sim.bot_ids[2], CHAT_ID)
+    taken = await take_snapshot(service)
+    assert taken["taken"]
+    pinned = await service.app.state.services.dispatcher.call(
+        sim.bot_ids[0], "getChat", lambda client: client.pinned_message(CHAT_ID)
+    )
+    assert pinned is not None and sim.stats()[sim.bot_ids[2]].calls["pinChatMessage"] == 1
+
+
+async def test_the_pins_service_message_is_counted_wherever_its_id_falls(
+    launcher: ServiceLauncher,
+) -> None:
+    # A fresh chat: the service has no watermark there yet.
+    service = await launcher.start(snapshot_interval_seconds=HOUR, journal_seconds=HOUR)
+    sim = service.sim
+    with sim.holding("pinChatMessage"):
+        snapshot = asyncio.create_task(take_snapshot(service))
+        async with asyncio.timeout(10):
+            await sim.wait_held("pinChatMessage")
+        # Between the manifest and its pin: someone else's post, then the
+        # service's first chunk in the chat (its watermark goes below it).
+        foreign = sim.post_foreign(CHAT_ID)
+        await put_file(service, "first.bin", payload(CHUNK // 2, seed=6))
+    await snapshot
+    services: Services = service.app.state.services
+    client = BotClient(service.settings.bot_tokens[0], api_base=service.settings.telegram_api_base)
+    try:
+        audit = await audit_channel(services.sessionmaker, client, CHAT_ID)
+    finally:
+        await client.aclose()
+
+    # The one foreign post is the one judged; the pin's service message, after
+    # the chunk's, is the service's own.
+    assert audit is not None
+    assert audit.watermark < foreign < audit.probe_id
+    assert audit.foreign == 1

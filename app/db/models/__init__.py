@@ -2,7 +2,8 @@
 
 * :mod:`~app.db.models.objects` -- stored objects, their pieces, buckets;
 * :mod:`~app.db.models.chunks` -- chunks and their copies (and their read failures), the GC
-  ledger, send intents and chat watermarks (what keeps every Telegram message accounted for);
+  ledger, the messages left in the channel for good, send intents, chat watermarks and each
+  chat's fill (what keeps every Telegram message accounted for);
 * :mod:`~app.db.models.multipart` -- S3 multipart uploads, parts, part pieces,
   spooled parts;
 * :mod:`~app.db.models.instances` -- instances, bot leases, shared file paths;
@@ -25,6 +26,8 @@ from app.db.models.chunks import (
     CHUNK_STATES,
     COPY_STATES,
     GC_REASONS,
+    LEFT_WHYS,
+    ChatFill,
     ChatWatermark,
     Chunk,
     ChunkCopy,
@@ -33,6 +36,8 @@ from app.db.models.chunks import (
     CopyState,
     GcEntry,
     GcReason,
+    LeftMessage,
+    LeftWhy,
     SendIntent,
 )
 from app.db.models.dav import (
@@ -81,6 +86,7 @@ __all__ = [
     "DISPOSITIONS",
     "GC_REASONS",
     "KEY_SCOPES",
+    "LEFT_WHYS",
     "MAX_BUCKET_NAME_LENGTH",
     "MAX_CONTENT_TYPE_LENGTH",
     "MAX_KEY_LENGTH",
@@ -98,6 +104,7 @@ __all__ = [
     "Base",
     "BotLease",
     "Bucket",
+    "ChatFill",
     "ChatWatermark",
     "Chunk",
     "ChunkCopy",
@@ -114,6 +121,8 @@ __all__ = [
     "JournalEntry",
     "KeyCheckFailure",
     "KeyScope",
+    "LeftMessage",
+    "LeftWhy",
     "MultipartUpload",
     "PartPiece",
     "PendingCopy",

@@ -188,6 +188,10 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     ),
     "ServiceUnavailable": (503, "Please reduce your request rate."),
     "SlowDown": (503, "Please reduce your request rate."),
+    # Ours: every storage chat holds CHAT_MESSAGE_LIMIT messages; nothing new
+    # is stored until an operator adds a chat. (MinIO answers its full disks
+    # with 507 too.) Not 503: retrying cannot help.
+    "StorageFull": (507, "The storage is full: every storage chat is at its message limit."),
 }
 
 

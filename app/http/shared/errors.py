@@ -14,6 +14,8 @@ The rules:
   SDKs re-upload whole bodies on 503, which cannot help.
 * 502 is a permanent refusal by Telegram, with Telegram's description
   (tokens scrubbed).
+* 507 means nothing new can be stored until an operator adds a storage
+  chat: every one holds CHAT_MESSAGE_LIMIT messages. Not 503: no retry helps.
 * 400 is a value the database refused as malformed (DataError, or SQLSTATE
   class 22): the input was wrong, although validation should have caught it
   earlier.
@@ -32,6 +34,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.store.errors import (
     BotUnusable,
+    ChatsFull,
     ContentPending,
     ContentUnavailable,
     CustomerKeyMismatch,
@@ -188,6 +191,9 @@ def _telegram_failure(exc: TelegramError, path: str) -> Failure:
             "the service is shutting down; retry shortly",
             SHUTDOWN_RETRY_AFTER,
         )
+    if isinstance(exc, ChatsFull):
+        log.error("storage_chats_full", path=path, error=description)
+        return Failure(507, "storage_full", "StorageFull", description)
     if isinstance(exc, NoUsableBot | BotUnusable):
         log.warning("storage_unavailable", path=path, error=description)
         return Failure(

@@ -47,6 +47,7 @@ MUTABLE_KNOBS = frozenset(
         "honour_range",
         "getfile_bandwidth",
         "fault_file_unavailable_rate",
+        "upload_spacing",
     }
 )
 
@@ -104,6 +105,14 @@ class SimulatorConfig:
     # file server is a static-file nginx, which does; no Telegram document
     # promises it. False: a server that ignores Range (200, the whole file).
     honour_range: bool = True
+    # The official server's spacing of one bot's uploads of the same size
+    # (telegram-bot-api's Client.cpp, on_cmd; TelegramRules._space_upload):
+    # up to 0.9 s between two equal uploads, and a 429 "retry after 60"
+    # once a bot's queue of them runs 5 s ahead. Off by default: the waits
+    # would slow every test that uploads equal chunks, and with one call per
+    # token at a time the 429 cannot happen (bench/spacing_bench.py measures
+    # what the waits cost the service).
+    upload_spacing: bool = False
     # False: a document's bytes are dropped once its sendDocument is answered
     # (its size is kept; downloading it answers 404). For ingest benches,
     # which never read back: holding every upload made the simulator's
@@ -184,6 +193,7 @@ class SimulatorConfig:
         _check_int(self, "seed", minimum=None, optional=True)
         _check_bool(self, "files_outlive_lost_chats")
         _check_bool(self, "honour_range")
+        _check_bool(self, "upload_spacing")
         _check_bool(self, "keep_file_bytes")
         _check_bool(self, "allow_colon_in_filenames")
         _check_local(self)

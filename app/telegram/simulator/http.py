@@ -196,6 +196,12 @@ class _BotApiEndpoint:
         if call.collided:
             log.warning("sim_concurrent_upload_refused", bot_id=call.bot_id)
             raise ApiError.too_many_requests(config.collision_retry_after)
+        if method.upload and (files := body.files_size()):
+            # Once the whole query is in, as telegram-bot-api's on_cmd does.
+            wait = self.sim._space_upload(call.bot_id, files)
+            if wait > 0:
+                self.sim._count_spacing(call.bot_id, wait)
+                await asyncio.sleep(wait)
         if method.faultable:
             early = _fault_before_work(self.sim, call.bot_id, call.method)
             if early is not None:

@@ -53,6 +53,9 @@ class BotStats:
     # Seconds getFile calls spent downloading the file on the server's side
     # before they answered (`getfile_bandwidth`).
     getfile_download_seconds: float = 0.0
+    # Uploads held back by the same-size spacing (`upload_spacing`), and how long.
+    spaced_uploads: int = 0
+    spacing_wait_seconds: float = 0.0
     # Gauges, as of the snapshot: what is running right now.
     calls_in_flight: int = 0
     downloads_in_flight: int = 0

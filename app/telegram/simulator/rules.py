@@ -48,6 +48,16 @@ from app.telegram.types import CAPTION_LIMIT
 # that is gone or one Telegram could not give it now (Client.cpp,
 # on_update_file: "also includes all 5xx and 429 errors").
 FILE_UNAVAILABLE = "Bad Request: wrong file_id or the file is temporarily unavailable"
+# td's MessagesManager.cpp, can_edit_message: without can_edit_messages, a
+# bot edits its own channel post only within edit_time_limit (2 days; the
+# server's default), with 300 s more for an edit already begun.
+EDIT_TIME_LIMIT = 2 * 86400.0
+EDIT_GRACE = 300.0
+# telegram-bot-api's Client.cpp, on_cmd: the same-size upload spacing.
+SPACED_UPLOAD_MIN_BYTES = 100_000
+SPACING_BURST = 1.0  # max_bucket_volume
+SPACING_AHEAD_LIMIT = 5.0
+SPACING_RETRY_AFTER = 60
 
 
 class TelegramRules:
@@ -72,12 +82,18 @@ class TelegramRules:
         self._kicked: set[tuple[int, int]] = set()  # (bot_id, chat_id)
         # Members without an admin's rights: no posting, no deleting.
         self._demoted: set[tuple[int, int]] = set()  # (bot_id, chat_id)
+        # Administrators with some rights taken away (`restrict`): the
+        # rights named map to False; any other is ADMIN_RIGHTS'.
+        self._restricted: dict[tuple[int, int], dict[str, bool]] = {}
         self._losses = Losses()
         self._file_ids: dict[str, _FileRef] = {}
         self._file_paths: dict[str, _FileRef] = {}
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
         self._path_counter = 0
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
+        # Per bot: the time the next upload of each total file size may run
+        # (`_space_upload`).
+        self._upload_slots: dict[int, dict[int, float]] = {}
         self._posts: list[Post] = []
         self._clock_offset = 0.0
         # A `--local` server's disk, and where each path it gave has its bytes.
@@ -152,9 +168,16 @@ class TelegramRules:
         message = chat.messages.get(message_id)
         if message is None or message.deleted or self._losses.message_gone(message):
             raise ApiError(400, "Bad Request: message to delete not found")
-        if (bot_id, chat.chat_id) in self._demoted:
+        # td's MessagesManager.cpp, can_delete_channel_message: a bot may not
+        # delete a message 48 hours (2 * 86400 s) or more after it was posted
+        # (its `date`), whatever its rights; below that, can_delete_messages
+        # deletes any post, can_post_messages only the bot's own.
+        if self._now() - message.posted_at >= self.config.delete_window:
             raise ApiError(400, "Bad Request: message can't be deleted")
-        if self._now() - message.posted_at > self.config.delete_window:
+        own = self._poster(message) == bot_id
+        if not self._may(bot_id, chat.chat_id, "can_delete_messages") and not (
+            own and self._may(bot_id, chat.chat_id, "can_post_messages")
+        ):
             raise ApiError(400, "Bad Request: message can't be deleted")
         # The file stays: file_ids issued for it keep working, as in Telegram.
         message.deleted = True
@@ -184,15 +207,13 @@ class TelegramRules:
             return {"status": "kicked", "user": bot.info(), "until_date": 0}
         if (user_id, chat.chat_id) in self._demoted:
             return {"status": "member", "user": bot.info()}
-        return {"status": "administrator", "user": bot.info(), **_ADMIN_RIGHTS}
+        rights = {**ADMIN_RIGHTS, **self._restricted.get((user_id, chat.chat_id), {})}
+        return {"status": "administrator", "user": bot.info(), **rights}
 
     def _pin_chat_message(self, bot_id: int, params: _Params) -> bool:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(
-                400, "Bad Request: not enough rights to manage pinned messages in the chat"
-            )
+        self._check_may_pin(bot_id, chat.chat_id)
         if not self._standing(chat, message_id):
             raise ApiError(400, "Bad Request: message to pin not found")
         if message_id in chat.pinned:
@@ -205,10 +226,7 @@ class TelegramRules:
 
     def _unpin_chat_message(self, bot_id: int, params: _Params) -> bool:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(
-                400, "Bad Request: not enough rights to manage pinned messages in the chat"
-            )
+        self._check_may_pin(bot_id, chat.chat_id)
         # Without message_id, Telegram unpins the most recent pin.
         named = params.fields.get("message_id")
         standing = [i for i in chat.pinned if self._standing(chat, i)]
@@ -223,10 +241,9 @@ class TelegramRules:
     def _edit_message_caption(self, bot_id: int, params: _Params) -> dict[str, Any]:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(400, "Bad Request: message can't be edited")
         if not self._standing(chat, message_id):
             raise ApiError(400, "Bad Request: message to edit not found")
+        self._check_may_edit(bot_id, chat.chat_id, chat.messages[message_id])
         caption = params.fields.get("caption") or None
         if caption is not None and len(caption) > CAPTION_LIMIT:
             raise ApiError(400, "Bad Request: message caption is too long")
@@ -304,9 +321,72 @@ class TelegramRules:
     def _file_gone(self, file: _StoredFile) -> bool:
         return self._losses.file_gone(file, outlive_lost_chats=self.config.files_outlive_lost_chats)
 
-    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
+    def _may(self, bot_id: int, chat_id: int, right: str) -> bool:
+        """Whether the bot holds an administrator's `right` in the chat."""
         if (bot_id, chat_id) in self._demoted:
+            return False
+        return self._restricted.get((bot_id, chat_id), {}).get(right, True)
+
+    def _poster(self, message: _Message) -> int:
+        """The bot that posted (or forwarded) the message; 0: someone else."""
+        ref = self._file_ids.get(message.file_id)
+        return ref.bot_id if ref is not None else 0
+
+    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
+        if not self._may(bot_id, chat_id, "can_post_messages"):
             raise ApiError(400, "Bad Request: not enough rights to send documents to the chat")
+
+    def _check_may_pin(self, bot_id: int, chat_id: int) -> None:
+        # td's DialogManager.cpp, can_pin_messages: in a broadcast channel,
+        # pinning (and unpinning) takes can_edit_messages; can_post_messages
+        # is not enough.
+        if not self._may(bot_id, chat_id, "can_edit_messages"):
+            raise ApiError(
+                400, "Bad Request: not enough rights to manage pinned messages in the chat"
+            )
+
+    def _check_may_edit(self, bot_id: int, chat_id: int, message: _Message) -> None:
+        # td's MessagesManager.cpp, can_edit_message: a channel post is
+        # editable with can_edit_messages at any age; without it, only the
+        # bot's own post with can_post_messages, and only while
+        # edit_time_limit (2 days, plus 300 s for an edit) has not passed.
+        if self._may(bot_id, chat_id, "can_edit_messages"):
+            return
+        own = self._poster(message) == bot_id and self._may(bot_id, chat_id, "can_post_messages")
+        if not own or self._now() - message.posted_at - EDIT_GRACE >= EDIT_TIME_LIMIT:
+            raise ApiError(400, "Bad Request: message can't be edited")
+
+    def _space_upload(self, bot_id: int, files_size: int) -> float:
+        """Seconds an upload of files totalling `files_size` bytes waits
+        before Telegram takes it, or a 429 once that wait runs too far ahead.
+
+        telegram-bot-api's Client.cpp, `on_cmd`: per bot, a query with files
+        over 100,000 bytes in all is spaced from the previous one of the
+        *same* total size by clamp(size * 1e-7, 0.2, 0.9) s, with a second
+        of burst; when the next slot for that size is more than 5 s ahead
+        the query fails with "retry after 60" (`fail_query_flood_limit_
+        exceeded`, which answers after 3 s; the simulator answers at once).
+        Only queries on one token at once can push the slot that far: one
+        call at a time is spaced, never refused. The server skips the rule
+        with --local."""
+        if (
+            not self.config.upload_spacing
+            or self.config.local
+            or files_size <= SPACED_UPLOAD_MIN_BYTES
+        ):
+            return 0.0
+        now = self._now()
+        slots = self._upload_slots.setdefault(bot_id, {})
+        spacing = min(max(files_size * 1e-7, 0.2), 0.9)
+        slot = slots.get(files_size, 0.0)
+        if slot > now + SPACING_AHEAD_LIMIT:
+            raise ApiError.too_many_requests(SPACING_RETRY_AFTER)
+        slot = max(slot + spacing, now - SPACING_BURST)
+        slots[files_size] = slot
+        # The server forgets a size once its slot is that far behind.
+        for size in [s for s, at in slots.items() if at < now - SPACING_BURST - 0.9]:
+            del slots[size]
+        return max(0.0, slot - now)
 
     def _check_send_budget(self, bot_id: int, chat_id: int) -> None:
         budget = self.config.sends_per_minute
@@ -424,7 +504,7 @@ class TelegramRules:
         return result
 
 
-_ADMIN_RIGHTS: dict[str, Any] = {
+ADMIN_RIGHTS: dict[str, Any] = {
     "can_be_edited": False,
     "is_anonymous": False,
     "can_manage_chat": True,
