@@ -183,7 +183,10 @@ def stack(tmp_path: Path, processes: Processes, migrated_db: Path) -> Iterator[S
     )
     stack = Stack(sim, sim_url, url, key, f"http://127.0.0.1:{prometheus_port}")
     wait_for(
-        lambda: _scraped(stack), within=START_TIMEOUT, what="Prometheus's first scrape", proc=prom
+        lambda: _scraped(stack),
+        within=2 * START_TIMEOUT,  # a loaded machine: its database, then the first scrape
+        what="Prometheus's first scrape",
+        proc=prom,
     )
     yield stack
 
