@@ -133,17 +133,22 @@ async def test_object_bytes_are_counted_under_the_api_that_moved_them(
     async with service.client() as http:
         put = await http.put("/api/files/n.bin", content=payload(2 * CHUNK), headers=service.auth)
         got = await http.get(f"/f/{put.json()['public_id']}")
+        mounted = await http.put("/dav/d.bin", content=payload(CHUNK, seed=3), headers=service.auth)
+        read_back = await http.get("/dav/d.bin", headers=service.auth)
     assert got.content == payload(2 * CHUNK)
+    assert mounted.status_code == 201, mounted.text
+    assert read_back.content == payload(CHUNK, seed=3)
     assert await read(s3, "box", "s3.bin") == payload(3 * CHUNK, seed=1)
 
     metrics = await scrape(service)
     uploaded = {
         api: metrics.get(f'teleuploader_uploaded_bytes_total{{api="{api}"}}')
-        for api in ("native", "s3", "tus")
+        for api in ("native", "s3", "tus", "dav")
     }
-    assert uploaded == {"native": 2 * CHUNK, "s3": 3 * CHUNK, "tus": CHUNK + 5}
+    assert uploaded == {"native": 2 * CHUNK, "s3": 3 * CHUNK, "tus": CHUNK + 5, "dav": CHUNK}
     assert metrics['teleuploader_downloaded_bytes_total{api="native"}'] == 2 * CHUNK
     assert metrics['teleuploader_downloaded_bytes_total{api="s3"}'] == 3 * CHUNK
+    assert metrics['teleuploader_downloaded_bytes_total{api="dav"}'] == CHUNK
 
 
 async def test_a_download_is_timed_to_its_first_byte(service: Service) -> None:
