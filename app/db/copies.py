@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import and_, case, delete, distinct, func, insert, select, update
@@ -70,6 +71,9 @@ class Health:
     chunks_lost: int  # no intact copy
     objects_degraded: int
     objects_lost: int
+    # When the copy (of a live chunk) checked longest ago was last checked,
+    # or stored if never; None: no copy.
+    oldest_check: datetime | None = None
 
 
 _COPY_COLUMNS = (
@@ -217,12 +221,18 @@ class CopyRepository:
             .join(Chunk, Chunk.id == Piece.chunk_id)
             .where(degraded, Piece.object_id.not_in(lost_objects))
         )
+        oldest_check = await self._session.scalar(
+            select(func.min(func.coalesce(ChunkCopy.checked_at, ChunkCopy.created_at)))
+            .join(Chunk, Chunk.id == ChunkCopy.chunk_id)
+            .where(live)
+        )
         return Health(
             copies=int(copies or 0),
             chunks_degraded=int(chunks_degraded or 0),
             chunks_lost=int(chunks_lost or 0),
             objects_degraded=int(objects_degraded or 0),
             objects_lost=int(objects_lost or 0),
+            oldest_check=oldest_check,
         )
 
     async def object_damage(self, object_id: int, replicas: int) -> str | None:

@@ -172,7 +172,7 @@ def build_parts(
         inline_threshold=settings.inline_threshold,
         replicas=settings.replicas,
         owner=spool.instance_id,
-        on_bytes=metrics.bytes_uploaded.inc,
+        on_bytes=metrics.count_uploaded,
         encryption=encryption,
     )
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
@@ -232,7 +232,7 @@ def build_parts(
         budget,
         stall_seconds=settings.download_stall_seconds,
         retry_delay=tuning.read_retry_seconds,
-        on_bytes=metrics.bytes_downloaded.inc,
+        on_bytes=metrics.count_downloaded,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
         on_bad_copy=scrub.report_bad,
         on_hashes=scrub.hashes_found,

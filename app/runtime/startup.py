@@ -31,6 +31,7 @@ from app.store.journal import Journal
 from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
 from app.store.snapshot import Snapshots
+from app.store.upkeep_metrics import SnapshotStatus
 
 # The name these events were logged under before start_services moved here
 # from app/services.py: the lines stay as they were for whoever searches them.
@@ -212,9 +213,17 @@ def _watch(parts: Parts, engine: AsyncEngine) -> None:
             waiting_uploads=parts.buffers.waiting,
             spool_bytes=parts.spool.used,
             spool_max_bytes=parts.spool.max_bytes,
+            spool_disk=parts.spool.disk(),
         )
     )
-    parts.metrics.watch_flush_lag(parts.flush_lag.current)
+    parts.metrics.watch_flush_lag(parts.flush_lag.current, alert=parts.flush_lag.alert)
+    parts.metrics.watch_upkeep(
+        lambda: SnapshotStatus(
+            last_taken_at=parts.snapshots.last.taken_at if parts.snapshots.last else None,
+            failing=parts.snapshots.last_error is not None,
+        ),
+        fleet=lambda: parts.leases.fleet_size,
+    )
     parts.metrics.watch_durability(lambda: parts.scrub.last_health, lambda: parts.scrub.repaired)
     parts.metrics.watch_journal(parts.journal.status)
     parts.metrics.watch_chats(parts.dispatcher.fill, lambda: parts.gc.last_left)

@@ -142,6 +142,8 @@ class BotLeases:
         self._short = False
         # Whether it was alone and held every bot it wants (`_settled_after`).
         self._settled = False
+        # Live instances (this one included) at the last round: /metrics.
+        self.fleet_size = 1
 
     @property
     def interval(self) -> float:
@@ -236,6 +238,7 @@ class BotLeases:
             # Our row is gone or stale: the next round finds out by publishing.
             self._published = None
         backlogs[self.instance_id] = backlog
+        self.fleet_size = len(backlogs)
         self._dispatcher.in_fleet = len(backlogs) > 1
         self._dispatcher.held_elsewhere = frozenset(
             r.bot_id

@@ -10,12 +10,15 @@ Bots are labelled by their numeric id, never by token.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from app.store.upkeep_metrics import SnapshotStatus, UpkeepCollector
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -30,6 +33,12 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300)
+# Time to first byte starts lower: a small GET answers in milliseconds.
+_FIRST_BYTE_BUCKETS = (0.005, 0.01, 0.025, *_LATENCY_BUCKETS)
+
+#: The API a request came in through (`native`, `tus`, `s3`), set by the HTTP
+#: layer for each request: the object bytes it moves are counted under it.
+REQUEST_API: ContextVar[str] = ContextVar("teleuploader_request_api", default="other")
 
 
 class Metrics:
@@ -51,16 +60,29 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.http_first_byte = Histogram(
+            "teleuploader_http_first_byte_seconds",
+            "Time from the start of a GET request to the first byte of its response body.",
+            ["route"],
+            buckets=_FIRST_BYTE_BUCKETS,
+            registry=self.registry,
+        )
+        self._first_byte_children: dict[str, Histogram] = {}
         self.bytes_uploaded = Counter(
             "teleuploader_uploaded_bytes",
-            "Bytes of object content received from clients (stored or not).",
+            "Bytes of object content received from clients (stored or not), by API.",
+            ["api"],
             registry=self.registry,
         )
         self.bytes_downloaded = Counter(
             "teleuploader_downloaded_bytes",
-            "Bytes of object content sent to clients.",
+            "Bytes of object content sent to clients, by API.",
+            ["api"],
             registry=self.registry,
         )
+        # API -> its child of each of the two above (a handful of APIs).
+        self._uploaded: dict[str, Counter] = {}
+        self._downloaded: dict[str, Counter] = {}
         self.downloads_dropped = Counter(
             "teleuploader_downloads_dropped",
             "Downloads ended because they stalled: client_stalled (the client took "
@@ -123,6 +145,33 @@ class Metrics:
         count.inc()
         duration.observe(seconds)
 
+    def observe_first_byte(self, route: str, seconds: float) -> None:
+        """A GET request's time to the first byte of its body."""
+        child = self._first_byte_children.get(route)
+        if child is None:
+            child = self._first_byte_children[route] = self.http_first_byte.labels(route)
+        child.observe(seconds)
+
+    def count_uploaded(self, size: int) -> None:
+        """Object bytes received, under the API of the request at hand."""
+        api = REQUEST_API.get()
+        child = self._uploaded.get(api)
+        if child is None:
+            child = self._uploaded[api] = self.bytes_uploaded.labels(api)
+        child.inc(size)
+
+    def count_downloaded(self, size: int) -> None:
+        """Object bytes sent, under the API of the request at hand."""
+        api = REQUEST_API.get()
+        child = self._downloaded.get(api)
+        if child is None:
+            child = self._downloaded[api] = self.bytes_downloaded.labels(api)
+        child.inc(size)
+
+    def byte_totals(self) -> tuple[float, float]:
+        """Object bytes (uploaded, downloaded) so far, every API together."""
+        return _total(self.bytes_uploaded), _total(self.bytes_downloaded)
+
     def observe_round(self, loop: str, outcome: str, seconds: float) -> None:
         self.background_rounds.labels(loop, outcome).inc()
         self.background_round_duration.labels(loop).observe(seconds)
@@ -164,12 +213,28 @@ class Metrics:
         """Read the upload buffer budget and the spool at scrape time."""
         self.registry.register(_UploadBudgetCollector(budget))
 
-    def watch_flush_lag(self, lag: Callable[[], FlushLag]) -> None:
-        """Read the spool's flush lag, as last measured, at scrape time."""
-        self.registry.register(_FlushLagCollector(lag))
+    def watch_flush_lag(self, lag: Callable[[], FlushLag], alert: float) -> None:
+        """Read the spool's flush lag, as last measured, at scrape time, and
+        the lag past which /ready says degraded (FLUSH_LAG_ALERT)."""
+        self.registry.register(_FlushLagCollector(lag, alert))
+
+    def watch_upkeep(
+        self, snapshots: Callable[[], SnapshotStatus], fleet: Callable[[], int]
+    ) -> None:
+        """Read the snapshots' state and the fleet's size at scrape time."""
+        self.registry.register(UpkeepCollector(snapshots, fleet))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _total(counter: Counter) -> float:
+    return sum(
+        sample.value
+        for metric in counter.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +244,9 @@ class UploadBudgetUse:
     waiting_uploads: int
     spool_bytes: int
     spool_max_bytes: int
+    # The spool's filesystem: (bytes free to the service, its size); None
+    # without a spool.
+    spool_disk: tuple[int, int] | None = None
 
 
 class _UploadBudgetCollector(Collector):
@@ -208,11 +276,22 @@ class _UploadBudgetCollector(Collector):
         spool.add_metric(["used"], use.spool_bytes)
         spool.add_metric(["max"], use.spool_max_bytes)
         yield spool
+        if use.spool_disk is not None:
+            disk = GaugeMetricFamily(
+                "teleuploader_spool_disk_bytes",
+                "The filesystem of SPOOL_DIR: bytes free to the service, and its size. "
+                "A full disk sends parts the slow way (to Telegram before the answer).",
+                labels=["state"],
+            )
+            disk.add_metric(["free"], use.spool_disk[0])
+            disk.add_metric(["size"], use.spool_disk[1])
+            yield disk
 
 
 class _FlushLagCollector(Collector):
-    def __init__(self, lag: Callable[[], FlushLag]) -> None:
+    def __init__(self, lag: Callable[[], FlushLag], alert: float) -> None:
         self._lag = lag
+        self._alert = alert
 
     def collect(self) -> Iterator[Metric]:
         lag = self._lag()
@@ -227,6 +306,12 @@ class _FlushLagCollector(Collector):
             "Age of the oldest of those bytes (0: none); /ready says degraded past "
             "FLUSH_LAG_ALERT.",
             value=lag.oldest_seconds,
+        )
+        yield GaugeMetricFamily(
+            "teleuploader_spool_flush_lag_alert_seconds",
+            "FLUSH_LAG_ALERT: the age of the oldest unflushed byte past which /ready says "
+            "degraded (the alert rules compare against it).",
+            value=self._alert,
         )
 
 
@@ -264,6 +349,14 @@ class _DurabilityCollector(Collector):
         yield GaugeMetricFamily(
             "teleuploader_chunk_copies", "Chunk copies stored in Telegram.", value=health.copies
         )
+        if health.oldest_check is not None:
+            yield GaugeMetricFamily(
+                "teleuploader_copies_oldest_check_timestamp_seconds",
+                "The scrub's reach: when the copy checked longest ago was last checked (or, "
+                "never checked, stored), Unix time; older than SCRUB_PERIOD_SECONDS means "
+                "the scrub falls behind.",
+                value=health.oldest_check.timestamp(),
+            )
 
 
 class _ChatsCollector(Collector):

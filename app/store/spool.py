@@ -20,6 +20,7 @@ import errno
 import hashlib
 import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,18 @@ class Spool:
 
     async def open(self) -> None:
         await asyncio.to_thread(self._own_dir.mkdir, parents=True, exist_ok=True)
+
+    def disk(self) -> tuple[int, int] | None:
+        """The spool's filesystem: (bytes free to the service, its size); None
+        without a spool, or before its directory exists. One statvfs(2): cheap
+        enough for every scrape."""
+        if not self.enabled:
+            return None
+        try:
+            usage = shutil.disk_usage(self.root)
+        except OSError:
+            return None
+        return usage.free, usage.total
 
     def reserve(self, size: int) -> bool:
         if not self.enabled or self.used + size > self.max_bytes:

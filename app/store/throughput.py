@@ -109,13 +109,13 @@ class ThroughputHistory:
 
 def sampler(metrics: Metrics, bots: Callable[[], list[BotStatus]]) -> Callable[[], Sample]:
     """Reads a Sample from the service's metrics and its dispatcher."""
-    registry = metrics.registry
 
     def read() -> Sample:
+        uploaded, downloaded = metrics.byte_totals()
         return Sample(
             at=time.time(),
-            uploaded=registry.get_sample_value("teleuploader_uploaded_bytes_total") or 0.0,
-            downloaded=registry.get_sample_value("teleuploader_downloaded_bytes_total") or 0.0,
+            uploaded=uploaded,
+            downloaded=downloaded,
             bots={status.bot_id: BotTotals(status.sends, status.bytes_sent) for status in bots()},
         )
 

@@ -313,6 +313,8 @@ class Attempts:
                 reason=exc.description,
                 chats_left=len(worker.chats),
             )
+            if not any(exc.chat_id in w.chats for w in router.workers.values() if w.usable):
+                router.last_refusal[exc.chat_id] = exc
             router.move_queue_away(worker)
         if job.pinned_bot is not None:
             # Only this bot may run it (a delete of its own message, a

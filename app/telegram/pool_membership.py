@@ -37,6 +37,8 @@ class PoolMembership:
             return
         if chats is not None:
             worker.chats = set(chats) & set(self.chat_ids)
+        for chat in worker.chats:
+            self._router.last_refusal.pop(chat, None)
         worker.probing = False
         worker.usable = True
         if self._accepting:
@@ -65,6 +67,8 @@ class PoolMembership:
         if worker.probing or (not worker.usable and worker.chats):
             return  # out for good since the re-check began
         worker.chats |= set(chats) & set(self.chat_ids)
+        for chat in chats:
+            self._router.last_refusal.pop(chat, None)
         if not worker.usable and worker.chats:
             worker.usable = True
             if self._accepting:

@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from app.kit import jitter
-from app.telegram.errors import BotUnusable, NoUsableBot
+from app.telegram.errors import BotUnusable, NoUsableBot, TelegramError
 from app.telegram.worker import BotWorker, Job
 
 # The dispatcher's logger: its events keep the name they always had.
@@ -65,6 +65,10 @@ class Router:
         # Whether a chat holds CHAT_MESSAGE_LIMIT messages: a send that may
         # choose its chat avoids it (set by the dispatcher: its ChatFill).
         self.is_full: Callable[[int], bool] = lambda chat_id: False
+        # The refusal that took the last bot out of a chat (a "chat not
+        # found" says the chat is gone), for every job that later finds no
+        # bot there, whichever job met it: forgotten once a bot is back.
+        self.last_refusal: dict[int, TelegramError] = {}
         self._assignments = itertools.count(1)
         self._delayed: set[asyncio.TimerHandle] = set()
         self._delayed_jobs: set[Job[Any]] = set()
@@ -111,7 +115,9 @@ class Router:
             error = NoUsableBot(f"no usable bot may post in {where}")
             # What refused the last bot there, if that is why ("chat not
             # found": the chat is gone), for callers that must tell.
-            error.__cause__ = job.last_error
+            error.__cause__ = job.last_error or (
+                self.last_refusal.get(job.chat_id) if job.chat_id is not None else None
+            )
             job.fail(error)
             return
         now = self._clock()

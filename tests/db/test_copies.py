@@ -3,7 +3,9 @@ intact copies and the lost mark follow every change, on both backends."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.copies import CopyRepository
@@ -120,3 +122,32 @@ async def test_the_scrub_visits_the_copies_checked_longest_ago_first(
         assert await repo.copy_ids(0, 10) == [first, second]
         assert await repo.copy_ids(first, 10) == [second]
         assert (await repo.chunks([chunk_id]))[chunk_id].copies[0].id == first
+
+
+async def test_health_says_when_the_copy_checked_longest_ago_was_checked(
+    sessionmaker: Sessions,
+) -> None:
+    """The scrub's reach on /metrics: the oldest check, a copy never checked
+    counting from when it was stored; copies of chunks not live (pending) do not count."""
+    async with session_scope(sessionmaker) as session:
+        assert (await CopyRepository(session).health(replicas=2)).oldest_check is None
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    long_ago = datetime(2026, 1, 1, tzinfo=UTC)
+    a_day_later = long_ago + timedelta(days=1)
+    async with session_scope(sessionmaker) as session:
+        await session.execute(
+            update(ChunkCopy)
+            .where(ChunkCopy.id == first)
+            .values(checked_at=None, created_at=long_ago)
+        )
+        await session.execute(
+            update(ChunkCopy).where(ChunkCopy.id == second).values(checked_at=a_day_later)
+        )
+    async with session_scope(sessionmaker) as session:
+        assert (await CopyRepository(session).health(replicas=2)).oldest_check == long_ago
+        await CopyRepository(session).mark_checked(first)
+    async with session_scope(sessionmaker) as session:
+        assert (await CopyRepository(session).health(replicas=2)).oldest_check == a_day_later
+        await session.execute(update(Chunk).where(Chunk.id == chunk_id).values(state="pending"))
+    async with session_scope(sessionmaker) as session:
+        assert (await CopyRepository(session).health(replicas=2)).oldest_check is None

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,6 +46,8 @@ from app.db.single_statements import single_statements_for
 from app.db.spool import SpoolRepository
 from app.db.types import UtcDateTime
 from tests.db.helpers import Database, add_chunks, spec, whole_chunks
+
+TELEUPLOADER = str(Path(sys.executable).parent / "teleuploader")
 
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
@@ -150,6 +155,42 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         await check_schema(engine)
     finally:
         await engine.dispose()
+
+
+def test_replicas_migrating_at_once_queue_and_all_succeed(
+    empty_database: Database, tmp_path: Path
+) -> None:
+    """Three `teleuploader migrate` started together on an empty database (as
+    replicas of the container image do at start): one migrates while the
+    others wait for its lock, then find the schema current. Without the lock
+    two created the first table at once and one failed."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "DATABASE_URL": empty_database.migration_url,
+        **{name: os.environ[name] for name in ("PYTHONPYCACHEPREFIX",) if name in os.environ},
+    }
+    migrations = [
+        subprocess.Popen(
+            [TELEUPLOADER, "migrate"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    outputs = [proc.communicate(timeout=120)[0] for proc in migrations]
+    assert [proc.returncode for proc in migrations] == [0, 0, 0], outputs
+
+    async def recorded() -> tuple[str, ...]:
+        engine = create_engine(empty_database.url)
+        try:
+            return await current_revisions(engine)
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(recorded()) == (head_revision(),)
 
 
 async def test_downgrade_removes_everything_and_upgrade_restores_it(

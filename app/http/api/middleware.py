@@ -4,9 +4,12 @@ cancellation on streaming routes).
 Every request gets a request id (the client's `X-Request-ID` when it is sane,
 else a new one) that is bound to every log line of the request and returned in
 the response; the request is counted and timed for /metrics by its route
-template, and logged once when its response ends. A request cut off by the
-shutdown's grace period is logged as `cancelled` (a warning) and, if no
-answer had begun, with status 499 rather than 500. Every response says
+template (a GET's time to its first body byte too), and logged once when its
+response ends. The object bytes it moves are counted under its API
+(`REQUEST_API`: `tus` under /api/tus/, `dav` under /dav/, else `native`; the
+S3 gateway says `s3`). A request cut off by the shutdown's grace period is
+logged as `cancelled` (a warning) and, if no answer had begun, with status
+499 rather than 500. Every response says
 `X-Content-Type-Options: nosniff`: no browser may guess a type we did not send;
 and, when PUBLIC_BASE_URL is https, `Strict-Transport-Security`.
 """
@@ -26,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.http.shared.route_label import route_label
 from app.kit.logging import REQUEST_ID
-from app.store.metrics import Metrics
+from app.store.metrics import REQUEST_API, Metrics
 
 log = structlog.get_logger("app.http")
 
@@ -80,9 +83,18 @@ class RequestContextMiddleware:
             return message
 
         answered = False
+        first_byte: float | None = None
+        timed = scope["method"] == "GET"
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status, answered
+            nonlocal status, answered, first_byte
+            if (
+                timed
+                and first_byte is None
+                and message["type"] == "http.response.body"
+                and (message.get("body") or not message.get("more_body", False))
+            ):
+                first_byte = time.perf_counter()
             if message["type"] == "http.response.start":
                 status = message["status"]
                 answered = True
@@ -99,6 +111,7 @@ class RequestContextMiddleware:
             await send(message)
 
         bound = REQUEST_ID.set(request_id)
+        api = REQUEST_API.set(_api_of(scope["path"]))
         cancelled = False
         try:
             await self.app(scope, receive_tracking, send_with_id)
@@ -118,6 +131,8 @@ class RequestContextMiddleware:
                 metrics = self._metrics(scope)
                 if metrics is not None:
                     metrics.observe_request(route, method, status, seconds)
+                    if first_byte is not None:
+                        metrics.observe_first_byte(route, first_byte - started)
                 emit = self._log.warning if cancelled else self._log.info
                 emit(
                     "http_request",
@@ -128,6 +143,7 @@ class RequestContextMiddleware:
                     **(_CANCELLED if cancelled else {}),
                 )
             finally:
+                REQUEST_API.reset(api)
                 REQUEST_ID.reset(bound)
 
 
@@ -135,6 +151,18 @@ class RequestContextMiddleware:
 _WRITES = frozenset(
     {"POST", "PUT", "DELETE", "PATCH", "MKCOL", "COPY", "MOVE", "PROPPATCH", "LOCK", "UNLOCK"}
 )
+
+
+def _api_of(path: str) -> str:
+    """The API a request's object bytes count under, from its path (the S3
+    gateway, inside, says `s3` for its own)."""
+    if path.startswith("/api/tus/"):
+        return "tus"
+    if path == "/dav" or path.startswith("/dav/"):  # app/http/dav/paths.py DAV_PREFIX
+        return "dav"
+    return "native"
+
+
 #: The status logged and counted for a request cut off before its answer
 #: began (nginx's "client closed request": the connection closed unanswered).
 CANCELLED_STATUS = 499

@@ -41,6 +41,7 @@ from app.http.s3.xml.responses import s3_error_xml
 from app.http.shared.client import client_address
 from app.http.shared.headers import IndexedHeaders
 from app.http.shared.route_label import set_route_label
+from app.store.metrics import REQUEST_API
 from app.store.services import Services
 
 __all__ = ["XML", "S3Gateway", "draining_refusal", "error_response"]
@@ -66,6 +67,9 @@ class S3Gateway:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
+        # Its object bytes count as the S3 API's (the request middleware,
+        # outside, took the path for the native API's; it resets this too).
+        REQUEST_API.set("s3")
         response = await _handle(request, headers, services, self._s3(scope), virtual_bucket)
         await response(scope, receive, send)
 
