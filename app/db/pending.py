@@ -12,7 +12,9 @@ object is a part whose bytes are a range of the source's upload, a
 `PendingCopy` row (a CopyObject makes the new object pending with a
 completed upload of that one part). A registry moves every finished blob
 that way (copy, then delete the source): the move costs nothing, and the
-bytes go to Telegram once.
+bytes go to Telegram once. A tus final upload is made so too: its upload's
+parts are copies of its partials' uploads, which stay completed without an
+object until their flush (app.db.resumable).
 
 `finalise` runs in the transaction of the flusher's commit of an upload's
 last spooled part (and again for each upload whose copies it resolves):

@@ -8,7 +8,9 @@ offset, so the offset never counts a byte that has no part behind it.
 Locks: every change locks the tus row first (FOR UPDATE; on SQLite the
 database write lock), then the multipart upload, as the multipart repository
 does. Two PATCHes racing on one upload queue on the row; the second finds the
-offset moved and is refused.
+offset moved and is refused. A concatenation locks its partials' rows, then
+their multipart uploads FOR UPDATE: the lock the flusher's commit of a
+spooled part takes, so that commit either comes before it or sees its final.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import lock_database_for_write
@@ -232,12 +234,23 @@ class TusRepository:
         name: str,
         content_type: str,
         expires_at: datetime,
-    ) -> tuple[TusUpload, ObjectRow]:
+        allow_spooled: bool = False,
+    ) -> tuple[TusUpload, ObjectRow, builtins.list[str]]:
         """A final upload: the object made of the partial uploads' parts, in
-        order (metadata only). The partials are consumed.
+        order (metadata only). The partials are consumed. Also returns the
+        partials whose bytes are still partly spooled (for the flusher).
+
+        With every byte in Telegram the object gets its pieces at once. With
+        `allow_spooled`, bytes still in the spool make it pending
+        (app.db.pending): its upload has one part per partial, that partial's
+        pieces, or, while some of the partial's parts are spooled, a copy of
+        the partial's upload, which stays (completed, without object) until
+        the flusher's commit of its last spooled part finalises it and, with
+        it, resolves the copy.
 
         Raises ConcatenationRefused (a partial missing, another key's, not a
-        partial, or not finished) and PartsNotStored (wait for the flusher)."""
+        partial, or not finished) and PartsNotStored (some bytes are still
+        spooled, without `allow_spooled`: wait for the flusher)."""
         if len(set(partial_ids)) != len(partial_ids):
             raise ConcatenationRefused("a partial upload is named twice")
         await lock_database_for_write(self._session)
@@ -263,15 +276,34 @@ class TusRepository:
             if partial.length is None or partial.offset != partial.length:
                 raise ConcatenationRefused(f"partial upload {partial_id!r} is not finished")
             partials.append(partial)
+        ids = [partial.id for partial in partials]
+        # Their uploads too, as the flusher's commit of a spooled part locks
+        # one: a part committed before is seen in Telegram here, and one
+        # committed after finds its upload completed, and finalises it.
+        await self._session.execute(
+            select(MultipartUpload.id)
+            .where(MultipartUpload.id.in_(sorted(ids)))
+            .order_by(MultipartUpload.id)
+            .with_for_update()
+        )
 
-        pieces: list[PieceSpec] = []
-        etags: list[str] = []
+        stored: dict[str, list[PieceSpec] | None] = {}
+        etags: dict[str, list[str]] = {}
         for partial in partials:
-            pieces += await self._stored_pieces(partial)
-            etags += await self._session.scalars(
-                select(UploadPart.etag)
-                .where(UploadPart.upload_id == partial.id)
-                .order_by(UploadPart.part_number)
+            stored[partial.id] = await self._stored_pieces(partial)
+            etags[partial.id] = builtins.list(
+                await self._session.scalars(
+                    select(UploadPart.etag)
+                    .where(UploadPart.upload_id == partial.id)
+                    .order_by(UploadPart.part_number)
+                )
+            )
+        spooled = [partial.id for partial in partials if stored[partial.id] is None]
+        if spooled and not allow_spooled:
+            raise PartsNotStored(
+                await self._session.scalars(
+                    select(SpooledPart.part_number).where(SpooledPart.upload_id.in_(spooled))
+                )
             )
         size = sum(partial.offset for partial in partials)
         created = await ObjectRepository(self._session).put(
@@ -281,14 +313,18 @@ class TusRepository:
                 name=name,
                 content_type=content_type,
                 size=size,
-                etag=multipart_etag(etags),
-                pieces=pieces,
+                etag=multipart_etag([etag for i in ids for etag in etags[i]]),
+                pieces=[] if spooled else [piece for i in ids for piece in stored[i] or ()],
                 owner_key_id=api_key_id,
+                pending=bool(spooled),
             )
         )
-        # The partials' parts go; their chunks now belong to the object.
-        ids = [partial.id for partial in partials]
-        await self._session.execute(delete(MultipartUpload).where(MultipartUpload.id.in_(ids)))
+        if spooled:
+            await self._pending_final(created.id, partials, stored, etags, bucket, key)
+        # The partials' uploads in Telegram go; their chunks now belong to the
+        # object (or the final's upload). Those still spooled stay as copies' sources.
+        done = [i for i in ids if stored[i] is not None]
+        await self._session.execute(delete(MultipartUpload).where(MultipartUpload.id.in_(done)))
         await self._session.execute(delete(TusUpload).where(TusUpload.id.in_(ids)))
         final = TusUpload(
             id=new_upload_id(),
@@ -305,7 +341,48 @@ class TusRepository:
         )
         self._session.add(final)
         await self._session.flush()
-        return final, created
+        return final, created, spooled
+
+    async def _pending_final(
+        self,
+        object_id: int,
+        partials: Sequence[TusUpload],
+        stored: dict[str, list[PieceSpec] | None],
+        etags: dict[str, list[str]],
+        bucket: str,
+        key: str,
+    ) -> None:
+        """The completed upload the pending object `object_id` reads from:
+        part n is partial n's bytes, its pieces or a copy of its upload."""
+        upload = await self._multipart.create(
+            bucket=bucket, key=key, content_type="", user_metadata={}
+        )
+        number = 0
+        for partial in partials:
+            if not partial.offset:
+                continue  # an empty partial adds no bytes
+            number += 1
+            pieces = stored[partial.id]
+            await self._multipart.put_part(
+                upload.id,
+                number,
+                size=partial.offset,
+                etag=multipart_etag(etags[partial.id]),
+                pieces=pieces or [],
+                copy_of=None if pieces is not None else (partial.id, 0),
+            )
+        now = utcnow()
+        # Completed without an object: hidden from the multipart API, finalised
+        # by the commit of its last spooled part (app.db.pending).
+        await self._session.execute(
+            update(MultipartUpload)
+            .where(MultipartUpload.id.in_([p.id for p in partials if stored[p.id] is None]))
+            .values(completed_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        upload.completed_at = now
+        upload.completed_object_id = object_id
+        await self._session.flush()
 
     async def terminate(self, upload_id: str) -> list[str]:
         """Delete the upload, its parts (chunks released, 'aborted') and its
@@ -328,7 +405,8 @@ class TusRepository:
             )
         )
 
-    async def _stored_pieces(self, partial: TusUpload) -> list[PieceSpec]:
+    async def _stored_pieces(self, partial: TusUpload) -> list[PieceSpec] | None:
+        """The partial's bytes as pieces; None while some are spooled."""
         rows = (
             await self._session.execute(
                 select(
@@ -339,10 +417,7 @@ class TusRepository:
             )
         ).all()
         if sum(length for *_, length in rows) != partial.offset:
-            spooled = await self._session.scalars(
-                select(SpooledPart.part_number).where(SpooledPart.upload_id == partial.id)
-            )
-            raise PartsNotStored(spooled)
+            return None
         return [PieceSpec(chunk_id, offset, length) for _, chunk_id, offset, length in rows]
 
     async def _lock(self, upload_id: str) -> TusUpload:

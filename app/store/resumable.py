@@ -17,8 +17,9 @@ Completion turns the parts into the object in one transaction (metadata
 only), as S3's CompleteMultipartUpload does: at once, the object pending
 while parts are still spooled (app.db.pending), or, with
 COMPLETE_WAITS_FOR=telegram, once the flusher has stored every part. A final
-upload (concatenation) is made from its partial uploads' parts once they are
-all in Telegram.
+upload (concatenation) is made from its partial uploads' parts the same way:
+at once, pending while some are spooled (its parts are copies of the
+partials' uploads, settled by their flush), or once all are in Telegram.
 """
 
 from __future__ import annotations
@@ -321,13 +322,19 @@ class ResumableStore:
         name: str,
         content_type: str,
     ) -> UploadState:
-        """Raises ConcatenationRefused and FlushFailed."""
+        """Raises ConcatenationRefused, and FlushFailed when spooled parts
+        cannot reach Telegram now (waiting for Telegram).
+
+        Partials still partly in the spool make the object pending, as
+        `complete` does, unless COMPLETE_WAITS_FOR=telegram."""
+        pending = self._flusher is not None and not self._wait_for_telegram
         while True:
-            for partial_id in partial_ids:
-                await self._flushed(partial_id)
+            if not pending:
+                for partial_id in partial_ids:
+                    await self._flushed(partial_id)
             try:
                 async with session_scope(self._sessionmaker) as session:
-                    row, _ = await TusRepository(session).concatenate(
+                    row, _, spooled = await TusRepository(session).concatenate(
                         api_key_id=api_key_id,
                         partial_ids=partial_ids,
                         metadata=metadata,
@@ -336,13 +343,23 @@ class ResumableStore:
                         name=name,
                         content_type=content_type,
                         expires_at=utcnow() + self._expiration,
+                        allow_spooled=pending,
                     )
                     state = UploadState.from_row(row)
             except PartsNotStored:
                 if self._flusher is None:
                     raise
                 continue
-            log.info("tus_upload_concatenated", partials=len(partial_ids), size=state.length)
+            if self._flusher is not None:
+                # No part will join them: their tails go now.
+                for partial_id in spooled:
+                    self._flusher.seal(partial_id)
+            log.info(
+                "tus_upload_concatenated",
+                partials=len(partial_ids),
+                spooled=len(spooled),
+                size=state.length,
+            )
             return state
 
     async def _flushed(self, upload_id: str) -> None:

@@ -1,10 +1,14 @@
-"""A tus upload survives kill -9 of the serving process mid-PATCH.
+"""A tus upload survives kill -9 of the serving process.
 
-Part of the file is acknowledged (204, Upload-Offset); a second PATCH is cut
-off by SIGKILL while its bytes are being written to the spool. A new process
-on the same database and spool reports an offset that counts every
-acknowledged byte and no byte that was not made durable; tuspy resumes from
-there, and the file reads back byte-exact.
+Mid-PATCH: part of the file is acknowledged (204, Upload-Offset); a second
+PATCH is cut off by SIGKILL while its bytes are being written to the spool.
+A new process on the same database and spool reports an offset that counts
+every acknowledged byte and no byte that was not made durable; tuspy resumes
+from there, and the file reads back byte-exact.
+
+Right after a concatenation: the final upload is acknowledged while its
+partials' bytes are only in the spool; a new process reads the file and
+settles it into Telegram.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tusclient.client import TusClient
 
 from app.db.engine import create_engine
-from app.db.models import SpooledPart
+from app.db.models import MultipartUpload, Piece, SpooledPart
 from tests.db.helpers import Database
 from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.deploy.test_complete_crash import gate
 from tests.running_service import eventually
 
 CHUNK = 256 * 1024
@@ -145,3 +150,88 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     await eventually(flushed, within=15)
     # The dead process's half-written segment was swept, every flushed file deleted.
     wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")
+
+
+async def test_a_final_upload_acknowledged_from_the_spool_survives_kill_9(
+    start_service: ServiceStarter,
+    telegram_sim: Simulator,
+    database: Database,
+    engine: AsyncEngine,  # empties the tables on Postgres
+    tmp_path: Path,
+) -> None:
+    """Concatenation answers while the partials' bytes are only in the spool
+    (the simulator holds every send), and the process is killed right after.
+    A new one reads the file byte-exact and settles it into Telegram."""
+    spool = tmp_path / "spool"
+    env = {"DATABASE_URL": database.url, "CHUNK_SIZE": str(CHUNK), "SPOOL_DIR": str(spool)}
+    pieces = [os.urandom(CHUNK + 1000), os.urandom(3000), os.urandom(2 * CHUNK)]
+    whole = b"".join(pieces)
+    across = (CHUNK + 500, CHUNK + 5000)  # from the first partial into the third
+
+    gate(telegram_sim, "hold")
+    try:
+        first = start_service(tmp_path / "unused.db", env=env, api_key=True)
+        final = concatenate(first, [create_partial(first, piece) for piece in pieces])
+        assert final.status_code == 201, final.text
+        public_id = final.headers["x-file-id"]
+        # Answered, readable, and still only on this disk.
+        assert read(first, public_id) == whole
+        assert await count(database, SpooledPart) > 0
+        assert await count(database, Piece) == 0
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(10)
+    finally:
+        gate(telegram_sim, "release")
+
+    second = start_service(tmp_path / "unused.db", env=env)
+    second.key = first.key
+    assert read(second, public_id) == whole
+    assert read(second, public_id, across) == whole[across[0] : across[1] + 1]
+
+    async def settled() -> bool:
+        return (
+            await count(database, SpooledPart) == 0
+            and await count(database, MultipartUpload) == 0
+            and await count(database, Piece) > 0
+        )
+
+    await eventually(settled, within=15)
+    wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")
+    # From its chunks in Telegram now.
+    assert read(second, public_id) == whole
+    assert read(second, public_id, across) == whole[across[0] : across[1] + 1]
+    assert file_id_of(second, urlsplit(final.headers["location"]).path) == public_id
+
+
+def create_partial(service: Service, data: bytes) -> str:
+    """A partial upload with all its bytes; its URL."""
+    headers = {**service.auth, **TUS}
+    created = httpx.post(
+        f"{service.url}/api/tus/",
+        headers={**headers, "Upload-Length": str(len(data)), "Upload-Concat": "partial"},
+    )
+    assert created.status_code == 201, created.text
+    url = created.headers["location"]
+    patched = httpx.patch(url, content=data, headers={**headers, **OCTETS, "Upload-Offset": "0"})
+    assert patched.status_code == 204, patched.text
+    return url
+
+
+def concatenate(service: Service, urls: list[str]) -> httpx.Response:
+    return httpx.post(
+        f"{service.url}/api/tus/",
+        headers={**service.auth, **TUS, "Upload-Concat": "final;" + " ".join(urls)},
+    )
+
+
+def file_id_of(service: Service, path: str) -> str:
+    looked = httpx.head(f"{service.url}{path}", headers={**service.auth, **TUS})
+    assert looked.status_code == 200, looked.text
+    return looked.headers["x-file-id"]
+
+
+def read(service: Service, public_id: str, byte_range: tuple[int, int] | None = None) -> bytes:
+    headers = {} if byte_range is None else {"Range": "bytes={}-{}".format(*byte_range)}
+    response = httpx.get(f"{service.url}/f/{public_id}", headers=headers)
+    assert response.status_code == (200 if byte_range is None else 206), response.text
+    return response.content

@@ -26,7 +26,9 @@ class TusUpload(Base):
     the sum of the committed parts' sizes: bytes durable in the spool or in
     Telegram. Once complete, the multipart upload is gone and `public_id`
     names the object; the row stays until `expires_at` so HEAD can say so.
-    A partial upload is consumed (row and parts) by the final that uses it.
+    A partial upload is consumed by the final that uses it: its row at once,
+    its parts too once in Telegram (while some are spooled, its multipart
+    upload stays as the source of the final's copy: app.db.pending).
     """
 
     __tablename__ = "tus_uploads"

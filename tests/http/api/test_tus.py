@@ -535,9 +535,14 @@ async def test_three_partial_uploads_concatenate_into_one_file(service: Service)
     assert looked.headers["upload-concat"] == "final;" + " ".join(f"/api/tus/{i}" for i in ids)
     appended = await patch(service, final.headers["location"], len(whole), b"x")
     assert appended.status_code == 403
-    # The partials were consumed, and no byte went to Telegram twice.
+    # The partials were consumed, and no byte went to Telegram twice (the
+    # file answered at spool durability: test_tus_concatenation.py).
     assert [(await head(service, url)).status_code for url in urls] == [404, 404, 404]
-    assert await _count(service, MultipartUpload) == 0
+
+    async def settled() -> bool:
+        return await _count(service, MultipartUpload) == 0
+
+    await eventually(settled, within=20)
     assert await _scalar(service, select(func.sum(Chunk.size))) == len(whole)
 
 
