@@ -13,8 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from app import __version__
 from app.cli.database import CliError, database_problems
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
-DEFAULT_SIM_CHAT_ID = [-1001000000001]
 T = TypeVar("T")
 
 
@@ -106,7 +104,9 @@ def _one_line(exc: Exception) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.cli.check import add_check_command
     from app.cli.keys import add_key_commands
+    from app.cli.simulator import add_simulator_command
     from app.cli.trash import add_trash_commands
 
     parser = argparse.ArgumentParser(
@@ -140,84 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: a temporary directory, removed when the demo stops)",
     )
     demo.set_defaults(handler=cmd_demo)
-
-    sim = commands.add_parser(
-        "telegram-sim", help="run the Telegram Bot API simulator as an HTTP server"
-    )
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8081)
-    sim.add_argument("--bots", type=int, default=6, help="how many bot tokens it accepts (6)")
-    sim.add_argument(
-        "--chat-id",
-        type=int,
-        action="append",
-        default=None,
-        help="a storage chat; repeat it for several (default -1001000000001)",
-    )
-    sim.add_argument("--tokens-file", default=None, help="also write the tokens to this file")
-    sim.add_argument(
-        "--concurrency-limit",
-        type=int,
-        default=1,
-        help="concurrent uploads per bot before a 429 (1)",
-    )
-    sim.add_argument(
-        "--collision-retry-after", type=int, default=30, help="retry_after of a collision 429"
-    )
-    sim.add_argument("--sends-per-minute", type=int, default=None, help="per-bot budget")
-    sim.add_argument("--latency", type=float, default=0.0, help="seconds added to every call")
-    sim.add_argument(
-        "--upload-bandwidth", type=float, default=None, help="bytes/s per upload connection"
-    )
-    sim.add_argument("--download-bandwidth", type=float, default=None, help="bytes/s per download")
-    sim.add_argument(
-        "--discard-file-bytes",
-        action="store_true",
-        help="keep no document's bytes (downloads answer 404): for benches that never read back",
-    )
-    sim.add_argument("--fault-5xx-rate", type=float, default=0.0)
-    sim.add_argument("--fault-drop-rate", type=float, default=0.0)
-    sim.add_argument("--fault-429-rate", type=float, default=0.0)
-    sim.add_argument(
-        "--fault-file-unavailable-rate",
-        type=float,
-        default=0.0,
-        help="getFiles answered 'wrong file_id or the file is temporarily unavailable'",
-    )
-    sim.add_argument(
-        "--getfile-bandwidth",
-        type=float,
-        default=None,
-        help="bytes/s of the server's download before getFile answers",
-    )
-    sim.add_argument(
-        "--local-dir",
-        default=None,
-        help="act as a --local Bot API server with this directory: getFile writes the file "
-        "there and answers its absolute path; no /file/ route",
-    )
-    sim.add_argument("--seed", type=int, default=None)
-    sim.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate")
-    sim.add_argument("--tls-key", default=None, help="... and this PEM private key (both or none)")
-    sim.set_defaults(handler=cmd_telegram_sim)
-
-    check = commands.add_parser(
-        "check",
-        help="check every bot token: getMe, then its rights in the storage chat",
-    )
-    check.add_argument(
-        "--deep",
-        action="store_true",
-        help="also measure each bot in each storage chat: post, getFile, download (whole and "
-        "by Range) and delete two test documents, then suggest settings (stop the service "
-        "first: its calls would meet these)",
-    )
-    check.add_argument(
-        "--json",
-        action="store_true",
-        help="with --deep: print its report as JSON on stdout (no token in it), the rest on stderr",
-    )
-    check.set_defaults(handler=cmd_check)
 
     scrub = commands.add_parser(
         "scrub",
@@ -261,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(down)
     down.set_defaults(handler=cmd_download)
 
+    add_simulator_command(commands)
+    add_check_command(commands)
     add_key_commands(commands, _usage)
     from app.cli.encryption import add_commands as add_encryption_commands
 
@@ -436,59 +360,6 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from app.cli.chat_checks import check_chats
-    from app.cli.client import audit_storage_chat, check_bots, check_budget, inspect_bots
-    from app.cli.durability import check_durability
-
-    if args.json and not args.deep:
-        raise CliError("--json is the report of --deep: give both")
-    settings = load_settings()
-    if not settings.bot_tokens:
-        raise CliError("BOT_TOKENS is not set: give at least one bot token")
-    if not settings.chat_ids:
-        raise CliError(
-            "STORAGE_CHAT_ID (or STORAGE_CHAT_IDS) is not set: give the id of the storage channel"
-        )
-    rows = asyncio.run(
-        inspect_bots(
-            settings.bot_tokens,
-            chat_ids=settings.chat_ids,
-            api_base=settings.telegram_api_base,
-        )
-    )
-    # Piped (as deploy/README.md runs it) nothing is cut to fit 80 columns.
-    # With --json, stdout is the report's: the tables go to stderr.
-    stream = sys.stderr if args.json else sys.stdout
-    console = Console(file=stream) if stream.isatty() else Console(file=stream, width=10_000)
-    bots_ok = check_bots(rows, console)
-    asyncio.run(audit_storage_chat(settings, rows, console))
-    chats_ok = asyncio.run(check_chats(settings, rows, console))
-    budget_ok = check_budget(settings, console)
-    data_ok = asyncio.run(check_durability(settings, console))
-    deep_ok = _deep_check(settings, console, as_json=args.json) if args.deep else True
-    return 0 if bots_ok and chats_ok and budget_ok and data_ok and deep_ok else 1
-
-
-def _deep_check(settings: Settings, console: Any, *, as_json: bool) -> bool:
-    import json
-
-    from app.cli.deep_advice import print_report
-    from app.cli.deep_check import measure
-
-    console.print(
-        "Deep check: two test documents per bot and storage chat, posted and deleted "
-        "(stop the service first: its calls would meet these)"
-    )
-    report = asyncio.run(measure(settings))
-    print_report(report, console)
-    if as_json:
-        print(json.dumps(report.as_dict(), indent=2))
-    return report.ok
-
-
 def cmd_scrub(args: argparse.Namespace) -> int:
     """Exit 0 only when no object is lost (1 when one is)."""
     import json
@@ -513,40 +384,6 @@ def cmd_scrub(args: argparse.Namespace) -> int:
 
 
 # --- simulator / demo -------------------------------------------------------------------
-
-
-def cmd_telegram_sim(args: argparse.Namespace) -> int:
-    from app.telegram.simulator import main_simulator
-
-    if bool(args.tls_cert) != bool(args.tls_key):
-        # A certificate alone would fail deep in uvicorn; a key alone would
-        # quietly serve plain HTTP.
-        raise CliError("--tls-cert and --tls-key go together: give both to serve HTTPS")
-
-    main_simulator(
-        host=args.host,
-        port=args.port,
-        bots=args.bots,
-        chat_id=args.chat_id or DEFAULT_SIM_CHAT_ID,
-        tokens_file=args.tokens_file,
-        max_concurrent_calls_per_bot=args.concurrency_limit,
-        collision_retry_after=args.collision_retry_after,
-        sends_per_minute=args.sends_per_minute,
-        latency=args.latency,
-        upload_bandwidth=args.upload_bandwidth,
-        download_bandwidth=args.download_bandwidth,
-        fault_5xx_rate=args.fault_5xx_rate,
-        fault_drop_rate=args.fault_drop_rate,
-        fault_429_rate=args.fault_429_rate,
-        fault_file_unavailable_rate=args.fault_file_unavailable_rate,
-        getfile_bandwidth=args.getfile_bandwidth,
-        local_dir=str(Path(args.local_dir).resolve()) if args.local_dir else None,
-        seed=args.seed,
-        keep_file_bytes=not args.discard_file_bytes,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-    )
-    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
