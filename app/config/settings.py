@@ -26,29 +26,20 @@ from sqlalchemy.engine import make_url
 from app.config import values as settings_values
 from app.config.bot_tokens import BotToken as BotToken
 from app.config.bot_tokens import parse_tokens
+from app.config.keyring import load_keyring
 from app.config.names import names_given, renamed_problem
 from app.config.names import retired_settings as retired_settings
+from app.config.telegram_limits import CLOUD_API_HOST as CLOUD_API_HOST
+from app.config.telegram_limits import CLOUD_GETFILE_CAP as CLOUD_GETFILE_CAP
+from app.config.telegram_limits import GETFILE_LIMIT as GETFILE_LIMIT
+from app.config.telegram_limits import LOCAL_GETFILE_LIMIT as LOCAL_GETFILE_LIMIT
+from app.config.telegram_limits import MAX_CHUNK_SIZE as MAX_CHUNK_SIZE
+from app.config.telegram_limits import check_chunk_size, check_local_server, is_cloud
 
 if TYPE_CHECKING:
     from app.sealing.keys import Keyring
 
 MiB = 1024 * 1024
-
-# getFile refuses files over 20 MB, and it is not certain whether Telegram means
-# 20 * 10**6 or 20 * 2**20 bytes. 19 MiB is below both; a chunk that uploads but
-# cannot be fetched back is data loss.
-MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
-# The getFile limits a sealed chunk (its frames' tags included) must stay
-# within: Telegram's, taken as the smaller reading (10**6), and a local Bot
-# API server's 2000 MB.
-GETFILE_LIMIT = 20 * 10**6
-LOCAL_GETFILE_LIMIT = 2000 * 10**6
-# The cloud's getFile cap as the server's source has it (telegram-bot-api,
-# Client.h: MAX_DOWNLOAD_FILE_SIZE = 20 << 20): a chunk stored through a local
-# server above it can never be read from api.telegram.org.
-CLOUD_GETFILE_CAP = 20 << 20
-# The host of Telegram's own Bot API server, which runs without --local.
-CLOUD_API_HOST = "api.telegram.org"
 
 
 class Settings(BaseSettings):
@@ -393,79 +384,19 @@ class Settings(BaseSettings):
                 "STORAGE_CHAT_ID and STORAGE_CHAT_IDS are both set and disagree: "
                 "keep STORAGE_CHAT_IDS (the list of every storage chat) only"
             )
-        self._check_local_server()
-        if self.chunk_size > MAX_CHUNK_SIZE and not self.telegram_local_server:
-            raise ValueError(
-                f"CHUNK_SIZE={self.chunk_size} is above {MAX_CHUNK_SIZE} bytes (19 MiB): "
-                "Telegram's getFile refuses files over 20 MB, so such chunks could never be "
-                "downloaded; lower it, or set TELEGRAM_LOCAL_SERVER=true for a local Bot API server"
-            )
-        self._check_sealed_chunk_size()
-        self._keyring = self._load_keyring()
+        check_local_server(
+            local=self.telegram_local_server,
+            api_base=self.telegram_api_base,
+            path_map=self.telegram_local_path_map,
+        )
+        check_chunk_size(self.chunk_size, local=self.telegram_local_server)
+        self._keyring = load_keyring(self.encryption_keys, self.encryption_keys_file)
         return self
-
-    def _check_local_server(self) -> None:
-        """A local server is one's own: api.telegram.org runs without --local,
-        answers getFile with paths to download, and caps them at 20 MiB."""
-        if self.telegram_local_server and self.telegram_api_is_cloud:
-            raise ValueError(
-                f"TELEGRAM_LOCAL_SERVER=true needs TELEGRAM_API_BASE to be your own Bot API "
-                f"server started with --local, not {CLOUD_API_HOST} (its getFile caps "
-                "downloads at 20 MiB): set TELEGRAM_API_BASE, or TELEGRAM_LOCAL_SERVER=false"
-            )
-        if self.telegram_local_path_map is not None and not self.telegram_local_server:
-            raise ValueError(
-                "TELEGRAM_LOCAL_PATH_MAP is for a local Bot API server: set "
-                "TELEGRAM_LOCAL_SERVER=true too, or remove it"
-            )
 
     @property
     def telegram_api_is_cloud(self) -> bool:
         """Whether TELEGRAM_API_BASE is Telegram's own server."""
-        from urllib.parse import urlsplit
-
-        return urlsplit(self.telegram_api_base).hostname == CLOUD_API_HOST
-
-    def _check_sealed_chunk_size(self) -> None:
-        """A sealed chunk (its frames' tags included) must fit getFile. Checked
-        with or without master keys: an S3 client's own key (SSE-C) seals
-        chunks on any service."""
-        from app.sealing.layout import largest_plaintext, sealed_size
-
-        limit = LOCAL_GETFILE_LIMIT if self.telegram_local_server else GETFILE_LIMIT
-        if sealed_size(self.chunk_size) > limit:
-            raise ValueError(
-                f"CHUNK_SIZE={self.chunk_size} sealed is {sealed_size(self.chunk_size)} bytes, "
-                f"above getFile's {limit}: chunks are sealed (encryption at rest, S3 SSE-C), "
-                f"so CHUNK_SIZE is at most {largest_plaintext(limit)}"
-            )
-
-    def _load_keyring(self) -> Any:
-        """The keyring of ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE (None: neither),
-        checked now so that a bad key stops the start with one line. Only
-        then is `cryptography` imported."""
-        if self.encryption_keys is not None and self.encryption_keys_file is not None:
-            raise ValueError(
-                "ENCRYPTION_KEYS and ENCRYPTION_KEYS_FILE are both set: keep one of them"
-            )
-        if self.encryption_keys is not None:
-            text, source = self.encryption_keys.get_secret_value(), "ENCRYPTION_KEYS"
-        elif self.encryption_keys_file is not None:
-            source = f"ENCRYPTION_KEYS_FILE ({self.encryption_keys_file})"
-            try:
-                text = Path(self.encryption_keys_file).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise ValueError(f"{source}: cannot be read: {reason}") from None
-        else:
-            return None
-        from app.sealing.keys import BadMasterKey, parse_keys, split_entries
-
-        try:
-            keyring = parse_keys(split_entries(text), source)
-        except BadMasterKey as exc:
-            raise ValueError(str(exc)) from None
-        return keyring
+        return is_cloud(self.telegram_api_base)
 
     def keyring(self) -> Keyring | None:
         """The master keys (app.sealing.keys.Keyring), or None: encryption off."""
