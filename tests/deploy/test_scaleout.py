@@ -4,8 +4,9 @@ pgbouncer, transaction mode) and one Telegram simulator with six bots
 when an instance dies by kill -9, and a file uploaded through one instance
 downloads through any other.
 
-The simulator is this module's own (six bots, one call per token enforced);
-at the end of each test no token may have had two calls in flight at once.
+The simulator is this module's own (six bots, one call per lane and token
+enforced); at the end of each test no token may have had two calls of one
+lane in flight at once (one upload-lane call, one small call beside it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from tests.deploy.conftest import (
     _healthy,
     base_env,
     caddy_env,
-    check_one_call_per_token,
+    check_one_call_per_lane,
     configure_sim,
     free_port,
     metrics,
@@ -72,7 +73,7 @@ def sim(six_bots: Simulator, processes: Processes) -> Iterator[Simulator]:
     processes.stop_all()
     httpx.post(f"{six_bots.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
     configure_sim(six_bots, latency=0.0)
-    check_one_call_per_token(six_bots.url)
+    check_one_call_per_lane(six_bots.url)
 
 
 @pytest.fixture
