@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency-limit",
         type=int,
         default=1,
-        help="concurrent uploads per bot before a 429 (1)",
+        help="calls at once per bot before a 429, small calls and the others counted apart (1)",
     )
     sim.add_argument(
         "--collision-retry-after", type=int, default=30, help="retry_after of a collision 429"
