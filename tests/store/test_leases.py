@@ -17,10 +17,12 @@ from datetime import datetime
 from typing import TypeVar
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config.settings import BotToken
 from app.db.leases import LeaseRepository, LeaseRow
+from app.db.models import BotLease
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
@@ -518,3 +520,36 @@ async def test_a_call_cut_by_a_stop_leaves_its_cooldown_on_the_released_lease(
         assert bot_id in second.leases.held
         assert second.dispatcher.workers[bot_id].cooldown_until > time.monotonic() + 30
         assert second.dispatcher.pick_bot(exclude=set(second.leases.held) - {bot_id}) is None
+
+
+@pytest.mark.postgres_only
+async def test_a_renewal_held_up_on_one_lease_renews_the_others_meanwhile(
+    fleet: Fleet, sessionmaker: Sessions
+) -> None:
+    """Each lease is renewed in a transaction of its own. In one transaction
+    for all, a round that waits on one row (another instance's round locked
+    it, taking it) renewed none until then; two such rounds locking rows in
+    different orders deadlocked, and Postgres aborted one: nothing renewed."""
+    member = await fleet("a")
+    await member.leases.loop.stop()  # rounds by hand from now on
+    bots = sorted(member.leases.held)
+    before = await lease_rows(sessionmaker)
+    for bot_id in bots:  # a cooldown to write: every lease is due for renewal
+        member.dispatcher.workers[bot_id].cooldown_until = time.monotonic() + 1
+    async with sessionmaker() as other:
+        # Another instance's transaction holds the last lease's row (the
+        # round renews in the bots' order: the others come first).
+        await other.execute(select(BotLease).where(BotLease.bot_id == bots[-1]).with_for_update())
+        renewal = asyncio.ensure_future(member.leases.round())
+        try:
+
+            async def others_renewed() -> bool:
+                rows = await lease_rows(sessionmaker)
+                return all(rows[b].expires_at > before[b].expires_at for b in bots[:-1])
+
+            await eventually(others_renewed, 10)
+            assert not renewal.done()
+        finally:
+            await other.rollback()
+    await renewal
+    assert (await lease_rows(sessionmaker))[bots[-1]].expires_at > before[bots[-1]].expires_at
