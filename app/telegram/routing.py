@@ -90,22 +90,21 @@ class Router:
         if job.pinned_bot is not None:
             worker = self.workers.get(job.pinned_bot)
             now = self._clock()
-            if job.check and worker is not None and not worker.held(now):
+            if worker is not None and (worker.held(now) if job.check else worker.serving(now)):
+                self.enqueue(worker, job)
+            elif worker is not None and job.check:
                 # Not the bot's fault: another instance may call with it now.
                 job.fail(
                     NotHeldHere(
-                        f"bot {job.pinned_bot} is not held here", status=0, bot_id=job.pinned_bot
+                        f"bot {worker.bot_id} is not held here", status=0, bot_id=worker.bot_id
                     )
                 )
-                return
-            if worker is None or not (worker.held(now) if job.check else worker.serving(now)):
+            else:
                 job.fail(
                     BotUnusable(
                         f"bot {job.pinned_bot} is not usable", status=0, bot_id=job.pinned_bot
                     ),
                 )
-                return
-            self.enqueue(worker, job)
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
