@@ -32,8 +32,9 @@ Several instances: a call still running when this instance's lease on the
 bot is about to end (`BotWorker.cut_at`, moved on at every renewal) is cut,
 as a call abandoned, so that it never runs on past the lease into the next
 holder's calls. A call cut by a stop of the dispatcher counts as abandoned
-too: the token cools down, and the cooldown goes with the lease released
-after it, since Telegram may still be working on the call.
+too. Either way, when Telegram may have the request whole (its body was all
+written: `client.REQUEST_SENT`) and may so still be carrying it out, the
+token cools down, and the cooldown goes with the lease released after it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 import structlog
 
 from app.kit import jitter
+from app.telegram.client import REQUEST_SENT
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
@@ -166,10 +168,12 @@ class Attempts:
         except TimeoutError:
             if not deadline.expired():
                 raise
-            raise CallAbandoned(
-                f"{job.kind} cut at the end of this instance's lease on the bot",
-                bot_id=worker.bot_id,
-            ) from None
+            what = f"{job.kind} cut at the end of this instance's lease on the bot"
+            if REQUEST_SENT.get() is False:
+                # Cut while its body was still being written: Telegram
+                # drops such a request, nothing of it goes on.
+                raise TransientError(what, bot_id=worker.bot_id) from None
+            raise CallAbandoned(what, bot_id=worker.bot_id) from None
 
     def _observe(self, worker: BotWorker, job: Job[Any], outcome: str, started: float) -> None:
         seconds = self._clock() - started
