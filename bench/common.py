@@ -9,7 +9,14 @@ script's own directory first on sys.path, wherever it is started from, so they
 import this module as plain `common`.
 
 Standard library only (urllib for HTTP), so that importing it adds no
-dependency to a script that does not already have it.
+dependency to a script that does not already have it; `service_env` alone
+reads the service's settings, when it is called.
+
+The harness every bench runs on: the service (`served`) and the simulator
+(`simulator_process`) as processes, their environment (`service_env`), their
+CPU (`cpu_seconds`) and memory (`proc_status`, `MemoryWatch`), a table
+(`quantity_table`) and the end of a run (`run_main`: a broken run is exit
+status 1 with one line).
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +77,36 @@ def parse_size(text: str) -> int:
     return int(number * factor)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (0 if it is gone)."""
+def cpu_seconds(pid: int, *, children: bool = False) -> float:
+    """User + system CPU time of a process so far (0 if it is gone); with
+    `children`, that of its waited-for children too."""
     with contextlib.suppress(OSError, IndexError, ValueError):
         text = Path(f"/proc/{pid}/stat").read_text()
         fields = text[text.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        # utime, stime, cutime, cstime (proc(5)).
+        return sum(int(value) for value in fields[11 : 15 if children else 13]) / os.sysconf(
+            "SC_CLK_TCK"
+        )
     return 0.0
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """A process's /proc/<pid>/status numbers: sizes (VmRSS, VmHWM, RssAnon,
+    RssFile...) in bytes, counts (Threads) as they are; {} if it is gone."""
+    values: dict[str, int] = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as lines:
+        for line in lines:
+            name, _, rest = line.partition(":")
+            words = rest.split()
+            if words and words[0].isdigit():
+                number = int(words[0])
+                values[name] = number * KiB if words[1:] == ["kB"] else number
+    return values
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory now (VmRSS), 0 if it is gone."""
+    return proc_status(pid).get("VmRSS", 0)
 
 
 def free_port() -> int:
@@ -369,3 +400,147 @@ def extract(ref: str, into: Path) -> Path:
         raise Broken(f"git archive {ref}: {archive.stderr.decode(errors='replace')}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
+
+
+# --- the service's environment ----------------------------------------------------------
+
+
+def _settings_env_names() -> set[str]:
+    """Every environment variable the service's settings read, upper-cased."""
+    # Imported here: the rest of this module needs nothing but the standard library.
+    from pydantic import AliasChoices
+
+    from app.config.settings import Settings
+
+    names: set[str] = set()
+    for name, info in Settings.model_fields.items():
+        names.add(name.upper())
+        alias = info.validation_alias
+        if isinstance(alias, str):
+            names.add(alias.upper())
+        elif isinstance(alias, AliasChoices):
+            names.update(choice.upper() for choice in alias.choices if isinstance(choice, str))
+    return names
+
+
+def service_env(overrides: dict[str, str]) -> dict[str, str]:
+    """The environment minus any setting the caller's shell has, plus `overrides`:
+    everything not given here is the service's default."""
+    drop = _settings_env_names()
+    env = {key: value for key, value in os.environ.items() if key.upper() not in drop}
+    env.update(overrides)
+    return env
+
+
+# --- watching a process's memory --------------------------------------------------------
+
+
+@dataclass
+class PhaseMemory:
+    peak_rss_sampled: int  # bytes, largest VmRSS seen by the sampler
+    peak_rss_hwm: int | None  # bytes, VmHWM at the end of the phase (reset at its start)
+    start_rss: int  # bytes
+    end_rss: int  # bytes
+    samples: int
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB)
+
+    @property
+    def peak(self) -> int:
+        return max(self.peak_rss_sampled, self.peak_rss_hwm or 0)
+
+
+class MemoryWatch:
+    """Samples VmRSS of a process in a thread; per phase, also its VmHWM."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.hwm_resettable = True
+        # Every so many samples go into the timeline (the JSON's, not the table's).
+        self.timeline_every = 5
+        self._lock = threading.Lock()
+        self._peak = 0
+        self._samples = 0
+        self._start_rss = 0
+        self._started = time.perf_counter()
+        self._timeline: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _rss(self) -> int:
+        return rss_bytes(self.pid)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss = self._rss()
+            with self._lock:
+                self._peak = max(self._peak, rss)
+                self._samples += 1
+                if self._samples % self.timeline_every == 0:
+                    at = round(time.perf_counter() - self._started, 2)
+                    self._timeline.append((at, round(rss / MiB, 1)))
+
+    def begin(self) -> None:
+        """Start a phase: forget the peaks so far."""
+        try:
+            # "5" resets the peak RSS (VmHWM) to the current RSS (Linux 4.0+).
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        except OSError:
+            self.hwm_resettable = False
+        rss = self._rss()
+        with self._lock:
+            self._peak, self._samples, self._start_rss = rss, 0, rss
+            self._started, self._timeline = time.perf_counter(), []
+
+    def end(self) -> PhaseMemory:
+        rss = self._rss()
+        hwm = proc_status(self.pid).get("VmHWM")
+        with self._lock:
+            self._peak = max(self._peak, rss)
+            return PhaseMemory(
+                peak_rss_sampled=self._peak,
+                # Without the reset, VmHWM is the peak since the process started.
+                peak_rss_hwm=hwm if hwm is not None and self.hwm_resettable else None,
+                start_rss=self._start_rss,
+                end_rss=rss,
+                samples=self._samples,
+                timeline=list(self._timeline),
+            )
+
+
+# --- tables and the end of a run --------------------------------------------------------
+
+
+def quantity_table(names: Sequence[str], rows: Sequence[tuple[str, Sequence[object]]]) -> str:
+    """A Markdown table with a row per quantity and a column per contender
+    (`names`): each row is its label and one cell per contender."""
+    lines = [
+        "| quantity | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    lines += [
+        f"| {label} | " + " | ".join(str(cell) for cell in cells) + " |" for label, cells in rows
+    ]
+    return "\n".join(lines)
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """What every bench's `__main__` does: its exit status, or 1 with one
+    line (no traceback) when something is broken, 130 when interrupted."""
+    name = Path(sys.argv[0]).stem
+    try:
+        status = main()
+    except Broken as exc:
+        print(f"{name}: BROKEN: {exc}", file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        status = 130
+    sys.exit(status)

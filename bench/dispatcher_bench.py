@@ -58,7 +58,13 @@ from typing import Any
 
 import common
 import structlog
-from common import CHAT_ID, KiB, MiB, SimulatorProcess
+from common import (
+    CHAT_ID,
+    KiB,
+    MiB,
+    SimulatorProcess,
+    run_main,
+)
 
 from app.config.settings import BotToken
 from app.telegram.client import BotClient
@@ -751,4 +757,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -69,6 +69,9 @@ from common import (
     free_port,
     http_request,
     parse_metrics,
+    quantity_table,
+    rss_bytes,
+    run_main,
     served,
     simulator_process,
 )
@@ -229,14 +232,6 @@ def service(
 # --- watching --------------------------------------------------------------------------------
 
 
-def rss(pid: int) -> int:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * KiB
-    return 0
-
-
 def held_sockets(pid: int, port: int) -> int:
     """The service's own connected sockets on its port (not the listener)."""
     inodes = set()
@@ -290,7 +285,7 @@ def sample(svc: Service, sim: SimulatorProcess, since: float) -> Sample:
     seen = scrape(svc)
     return Sample(
         at=round(time.monotonic() - since, 2),
-        rss=rss(svc.process.pid),
+        rss=rss_bytes(svc.process.pid),
         buffer_in_use=seen.get('teleuploader_download_buffer_bytes{state="in_use"}'),
         connections_in_use=seen.get('teleuploader_download_connections{state="in_use"}'),
         dropped_client=seen.get('teleuploader_downloads_dropped_total{reason="client_stalled"}'),
@@ -462,7 +457,7 @@ def watch_round(config: Config, svc: Service, sim: SimulatorProcess, path: str) 
         for client in clients:
             client.sock.close()
     time.sleep(2)
-    run.end_rss = rss(svc.process.pid)
+    run.end_rss = rss_bytes(svc.process.pid)
     return run
 
 
@@ -479,11 +474,11 @@ def measure(name: str, config: Config, workdir: Path, code: Path | None, data: b
         if not download_ok(svc, path, digest):
             raise Broken(f"{name}: the warm-up download did not come back whole")
         time.sleep(2)
-        contender.idle_rss = rss(svc.process.pid)
+        contender.idle_rss = rss_bytes(svc.process.pid)
         contender.has_budget = bool(scrape(svc))
         for number in range(1, config.rounds + 1):
             print(
-                f"round {number}: RSS {_mib(rss(svc.process.pid))}; "
+                f"round {number}: RSS {_mib(rss_bytes(svc.process.pid))}; "
                 f"opening {config.readers} readers",
                 flush=True,
             )
@@ -566,12 +561,11 @@ def rows(contender: Contender) -> list[tuple[str, str]]:
 
 
 def markdown(contenders: list[Contender]) -> str:
-    header = "| quantity | " + " | ".join(c.name for c in contenders) + " |"
-    lines = [header, "|---|" + "---|" * len(contenders)]
     table = [rows(c) for c in contenders]
-    for index, (label, _) in enumerate(table[0]):
-        lines.append(f"| {label} | " + " | ".join(t[index][1] for t in table) + " |")
-    return "\n".join(lines)
+    return quantity_table(
+        [c.name for c in contenders],
+        [(label, [t[index][1] for t in table]) for index, (label, _) in enumerate(table[0])],
+    )
 
 
 def describe(config: Config) -> str:
@@ -622,4 +616,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -45,8 +45,17 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import Broken, MiB, SimulatorProcess, extract, simulator_process
-from download_bench import Config, rss, service, upload
+from common import (
+    Broken,
+    MiB,
+    SimulatorProcess,
+    cpu_seconds,
+    extract,
+    rss_bytes,
+    run_main,
+    simulator_process,
+)
+from download_bench import Config, service, upload
 
 MB = 1_000_000
 SEEK = 64 * 1024
@@ -96,13 +105,13 @@ def ttfb(url: str, start: int) -> float:
 
 
 def download_alone(url: str, pid: int, result: Result) -> None:
-    result.rss_before = rss(pid)
+    result.rss_before = rss_bytes(pid)
     peak = [result.rss_before]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.05):
-            peak[0] = max(peak[0], rss(pid))
+            peak[0] = max(peak[0], rss_bytes(pid))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -202,10 +211,10 @@ def measure(name: str, options: Options, workdir: Path, code: Path | None, data:
         result.ttfb_cached = [ttfb(url, offset) for offset in offsets]
         print(f"ttfb cold {median(result.ttfb_cold):.3f} s", flush=True)
         pids = (svc.process.pid, sim.process.pid)
-        before = [cpu_seconds(pid) for pid in pids]
+        before = [cpu_seconds(pid, children=True) for pid in pids]
         began = time.monotonic()
         download_alone(url, svc.process.pid, result)
-        after = [cpu_seconds(pid) for pid in pids]
+        after = [cpu_seconds(pid, children=True) for pid in pids]
         result.alone_cpu = (after[0] - before[0], after[1] - before[1], time.monotonic() - began)
         result.alone_ok = result.digest == hashlib.sha256(data).hexdigest()
         print(f"alone {result.alone_mbps:.0f} MB/s", flush=True)
@@ -219,13 +228,6 @@ def measure(name: str, options: Options, workdir: Path, code: Path | None, data:
             result.fair_threads += shares
             result.fair_threads_mbps += mbps / options.fair_rounds
     return result
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its children so far."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def pace(sim: SimulatorProcess, options: Options) -> None:
@@ -329,4 +331,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

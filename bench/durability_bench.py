@@ -33,7 +33,6 @@ import json
 import os
 import random
 import sqlite3
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,11 +44,12 @@ from common import (
     SimulatorProcess,
     free_port,
     http_request,
+    run_main,
     served,
+    service_env,
     simulator_process,
     teleuploader_command,
 )
-from http_bench import service_env
 
 MiB = 1024 * 1024
 CHATS = [-1001000000001, -1001000000002]
@@ -267,4 +267,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

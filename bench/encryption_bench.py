@@ -47,6 +47,7 @@ from common import (
     ServedService,
     cpu_seconds,
     free_port,
+    run_main,
     served,
     simulator_process,
 )
@@ -220,8 +221,4 @@ def report(plain: Side, sealed: Side, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Broken as exc:
-        print(f"encryption_bench: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

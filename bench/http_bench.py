@@ -88,16 +88,19 @@ from common import (
     CHAT_ID,
     Broken,
     GiB,
-    KiB,
+    MemoryWatch,
     MiB,
+    PhaseMemory,
     SimulatorProcess,
     cpu_seconds,
     free_port,
     parse_size,
+    proc_status,
+    run_main,
     served,
+    service_env,
     simulator_process,
 )
-from pydantic import AliasChoices
 
 from app.config.settings import MAX_CHUNK_SIZE, Settings
 
@@ -105,8 +108,6 @@ TARGET_UPLOAD_RATIO = 1.15
 RSS_BASE_ALLOWANCE = 100 * MiB
 TELEGRAM_SENDS_PER_MINUTE = 20
 CHUNK_FETCH_REPEATS = 3
-RSS_SAMPLE_INTERVAL = 0.02
-TIMELINE_EVERY = 5  # keep every 5th RSS sample (100 ms) in the JSON timeline
 READ_SIZE = 1 * MiB
 FILE_NAME = "bench.bin"
 DRAIN_WAIT = 10.0  # seconds to wait for Telegram downloads to stop after a client left
@@ -280,28 +281,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, Path | None]
 # --- processes --------------------------------------------------------------------------
 
 
-def _settings_env_names() -> set[str]:
-    """Every environment variable the service's settings read, upper-cased."""
-    names: set[str] = set()
-    for name, info in Settings.model_fields.items():
-        names.add(name.upper())
-        alias = info.validation_alias
-        if isinstance(alias, str):
-            names.add(alias.upper())
-        elif isinstance(alias, AliasChoices):
-            names.update(choice.upper() for choice in alias.choices if isinstance(choice, str))
-    return names
-
-
-def service_env(overrides: dict[str, str]) -> dict[str, str]:
-    """The environment minus any setting the caller's shell has, plus `overrides`:
-    everything not given here is the service's default."""
-    drop = _settings_env_names()
-    env = {key: value for key, value in os.environ.items() if key.upper() not in drop}
-    env.update(overrides)
-    return env
-
-
 def simulator(
     config: BenchConfig, workdir: Path
 ) -> contextlib.AbstractContextManager[SimulatorProcess]:
@@ -365,93 +344,6 @@ def service(config: BenchConfig, sim: SimulatorProcess, workdir: Path) -> Iterat
 
 
 # --- watching the service's memory and CPU --------------------------------------------------
-
-
-def _status_kib(pid: int, field_name: str) -> int | None:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return None
-
-
-@dataclass
-class PhaseMemory:
-    peak_rss_sampled: int  # bytes, largest VmRSS seen by the sampler
-    peak_rss_hwm: int | None  # bytes, VmHWM at the end of the phase (reset at its start)
-    start_rss: int  # bytes
-    end_rss: int  # bytes
-    samples: int
-    timeline: list[tuple[float, float]] = field(default_factory=list)  # (s, MiB)
-
-    @property
-    def peak(self) -> int:
-        return max(self.peak_rss_sampled, self.peak_rss_hwm or 0)
-
-
-class MemoryWatch:
-    """Samples VmRSS of a process in a thread; per phase, also its VmHWM."""
-
-    def __init__(self, pid: int, interval: float = RSS_SAMPLE_INTERVAL) -> None:
-        self.pid = pid
-        self.interval = interval
-        self.hwm_resettable = True
-        self._lock = threading.Lock()
-        self._peak = 0
-        self._samples = 0
-        self._start_rss = 0
-        self._started = time.perf_counter()
-        self._timeline: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def __enter__(self) -> MemoryWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _rss(self) -> int:
-        return (_status_kib(self.pid, "VmRSS") or 0) * KiB
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            rss = self._rss()
-            with self._lock:
-                self._peak = max(self._peak, rss)
-                self._samples += 1
-                if self._samples % TIMELINE_EVERY == 0:
-                    at = round(time.perf_counter() - self._started, 2)
-                    self._timeline.append((at, round(rss / MiB, 1)))
-
-    def begin(self) -> None:
-        """Start a phase: forget the peaks so far."""
-        try:
-            # "5" resets the peak RSS (VmHWM) to the current RSS (Linux 4.0+).
-            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
-        except OSError:
-            self.hwm_resettable = False
-        rss = self._rss()
-        with self._lock:
-            self._peak, self._samples, self._start_rss = rss, 0, rss
-            self._started, self._timeline = time.perf_counter(), []
-
-    def end(self) -> PhaseMemory:
-        rss = self._rss()
-        hwm = _status_kib(self.pid, "VmHWM")
-        with self._lock:
-            self._peak = max(self._peak, rss)
-            return PhaseMemory(
-                peak_rss_sampled=self._peak,
-                # Without the reset, VmHWM is the peak since the process started.
-                peak_rss_hwm=hwm * KiB if hwm is not None and self.hwm_resettable else None,
-                start_rss=self._start_rss,
-                end_rss=rss,
-                samples=self._samples,
-                timeline=list(self._timeline),
-            )
 
 
 @dataclass
@@ -948,8 +840,8 @@ def run_phases(config: BenchConfig, workdir: Path, report: Report) -> None:
         headers_file.chmod(0o600)
         with MemoryWatch(pid) as memory:
             # Startup: everything before the first request (VmHWM since exec).
-            hwm = (_status_kib(pid, "VmHWM") or 0) * KiB
-            rss = (_status_kib(pid, "VmRSS") or 0) * KiB
+            status = proc_status(pid)
+            hwm, rss = status.get("VmHWM", 0), status.get("VmRSS", 0)
             report.startup = Phase(
                 memory=PhaseMemory(hwm, hwm, rss, rss, 1),
                 service_cpu_s=cpu_seconds(pid),
@@ -1308,4 +1200,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -78,6 +78,8 @@ from common import (
     bench_app_command,
     extract,
     free_port,
+    proc_status,
+    run_main,
     running,
     served,
     simulator_process,
@@ -274,19 +276,6 @@ def bytecode_env(env: dict[str, str], cache: Path) -> dict[str, str]:
     return env
 
 
-def status(pid: int) -> dict[str, int]:
-    """VmRSS, RssAnon, RssFile (bytes) and Threads of a process."""
-    wanted = {"VmRSS", "RssAnon", "RssFile", "Threads"}
-    values: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as lines:
-        for line in lines:
-            name, _, rest = line.partition(":")
-            if name in wanted:
-                number = int(rest.split()[0])
-                values[name] = number if name == "Threads" else number * 1024
-    return values
-
-
 def idle_reading(
     env: dict[str, str], workdir: Path, code: Path | None, idle: float
 ) -> dict[str, int]:
@@ -297,7 +286,7 @@ def idle_reading(
         time.sleep(idle)  # the quantity measured: memory after this long idle
         if service.process.poll() is not None:
             raise Broken(f"the service exited with {service.process.returncode}")
-        return status(service.process.pid)
+        return proc_status(service.process.pid)
 
 
 def startup_imports(env: dict[str, str], workdir: Path, code: Path | None) -> dict[str, Any]:
@@ -375,7 +364,7 @@ def stack_reading(env: dict[str, str], workdir: Path, idle: float) -> dict[str, 
     with running(command, log_path, env=env, cwd=workdir) as process:
         wait_until(process, f"http://127.0.0.1:{port}/ready", log_path, "the stack app")
         time.sleep(idle)  # the quantity measured: memory after this long idle
-        return status(process.pid)
+        return proc_status(process.pid)
 
 
 def measure_stack(config: Config, workdir: Path) -> Contender:
@@ -559,4 +548,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -64,6 +64,7 @@ from common import (
     http_request,
     parse_metrics,
     parse_size,
+    run_main,
     running,
     served,
     simulator_process,
@@ -311,8 +312,4 @@ def profile(pid: int, out: Path, url: str, body: Path, auth: dict[str, str]) -> 
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Broken as exc:
-        print(f"BROKEN: {exc}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

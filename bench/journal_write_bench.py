@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from common import run_main
 from sqlalchemy import text
 
 from app.cli.demo import create_api_key
@@ -163,4 +164,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

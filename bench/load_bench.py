@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import os
 import random
 import sys
 import tempfile
@@ -35,9 +34,9 @@ from pathlib import Path
 import httpx
 from common import (
     CHAT_ID,
-    Broken,
     SimulatorProcess,
     free_port,
+    run_main,
     served,
     simulator_process,
     teleuploader_command,
@@ -223,10 +222,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Broken as exc:
-        print(f"load_bench: {exc}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        os._exit(130)
+    run_main(main)

@@ -97,6 +97,7 @@ from common import (
     bench_app_command,
     extract,
     free_port,
+    run_main,
     running,
     served,
     simulator_process,
@@ -760,4 +761,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -59,7 +59,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from common import REPO, extract
+from common import (
+    REPO,
+    extract,
+    run_main,
+)
 
 ACCESS_KEY, SECRET = "bench", "bench-secret-0123456789"
 BUCKET = "bench"
@@ -393,4 +397,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common import run_main
 from sqlalchemy import delete, insert
 
 from app.config.settings import BotToken, Settings
@@ -263,4 +264,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -57,7 +57,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import add_repo_to_path
+from common import (
+    add_repo_to_path,
+    run_main,
+)
 
 add_repo_to_path()  # for tests.*, which is not installed
 
@@ -549,4 +552,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

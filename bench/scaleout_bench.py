@@ -61,6 +61,7 @@ from common import (
     add_repo_to_path,
     extract,
     free_port,
+    run_main,
     running,
     simulator_process,
     teleuploader_command,
@@ -404,4 +405,4 @@ def find_instance(direct: str, instance_id: str, instances: list[Instance]) -> I
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

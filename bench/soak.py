@@ -49,8 +49,16 @@ import boto3
 import httpx
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
-from common import CHAT_ID, Broken, SimulatorProcess, free_port, served, simulator_process
-from http_bench import cpu_seconds, service_env
+from common import (
+    CHAT_ID,
+    SimulatorProcess,
+    cpu_seconds,
+    free_port,
+    run_main,
+    served,
+    service_env,
+    simulator_process,
+)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -509,8 +517,4 @@ def report(
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Broken as exc:
-        print(f"soak: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_main(main)

@@ -62,7 +62,9 @@ BOTH_BACKENDS_UNDER = ("tests/db/", "tests/deploy/")
 
 #: Fixtures that run a whole service, a browser or processes: what
 #: `--quick` leaves out (but for the tests marked `smoke`).
-HEAVY_FIXTURES = frozenset({"start_service", "processes", "browser", "telegram_sim_process"})
+HEAVY_FIXTURES = frozenset(
+    {"start_service", "processes", "browser", "telegram_sim_process", "dav_service"}
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

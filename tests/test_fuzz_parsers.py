@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from urllib.parse import unquote
 
 import h11
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.http.api.errors import ApiError
@@ -326,8 +326,16 @@ XML_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
             "</CreateBucketConfiguration>".format,
             XML_TEXT.map(escape),
         ).map(str.encode),
+        # A declaration naming an encoding Python does not know, or one the
+        # bytes are not in.
+        st.builds(
+            '<?xml version="1.0" encoding="{}"?><Delete><Object><Key>k</Key>'
+            "</Object></Delete>".format,
+            st.sampled_from(["nope-9", "utf-16", "utf-32", "cp037", "x"]) | st.text(max_size=12),
+        ).map(lambda text: text.encode("utf-8", "surrogatepass")),
     )
 )
+@example(b'<?xml version="1.0" encoding="nope-9"?><Delete/>')
 def test_xml_bodies(body: bytes) -> None:
     for parse in (
         parse_complete_multipart,

@@ -20,6 +20,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -30,6 +31,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+
+from app.kit.bidi import escape_controls
 
 BLOCK = 1024 * 1024
 
@@ -48,6 +51,12 @@ def _progress(console: Console) -> Progress:
         console=console,
         transient=False,
     )
+
+
+def shown(name: str) -> str:
+    """A name as rich prints it without acting on it: control characters
+    spelt out, and no `[...]` taken for markup."""
+    return escape(escape_controls(name))
 
 
 def explain(response: httpx.Response) -> str:
@@ -124,7 +133,7 @@ def upload(paths: list[Path], *, url: str, key: str | None, console: Console) ->
             size = path.stat().st_size
             mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
             with _progress(console) as progress, path.open("rb") as file:
-                task = progress.add_task(f"upload {path.name}", total=size)
+                task = progress.add_task(f"upload {shown(path.name)}", total=size)
                 wrapped: Any = _ProgressFile(file, progress, task)
                 try:
                     response = http.post(
@@ -195,7 +204,8 @@ def download(
                 digest, size = _save(response, target, expected, force, console)
         except httpx.HTTPError as exc:
             raise ClientError(f"download of {public_id} from {url} failed: {exc}") from None
-    console.print(f"saved {target} (SHA-256 verified)" if expected else f"saved {target}")
+    saved = shown(str(target))  # a name the service chose
+    console.print(f"saved {saved} (SHA-256 verified)" if expected else f"saved {saved}")
     return Downloaded(target, public_id, size, digest, verified=bool(expected))
 
 
@@ -322,6 +332,7 @@ async def inspect_bots(
                 "admin": False,
                 "can_post": False,
                 "can_delete": False,
+                "can_edit": False,  # may pin (app/cli/chat_checks.py)
                 "problem": None,
             }
             for chat_id in chat_ids
@@ -343,6 +354,7 @@ async def inspect_bots(
                 row["admin"] = member.is_admin
                 row["can_post"] = member.can_post_messages
                 row["can_delete"] = member.can_delete_messages
+                row["can_edit"] = member.can_edit_messages
                 if not member.is_admin:
                     row["problem"] = f"not an admin of the chat (status {member.status})"
         finally:

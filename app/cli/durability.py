@@ -49,7 +49,10 @@ def run_scrub(
     if done.get("error"):
         raise ClientError(f"the scrub failed: {done['error']}")
     return {
-        **{name: done.get(name, 0) for name in ("checked", "missing", "corrupt", "repaired")},
+        **{
+            name: done.get(name, 0)
+            for name in ("checked", "missing", "corrupt", "unavailable", "repaired")
+        },
         "degraded_objects": status["degraded_objects"],
         "lost_objects": status["lost_objects"],
         "degraded_chunks": status["degraded_chunks"],

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.cli.database import CliError, with_database
 from app.config.settings import Settings
+from app.kit.bidi import escape_controls
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -92,7 +93,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no API keys; create one with `teleuploader keys create NAME`")
     for name, prefix, scope, created, state in rows:
-        print(f"{name:<24} {prefix:<14} {scope:<6} {created}  {state}")
+        print(f"{escape_controls(name):<24} {prefix:<14} {scope:<6} {created}  {state}")
     return 0
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app import __version__
 from app.cli.database import CliError, database_problems
 from app.config.settings import Settings, SettingsError, load_settings
+from app.kit.bidi import escape_controls
 
 if TYPE_CHECKING:
     from app.config.tuning import Tuning
@@ -29,12 +32,37 @@ T = TypeVar("T")
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        _hint_dashed_ids(sys.argv[1:] if argv is None else argv, exit_)
+        raise
+
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return EXIT_USAGE
     return run_command(lambda: handler(args))
+
+
+# A public id of 24 URL-safe characters; ids made before new_public_id
+# stopped drawing a leading "-" may start with one.
+_DASHED_ID = re.compile(r"-[A-Za-z0-9_-]{23}")
+
+
+def _hint_dashed_ids(argv: Sequence[str], exit_: SystemExit) -> None:
+    """After argparse's own error: an id that starts with "-" was read as an
+    option; say how to give it."""
+    if exit_.code != EXIT_USAGE:
+        return
+    at = next((i for i, arg in enumerate(argv) if _DASHED_ID.fullmatch(arg)), None)
+    if at is not None:
+        example = " ".join([*argv[:at], "--", argv[at]])
+        print(
+            "teleuploader: a public id that starts with '-' goes after '--', as in: "
+            f"teleuploader {escape_controls(example)}",
+            file=sys.stderr,
+        )
 
 
 def run_command(command: Callable[[], int]) -> int:
@@ -47,7 +75,8 @@ def run_command(command: Callable[[], int]) -> int:
         message = _one_line(exc)
         if message is None:
             raise
-        print(f"teleuploader: error: {message}", file=sys.stderr)
+        # It may quote the service or a file name: nothing in it may act on the terminal.
+        print(f"teleuploader: error: {escape_controls(message)}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -149,6 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fault-5xx-rate", type=float, default=0.0)
     sim.add_argument("--fault-drop-rate", type=float, default=0.0)
     sim.add_argument("--fault-429-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--fault-file-unavailable-rate",
+        type=float,
+        default=0.0,
+        help="getFiles answered 'wrong file_id or the file is temporarily unavailable'",
+    )
+    sim.add_argument(
+        "--getfile-bandwidth",
+        type=float,
+        default=None,
+        help="bytes/s of the server's download before getFile answers",
+    )
+    sim.add_argument(
+        "--local-dir",
+        default=None,
+        help="act as a --local Bot API server with this directory: getFile writes the file "
+        "there and answers its absolute path; no /file/ route",
+    )
     sim.add_argument("--seed", type=int, default=None)
     sim.add_argument("--tls-cert", default=None, help="serve HTTPS with this PEM certificate")
     sim.add_argument("--tls-key", default=None, help="... and this PEM private key (both or none)")
@@ -157,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check",
         help="check every bot token: getMe, then its rights in the storage chat",
+    )
+    check.add_argument(
+        "--deep",
+        action="store_true",
+        help="also measure each bot in each storage chat: post, getFile, download (whole and "
+        "by Range) and delete two test documents, then suggest settings (stop the service "
+        "first: its calls would meet these)",
+    )
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="with --deep: print its report as JSON on stdout (no token in it), the rest on stderr",
     )
     check.set_defaults(handler=cmd_check)
 
@@ -207,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_encryption_commands(commands, _usage, _client_options)
     add_trash_commands(commands, _client_options)
+    from app.cli.shares import add_share_commands
+
+    add_share_commands(commands, _client_options)
     from app.cli.snapshot import add_snapshot_commands
 
     add_snapshot_commands(commands, _client_options)
@@ -290,9 +352,9 @@ def serve(tuning: Tuning | None = None) -> int:
 
 async def _precheck(settings: Settings) -> None:
     """What can be checked before the server starts, so it fails in one line."""
-    from app.db.engine import create_engine
+    from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
-    from app.runtime.startup import StartupError
+    from app.runtime.startup import StartupError, refuse_unreadable_chunks
 
     if not settings.bot_tokens:
         raise StartupError("BOT_TOKENS is not set: give at least one bot token")
@@ -304,6 +366,7 @@ async def _precheck(settings: Settings) -> None:
         engine = create_engine(settings.database_url)
         try:
             await check_schema(engine)
+            await refuse_unreadable_chunks(settings, create_sessionmaker(engine))
         finally:
             await engine.dispose()
 
@@ -369,16 +432,19 @@ def cmd_download(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(saved.path)
+        print(escape_controls(str(saved.path)))  # a name the service chose
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from app.cli.chat_checks import check_chats
     from app.cli.client import audit_storage_chat, check_bots, check_budget, inspect_bots
     from app.cli.durability import check_durability
 
+    if args.json and not args.deep:
+        raise CliError("--json is the report of --deep: give both")
     settings = load_settings()
     if not settings.bot_tokens:
         raise CliError("BOT_TOKENS is not set: give at least one bot token")
@@ -394,12 +460,33 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
     )
     # Piped (as deploy/README.md runs it) nothing is cut to fit 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=10_000)
+    # With --json, stdout is the report's: the tables go to stderr.
+    stream = sys.stderr if args.json else sys.stdout
+    console = Console(file=stream) if stream.isatty() else Console(file=stream, width=10_000)
     bots_ok = check_bots(rows, console)
     asyncio.run(audit_storage_chat(settings, rows, console))
+    chats_ok = asyncio.run(check_chats(settings, rows, console))
     budget_ok = check_budget(settings, console)
     data_ok = asyncio.run(check_durability(settings, console))
-    return 0 if bots_ok and budget_ok and data_ok else 1
+    deep_ok = _deep_check(settings, console, as_json=args.json) if args.deep else True
+    return 0 if bots_ok and chats_ok and budget_ok and data_ok and deep_ok else 1
+
+
+def _deep_check(settings: Settings, console: Any, *, as_json: bool) -> bool:
+    import json
+
+    from app.cli.deep_advice import print_report
+    from app.cli.deep_check import measure
+
+    console.print(
+        "Deep check: two test documents per bot and storage chat, posted and deleted "
+        "(stop the service first: its calls would meet these)"
+    )
+    report = asyncio.run(measure(settings))
+    print_report(report, console)
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+    return report.ok
 
 
 def cmd_scrub(args: argparse.Namespace) -> int:
@@ -451,6 +538,9 @@ def cmd_telegram_sim(args: argparse.Namespace) -> int:
         fault_5xx_rate=args.fault_5xx_rate,
         fault_drop_rate=args.fault_drop_rate,
         fault_429_rate=args.fault_429_rate,
+        fault_file_unavailable_rate=args.fault_file_unavailable_rate,
+        getfile_bandwidth=args.getfile_bandwidth,
+        local_dir=str(Path(args.local_dir).resolve()) if args.local_dir else None,
         seed=args.seed,
         keep_file_bytes=not args.discard_file_bytes,
         tls_cert=args.tls_cert,

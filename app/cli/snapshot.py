@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from app.kit.bidi import escape_controls
+
 
 def add_snapshot_commands(
     commands: Any, client_options: Callable[[argparse.ArgumentParser], None]
@@ -81,7 +83,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             f"(rows written {report['journal_upserted']}, deleted {report['journal_deleted']})"
         )
         for problem in problems:
-            print(f"could not: {problem}")
+            print(f"could not: {escape_controls(problem)}")  # Telegram's words among them
         print(f"the last change it saw: {report['last_change_at']}")
     return 1 if problems else 0
 
@@ -90,15 +92,24 @@ async def _restore(settings: Any) -> dict[str, Any]:
     from app.cli.client import ClientError
     from app.db.engine import create_engine, create_sessionmaker
     from app.db.migrations import check_schema
+    from app.sealing.layout import sealed_size
     from app.store.encryption import Encryption
     from app.store.restore import RestoreRefused, restore
     from app.telegram.client import BotClient
+    from app.telegram.local_files import local_files_for
 
     if not settings.bot_tokens or not settings.chat_ids:
         raise ClientError("restore needs BOT_TOKENS and STORAGE_CHAT_ID (or STORAGE_CHAT_IDS)")
     engine = create_engine(settings.database_url)
+    local_files = local_files_for(settings)
     clients = [
-        BotClient(token, api_base=settings.telegram_api_base) for token in settings.bot_tokens
+        BotClient(
+            token,
+            api_base=settings.telegram_api_base,
+            local_files=local_files,
+            expected_file_size=sealed_size(settings.chunk_size),
+        )
+        for token in settings.bot_tokens
     ]
     try:
         await check_schema(engine)

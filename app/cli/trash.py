@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from app.kit.bidi import escape_controls
+
 Handler = Callable[[argparse.Namespace], int]
 
 
@@ -61,9 +63,11 @@ def _request(args: argparse.Namespace, method: str, path: str, **params: str) ->
 
 
 def _where(item: dict[str, Any]) -> str:
+    """Where an item lives, for a terminal: an S3 key may hold anything, ESC
+    included, so its control characters are spelt out."""
     if item.get("bucket"):
-        return f"s3://{item['bucket']}/{item['key']}"
-    return str(item["name"])
+        return escape_controls(f"s3://{item['bucket']}/{item['key']}")
+    return escape_controls(str(item["name"]))
 
 
 def cmd_trash_list(args: argparse.Namespace) -> int:

@@ -43,6 +43,12 @@ MAX_CHUNK_SIZE = 19 * MiB  # 19,922,944 bytes
 # API server's 2000 MB.
 GETFILE_LIMIT = 20 * 10**6
 LOCAL_GETFILE_LIMIT = 2000 * 10**6
+# The cloud's getFile cap as the server's source has it (telegram-bot-api,
+# Client.h: MAX_DOWNLOAD_FILE_SIZE = 20 << 20): a chunk stored through a local
+# server above it can never be read from api.telegram.org.
+CLOUD_GETFILE_CAP = 20 << 20
+# The host of Telegram's own Bot API server, which runs without --local.
+CLOUD_API_HOST = "api.telegram.org"
 
 
 class Settings(BaseSettings):
@@ -70,6 +76,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("STORAGE_CHAT_IDS", "storage_chat_ids"),
         description="Comma-separated storage channels; new chunks spread across them.",
     )
+    chat_message_limit: int = Field(
+        default=500_000,
+        ge=0,
+        validation_alias=AliasChoices("CHAT_MESSAGE_LIMIT", "chat_message_limit"),
+        description="A storage chat whose newest message id reaches this takes no new "
+        "writes (another Telegram store's users lost their oldest files past about a "
+        "million messages in a channel); 0: no ceiling.",
+    )
     telegram_api_base: str = Field(
         default="https://api.telegram.org",
         validation_alias=AliasChoices("TELEGRAM_API_BASE", "telegram_api_base"),
@@ -77,7 +91,14 @@ class Settings(BaseSettings):
     telegram_local_server: bool = Field(
         default=False,
         validation_alias=AliasChoices("TELEGRAM_LOCAL_SERVER", "telegram_local_server"),
-        description="A local Bot API server (--local) lifts the 20 MB getFile cap.",
+        description="A local Bot API server (--local): getFile answers a path on its disk, "
+        "read from the file system this service shares with it; no 20 MiB cap.",
+    )
+    telegram_local_path_map: Annotated[tuple[str, str] | None, NoDecode] = Field(
+        default=None,
+        validation_alias=AliasChoices("TELEGRAM_LOCAL_PATH_MAP", "telegram_local_path_map"),
+        description="SERVER_DIR:LOCAL_DIR: the local server's --dir, and where this service "
+        "sees it (a container's volume).",
     )
     chunk_size: int = Field(
         default=MAX_CHUNK_SIZE,
@@ -358,6 +379,11 @@ class Settings(BaseSettings):
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
 
+    @field_validator("telegram_local_path_map", mode="before")
+    @classmethod
+    def _parse_path_map(cls, value: Any) -> tuple[str, str] | None:
+        return settings_values.local_path_map(value)
+
     @model_validator(mode="after")
     def _merge_and_check(self) -> Settings:
         unique: dict[int, BotToken] = {}
@@ -374,6 +400,7 @@ class Settings(BaseSettings):
                 "STORAGE_CHAT_ID and STORAGE_CHAT_IDS are both set and disagree: "
                 "keep STORAGE_CHAT_IDS (the list of every storage chat) only"
             )
+        self._check_local_server()
         if self.chunk_size > MAX_CHUNK_SIZE and not self.telegram_local_server:
             raise ValueError(
                 f"CHUNK_SIZE={self.chunk_size} is above {MAX_CHUNK_SIZE} bytes (19 MiB): "
@@ -383,6 +410,28 @@ class Settings(BaseSettings):
         self._check_sealed_chunk_size()
         self._keyring = self._load_keyring()
         return self
+
+    def _check_local_server(self) -> None:
+        """A local server is one's own: api.telegram.org runs without --local,
+        answers getFile with paths to download, and caps them at 20 MiB."""
+        if self.telegram_local_server and self.telegram_api_is_cloud:
+            raise ValueError(
+                f"TELEGRAM_LOCAL_SERVER=true needs TELEGRAM_API_BASE to be your own Bot API "
+                f"server started with --local, not {CLOUD_API_HOST} (its getFile caps "
+                "downloads at 20 MiB): set TELEGRAM_API_BASE, or TELEGRAM_LOCAL_SERVER=false"
+            )
+        if self.telegram_local_path_map is not None and not self.telegram_local_server:
+            raise ValueError(
+                "TELEGRAM_LOCAL_PATH_MAP is for a local Bot API server: set "
+                "TELEGRAM_LOCAL_SERVER=true too, or remove it"
+            )
+
+    @property
+    def telegram_api_is_cloud(self) -> bool:
+        """Whether TELEGRAM_API_BASE is Telegram's own server."""
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.telegram_api_base).hostname == CLOUD_API_HOST
 
     def _check_sealed_chunk_size(self) -> None:
         """A sealed chunk (its frames' tags included) must fit getFile. Checked
@@ -471,6 +520,7 @@ _FIELD_TO_ENV = {
     "storage_chat_id": "STORAGE_CHAT_ID",
     "storage_chat_ids": "STORAGE_CHAT_IDS",
     "telegram_api_base": "TELEGRAM_API_BASE",
+    "telegram_local_path_map": "TELEGRAM_LOCAL_PATH_MAP",
     "chunk_size": "CHUNK_SIZE",
     "max_attempts": "MAX_ATTEMPTS",
     "s3_credentials": "S3_CREDENTIALS",

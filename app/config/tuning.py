@@ -26,6 +26,15 @@ class Tuning:
     refused_key_cache_seconds: float = 5.0
     # The smallest multipart part but the last (EntityTooSmall): S3's rule.
     s3_min_part_size: int = 5 * MiB
+    # The first pause before a read asks Telegram again (getFile's
+    # failed-download answer, a dropped download); doubled each time.
+    read_retry_seconds: float = 0.5
+    # When a copy Telegram keeps failing to serve counts as missing
+    # (app/store/copy_failures.py): this many failures, each at least the
+    # spacing after the last, the first and the last the span apart.
+    copy_missing_failures: int = 3
+    copy_missing_span_seconds: float = 3600.0
+    copy_failure_spacing_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         if not 3.0 <= self.bot_lease_seconds <= 300.0:
@@ -38,3 +47,9 @@ class Tuning:
             raise ValueError("refused_key_cache_seconds is 0-60")
         if self.s3_min_part_size < 0:
             raise ValueError("s3_min_part_size must not be negative")
+        if not 0.0 < self.read_retry_seconds <= 10.0:
+            raise ValueError("read_retry_seconds is above 0, at most 10")
+        if self.copy_missing_failures < 1:
+            raise ValueError("copy_missing_failures is at least 1")
+        if self.copy_missing_span_seconds < 0 or self.copy_failure_spacing_seconds < 0:
+            raise ValueError("copy_missing_span_seconds and copy_failure_spacing_seconds are >= 0")

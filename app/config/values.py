@@ -82,3 +82,21 @@ def _check_s3_pair(access_key: str, secret: str) -> None:
             f"the S3 secret of access key {access_key} is shorter than "
             f"{MIN_S3_SECRET_LENGTH} characters"
         )
+
+
+def local_path_map(value: Any) -> tuple[str, str] | None:
+    """`SERVER_DIR:LOCAL_DIR`: where this service sees a local Bot API
+    server's working directory (its `--dir`), when not at the same path (a
+    container's volume). Both absolute; no trailing slash kept."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, tuple | list) and len(value) == 2:
+        server, local = (str(part) for part in value)
+    else:
+        server, sep, local = str(value).strip().partition(":")
+        if not sep:
+            raise ValueError("expected SERVER_DIR:LOCAL_DIR (the server's --dir, then ours)")
+    server, local = server.strip(), local.strip()
+    if not server.startswith("/") or not local.startswith("/"):
+        raise ValueError("SERVER_DIR and LOCAL_DIR must both be absolute paths")
+    return server.rstrip("/") or "/", local.rstrip("/") or "/"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, cast
 
-from sqlalchemy import ColumnElement, and_, delete, exists, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.locking import batches, lock_database_for_write
@@ -54,9 +54,17 @@ def copy_values(
 
 
 def ledger_values(
-    bot_id: int, chat_id: int, message_id: int, file_unique_id: str, reason: GcReason, now: datetime
+    bot_id: int,
+    chat_id: int,
+    message_id: int,
+    file_unique_id: str,
+    posted_at: datetime | None,
+    reason: GcReason,
+    now: datetime,
 ) -> dict[str, object]:
-    """The gc_ledger row of a message to delete."""
+    """The gc_ledger row of a message to delete, posted at `posted_at` at
+    the latest (a copy's `created_at`: its row is written after Telegram
+    answered the post)."""
     return {
         "bot_id": bot_id,
         "chat_id": chat_id,
@@ -66,6 +74,7 @@ def ledger_values(
         "enqueued_at": now,
         "attempts": 0,
         "next_attempt_at": now,
+        "posted_at": posted_at,
     }
 
 
@@ -138,6 +147,24 @@ class ChunkRepository:
 
     async def get(self, chunk_id: int) -> Chunk | None:
         return await self._session.get(Chunk, chunk_id)
+
+    async def count_larger(self, size: int, sealed_size: int) -> int:
+        """Chunks whose stored documents are larger than a download limit:
+        plaintext ones above `size` bytes, sealed ones (their documents
+        carry the frames' tags) above `sealed_size` bytes of plaintext."""
+        return int(
+            await self._session.scalar(
+                select(func.count())
+                .select_from(Chunk)
+                .where(
+                    or_(
+                        and_(Chunk.seal_key_id.is_(None), Chunk.size > size),
+                        and_(Chunk.seal_key_id.is_not(None), Chunk.size > sealed_size),
+                    )
+                )
+            )
+            or 0
+        )
 
     async def mark_live(self, chunk_ids: Iterable[int]) -> None:
         """Mark chunks as referenced, locking them against a concurrent release.
@@ -260,6 +287,7 @@ class ChunkRepository:
                         ChunkCopy.chat_id,
                         ChunkCopy.message_id,
                         ChunkCopy.file_unique_id,
+                        ChunkCopy.created_at,
                     )
                     .where(ChunkCopy.chunk_id.in_(batch))
                     .order_by(ChunkCopy.id)

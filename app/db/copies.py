@@ -324,6 +324,7 @@ class CopyRepository:
                     ChunkCopy.chat_id,
                     ChunkCopy.message_id,
                     ChunkCopy.file_unique_id,
+                    ChunkCopy.created_at,
                 ).where(ChunkCopy.chunk_id == chunk_id, ChunkCopy.state != "ok")
             )
         ).all()
@@ -333,8 +334,8 @@ class CopyRepository:
         await self._session.execute(
             insert(GcEntry),
             [
-                ledger_values(bot, chat, message, unique, "damaged", now)
-                for _, bot, chat, message, unique in bad
+                ledger_values(bot, chat, message, unique, posted, "damaged", now)
+                for _, bot, chat, message, unique, posted in bad
             ],
         )
         await self._session.execute(

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.intents import WatermarkRepository
 from app.db.locking import lock_database_for_write
-from app.db.models import GcEntry, GcReason
+from app.db.models import GcEntry, GcReason, LeftMessage, LeftWhy
 from app.db.types import utcnow
 
 # How long entries handed out by `due` stay invisible to other workers. The
@@ -33,9 +33,12 @@ class GcRepository:
         message_id: int,
         file_unique_id: str,
         reason: GcReason,
+        posted_at: datetime | None = None,
         now: datetime | None = None,
     ) -> GcEntry:
-        """Schedule deletion of a message no chunk row records (a failed or aborted upload)."""
+        """Schedule deletion of a message no chunk row records (a failed or
+        aborted upload), posted at `posted_at` at the latest (None: unknown,
+        `now` is the latest it can be)."""
         now = now or utcnow()
         entry = GcEntry(
             bot_id=bot_id,
@@ -46,6 +49,7 @@ class GcRepository:
             enqueued_at=now,
             attempts=0,
             next_attempt_at=now,
+            posted_at=posted_at,
         )
         self._session.add(entry)
         await self._session.flush()
@@ -92,6 +96,42 @@ class GcRepository:
         if gone is not None:
             await WatermarkRepository(self._session).note_deleted(gone.chat_id, gone.message_id)
 
+    async def left(self, entry_id: int, why: LeftWhy, error: str | None = None) -> None:
+        """The message cannot be deleted any more (`why`): it stays in the
+        channel for good. Its entry becomes a `left_messages` row, which
+        keeps its id counted as the service's."""
+        gone = (
+            await self._session.execute(
+                delete(GcEntry)
+                .where(GcEntry.id == entry_id)
+                .returning(
+                    GcEntry.bot_id,
+                    GcEntry.chat_id,
+                    GcEntry.message_id,
+                    GcEntry.file_unique_id,
+                    GcEntry.reason,
+                    GcEntry.posted_at,
+                )
+                .execution_options(synchronize_session=False)
+            )
+        ).first()
+        if gone is None:
+            return  # settled elsewhere meanwhile
+        self._session.add(
+            LeftMessage(
+                bot_id=gone.bot_id,
+                chat_id=gone.chat_id,
+                message_id=gone.message_id,
+                file_unique_id=gone.file_unique_id,
+                reason=gone.reason,
+                why=why,
+                posted_at=gone.posted_at,
+                left_at=utcnow(),
+                error=None if error is None else error[:_MAX_ERROR_LENGTH],
+            )
+        )
+        await self._session.flush()
+
     async def failed(self, entry_id: int, error: str, next_attempt_at: datetime) -> None:
         await self._session.execute(
             update(GcEntry)
@@ -117,3 +157,7 @@ class GcRepository:
     async def backlog(self) -> int:
         """How many messages are waiting to be deleted."""
         return await self._session.scalar(select(func.count()).select_from(GcEntry)) or 0
+
+    async def left_count(self) -> int:
+        """How many messages stay in the storage chats for good (`left`)."""
+        return await self._session.scalar(select(func.count()).select_from(LeftMessage)) or 0

@@ -27,6 +27,7 @@ from app.db.models import (
     ChunkCopy,
     GcEntry,
     Instance,
+    LeftMessage,
     SendIntent,
     SnapshotMessage,
 )
@@ -142,6 +143,39 @@ class WatermarkRepository:
             .values(deleted_above=ChatWatermark.deleted_above + 1)
         )
 
+    async def newest_known(self, chat_id: int) -> int:
+        """The newest message id of the chat known to be posted already: the
+        watermark, or a row's (a chunk copy's, a ledger entry's, a
+        snapshot message's). A message posted from now on takes an id above."""
+        mark = await self._session.get(ChatWatermark, chat_id)
+        held = (
+            select(func.max(ChunkCopy.message_id))
+            .where(ChunkCopy.chat_id == chat_id)
+            .union_all(
+                select(func.max(GcEntry.message_id)).where(GcEntry.chat_id == chat_id),
+                select(func.max(SnapshotMessage.message_id)).where(
+                    SnapshotMessage.chat_id == chat_id
+                ),
+            )
+            .subquery()
+        )
+        newest = await self._session.scalar(select(func.max(held.c[0])))
+        return max(int(newest or 0), mark.message_id if mark is not None else 0)
+
+    async def note_unseen_post(self, chat_id: int, above: int) -> None:
+        """The service posted a message in the chat whose id it never learns
+        (a pin's service message), above `above` (`newest_known` before the
+        post began). Counted as one of its own ids above the mark that no
+        row holds, for the foreign-post audit, when it surely is above: the
+        mark is not past `above`. (A mark raised past `above` meanwhile, by a
+        reconciliation running at that moment, leaves it uncounted: the
+        audit may then count it as foreign once, as it may a deletion.)"""
+        await self._session.execute(
+            update(ChatWatermark)
+            .where(ChatWatermark.chat_id == chat_id, ChatWatermark.message_id <= above)
+            .values(deleted_above=ChatWatermark.deleted_above + 1)
+        )
+
     async def held_count(self, chat_id: int, low: int, high: int) -> int:
         """How many ids strictly between `low` and `high` a row holds."""
         held = _held(chat_id, low, high).subquery()
@@ -249,7 +283,8 @@ class WatermarkRepository:
 
 
 def _held(chat_id: int, low: int, high: int) -> CompoundSelect[int]:
-    """The ids strictly between `low` and `high` that a chunk copy, ledger or snapshot row holds."""
+    """The ids strictly between `low` and `high` that a chunk copy, ledger,
+    snapshot or left-in-the-channel row holds."""
     return (
         select(ChunkCopy.message_id)
         .where(
@@ -263,6 +298,11 @@ def _held(chat_id: int, low: int, high: int) -> CompoundSelect[int]:
                 SnapshotMessage.chat_id == chat_id,
                 SnapshotMessage.message_id > low,
                 SnapshotMessage.message_id < high,
+            ),
+            select(LeftMessage.message_id).where(
+                LeftMessage.chat_id == chat_id,
+                LeftMessage.message_id > low,
+                LeftMessage.message_id < high,
             ),
         )
     )

@@ -79,7 +79,7 @@ class _Range:
     stop: str | None
 
 
-def _range(prefix: str, delimiter: str | None, after: str | None) -> _Range:
+def walk_range(prefix: str, delimiter: str | None, after: str | None) -> _Range:
     """The key range to walk: one lower bound, so the first seek is a single
     index range however far `after` lies from `prefix`."""
     stop = prefix_upper_bound(prefix)
@@ -190,7 +190,7 @@ class ListingRepository:
         _check_delimiter(delimiter)
         if limit <= 0:
             return []
-        bounds = _range(prefix, delimiter, after)
+        bounds = walk_range(prefix, delimiter, after)
         if not delimiter:
             return builtins.list(await self._plain_objects(bucket, bounds, limit))
         objects = StoredObject.__tablename__
@@ -208,14 +208,14 @@ class ListingRepository:
         )
         rows = await self._reader.rows(
             _text_statement(sql, _OBJECT_WALK_COLUMNS, "updated_at"),
-            _walk_parameters(bucket, prefix, delimiter, bounds, steps=limit),
+            walk_parameters(bucket, prefix, delimiter, bounds, steps=limit),
         )
         entries: builtins.list[ListedObject | CommonPrefix] = []
         for key, plain, size, etag, modified, content_type, public_id in rows:
             if plain:
                 entries.append(ListedObject(key, size, etag, modified, content_type, public_id))
             else:
-                entries.append(CommonPrefix(_common_prefix(key, prefix, delimiter)))
+                entries.append(CommonPrefix(common_prefix(key, prefix, delimiter)))
         return entries
 
     async def _plain_objects(
@@ -250,7 +250,7 @@ class ListingRepository:
         _check_delimiter(delimiter)
         if limit <= 0:
             return []
-        bounds = _range(prefix, delimiter, key_marker)
+        bounds = walk_range(prefix, delimiter, key_marker)
         # With both markers the rest of the marker key's uploads come first
         # (unless that key is under a common prefix, listed already).
         resume = key_marker if upload_id_marker and not bounds.inclusive else None
@@ -278,7 +278,7 @@ class ListingRepository:
             "LIMIT :limit"
         )
         # One more key than entries: the marker key may have no uploads left.
-        parameters = _walk_parameters(bucket, prefix, delimiter, bounds, steps=limit + 1)
+        parameters = walk_parameters(bucket, prefix, delimiter, bounds, steps=limit + 1)
         parameters.update(resume_key=resume or "", resume_id=upload_id_marker or "", limit=limit)
         rows = await self._reader.rows(
             _text_statement(sql, _UPLOAD_WALK_COLUMNS, "created_at"), parameters
@@ -286,7 +286,7 @@ class ListingRepository:
         entries: builtins.list[ListedUpload | CommonPrefix] = []
         for key, plain, upload_id, initiated in rows:
             if not plain:
-                entries.append(CommonPrefix(_common_prefix(key, prefix, delimiter)))
+                entries.append(CommonPrefix(common_prefix(key, prefix, delimiter)))
             elif upload_id is not None:
                 entries.append(ListedUpload(key, upload_id, initiated))
         return entries
@@ -405,7 +405,7 @@ def _check_delimiter(delimiter: str | None) -> None:
         raise UnsupportedDelimiter
 
 
-def _walk_parameters(
+def walk_parameters(
     bucket: str, prefix: str, delimiter: str, bounds: _Range, *, steps: int
 ) -> dict[str, object]:
     parameters: dict[str, object] = {
@@ -422,6 +422,6 @@ def _walk_parameters(
     return parameters
 
 
-def _common_prefix(key: str, prefix: str, delimiter: str) -> str:
+def common_prefix(key: str, prefix: str, delimiter: str) -> str:
     cut = key.find(delimiter, len(prefix))
     return key[: cut + len(delimiter)]

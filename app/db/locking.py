@@ -68,6 +68,24 @@ async def lock_object_key_on(connection: AsyncConnection, bucket: str, key: str)
     await connection.execute(select(func.pg_advisory_xact_lock(_lock_id(bucket, key))))
 
 
+async def lock_object_keys(session: AsyncSession, bucket: str, keys: Iterable[str]) -> None:
+    """`lock_object_key` for many keys at once (a folder moved whole): one
+    statement per batch, taking the locks in id order, so that two such
+    transactions queue rather than deadlock."""
+    if dialect_name(session) == "sqlite":
+        await lock_database_for_write(session)
+        return
+    ids = sorted({_lock_id(bucket, key) for key in keys})
+    for batch in batches(ids):
+        await session.execute(
+            text(
+                "SELECT pg_advisory_xact_lock(id)"
+                " FROM (SELECT unnest(CAST(:ids AS bigint[])) AS id ORDER BY id) AS ordered"
+            ),
+            {"ids": list(batch)},
+        )
+
+
 def _lock_id(bucket: str, key: str) -> int:
     return _advisory_id(f"teleuploader:object:{bucket}\0{key}")
 
@@ -84,6 +102,17 @@ async def lock_upload_part(session: AsyncSession, upload_id: str, part_number: i
         return
     lock_id = _advisory_id(f"teleuploader:part:{upload_id}\0{part_number}")
     await session.execute(select(func.pg_advisory_xact_lock(lock_id)))
+
+
+async def lock_named(session: AsyncSession, name: str, *, shared: bool = False) -> None:
+    """Hold the lock `name` until this transaction ends: exclusive, or
+    `shared` with every other shared holder. SQLite: the database write lock
+    (one writer at a time: shared or not)."""
+    if dialect_name(session) == "sqlite":
+        await lock_database_for_write(session)
+        return
+    take = func.pg_advisory_xact_lock_shared if shared else func.pg_advisory_xact_lock
+    await session.execute(select(take(_advisory_id(f"teleuploader:{name}"))))
 
 
 def _advisory_id(name: str) -> int:

@@ -58,8 +58,12 @@ class ObjectRow(NamedTuple):
 
 
 def new_public_id() -> str:
-    """24 URL-safe characters, 144 random bits."""
-    return secrets.token_urlsafe(18)
+    """24 URL-safe characters, about 144 random bits, never starting with "-"
+    (a command line takes such an id for an option: `trash restore -AbC...`)."""
+    while True:
+        public_id = secrets.token_urlsafe(18)
+        if not public_id.startswith("-"):
+            return public_id
 
 
 @dataclass(frozen=True, slots=True)

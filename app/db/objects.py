@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -283,6 +283,19 @@ class ObjectRepository:
             update(StoredObject)
             .where(StoredObject.bucket == bucket, StoredObject.key == key)
             .values(tags=dict(tags) if tags else None)
+            .returning(StoredObject.id)
+            .execution_options(synchronize_session=False)
+        )
+        return updated is not None
+
+    async def set_metadata(self, bucket: str, key: str, metadata: Mapping[str, Any]) -> bool:
+        """Replace the user metadata of the object under (bucket, key) in
+        place (a WebDAV client setting a file's modification time), under
+        the caller's lock of the key. False if there is no object."""
+        updated = await self._session.scalar(
+            update(StoredObject)
+            .where(StoredObject.bucket == bucket, StoredObject.key == key)
+            .values(user_metadata=dict(metadata))
             .returning(StoredObject.id)
             .execution_options(synchronize_session=False)
         )

@@ -168,6 +168,7 @@ class SealingRepository:
                     ChunkCopy.chat_id,
                     ChunkCopy.message_id,
                     ChunkCopy.file_unique_id,
+                    ChunkCopy.created_at,
                 ).where(ChunkCopy.chunk_id == chunk_id)
             )
         ).all()
@@ -176,8 +177,8 @@ class SealingRepository:
             await self._session.execute(
                 insert(GcEntry),
                 [
-                    ledger_values(bot, chat, message, unique, "overwritten", now)
-                    for bot, chat, message, unique in old
+                    ledger_values(bot, chat, message, unique, posted, "overwritten", now)
+                    for bot, chat, message, unique, posted in old
                 ],
             )
         await self._session.execute(

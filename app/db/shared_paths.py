@@ -94,6 +94,14 @@ class SharedPathRepository:
             )
         )
 
+    async def forget(self, bot_id: int, file_id: str) -> None:
+        """Drop the path kept for the file (the file server no longer has it)."""
+        await self._session.execute(
+            delete(SharedFilePath).where(
+                SharedFilePath.bot_id == bot_id, SharedFilePath.file_id == file_id
+            )
+        )
+
     async def prune(self, now: datetime, unanswered_after: timedelta) -> int:
         """Delete expired answers and questions nobody answered in time."""
         result = await self._session.execute(

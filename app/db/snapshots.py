@@ -5,7 +5,8 @@ snapshots' own messages; the lease that lets one instance write at a time.
 What is left out is what a restore has no use for: the GC ledger and send
 intents (the old database's unfinished business), instances and leases,
 spooled and half-done uploads (their bytes were on the lost machine), web
-sessions (everyone signs in again).
+sessions (everyone signs in again), share links' download sessions and
+wrong passwords (their shares are kept).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ SNAPSHOT_TABLES: tuple[str, ...] = (
     "objects",
     "pieces",
     "trash",
+    "shares",
     "snapshot_messages",
 )
 # A restore refuses a database holding any of these rows.
@@ -213,6 +215,8 @@ async def record_messages(
             "message_id": m.message_id,
             "file_unique_id": m.file_unique_id,
             "detail": m.detail,
+            # Recorded once Telegram answered its post: posted by now.
+            "posted_at": utcnow(),
         }
         for m in messages
     ]
@@ -248,6 +252,7 @@ async def prune(session: AsyncSession, keep: int) -> int:
                 enqueued_at=now,
                 attempts=0,
                 next_attempt_at=now,
+                posted_at=message.posted_at,
             )
         )
     await session.execute(delete(SnapshotMessage).where(SnapshotMessage.taken_at < cutoff))

@@ -33,6 +33,8 @@ import orjson
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from app.kit.bidi import escape_controls
+
 #: The id of the request being served, for its log lines and error bodies.
 REQUEST_ID: ContextVar[str | None] = ContextVar("request_id", default=None)
 
@@ -41,6 +43,16 @@ def _add_request_id(_logger: WrappedLogger, _name: str, event_dict: EventDict) -
     request_id = REQUEST_ID.get()
     if request_id is not None:
         event_dict.setdefault("request_id", request_id)
+    return event_dict
+
+
+def _escape_controls(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
+    """Text values as a terminal shows them without acting on them: a value
+    may be a client's (an S3 key, a file name) and hold ESC. The traceback
+    is made after this, and keeps its lines."""
+    for name, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[name] = escape_controls(value)
     return event_dict
 
 
@@ -122,12 +134,15 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | N
         _add_timestamp,
     ]
     renderer: structlog.types.Processor
+    # JSON escapes control characters itself; lines for humans need it done.
+    escaping: list[structlog.types.Processor] = []
     if fmt == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        escaping.append(_escape_controls)
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_json_line)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, *escaping, structlog.processors.format_exc_info, renderer],
         logger_factory=_WriterFactory(out),
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         cache_logger_on_first_use=False,
@@ -138,6 +153,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | N
             foreign_pre_chain=shared,
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *escaping,
                 structlog.processors.format_exc_info,
                 renderer,
             ],

@@ -13,7 +13,7 @@ import io
 
 # Bytes a body hands the connection at a time (at least, when it can): each
 # read is a trip through httpx, httpcore, h11 and a socket write, about 7 us
-# of CPU here (bench/send_pieces_bench.py: 19 MiB in 8 KiB pieces cost 1.6
+# of CPU here (bench/README.md, send_pieces_bench.py: 19 MiB in 8 KiB pieces cost 1.6
 # CPU-s per GiB sent, in 1 MiB pieces 0.5; 30 us a trip on anyio's sockets).
 SEND_PIECE = 1024 * 1024
 

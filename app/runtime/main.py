@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import TypedDict
 
 from fastapi import FastAPI
+from starlette.routing import Mount, Route
 from starlette.types import Scope
 
 from app import __version__
@@ -23,6 +24,7 @@ from app.http.api import (
     health,
     scrub,
     session,
+    shares,
     snapshots,
     status,
     trash,
@@ -30,11 +32,13 @@ from app.http.api import (
 )
 from app.http.api.errors import install_error_handlers
 from app.http.api.middleware import RequestContextMiddleware
-from app.http.api.sign_in_limits import SignInLimits
+from app.http.dav.app import DavApp
+from app.http.dav.paths import DAV_PREFIX
 from app.http.s3.gateway import XML, S3Gateway, draining_refusal
 from app.http.s3.service import S3Service
 from app.http.web import buckets as web_buckets
 from app.http.web import routes as web
+from app.http.web import shares as share_links
 from app.runtime.sdnotify import systemd_notify
 from app.runtime.startup import start_services
 from app.store.metrics import Metrics
@@ -83,8 +87,6 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
         # its own /metrics and logs, and nothing here sets up OpenTelemetry.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    # Per process, like the app: failed sign-ins of the web page (app/http/api/sign_in_limits.py).
-    app.state.sign_in_limits = SignInLimits()
     install_error_handlers(app)
     # Outermost last: request ids and metrics cover the S3 API too.
     app.add_middleware(S3Gateway, services=_services_of, s3=_s3_of)
@@ -103,7 +105,14 @@ def create_app(settings: Settings, tuning: Tuning | None = None) -> FastAPI:
     app.include_router(scrub.router)
     app.include_router(snapshots.router)
     app.include_router(encryption.router)
+    app.include_router(shares.router)
+    app.include_router(share_links.router)
     app.include_router(web_buckets.router)
+    # WebDAV at /dav/, and at /dav itself: Windows asks for a folder without
+    # its slash, and a redirect breaks it. Any method reaches it.
+    dav = DavApp()
+    app.router.routes.append(Route(DAV_PREFIX, dav))
+    app.router.routes.append(Mount(DAV_PREFIX, dav))
     app.include_router(web.router)
     return app
 

@@ -20,10 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config.settings import Settings
 from app.config.tuning import Tuning
 from app.db.single_statements import SingleStatements
+from app.sealing.layout import sealed_size
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.chat_fill import ChatFillSync
+from app.store.copy_failures import CopyFailures, MissingRule
+from app.store.dav_locks import DavLocks
 from app.store.download_budget import DownloadBudget
 from app.store.encryption import Encryption
+from app.store.file_tree import FileTree
 from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
@@ -40,6 +45,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.shares import ShareStore
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.throughput import ThroughputHistory, sampler
@@ -48,6 +54,7 @@ from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.local_files import local_files_for
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo, StoredDocument
 
@@ -64,6 +71,7 @@ class Parts:
     spool: Spool
     clients: list[BotClient]
     dispatcher: Dispatcher
+    chat_fill: ChatFillSync
     gc: GarbageCollector
     buffers: UploadBuffers
     encryption: Encryption
@@ -84,6 +92,9 @@ class Parts:
     resumable: ResumableStore
     prober: BotProber
     buckets: BucketStore
+    shares: ShareStore
+    tree: FileTree
+    dav_locks: DavLocks
     multipart: MultipartStore
     flush_lag: FlushLagWatch
     throughput: ThroughputHistory
@@ -121,12 +132,18 @@ def build_parts(
         # A send finished after its upload was abandoned: the message must go.
         gc.enqueue_document(document, reason="failed_upload")
 
+    # One for every bot: they learn the local server's directory together.
+    local_files = local_files_for(settings)
     clients = [
         BotClient(
             token,
             api_base=settings.telegram_api_base,
             floor_bandwidth=settings.telegram_floor_bandwidth,
             max_connections=settings.download_connections + 1,
+            local_files=local_files,
+            # A getFile of a file of unknown size (another instance's
+            # question) gets the time the largest one takes.
+            expected_file_size=sealed_size(settings.chunk_size),
         )
         for token in settings.bot_tokens
     ]
@@ -141,7 +158,9 @@ def build_parts(
         on_orphan=on_orphan,
         on_attempt=on_attempt,
         on_abandoned_send=metrics.observe_abandoned_send,
+        chat_message_limit=settings.chat_message_limit,
     )
+    chat_fill = ChatFillSync(dispatcher.fill, sessionmaker)
     gc = GarbageCollector(dispatcher, sessionmaker, on_undeletable=metrics.gc_undeletable.inc)
     buffers = UploadBuffers(settings.upload_buffers)
     encryption = Encryption(settings.keyring())
@@ -187,7 +206,15 @@ def build_parts(
         connections=settings.download_connections,
         block_size=READ_BLOCK,
     )
-    locator = ChunkLocator(dispatcher, gc, shared_paths)
+    locator = ChunkLocator(dispatcher, gc, shared_paths, retry_pause=tuning.read_retry_seconds)
+    failures = CopyFailures(
+        sessionmaker,
+        MissingRule(
+            failures=tuning.copy_missing_failures,
+            span=timedelta(seconds=tuning.copy_missing_span_seconds),
+            spacing=timedelta(seconds=tuning.copy_failure_spacing_seconds),
+        ),
+    )
     scrub = Scrub(
         dispatcher,
         sessionmaker,
@@ -199,15 +226,19 @@ def build_parts(
         read_bytes_per_day=settings.scrub_read_bytes_per_day,
         owner=spool.instance_id,
         encryption=encryption,
+        failures=failures,
     )
     reader = RangeReader(
         locator,
         budget,
         stall_seconds=settings.download_stall_seconds,
+        retry_delay=tuning.read_retry_seconds,
         on_bytes=metrics.bytes_downloaded.inc,
         on_dropped=lambda reason: metrics.downloads_dropped.labels(reason).inc(),
         on_bad_copy=scrub.report_bad,
         on_hashes=scrub.hashes_found,
+        on_unavailable=scrub.report_unavailable,
+        on_served=scrub.copy_served,
     )
     store = ObjectStore(
         sessionmaker,
@@ -274,6 +305,9 @@ def build_parts(
 
     prober = BotProber(dispatcher, on_admitted=on_admitted)
     buckets = BucketStore(sessionmaker, statements=statements)
+    shares = ShareStore(sessionmaker, store, buckets)
+    tree = FileTree(sessionmaker, store, statements, gc)
+    dav_locks = DavLocks(sessionmaker, statements)
     multipart = MultipartStore(
         sessionmaker,
         store,
@@ -287,6 +321,7 @@ def build_parts(
     throughput = ThroughputHistory(sampler(metrics, dispatcher.status))
     loops = (
         gc.loop,
+        chat_fill.loop,
         instance.loop,
         leases.loop,
         shared_paths.loop,
@@ -314,6 +349,7 @@ def build_parts(
         spool=spool,
         clients=clients,
         dispatcher=dispatcher,
+        chat_fill=chat_fill,
         gc=gc,
         buffers=buffers,
         encryption=encryption,
@@ -335,6 +371,9 @@ def build_parts(
         background=background,
         prober=prober,
         buckets=buckets,
+        shares=shares,
+        tree=tree,
+        dav_locks=dav_locks,
         multipart=multipart,
         flush_lag=flush_lag,
         throughput=throughput,

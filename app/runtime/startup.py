@@ -17,7 +17,7 @@ from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.config.settings import Settings
 from app.config.tuning import Tuning
@@ -26,6 +26,7 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.runtime.parts import Parts, build_parts
+from app.store.cloud_cap import chunks_above_cloud_cap, cloud_refusal
 from app.store.journal import Journal
 from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
@@ -38,6 +39,18 @@ log = structlog.get_logger("app.services")
 
 class StartupError(Exception):
     """The service cannot start; the message says what to fix."""
+
+
+async def refuse_unreadable_chunks(
+    settings: Settings, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """StartupError when the settings point at api.telegram.org while chunks
+    only a local Bot API server can read are stored (app/store/cloud_cap.py)."""
+    if settings.telegram_local_server:
+        return
+    too_large = await chunks_above_cloud_cap(sessionmaker)
+    if too_large:
+        raise StartupError(cloud_refusal(too_large))
 
 
 async def start_services(settings: Settings, tuning: Tuning | None = None) -> Services:
@@ -71,6 +84,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
     stack.push_async_callback(engine.dispose)
     await check_schema(engine)
     sessionmaker = create_sessionmaker(engine)
+    await refuse_unreadable_chunks(settings, sessionmaker)
     trash.configure(sessionmaker, settings.trash_retention_seconds)
     parts = build_parts(settings, tuning, sessionmaker, single_statements_for(engine))
     await _start_in_order(parts, settings, stack)
@@ -90,6 +104,8 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         trash=parts.trash_store,
         buckets=parts.buckets,
         multipart=parts.multipart,
+        tree=parts.tree,
+        dav_locks=parts.dav_locks,
         buffers=parts.buffers,
         spool=parts.spool,
         flusher=parts.flusher,
@@ -103,6 +119,7 @@ async def _start(settings: Settings, tuning: Tuning, stack: AsyncExitStack) -> S
         snapshots=parts.snapshots,
         journal=parts.journal,
         access=parts.access,
+        shares=parts.shares,
         started_at=started_at,
         _stack=stack,
     )
@@ -116,6 +133,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     stack.push_async_callback(parts.access.close)
     if parts.spool.enabled:
         await parts.spool.open()
+    # How full each chat is, before the first write may go to a full one.
+    await parts.chat_fill.load()
     # Jobs are taken from now on (none runs before a bot passed its check):
     # the registration's reconciliation may queue its probe. The dispatcher
     # stops later in the stack (below), before what outlives its drain.
@@ -130,6 +149,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     parts.leases.start()
     parts.gc.start()
     stack.push_async_callback(parts.gc.stop)
+    parts.chat_fill.start()
+    stack.push_async_callback(parts.chat_fill.stop)  # after the drain's last posts
     stack.push_async_callback(parts.dispatcher.stop, grace=settings.shutdown_grace_seconds)
     parts.shared_paths.start()
     stack.push_async_callback(parts.shared_paths.stop)
@@ -196,6 +217,7 @@ def _watch(parts: Parts, engine: AsyncEngine) -> None:
     parts.metrics.watch_flush_lag(parts.flush_lag.current)
     parts.metrics.watch_durability(lambda: parts.scrub.last_health, lambda: parts.scrub.repaired)
     parts.metrics.watch_journal(parts.journal.status)
+    parts.metrics.watch_chats(parts.dispatcher.fill, lambda: parts.gc.last_left)
     parts.metrics.watch(
         bots=parts.dispatcher.status,
         gc_backlog=lambda: parts.gc.last_backlog,

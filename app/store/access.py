@@ -3,7 +3,9 @@ a session token (app/db/web_sessions.py keeps only its hash).
 
 A key sent with a request is checked through the memory of refused keys
 (app/store/key_checks.py). Signing in asks the database every time: it reads
-the key in the transaction that writes the session row.
+the key in the transaction that writes the session row. Both count a failed
+check against the client's address, and refuse to check a key from a client
+past the limits (app/store/key_failures.py).
 
 Every call is a short session of its own: an upload must not hold a database
 connection for as long as its body takes to arrive.
@@ -22,6 +24,7 @@ from app.db.session import session_scope
 from app.db.web_sessions import WebSessionRepository
 from app.store.callers import Caller
 from app.store.key_checks import KeyChecks
+from app.store.key_failures import KeyFailures, api_key_credential
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +40,34 @@ class AccessStore:
     ) -> None:
         self._sessionmaker = sessionmaker
         self._key_checks = KeyChecks(sessionmaker, ttl=refused_key_ttl)
+        # Shared with the S3 API, which checks its signatures itself.
+        self.failures = KeyFailures(sessionmaker)
 
-    async def verify_key(self, plaintext: str) -> Caller | None:
-        """The active key `plaintext` is, or None (a recent refusal from memory)."""
-        return await self._key_checks.verify(plaintext)
+    async def verify_key(self, plaintext: str, address: str) -> Caller | None:
+        """The active key `plaintext` is, or None (a recent refusal from
+        memory); TooManyFailedChecks past the limits of `address`, the
+        client's."""
+        credential = api_key_credential(plaintext)
+        self.failures.check(address, credential)
+        found = await self._key_checks.verify(plaintext)
+        if found is None:
+            await self.failures.failed(address, credential)
+        return found
 
     async def sign_in(
-        self, plaintext: str, lifetime: timedelta, *, replacing: str | None = None
+        self,
+        plaintext: str,
+        lifetime: timedelta,
+        *,
+        address: str,
+        replacing: str | None = None,
     ) -> SignedIn | None:
         """A new web session for the active key `plaintext`, or None if there
         is no such key; the session `replacing` names (the browser's old one)
-        ends with it."""
+        ends with it. TooManyFailedChecks past the limits of `address`."""
         # A wrong key is refused through the memory of refused keys first,
         # without a turn at SQLite's write lock.
-        if await self._key_checks.verify(plaintext) is None:
+        if await self.verify_key(plaintext, address) is None:
             return None
         async with session_scope(self._sessionmaker) as session:
             # It reads the key, then writes the session row: on SQLite a

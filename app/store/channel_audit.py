@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db.chat_fill import ChatFillRepository
 from app.db.gc import GcRepository
 from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
+from app.db.types import utcnow
 from app.telegram.client import BotClient
 from app.telegram.errors import TelegramError
 
@@ -55,6 +57,8 @@ async def audit_channel(
     # Read after the probe is posted: a send that Telegram finished before it
     # is then either recorded (a row) or still in flight (an open intent).
     async with session_scope(sessionmaker) as session:
+        # The probe is the chat's newest message: how many it holds now.
+        await ChatFillRepository(session).raise_to({chat_id: probe.message_id})
         marks = WatermarkRepository(session)
         mark = await marks.get(chat_id)
         if mark is None:
@@ -81,5 +85,6 @@ async def audit_channel(
                 message_id=probe.message_id,
                 file_unique_id=probe.file_unique_id,
                 reason="orphaned",
+                posted_at=utcnow(),
             )
     return audit

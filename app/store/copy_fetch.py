@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 from app.sealing.layout import FRAME_SIZE, SEALED_FRAME_SIZE
 from app.store import encryption
@@ -38,8 +39,7 @@ from app.store.blocks import (
     expected_digest,
     hashes_root,
 )
-from app.store.locator import ChunkRef, CopyRef
-from app.telegram.client import BotClient
+from app.store.locator import ChunkRef, CopyRef, Opened
 from app.telegram.errors import TelegramError
 
 #: Hands on checked bytes (the reader: its budget, then its queue).
@@ -48,6 +48,9 @@ Deliver = Callable[[bytes], Awaitable[None]]
 HashesFound = Callable[[int, bytes, str], None]
 #: The file server sent a whole file where a range of it was asked for.
 WholeFileSent = Callable[[], None]
+#: Opens the copy from a byte (to another, exclusive, if given):
+#: ChunkLocator.open_copy for one copy.
+OpenAt = Callable[[int, int | None], AbstractAsyncContextManager[Opened]]
 
 # How much of a legacy copy is handed on at a time (the budget's unit).
 _HAND_ON = 64 * 1024
@@ -58,8 +61,7 @@ class CopyCorrupt(Exception):
 
 
 async def fetch_checked(
-    client: BotClient,
-    file_path: str,
+    open_at: OpenAt,
     chunk: ChunkRef,
     copy: CopyRef,
     start: int,
@@ -70,10 +72,10 @@ async def fetch_checked(
 ) -> None:
     """Hand on chunk bytes [start, end) of `copy`, every one checked."""
     if chunk.data_key is not None:
-        await _fetch_sealed(client, file_path, chunk, copy, start, end, deliver, on_whole_file)
+        await _fetch_sealed(open_at, chunk, copy, start, end, deliver, on_whole_file)
         return
     if chunk.block_hashes is None:
-        await _fetch_legacy(client, file_path, chunk, copy, start, end, deliver, on_hashes)
+        await _fetch_legacy(open_at, chunk, copy, start, end, deliver, on_hashes)
         return
     hashes = chunk.block_hashes
     first_block = start // BLOCK_SIZE
@@ -81,7 +83,7 @@ async def fetch_checked(
     block = bytearray()
     # From the first block the range touches to the end of the last: the bytes
     # outside are never downloaded where the file server honours the Range.
-    async with client.open_file_at(file_path, first_block * BLOCK_SIZE, last_end) as (
+    async with open_at(first_block * BLOCK_SIZE, last_end) as (
         served,
         body,
     ):
@@ -132,8 +134,7 @@ async def _see_end(body: AsyncIterator[bytes], ranged: bool) -> None:
 
 
 async def _fetch_sealed(
-    client: BotClient,
-    file_path: str,
+    open_at: OpenAt,
     chunk: ChunkRef,
     copy: CopyRef,
     start: int,
@@ -148,9 +149,7 @@ async def _fetch_sealed(
     last = -(-end // FRAME_SIZE)  # the frame after the last one the range touches
     from app.sealing.frames import FrameCorrupt
 
-    async with client.open_file_at(
-        file_path, first * SEALED_FRAME_SIZE, last * SEALED_FRAME_SIZE
-    ) as (served, body):
+    async with open_at(first * SEALED_FRAME_SIZE, last * SEALED_FRAME_SIZE) as (served, body):
         if served < first * SEALED_FRAME_SIZE and on_whole_file is not None:
             on_whole_file()
         frames = encryption.opener(chunk.data_key, copy.salt, chunk.size, first, at=served)
@@ -173,8 +172,7 @@ async def _fetch_sealed(
 
 
 async def _fetch_legacy(
-    client: BotClient,
-    file_path: str,
+    open_at: OpenAt,
     chunk: ChunkRef,
     copy: CopyRef,
     start: int,
@@ -184,7 +182,7 @@ async def _fetch_legacy(
 ) -> None:
     check = WholeChunkCheck(chunk.size, chunk.sha256, None)
     with tempfile.TemporaryFile(prefix="teleuploader-chunk-") as whole:
-        async with client.open_file(file_path) as body:
+        async with open_at(0, None) as (_start, body):
             async for data in body:
                 check.feed(data)
                 whole.write(data)

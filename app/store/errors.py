@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
+
 # What the Telegram layer raises passes through the store unchanged: the HTTP
 # layers map it (app.http.shared.errors) by these names, so that they depend on the
 # store alone (api/s3 -> store -> telegram/db, checked by import-linter).
 from app.telegram.errors import BotUnusable as BotUnusable
+from app.telegram.errors import ChatsFull as ChatsFull
 from app.telegram.errors import DispatcherClosed as DispatcherClosed
 from app.telegram.errors import NoUsableBot as NoUsableBot
 from app.telegram.errors import PermanentError as PermanentError
@@ -56,6 +59,15 @@ class ContentPending(StoreError):
         self.retry_after = retry_after
 
 
+class TooManyFailedChecks(StoreError):
+    """The client failed too many key checks lately (app.store.key_failures):
+    its key is not checked; retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ClientStalled(StoreError):
     """The client took no byte for the stall timeout: its download was dropped."""
 
@@ -91,3 +103,17 @@ class CustomerKeyMismatch(EncryptionKeyUnavailable):
     def __init__(self) -> None:
         StoreError.__init__(self, "The customer key given does not open the object.")
         self.key_id = "~customer"
+
+
+def pass_failure(exc: BaseException, event: str) -> str:
+    """How a background pass's status (the scrub, the sealing migration)
+    says it failed: a stable sentence by kind, never the exception's text,
+    which may quote SQL, paths or Telegram's words; the log line `event`
+    has the detail."""
+    if isinstance(exc, TelegramError):
+        kind = "Telegram failed"
+    elif isinstance(exc, SQLAlchemyError | ConnectionError | TimeoutError):
+        kind = "the database failed"
+    else:
+        kind = "an internal error stopped it"
+    return f"the pass did not finish: {kind} (the service's log has the detail: {event})"

@@ -40,6 +40,7 @@ from app.db.pending import PendingRepository
 from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
+from app.store.chunk_size import short_chunks
 from app.store.gc import GarbageCollector
 from app.store.spool import Spool
 from app.store.writer import ChunkWriter
@@ -254,6 +255,8 @@ class Flusher:
         queue: deque[_Part] = deque()
         known: set[int] = set()
         chunk_ids: list[int] = []
+        cuts = 0  # chunks cut so far
+        plan = short_chunks(self._chunk_size, self._writer.parallelism())
         sends: set[asyncio.Task[None]] = set()
         lanes = asyncio.Semaphore(self._writer.parallelism())
         tail = False  # idle long enough: send what is there, full chunk or not
@@ -274,7 +277,9 @@ class Flusher:
                     tail = False
                     await lanes.acquire()
                     await self._writer.buffers.acquire()
-                    segments = _cut(queue, self._chunk_size)
+                    # Past the first few, a few bytes short, differing chunk to chunk.
+                    segments = _cut(queue, plan.length(cuts))
+                    cuts += 1
                     task = asyncio.create_task(
                         self._send(flush, segments, chunk_ids, lanes), name="spool-chunk"
                     )

@@ -1,10 +1,17 @@
 """The garbage collector: deletes Telegram messages nothing references any more.
 
-Telegram lets a bot delete a channel post only while it is younger than 48
-hours, so failed, aborted, overwritten and deleted uploads are cleaned up
-promptly. The work list is the `gc_ledger` table, so it survives restarts; a
-document that could not even be written to the ledger (the database was down)
-is kept in memory and written on the next round.
+Telegram lets a bot delete a channel post only for 48 hours from its
+*posting* (td's MessagesManager.cpp, can_delete_channel_message), so failed,
+aborted, overwritten and deleted uploads are cleaned up promptly. The work
+list is the `gc_ledger` table, so it survives restarts; a document that could
+not even be written to the ledger (the database was down) is kept in memory
+and written on the next round.
+
+Every entry knows when its message was posted, at the latest (`posted_at`;
+for the few that do not, `enqueued_at` is that latest). Past 48 hours from
+then no call can succeed, so none is made: the message is recorded as left
+in the channel for good (`left_messages`), as is one Telegram refuses to
+delete; both are counted (`/metrics`, `teleuploader check`; docs/trash.md).
 """
 
 from __future__ import annotations
@@ -33,12 +40,28 @@ log = structlog.get_logger("app.store.gc")
 # Telegram's wording when the message is already gone: nothing left to do.
 _ALREADY_GONE = "message to delete not found"
 # Telegram's wording both when the bot lacks the right to delete in the chat
-# and when the message is past the 48 hours: getChatMember tells them apart.
+# and when the message is past the 48 hours: getChatMember tells them apart
+# (only messages still inside their 48 hours, as the service knows their
+# posting, are asked about).
 _CANNOT_DELETE = "message can't be deleted"
-# Bots may delete channel posts for 48 hours. A message is posted before its
-# ledger entry is written, so past this age no retry can succeed.
+# Bots may delete channel posts for 48 hours from their posting (td's
+# MessagesManager.cpp: `unix_time() >= date + 2 * 86400` refuses). An
+# entry's `posted_at` is the latest the posting can have been, so past this
+# age from it no call can succeed.
 DELETE_WINDOW = timedelta(hours=48)
 MAX_RETRY_DELAY = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    """A ledger entry claimed for this round."""
+
+    id: int
+    bot_id: int
+    chat_id: int
+    message_id: int
+    attempts: int
+    posted_at: datetime  # at the latest
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,24 +83,30 @@ class GarbageCollector:
         self._dispatcher = dispatcher
         self._sessionmaker = sessionmaker
         self._batch = batch
-        self._unrecorded: list[tuple[StoredDocument, GcReason]] = []
+        # (document, why it goes, when it was posted at the latest)
+        self._unrecorded: list[tuple[StoredDocument, GcReason, datetime]] = []
         # Releases the database refused (it was down): retried every round.
         self._unreleased: list[tuple[list[int], GcReason]] = []
         self.loop = Periodic("gc", self._round, interval=interval, run_at_start=True)
         self._background: set[asyncio.Task[None]] = set()
         self.deleted = 0
-        # Given up: the 48 h window closed first, or Telegram refused for good.
+        # Left in the channel by this process: the 48 h window closed first,
+        # or Telegram refused for good.
         self.undeletable = 0
         self.on_undeletable = on_undeletable  # e.g. a metric
-        # Refreshed every round, for /metrics (a scrape cannot await the database).
+        # Refreshed every round, for /metrics (a scrape cannot await the
+        # database): the ledger's size, and the messages left in the
+        # channels for good (every instance's).
         self.last_backlog = 0
+        self.last_left = 0
 
     # --- feeding the ledger -----------------------------------------------------
 
     def enqueue_document(self, document: StoredDocument, *, reason: GcReason) -> None:
         """Record a message that has no chunk row (an orphaned send). Sync, so
-        the dispatcher can call it from its worker."""
-        self._unrecorded.append((document, reason))
+        the dispatcher can call it from its worker. Telegram has answered its
+        post by now: it was posted now at the latest."""
+        self._unrecorded.append((document, reason, datetime.now(UTC)))
         task = asyncio.get_running_loop().create_task(self._record_unrecorded())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -131,13 +160,14 @@ class GarbageCollector:
         try:
             async with session_scope(self._sessionmaker) as session:
                 repo = GcRepository(session)
-                for document, reason in batch:
+                for document, reason, posted_at in batch:
                     await repo.add(
                         bot_id=document.bot_id,
                         chat_id=document.chat_id,
                         message_id=document.message_id,
                         file_unique_id=document.file_unique_id,
                         reason=reason,
+                        posted_at=posted_at,
                     )
         except Exception:
             self._unrecorded = batch + self._unrecorded
@@ -166,7 +196,7 @@ class GarbageCollector:
         await self._release_unreleased()
         expired = await self.expire_trash()
         done = await self.run_once()
-        self.last_backlog = await self.backlog()
+        self.last_backlog, self.last_left = await self._counts()
         # A full batch: more are due, at once.
         return 0.0 if max(done, expired) >= self._batch else None
 
@@ -181,65 +211,85 @@ class GarbageCollector:
         return objects
 
     async def run_once(self) -> int:
-        """Delete one batch of due messages; returns how many entries were settled."""
+        """Delete one batch of due messages; returns how many entries were settled.
+        A message past its 48 hours gets no call: it is left in the channel."""
         now = datetime.now(UTC)
         async with session_scope(self._sessionmaker) as session:
             entries = [
-                (e.id, e.bot_id, e.chat_id, e.message_id, e.attempts, e.enqueued_at)
+                _Due(
+                    e.id,
+                    e.bot_id,
+                    e.chat_id,
+                    e.message_id,
+                    e.attempts,
+                    e.posted_at or e.enqueued_at,
+                )
                 for e in await GcRepository(session).due(self._batch, now)
             ]
         if not entries:
             return 0
+        expired = [e for e in entries if now - e.posted_at >= DELETE_WINDOW]
+        young = [e for e in entries if now - e.posted_at < DELETE_WINDOW]
         try:
             outcomes = await asyncio.gather(
-                *(
-                    self._delete(
-                        bot_id, chat_id, message_id, young=now - enqueued_at < DELETE_WINDOW
-                    )
-                    for _, bot_id, chat_id, message_id, _, enqueued_at in entries
-                )
+                *(self._delete(e.bot_id, e.chat_id, e.message_id) for e in young)
             )
         except asyncio.CancelledError:
             # Stopped mid-round: the claimed entries would stay hidden from
             # every instance for the claim's lease (minutes). A deletion that
             # went through meanwhile is found gone on the next try.
-            await asyncio.shield(self._give_back([entry[0] for entry in entries]))
+            await asyncio.shield(self._give_back([entry.id for entry in entries]))
             raise
-        settled = 0
         async with session_scope(self._sessionmaker) as session:
             repo = GcRepository(session)
-            for (entry_id, bot_id, _, message_id, attempts, enqueued_at), outcome in zip(
-                entries, outcomes, strict=True
-            ):
-                if outcome.settled:
-                    await repo.done(entry_id)
-                    settled += 1
-                    if outcome.error is None:
-                        self.deleted += 1
-                    else:
-                        log.error(
-                            "gc_message_not_deletable",
-                            bot_id=bot_id,
-                            message_id=message_id,
-                            error=outcome.error,
-                        )
-                        self._count_undeletable()
-                elif now - enqueued_at > DELETE_WINDOW:
-                    # Retried for as long as Telegram allows a deletion.
-                    log.error(
-                        "gc_gave_up_undeletable",
-                        bot_id=bot_id,
-                        message_id=message_id,
-                        attempts=attempts + 1,
-                        error=outcome.error,
-                    )
-                    self._count_undeletable()
-                    await repo.done(entry_id)
-                    settled += 1
-                else:
-                    delay = timedelta(seconds=min(MAX_RETRY_DELAY, 5 * 2 ** min(attempts, 10)))
-                    await repo.failed(entry_id, outcome.error or "", now + delay)
+            for entry in expired:
+                await repo.left(entry.id, "past_window")
+                self._count_undeletable()
+            settled = len(expired)
+            for entry, outcome in zip(young, outcomes, strict=True):
+                settled += await self._settle(repo, entry, outcome, now)
+        if expired:
+            log.warning(
+                "gc_left_in_channel",
+                messages=len(expired),
+                why="past_window",
+                detail="posted more than 48 hours ago: Telegram lets no bot delete them, "
+                "so none was asked to (docs/trash.md)",
+            )
         return settled
+
+    async def _settle(
+        self, repo: GcRepository, entry: _Due, outcome: _Outcome, now: datetime
+    ) -> bool:
+        """Record what became of one deletion; whether its entry is settled."""
+        if outcome.settled and outcome.error is None:
+            await repo.done(entry.id)
+            self.deleted += 1
+        elif outcome.settled:
+            log.error(
+                "gc_message_not_deletable",
+                bot_id=entry.bot_id,
+                message_id=entry.message_id,
+                error=outcome.error,
+            )
+            await repo.left(entry.id, "refused", outcome.error)
+            self._count_undeletable()
+        elif datetime.now(UTC) - entry.posted_at >= DELETE_WINDOW:
+            # Retried for as long as Telegram allows a deletion.
+            log.error(
+                "gc_gave_up_undeletable",
+                bot_id=entry.bot_id,
+                message_id=entry.message_id,
+                attempts=entry.attempts + 1,
+                error=outcome.error,
+            )
+            await repo.left(entry.id, "past_window", outcome.error)
+            self._count_undeletable()
+        else:
+            delay = timedelta(seconds=min(MAX_RETRY_DELAY, 5 * 2 ** min(entry.attempts, 10)))
+            await repo.failed(entry.id, outcome.error or "", now + delay)
+            return False
+        return True
 
     async def _give_back(self, entry_ids: list[int]) -> None:
         try:
@@ -257,7 +307,13 @@ class GarbageCollector:
         async with session_scope(self._sessionmaker) as session:
             return await GcRepository(session).backlog() + len(self._unrecorded)
 
-    async def _delete(self, bot_id: int, chat_id: int, message_id: int, *, young: bool) -> _Outcome:
+    async def _counts(self) -> tuple[int, int]:
+        """(`backlog`, messages left in the channels for good), in one session."""
+        async with session_scope(self._sessionmaker) as session:
+            repo = GcRepository(session)
+            return await repo.backlog() + len(self._unrecorded), await repo.left_count()
+
+    async def _delete(self, bot_id: int, chat_id: int, message_id: int) -> _Outcome:
         """Delete through the bot that posted it if it can still work, else
         any admin bot of the chat (channel admins with can_delete_messages may
         delete any post): bots this instance may call now in the chat (with
@@ -284,7 +340,7 @@ class GarbageCollector:
                 if _ALREADY_GONE in exc.description:
                     return _Outcome(settled=True)
                 others = [b for b in self._dispatcher.serving_bots(chat_id) if b not in tried]
-                if _CANNOT_DELETE in exc.description and young and others:
+                if _CANNOT_DELETE in exc.description and others:
                     try:
                         may_delete = await self._may_delete(deleter, chat_id)
                     except TelegramError as check:

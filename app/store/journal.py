@@ -5,7 +5,8 @@ Database triggers (migration 0019) write a `journal` row for every change
 to a table a restore loads, from every instance. A round reads the oldest
 pending rows, reads the current state of the rows they name (absent:
 deleted; `app.db.journal`), and sends it as ONE gzip JSON-lines document
-(sealed when encryption keys are configured) to every storage chat. Then
+(sealed when encryption keys are configured) to every storage chat that
+takes writes (one at CHAT_MESSAGE_LIMIT keeps what it has). Then
 it deletes the journal rows it shipped, by id: a row that commits late
 (Postgres ids are taken before commit) is still there for the next round.
 Nothing pending, nothing sent.
@@ -216,7 +217,8 @@ class Journal:
         }
         sent: list[StoredDocument] = []
         name = f"journal-{taken_at.strftime('%Y%m%dT%H%M%SZ')}-{seq}.bin"
-        for chat_id in self._dispatcher.chat_ids:
+        # Every chat that takes writes (one that is full keeps its older copies).
+        for chat_id in self._dispatcher.require_open_chats():
             await send_recorded(
                 self._dispatcher,
                 self._sessionmaker,

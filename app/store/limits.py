@@ -14,16 +14,31 @@ from app.db.models import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PART_NUMBER,
+    MAX_PROPERTY_NAME_LENGTH,
+    MAX_PROPERTY_NAMESPACE_LENGTH,
 )
 
 #: User metadata (``x-amz-meta-*`` names and values, in bytes of UTF-8), as S3
 #: limits it.
 MAX_USER_METADATA_BYTES: Final = 2048
 
+
+def key_bytes(key: str) -> int | None:
+    """An S3 key's length as S3 counts it (MAX_KEY_LENGTH is in these units),
+    bytes of UTF-8; None if it is no text S3 can carry (a lone surrogate)."""
+    try:
+        return len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
 __all__ = [
     "MAX_CONTENT_TYPE_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_PART_NUMBER",
+    "MAX_PROPERTY_NAMESPACE_LENGTH",
+    "MAX_PROPERTY_NAME_LENGTH",
     "MAX_USER_METADATA_BYTES",
+    "key_bytes",
 ]

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from app.store.download_budget import BudgetStatus
     from app.store.flush_lag import FlushLag
     from app.store.journal import JournalStatus
+    from app.telegram.chat_fill import ChatFill
     from app.telegram.dispatcher import BotStatus
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -77,7 +78,7 @@ class Metrics:
 
         self.background_rounds = Counter(
             "teleuploader_background_rounds",
-            "Rounds of the background loops (gc, instance_heartbeat, bot_lease, "
+            "Rounds of the background loops (gc, chat_fill, instance_heartbeat, bot_lease, "
             "shared_paths, tus_cleanup, bot_recheck, throughput_sample, snapshot, journal), "
             "by outcome: "
             "ok, or failed (logged as <loop>_round_failed).",
@@ -93,9 +94,10 @@ class Metrics:
         )
         self.gc_undeletable = Counter(
             "teleuploader_gc_undeletable",
-            "Telegram messages the GC gave up deleting: the 48 h delete window closed "
-            "while it retried, or Telegram refused for good. Each one stays in the channel "
-            "(logged as gc_gave_up_undeletable or gc_message_not_deletable).",
+            "Telegram messages this process left in the channel for good: posted more "
+            "than 48 hours before their deletion came (no call made; logged as "
+            "gc_left_in_channel), or Telegram refused for good (gc_message_not_deletable, "
+            "gc_gave_up_undeletable). teleuploader_messages_left_in_channel counts them all.",
             registry=self.registry,
         )
         self.abandoned_sends = Counter(
@@ -148,6 +150,11 @@ class Metrics:
     ) -> None:
         """Read what the scrub last counted, and its repairs, at scrape time."""
         self.registry.register(_DurabilityCollector(health, repaired))
+
+    def watch_chats(self, fill: ChatFill, left: Callable[[], int]) -> None:
+        """Read each storage chat's fill, and the messages left in the chats
+        for good (as the GC last counted them), at scrape time."""
+        self.registry.register(_ChatsCollector(fill, left))
 
     def watch_journal(self, status: Callable[[], JournalStatus]) -> None:
         """Read the journal's last round at scrape time."""
@@ -256,6 +263,38 @@ class _DurabilityCollector(Collector):
         yield chunks
         yield GaugeMetricFamily(
             "teleuploader_chunk_copies", "Chunk copies stored in Telegram.", value=health.copies
+        )
+
+
+class _ChatsCollector(Collector):
+    def __init__(self, fill: ChatFill, left: Callable[[], int]) -> None:
+        self._fill = fill
+        self._left = left
+
+    def collect(self) -> Iterator[Metric]:
+        chats = GaugeMetricFamily(
+            "teleuploader_chat_messages",
+            "Messages in a storage chat: its newest message id the service has seen "
+            "(every message ever posted there, by anyone, deleted or not). At "
+            "teleuploader_chat_message_limit the chat takes no new writes.",
+            labels=["chat"],
+        )
+        for chat_id, newest in sorted(self._fill.newest.items()):
+            chats.add_metric([str(chat_id)], newest)
+        yield chats
+        yield GaugeMetricFamily(
+            "teleuploader_chat_message_limit",
+            "CHAT_MESSAGE_LIMIT: the messages a storage chat may hold before it takes no "
+            "new writes (0: no limit).",
+            value=self._fill.limit,
+        )
+        yield GaugeMetricFamily(
+            "teleuploader_messages_left_in_channel",
+            "Messages the service no longer needs and can no longer delete: posted more "
+            "than 48 hours before their deletion came, or refused by Telegram. They stay "
+            "in the storage chats for good (docs/trash.md). Every instance's, as the "
+            "database counted them at the GC's last round.",
+            value=self._left(),
         )
 
 

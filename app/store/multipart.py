@@ -168,7 +168,8 @@ class MultipartStore:
         `checksum` is asked once the stream ended: the part's checksum.
 
         Raises UploadMissing (the upload was completed or aborted meanwhile;
-        the part's chunks are released) and UploadTooLarge."""
+        the part's chunks are released), UploadTooLarge and ChatsFull."""
+        self._objects.require_room()  # before the spool acknowledges a byte
         spool = self._spool
         # A part big enough to keep the bots busy on its own gains nothing from
         # waiting in the spool: it goes straight on, cut into equal chunks.

@@ -26,7 +26,11 @@ Nothing waits for ever:
 * Whatever a fetch raises reaches the stream.
 
 A failed read is retried from the byte where it stopped; a 429 waits the
-`retry_after` Telegram asks for. If the read still fails, the headers are long
+`retry_after` Telegram asks for. getFile's failed-download answer is retried
+by the locator (app/store/locator.py); one it could not get past is the
+next copy's turn, and counted against this one (`on_unavailable`: it is
+missing only once such failures spread over time, app/store/copy_failures.py).
+If the read still fails, the headers are long
 sent: the connection is aborted (CONSUMER_ABORT) and the stream ends, or,
 without that hook, the iterator raises and the server closes the connection.
 Either way no short body can pass for a complete one.
@@ -44,15 +48,20 @@ import structlog
 from app.kit.consumer_abort import CONSUMER_ABORT
 from app.sealing.layout import FRAME_SIZE
 from app.store.blocks import BLOCK_SIZE
+from app.store.copy_failures import is_gone, is_unavailable
 from app.store.copy_fetch import CopyCorrupt, HashesFound, fetch_checked
 from app.store.download_budget import Claim, DownloadBudget
 from app.store.errors import ClientStalled, ContentUnavailable, DownloadStalled, ObjectDamaged
-from app.store.locator import ChunkLocator, ChunkRef, CopyRef, is_gone
+from app.store.locator import ChunkLocator, ChunkRef, CopyRef
 from app.store.stall_watch import StallWatch
-from app.telegram.errors import NoUsableBot, RateLimited, TelegramError
+from app.telegram.errors import FilesUnreachable, NoUsableBot, RateLimited, TelegramError
 
 #: A copy found bad: (chunk id, copy id, "missing" or "corrupt").
 BadCopy = Callable[[int, int, str], None]
+#: A copy Telegram could not serve this time: (chunk id, copy id).
+UnavailableCopy = Callable[[int, int], None]
+#: A copy served whole and checked: (copy id).
+ServedCopy = Callable[[int], None]
 
 
 class CopyGone(Exception):
@@ -61,6 +70,10 @@ class CopyGone(Exception):
 
 class CopyUnreachable(Exception):
     """No bot of this instance can reach the copy now."""
+
+
+class CopyUnavailable(CopyUnreachable):
+    """Telegram could not serve the copy, asked again and through a forward."""
 
 
 log = structlog.get_logger("app.store.reader")
@@ -174,9 +187,13 @@ class RangeReader:
         on_dropped: Callable[[str], None] | None = None,
         on_bad_copy: BadCopy | None = None,
         on_hashes: HashesFound | None = None,
+        on_unavailable: UnavailableCopy | None = None,
+        on_served: ServedCopy | None = None,
     ) -> None:
         self._locator = locator
         self._on_bad_copy = on_bad_copy
+        self._on_unavailable = on_unavailable
+        self._on_served = on_served
         self._on_hashes = on_hashes
         self._budget = budget
         self._prefetch = max(0, prefetch)
@@ -339,6 +356,8 @@ class RangeReader:
         for copy in chunk.copies:
             try:
                 await self._fetch_copy(piece, copy, progress)
+                if self._on_served is not None:
+                    self._on_served(copy.copy_id)
                 return
             except CopyCorrupt as exc:
                 damaged += 1
@@ -348,6 +367,13 @@ class RangeReader:
                 damaged += 1
                 failures.append(str(exc))
                 self._report(chunk, copy, "missing", str(exc))
+            except CopyUnavailable as exc:
+                failures.append(str(exc))
+                if chunk.lost:
+                    # Found missing before (its failures lasted: the rule of
+                    # app/store/copy_failures.py), and Telegram still cannot
+                    # serve it: as damaged as a copy found gone.
+                    damaged += 1
             except (CopyUnreachable, ContentUnavailable) as exc:
                 failures.append(str(exc))
         if chunk.copies and damaged == len(chunk.copies):
@@ -377,6 +403,17 @@ class RangeReader:
                     # No bot here may reach it now (its chat refuses them
                     # all): the next copy, at once.
                     raise CopyUnreachable(f"copy {copy.copy_id}: {exc}") from None
+                if isinstance(exc, FilesUnreachable):
+                    # The settings, not the copy: no retry helps.
+                    log.error("telegram_files_unreachable", copy_id=copy.copy_id, error=str(exc))
+                    raise CopyUnreachable(f"copy {copy.copy_id}: {exc}") from None
+                if is_unavailable(exc):
+                    # Asked again and through a forward already (the
+                    # locator): counted against the copy, the next one read.
+                    log.warning("chunk_copy_unavailable", copy_id=copy.copy_id, error=str(exc))
+                    if self._on_unavailable is not None:
+                        self._on_unavailable(span.chunk.chunk_id, copy.copy_id)
+                    raise CopyUnavailable(f"copy {copy.copy_id}: {exc}") from None
                 # The next attempt starts at the byte where this one stopped.
                 last_error = exc
                 log.warning(
@@ -412,13 +449,13 @@ class RangeReader:
             piece.queue.put_nowait(data)
             progress.delivered += len(data)
 
-        client, file_path = await self._locator.locate(copy)
+        chunk = span.chunk
+        await self._locator.confirm(copy, chunk.size)
         await claim.connect()
         try:
             start = span.offset + progress.delivered
             await fetch_checked(
-                client,
-                file_path,
+                lambda offset, end: self._locator.open_copy(copy, chunk.size, offset, end),
                 span.chunk,
                 copy,
                 start,

@@ -170,7 +170,7 @@ class Reconciler:
         """Post a tiny document into `chat_id` (now its newest message); its
         id. It goes to the GC ledger at once."""
         document = await self._dispatcher.send_document(
-            PROBE_BYTES, PROBE_FILE_NAME, caption=PROBE_CAPTION, chat_id=chat_id
+            PROBE_BYTES, PROBE_FILE_NAME, caption=PROBE_CAPTION, chat_id=chat_id, even_if_full=True
         )
         self._gc.enqueue_document(document, reason="orphaned")
         return document.message_id

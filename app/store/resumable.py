@@ -175,6 +175,7 @@ class ResumableStore:
         room: int,
         checksum: Checksum | None,
     ) -> UploadState:
+        self._objects.require_room()  # before the spool acknowledges a byte
         hasher = HASHES[checksum.algorithm]() if checksum is not None else None
         reader = _Body(body, hasher)
         offset = at_offset

@@ -1,14 +1,20 @@
 """The scrub: every chunk copy checked within SCRUB_PERIOD, and every loss
 repaired from a good copy.
 
-* **Checks.** Each round (every `ROUND_SECONDS`) asks Telegram about the
-  copies checked longest ago (getFile through the bot that uploaded the
-  copy, one call like any other: the dispatcher's one-call-per-token rule
-  holds), as many as it takes to visit every copy once a period, spread
-  evenly. Within a daily byte budget (SCRUB_READ_BYTES_PER_DAY) it also
-  reads copies whole and checks every block against its stored hash (deep).
-  A copy Telegram no longer holds is 'missing', one with wrong bytes
-  'corrupt'. A round gives way to user traffic: it stops when the bots have
+* **Checks.** Each round (every `ROUND_SECONDS`) reads the copies checked
+  longest ago whole and checks every block against its stored hash (getFile
+  through the bot that uploaded the copy, one call like any other: the
+  dispatcher's one-call-per-token rule holds), as many as it takes to visit
+  every copy once a period, spread evenly, and no more than the daily byte
+  budget (SCRUB_READ_BYTES_PER_DAY) allows: getFile is a download (the Bot
+  API server fetches the whole file before it answers, holding the bot's
+  one call meanwhile: telegram-bot-api Client.cpp, do_get_file), so a check
+  that only asked getFile would cost Telegram's side as much as one that
+  reads the bytes; each check spends its copy's size, and the budget left
+  carries over to the next round. A copy Telegram no longer holds is
+  'missing', one with wrong bytes 'corrupt'; one it could not serve this
+  time is counted (app/store/copy_failures.py: missing only once that
+  lasts). A round gives way to user traffic: it stops when the bots have
   work queued.
 * **Repairs.** A chunk with fewer intact copies than REPLICAS (a bad copy
   found by a check or by a read, or REPLICAS raised) is read whole from an
@@ -36,10 +42,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -50,10 +57,11 @@ from app.db.session import session_scope
 from app.kit.periodic import Periodic
 from app.sealing import CUSTOMER_KEY_ID
 from app.store.blocks import hashes_root
+from app.store.copy_failures import CopyFailures, is_gone, is_unavailable
 from app.store.encryption import Encryption
-from app.store.errors import EncryptionKeyUnavailable
+from app.store.errors import EncryptionKeyUnavailable, pass_failure
 from app.store.gc import GarbageCollector
-from app.store.locator import ChunkLocator, copy_ref, is_gone
+from app.store.locator import ChunkLocator, copy_ref
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, WholeCopy, read_whole
 from app.telegram.dispatcher import Dispatcher
@@ -69,6 +77,8 @@ REPAIRS_PER_ROUND = 20
 # Copies a full pass reads from the database at a time.
 PASS_BATCH = 1000
 DAY = 86400.0
+# A check's verdict on a copy Telegram could not serve this time.
+Verdict = BadState | Literal["unavailable"]
 
 
 @dataclass
@@ -78,6 +88,8 @@ class PassReport:
     checked: int = 0
     missing: int = 0
     corrupt: int = 0
+    # Copies Telegram could not serve this time (counted, asked again).
+    unavailable: int = 0
     repaired: int = 0
     # Whole copies read and checked (deep), and their bytes.
     read: int = 0
@@ -86,7 +98,15 @@ class PassReport:
     lost_objects: int = 0
 
     def add(self, other: PassReport) -> None:
-        for name in ("checked", "missing", "corrupt", "repaired", "read", "read_bytes"):
+        for name in (
+            "checked",
+            "missing",
+            "corrupt",
+            "unavailable",
+            "repaired",
+            "read",
+            "read_bytes",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -126,8 +146,11 @@ class Scrub:
         owner: str | None = None,
         round_seconds: float = ROUND_SECONDS,
         encryption: Encryption | None = None,
+        failures: CopyFailures | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dispatcher = dispatcher
+        self._failures = failures if failures is not None else CopyFailures(sessionmaker)
         self._encryption = encryption if encryption is not None else Encryption(None)
         self._sessionmaker = sessionmaker
         self._gc = gc
@@ -135,7 +158,14 @@ class Scrub:
         self._buffers = buffers
         self.replicas = replicas
         self._period = period
-        self._read_per_round = read_bytes_per_day * round_seconds / DAY
+        # Bytes the rounds may still have Telegram fetch: the day's budget
+        # accrues with time (a day's at most), a check spends its copy's
+        # size. By time, not per round: a round woken early (a bad copy
+        # reported) adds nothing.
+        self._read_per_day = read_bytes_per_day
+        self._allowance = 0.0
+        self._clock = clock
+        self._accrued_at: float | None = None
         self._owner = owner
         self.loop = Periodic(
             "scrub", self._round, interval=round_seconds, jitter=0.1, run_at_start=True
@@ -169,6 +199,24 @@ class Scrub:
         bad: BadState = "corrupt" if state == "corrupt" else "missing"
         self._in_background(self._mark_bad(copy_id, bad))
 
+    def report_unavailable(self, chunk_id: int, copy_id: int) -> None:
+        """A read could not have Telegram serve a copy: counted; missing
+        once that lasts (app/store/copy_failures.py), and a repair soon."""
+        self._in_background(self._count_failure(copy_id))
+
+    def copy_served(self, copy_id: int) -> None:
+        """A read was served by a copy: failures counted of it are forgotten."""
+        if self._failures.may_be_failing(copy_id):
+            self._in_background(self._failures.served(copy_id))
+
+    async def _count_failure(self, copy_id: int) -> bool:
+        """Count a failure of the copy; True if that made it missing."""
+        if not await self._failures.failed(copy_id):
+            return False
+        log.warning("copy_missing_after_failures", copy_id=copy_id)
+        await self._mark_bad(copy_id, "missing")
+        return True
+
     def hashes_found(self, chunk_id: int, hashes: bytes, root: str) -> None:
         """A chunk stored before verified reads was read whole and found right."""
 
@@ -183,7 +231,7 @@ class Scrub:
             await CopyRepository(session).mark_bad(copy_id, state)
         self.loop.wake()
 
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _in_background(self, work: Coroutine[Any, Any, object]) -> None:
         async def guarded() -> None:
             try:
                 await work
@@ -215,8 +263,8 @@ class Scrub:
             try:
                 await self.run_pass(deep=deep, into=full.report)
             except Exception as exc:
-                full.error = str(exc) or type(exc).__name__
-                log.warning("scrub_pass_failed", error=full.error)
+                full.error = pass_failure(exc, "scrub_pass_failed")
+                log.warning("scrub_pass_failed", exc_info=exc)
             finally:
                 full.finished_at = datetime.now(UTC)
 
@@ -259,14 +307,25 @@ class Scrub:
                 copy_ids = await CopyRepository(session).due_for_check(
                     max(due, 1), not_by=self._dispatcher.held_elsewhere
                 )
+            self._accrue()
             for copy_id in copy_ids:
                 if self._dispatcher.backlog() > 0:
                     break  # user traffic first: the next round goes on
-                deep = report.read_bytes < self._read_per_round
-                await self._check(copy_id, deep=deep, report=report)
+                if self._allowance <= 0:
+                    break  # the day's bytes are spent: the next rounds go on
+                self._allowance -= await self._check(copy_id, deep=True, report=report)
             await self._count(report)
             if report.missing or report.corrupt or report.repaired:
                 log.info("scrub_round", **asdict(report))
+
+    def _accrue(self) -> None:
+        """The budget's share since the last round (the first: one round's)."""
+        now = self._clock()
+        last = self._accrued_at
+        elapsed = self._round_seconds if last is None else now - last
+        self._accrued_at = now
+        share = self._read_per_day * elapsed / DAY
+        self._allowance = min(self._allowance + share, max(float(self._read_per_day), 1.0))
 
     async def _count(self, report: PassReport) -> None:
         health = await self.health()
@@ -275,19 +334,21 @@ class Scrub:
 
     # --- one copy ----------------------------------------------------------------------------
 
-    async def _check(self, copy_id: int, *, deep: bool, report: PassReport) -> None:
+    async def _check(self, copy_id: int, *, deep: bool, report: PassReport) -> int:
+        """Check one copy; the bytes that made Telegram's side fetch (its size,
+        or 0 when it was not asked about)."""
         async with session_scope(self._sessionmaker) as session:
             repo = CopyRepository(session)
             found = await repo.copy(copy_id)
             if found is None:
-                return  # released meanwhile
+                return 0  # released meanwhile
             chunk_id, copy = found
             chunk = (await repo.chunks([chunk_id])).get(chunk_id)
         if chunk is None:
-            return
+            return 0
         worker = self._dispatcher.workers.get(copy.bot_id)
         if worker is not None and worker.probing:
-            return  # its bot is still being checked: the next round asks
+            return 0  # its bot is still being checked: the next round asks
         # A chunk under a customer key (S3 SSE-C) opens only with its
         # owner's key, which the service does not keep: its copies are
         # checked for presence only, never marked verified.
@@ -298,22 +359,30 @@ class Scrub:
             # Telegram is unwell (or the key is not here), not the copy: it
             # is asked again next time.
             log.warning("copy_check_failed", copy_id=copy_id, error=str(exc))
-            return
+            return chunk.size
         report.checked += 1
-        async with session_scope(self._sessionmaker) as session:
-            repo = CopyRepository(session)
-            if verdict is None:
-                await repo.mark_checked(copy_id, verified=deep)
-            else:
-                await repo.mark_bad(copy_id, verdict)
+        if verdict == "unavailable":
+            report.unavailable += 1
+            if not await self._count_failure(copy_id):
+                return chunk.size
+            verdict = "missing"
+        else:
+            async with session_scope(self._sessionmaker) as session:
+                repo = CopyRepository(session)
+                if verdict is None:
+                    await repo.mark_checked(copy_id, verified=deep)
+                    await self._failures.served(copy_id, session)
+                else:
+                    await repo.mark_bad(copy_id, verdict)
         if verdict == "missing":
             report.missing += 1
         elif verdict == "corrupt":
             report.corrupt += 1
+        return chunk.size
 
     async def _look_at(
         self, chunk: ChunkRow, copy: CopyRow, *, deep: bool, report: PassReport
-    ) -> BadState | None:
+    ) -> Verdict | None:
         """None if the copy is there (and, `deep`, right), else what is wrong."""
         ref = copy_ref(copy)
         worker = self._dispatcher.workers.get(copy.bot_id)
@@ -323,11 +392,12 @@ class Scrub:
             return "missing"
         try:
             if not deep:
-                await self._dispatcher.file_path(copy.bot_id, copy.file_id)
+                # Asked now, not answered from the paths cached for reads.
+                await self._locator.confirm(ref, chunk.size, cached=False)
                 return None if worker.usable else "missing"
             check = WholeCopy(chunk, copy, self._encryption)
-            client, file_path = await self._locator.locate(ref)
-            async with client.open_file(file_path) as body:
+            self._locator.forget(ref)
+            async with self._locator.open_copy(ref, chunk.size, 0) as (_start, body):
                 async for data in body:
                     for _ in check.feed(data):
                         pass
@@ -339,6 +409,8 @@ class Scrub:
         except TelegramError as exc:
             if is_gone(exc):
                 return "missing"
+            if is_unavailable(exc):
+                return "unavailable"
             raise
         report.read += 1
         report.read_bytes += chunk.size
@@ -410,6 +482,8 @@ class Scrub:
             except TelegramError as exc:
                 if is_gone(exc):
                     await self._mark_bad(copy.id, "missing")
+                elif is_unavailable(exc):
+                    await self._count_failure(copy.id)
                 else:
                     log.warning("copy_read_failed", copy_id=copy.id, error=str(exc))
                 continue

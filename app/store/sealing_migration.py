@@ -30,6 +30,7 @@ from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.store.encryption import Encryption
+from app.store.errors import pass_failure
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
 from app.store.upload_buffers import UploadBuffers
@@ -93,8 +94,8 @@ class SealingMigration:
             try:
                 await self.run_pass(current)
             except Exception as exc:
-                current.error = str(exc) or type(exc).__name__
-                log.warning("sealing_migration_failed", error=current.error)
+                current.error = pass_failure(exc, "sealing_migration_failed")
+                log.warning("sealing_migration_failed", exc_info=exc)
             finally:
                 current.finished_at = datetime.now(UTC)
 

@@ -74,6 +74,11 @@ class ObjectStore(ObjectWrites, ObjectReads, ObjectDeletes):
     def keeps_the_pool_busy(self, size: int) -> bool:
         return self._writer.keeps_the_pool_busy(size)
 
+    def require_room(self) -> None:
+        """ChatsFull at once when no storage chat takes new writes (each
+        holds CHAT_MESSAGE_LIMIT messages): before a byte is taken in."""
+        self._writer.require_room()
+
     def count_uploaded_bytes(self, size: int) -> None:
         """Bytes received from a client that the writer did not see (spooled)."""
         self._writer.count_bytes(size)

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.config.settings import Settings
 from app.store.access import AccessStore
 from app.store.buckets import BucketStore
+from app.store.dav_locks import DavLocks
+from app.store.file_tree import FileTree
 from app.store.flush_lag import FlushLagWatch
 from app.store.flusher import Flusher
 from app.store.gc import GarbageCollector
@@ -34,6 +36,7 @@ from app.store.scrub import Scrub
 from app.store.sealing_migration import SealingMigration
 from app.store.service import ObjectStore
 from app.store.shared_paths import SharedPaths
+from app.store.shares import ShareStore
 from app.store.snapshot import Snapshots
 from app.store.spool import Spool
 from app.store.throughput import ThroughputHistory
@@ -61,6 +64,9 @@ class Services:
     # one memory of which buckets exist.
     buckets: BucketStore
     multipart: MultipartStore
+    # WebDAV's view of the native files (folders, properties) and its locks.
+    tree: FileTree
+    dav_locks: DavLocks
     buffers: UploadBuffers
     spool: Spool
     flusher: Flusher
@@ -77,6 +83,8 @@ class Services:
     snapshots: Snapshots
     journal: Journal
     access: AccessStore
+    # Share links (/api/shares, /s/...).
+    shares: ShareStore
     metrics: Metrics
     started_at: datetime
     # What `close` stops, in order.

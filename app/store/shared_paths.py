@@ -98,6 +98,15 @@ class SharedPaths:
         except Exception as exc:  # a read must not fail for the others' sake
             log.warning("shared_path_not_shared", bot_id=bot_id, error=str(exc))
 
+    async def forget(self, bot_id: int, file_id: str) -> None:
+        """A shared path the file server no longer has: dropped, so that the
+        next question is answered with a getFile (best effort)."""
+        try:
+            async with session_scope(self._sessionmaker) as session:
+                await SharedPathRepository(session).forget(bot_id, file_id)
+        except Exception as exc:  # a read must not fail for the others' sake
+            log.warning("shared_path_not_forgotten", bot_id=bot_id, error=str(exc))
+
     # --- a holder's side ----------------------------------------------------------
 
     def start(self) -> None:
@@ -146,6 +155,8 @@ class SharedPaths:
 
     async def _get_path(self, bot_id: int, file_id: str) -> str | None:
         try:
+            # The size is not asked with the path: the client gives the
+            # server's download the time the largest chunk takes.
             return await self._dispatcher.file_path(bot_id, file_id)
         except TelegramError as exc:
             # The reader, unanswered, forwards instead.

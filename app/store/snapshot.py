@@ -14,7 +14,9 @@ to every storage chat and is pinned there: `getChat` answers it as
 pin, so reconciliation never takes it for an orphan; once the pin stands,
 snapshots older than the last two are pruned through the GC ledger. A
 snapshot that fails half-way ledgers what it sent and pins nothing: the
-previous manifest stays pinned, and usable.
+previous manifest stays pinned, and usable. Pinning in a channel takes the
+right can_edit_messages: a snapshot first finds a bot holding it in every
+chat, and without one sends nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
@@ -42,8 +44,10 @@ from app.db.types import utcnow
 from app.kit.periodic import Periodic
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
+from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.types import StoredDocument
+from app.telegram.errors import PermanentError, TelegramError
+from app.telegram.types import ChatMemberInfo, StoredDocument
 
 log = structlog.get_logger("app.store.snapshot")
 
@@ -127,10 +131,14 @@ class Snapshots:
             return SnapshotResult(None, {}, 0, 0, 0)
         sent: list[StoredDocument] = []
         try:
+            # Before anything is sent: the chats that take it (not full), and
+            # a bot that may pin in each, or the snapshot is not written.
+            chats = self._dispatcher.require_open_chats()
+            pinners = await self._pinners(chats)
             with tempfile.TemporaryFile() as spill:
                 counts = await self._write_rows(spill)
                 size = spill.tell()
-                manifest = await self._send_pieces(spill, size, taken_at, sent)
+                manifest = await self._send_pieces(spill, size, taken_at, chats, sent)
             manifest.update(
                 format=MANIFEST_FORMAT,
                 version=MANIFEST_VERSION,
@@ -141,10 +149,10 @@ class Snapshots:
             body = json.dumps(manifest, separators=(",", ":")).encode()
             manifests = [
                 await self._send(body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent)
-                for chat in self._dispatcher.chat_ids
+                for chat in chats
             ]
             for document in manifests:
-                await self._pin(document)
+                await self._pin(document, pinners[document.chat_id])
         except BaseException:
             # Deleting a pinned manifest unpins it: every chat falls back to
             # the previous snapshot's.
@@ -179,19 +187,64 @@ class Snapshots:
                 return False
             await asyncio.sleep(LEASE_POLL)
 
-    async def _pin(self, document: StoredDocument) -> None:
-        await self._dispatcher.call(
-            document.bot_id,
-            "pinChatMessage",
-            lambda client: client.pin_chat_message(document.chat_id, document.message_id),
-        )
-        # The pin's service message takes an id above the manifest's that no
-        # row can hold (its id is not returned): counted as the service's, as
-        # a deleted message is, or the channel audit would call it foreign.
-        async with session_scope(self._sessionmaker) as session:
-            await WatermarkRepository(session).note_deleted(
-                document.chat_id, document.message_id + 1
+    async def _pinners(self, chat_ids: list[int]) -> dict[int, int]:
+        """A bot that may pin in each chat, asked now (getChatMember): in a
+        channel a pin takes the administrator right can_edit_messages (td's
+        DialogManager.cpp, can_pin_messages), which may have been taken since
+        the bot was checked. Raises, naming the right, when a chat has none:
+        its snapshot would be sent and then fail at the pin."""
+        pinners: dict[int, int] = {}
+        refused: list[str] = []
+        for chat_id in chat_ids:
+            pinner = None
+            for bot_id in self._dispatcher.serving_bots(chat_id):
+                try:
+                    member = await self._dispatcher.call(
+                        bot_id, "getChatMember", _member_of(chat_id, bot_id)
+                    )
+                except TelegramError:
+                    continue  # another bot may answer for the chat
+                if member.can_edit_messages:
+                    pinner = bot_id
+                    break
+            if pinner is None:
+                refused.append(str(chat_id))
+            else:
+                pinners[chat_id] = pinner
+        if refused:
+            raise PermanentError(
+                "no bot may pin the snapshot's manifest in chat "
+                + ", ".join(refused)
+                + ": give a bot there the administrator right to edit messages "
+                "(can_edit_messages), which pinning in a channel takes; "
+                "nothing of this snapshot was sent",
+                status=400,
             )
+        return pinners
+
+    async def _pin(self, document: StoredDocument, pinner: int) -> None:
+        """Pin a manifest through `pinner`. The pin posts a service message
+        with the chat's next id, which no reply names and no bot can read:
+        it is the service's, of an id unknown but above every message known
+        posted before the pin began. Its send intent, as a document's, keeps
+        the channel audit and reconciliation from taking it for a foreign
+        post while it runs."""
+        async with session_scope(self._sessionmaker) as session:
+            intent = await IntentRepository(session).open(self._owner, document.chat_id)
+            above = await WatermarkRepository(session).newest_known(document.chat_id)
+        try:
+            await self._dispatcher.call(
+                pinner,
+                "pinChatMessage",
+                lambda client: client.pin_chat_message(document.chat_id, document.message_id),
+            )
+        except BaseException:
+            async with session_scope(self._sessionmaker) as session:
+                await IntentRepository(session).resolve(intent)
+            raise
+        async with session_scope(self._sessionmaker) as session:
+            await WatermarkRepository(session).note_unseen_post(document.chat_id, above)
+            await IntentRepository(session).resolve(intent)
 
     async def _write_rows(self, spill: IO[bytes]) -> dict[str, int]:
         counts = dict.fromkeys(snapshots.SNAPSHOT_TABLES, 0)
@@ -204,7 +257,12 @@ class Snapshots:
         return counts
 
     async def _send_pieces(
-        self, spill: IO[bytes], size: int, taken_at: datetime, sent: list[StoredDocument]
+        self,
+        spill: IO[bytes],
+        size: int,
+        taken_at: datetime,
+        chats: list[int],
+        sent: list[StoredDocument],
     ) -> dict[str, Any]:
         """Send the spilled snapshot in pieces; the manifest's part about them."""
         manifest: dict[str, Any] = {"compression": "gzip", "sealing": None, "pieces": []}
@@ -228,7 +286,6 @@ class Snapshots:
                 entry["salt"] = base64.b64encode(salt).decode()
             else:
                 data = plain
-            chats = self._dispatcher.chat_ids
             document = await self._send(
                 data,
                 f"snapshot-{_stamp(taken_at)}-{index}.bin",
@@ -304,6 +361,13 @@ async def send_recorded(
         await snapshots.record_messages(session, taken_at, [record(document)])
         await IntentRepository(session).resolve(intent)
     return document
+
+
+def _member_of(chat_id: int, bot_id: int) -> Callable[[BotClient], Awaitable[ChatMemberInfo]]:
+    def run(client: BotClient) -> Awaitable[ChatMemberInfo]:
+        return client.get_chat_member(chat_id, bot_id)
+
+    return run
 
 
 def _write_batch(out: gzip.GzipFile, table: str, rows: list[dict[str, Any]]) -> None:

@@ -84,8 +84,7 @@ async def read_whole(
     they are not the chunk's, TelegramError if Telegram did not give them."""
     data = bytearray()
     check = WholeCopy(chunk, copy, keys)
-    client, file_path = await locator.locate(copy_ref(copy))
-    async with client.open_file(file_path) as body:
+    async with locator.open_copy(copy_ref(copy), chunk.size, 0) as (_start, body):
         async for piece in body:
             for plain in check.feed(piece):
                 data += plain

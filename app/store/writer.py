@@ -48,7 +48,7 @@ from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.blocks import SHA256, ChunkDigests, block_hashes_off_loop, hashes_root
-from app.store.chunk_size import plan_chunk_size
+from app.store.chunk_size import plan_chunks
 from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
@@ -143,6 +143,11 @@ class ChunkWriter:
         what draws bots here)."""
         return max(1, self._dispatcher.pool_size())
 
+    def require_room(self) -> None:
+        """ChatsFull when no storage chat takes new chunks (each holds
+        CHAT_MESSAGE_LIMIT messages): an upload fails before it sends any."""
+        self._dispatcher.require_open_chats()
+
     def keeps_the_pool_busy(self, size: int) -> bool:
         """Would a stream of `size` bytes, cut into equal chunks, keep the
         bots busy on its own? At half the pool's width or more, its equal
@@ -180,12 +185,16 @@ class ChunkWriter:
         allow_inline: bool,
         expected_size: int | None,
     ) -> WrittenContent:
+        # Refused before a byte is read when no chat takes new writes: small
+        # content too, which could live inline, since no snapshot or journal
+        # batch could then carry its row to the chats either.
+        self.require_room()
         # A customer key's content is sealed in Telegram, never kept inline.
         inline = allow_inline and not customer_key_given()
         sealed = self.encryption.seals_new_chunks
         inline_threshold = self.inline_threshold if inline else 0
         lanes = self.parallelism()
-        chunk_size = plan_chunk_size(expected_size, self.chunk_size, lanes)
+        plan = plan_chunks(expected_size, self.chunk_size, lanes)
         reader = HashingReader(
             stream,
             max_size=max_size,
@@ -222,8 +231,9 @@ class ChunkWriter:
                 data = None
                 try:
                     _raise_first_failure(tasks)
-                    await reader.fill(chunk_size)
-                    data = reader.take(chunk_size)
+                    length = plan.length(len(tasks))
+                    await reader.fill(length)
+                    data = reader.take(length)
                 finally:
                     if not data:  # failed, or the stream's end: no chunk holds them
                         self.buffers.release()

@@ -21,7 +21,7 @@ from app.kit.seekable_body import SEND_PIECE, SeekableBody
 # a few KiB. Chosen when a trip cost 30 us (anyio's sockets), about what
 # copying 192 KiB into a fresh buffer costs; at 7 us now, 64 KiB pieces sent
 # as they came still cost more than short ones joined (bench/README.md,
-# send_pieces_bench.py), so the bound stays.
+# send_pieces_bench.py in bench/README.md), so the bound stays.
 UNCOPIED_PIECE = 192 * 1024
 
 

@@ -25,11 +25,13 @@ from app.kit.seekable_body import SEND_PIECE, SeekableBody
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import (
     CallAbandoned,
+    FilesUnreachable,
     PermanentError,
     TelegramError,
     TransientError,
     error_from_reply,
 )
+from app.telegram.local_files import LocalFiles
 from app.telegram.network import LoopTransport
 from app.telegram.types import (
     CAPTION_LIMIT,
@@ -126,9 +128,17 @@ class BotClient:
         processing_allowance: float = SERVER_PROCESSING_ALLOWANCE,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int | None = None,
+        local_files: LocalFiles | None = None,
+        expected_file_size: int = 0,
     ) -> None:
+        """`local_files`: the server runs with --local, and its files are read
+        from the disk (app.telegram.local_files). `expected_file_size`: the
+        size a getFile of unknown size is given time for (the service's
+        largest chunk)."""
         self.token = token
         self.bot_id = token.bot_id
+        self._local = local_files
+        self.expected_file_size = expected_file_size
         self._api_base = api_base.rstrip("/")
         self._floor_bandwidth = floor_bandwidth
         self._connect_timeout = connect_timeout
@@ -199,15 +209,32 @@ class BotClient:
                 body.close()
         return self._stored_document(message, expected_size=len(data))
 
-    async def get_file(self, file_id: str) -> FileLocation:
-        result = await self._call("getFile", data={"file_id": file_id})
+    async def get_file(self, file_id: str, size: int | None = None) -> FileLocation:
+        """Where the file can be read now. getFile is a download: the server
+        fetches the whole file before it answers (telegram-bot-api Client.cpp,
+        do_get_file), so the call's time budget grows with its `size`
+        (`expected_file_size` when not given). The path is always relative
+        to the bot's directory: a local server's absolute one (which holds
+        the token) is cut to that (app.telegram.local_files)."""
+        work = self.expected_file_size if size is None else size
+        result = await self._call("getFile", data={"file_id": file_id}, body_size=work)
         path = result.get("file_path")
         if not path:
             raise PermanentError("getFile returned no file_path", status=400, bot_id=self.bot_id)
+        path = str(path)
+        if self._local is not None:
+            path = self._local.relative(self.token, path)
+        elif path.startswith("/"):
+            raise FilesUnreachable(
+                "getFile answered an absolute path: the Bot API server at TELEGRAM_API_BASE "
+                "runs with --local and serves no files; set TELEGRAM_LOCAL_SERVER=true "
+                "(deploy/README.md, A local Bot API server)",
+                bot_id=self.bot_id,
+            )
         return FileLocation(
             file_id=str(result["file_id"]),
             file_unique_id=str(result.get("file_unique_id", "")),
-            file_path=str(path),
+            file_path=path,
             file_size=result.get("file_size"),
         )
 
@@ -235,15 +262,25 @@ class BotClient:
         result = await self._call(
             "getChatMember", data={"chat_id": str(chat_id), "user_id": str(user_id)}
         )
+        creator = result.get("status") == "creator"  # holds every right, names none
         return ChatMemberInfo(
             status=str(result.get("status", "")),
-            can_post_messages=bool(
-                result.get("can_post_messages", result.get("status") == "creator")
-            ),
-            can_delete_messages=bool(
-                result.get("can_delete_messages", result.get("status") == "creator")
-            ),
+            can_post_messages=bool(result.get("can_post_messages", creator)),
+            can_delete_messages=bool(result.get("can_delete_messages", creator)),
+            can_edit_messages=bool(result.get("can_edit_messages", creator)),
         )
+
+    async def chat_member_rights(self, chat_id: int, user_id: int) -> dict[str, bool | str]:
+        """A member's status and every `can_...` right getChatMember reports,
+        as Telegram gives them (what `teleuploader check --deep` shows)."""
+        result = await self._call(
+            "getChatMember", data={"chat_id": str(chat_id), "user_id": str(user_id)}
+        )
+        rights: dict[str, bool | str] = {"status": str(result.get("status", ""))}
+        for name, value in sorted(result.items()):
+            if name.startswith("can_") and isinstance(value, bool):
+                rights[name] = value
+        return rights
 
     async def pin_chat_message(self, chat_id: int, message_id: int) -> None:
         await self._call(
@@ -283,10 +320,17 @@ class BotClient:
         message into the chat."""
         if len(caption) > CAPTION_LIMIT:
             raise ValueError(f"a caption holds at most {CAPTION_LIMIT} characters")
-        await self._call(
-            "editMessageCaption",
-            data={"chat_id": str(chat_id), "message_id": str(message_id), "caption": caption},
-        )
+        try:
+            await self._call(
+                "editMessageCaption",
+                data={"chat_id": str(chat_id), "message_id": str(message_id), "caption": caption},
+            )
+        except PermanentError as exc:
+            # The caption is already this one: an edit whose answer was lost
+            # and is retried, or one made twice. What was asked for holds
+            # (td answers an edit to the same text so: MessagesManager.cpp).
+            if "message is not modified" not in exc.description.lower():
+                raise
 
     @asynccontextmanager
     async def open_file(self, file_path: str) -> AsyncIterator[AsyncIterator[bytes]]:
@@ -304,7 +348,12 @@ class BotClient:
         given), asked for with a Range header; (where the stream starts, the
         stream). The file server serves static files and honours it (206); a
         server that ignores it sends the whole file (200, start 0), and the
-        caller skips what it does not need."""
+        caller skips what it does not need. A local server's file is read
+        from the disk, the Range a seek."""
+        if self._local is not None:
+            async with self._local.open_at(self.token, file_path, offset, end) as opened:
+                yield opened
+            return
         url = f"{self._api_base}/file/bot{self.token.value}/{file_path}"
         headers = None
         if end is not None:
@@ -346,8 +395,9 @@ class BotClient:
     # --- plumbing ---------------------------------------------------------------
 
     def time_budget(self, body_size: int) -> float:
-        """Seconds a call with a body of `body_size` bytes may take in all: a
-        connection, the body at the floor bandwidth, then Telegram's work."""
+        """Seconds a call moving `body_size` bytes (an upload's body, or the
+        file a getFile makes the server download) may take in all: a
+        connection, the bytes at the floor bandwidth, then Telegram's work."""
         return (
             self._connect_timeout + body_size / self._floor_bandwidth + self._processing_allowance
         )

@@ -33,9 +33,10 @@ app/telegram/pool_membership.py; the views for /ready and /metrics, which only
 read the pool, are in app/telegram/pool_views.py.
 
 Only Bot API *method* calls go through the lanes. Downloading a file's bytes
-(`/file/bot<token>/...`) is not a method call and is not rate-limited the same
-way; it uses the bot's client directly (`client_for`), so a long download does
-not stall that bot's uploads.
+(`/file/bot<token>/...`, or a local server's file on its disk) is not a method
+call and is not rate-limited the same way; it uses the bot's client directly
+(`client_for`), so a long download does not stall that bot's uploads. getFile
+is a method call, and a download on the server's side before it answers.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from app.telegram.attempts import (
     Attempts,
     OrphanHandler,
 )
+from app.telegram.chat_fill import ChatFill
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.client import BotClient
 from app.telegram.errors import DispatcherClosed
@@ -104,6 +106,7 @@ class Dispatcher(PoolMembership, PoolViews):
         checked: bool = True,
         leased: bool = False,
         small_lane: bool = True,
+        chat_message_limit: int = 0,
     ) -> None:
         """`checked=False`: every bot waits outside the pool until `admit`
         (after its getMe check passed) or `reject`. `leased=True`: a bot
@@ -123,6 +126,8 @@ class Dispatcher(PoolMembership, PoolViews):
             for worker in self.workers.values():
                 worker.usable = False
                 worker.probing = True
+        # How full each chat is; a full one takes no new sends (chat_fill.py).
+        self.fill = ChatFill(self.chat_ids, chat_message_limit)
         self._router = Router(
             self.workers,
             self.chat_ids,
@@ -138,6 +143,7 @@ class Dispatcher(PoolMembership, PoolViews):
             transient_backoff=transient_backoff,
             abandoned_hold=abandoned_hold,
         )
+        self._router.is_full = self.fill.full
         self.on_orphan = on_orphan
         self.on_attempt = on_attempt
         self.on_abandoned_send = on_abandoned_send
@@ -246,18 +252,38 @@ class Dispatcher(PoolMembership, PoolViews):
         caption: str | None = None,
         chat_id: int | None = None,
         replicas: ReplicaGroup | None = None,
+        even_if_full: bool = False,
     ) -> StoredDocument:
         """Store `data` as a document through some bot, in `chat_id` or else in
         the storage chat its bot can post to soonest (the result says which).
         A send of one of several copies names their `replicas`: it goes to a
-        bot none of the others has, where the pool allows."""
+        bot none of the others has, where the pool allows. A full chat takes
+        none (ChatsFull) unless `even_if_full` (a probe, deleted at once)."""
+        if chat_id is None:
+            self.require_open_chats()
+        elif not even_if_full and self.fill.full(chat_id):
+            raise self.fill.refusal()
 
         def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
             return client.send_document(chat, data, filename, caption=caption)
 
-        return await self._submit(
+        document: StoredDocument = await self._submit(
             "sendDocument", run, is_send=True, chat_id=chat_id, replicas=replicas
         )
+        self.fill.saw(document.chat_id, document.message_id)
+        return document
+
+    def open_chat_ids(self) -> list[int]:
+        """The storage chats that take new writes (not full)."""
+        return self.fill.open_chats(self.chat_ids)
+
+    def require_open_chats(self) -> list[int]:
+        """`open_chat_ids`, or ChatsFull when there is none: a write can
+        fail at once, before anything of it is sent."""
+        chats = self.open_chat_ids()
+        if not chats:
+            raise self.fill.refusal()
+        return chats
 
     def replica_chats(self, copies: int) -> list[int | None]:
         """The chat each of a chunk's `copies` goes to: distinct storage chats
@@ -268,7 +294,7 @@ class Dispatcher(PoolMembership, PoolViews):
             return [None] * copies
         open_chats = [
             chat
-            for chat in self.chat_ids
+            for chat in self.open_chat_ids()
             if any(w.usable and chat in w.chats for w in self.workers.values())
         ]
         if not open_chats:
@@ -288,15 +314,19 @@ class Dispatcher(PoolMembership, PoolViews):
         def run(client: BotClient, chat: int) -> Awaitable[StoredDocument]:
             return client.forward_message(chat, from_chat_id, message_id)
 
-        return await self._submit(
+        # Into a full chat too: it keeps stored data reachable, and goes at once.
+        document: StoredDocument = await self._submit(
             "forwardMessage", run, is_send=True, exclude=exclude, chat_id=from_chat_id
         )
+        self.fill.saw(document.chat_id, document.message_id)
+        return document
 
-    async def file_path(self, bot_id: int, file_id: str) -> str:
+    async def file_path(self, bot_id: int, file_id: str, size: int | None = None) -> str:
         """getFile through the bot that holds `file_id` (file_ids are bot-
-        scoped). A reader waits for it: it goes ahead of queued uploads."""
+        scoped). A reader waits for it: it goes ahead of queued uploads.
+        `size`: the file's, for the call's time budget (getFile downloads it)."""
         location = await self.call(
-            bot_id, "getFile", lambda client: client.get_file(file_id), priority=True
+            bot_id, "getFile", lambda client: client.get_file(file_id, size), priority=True
         )
         return location.file_path
 

@@ -89,12 +89,25 @@ class ChatForbidden(BotUnusable):
         self.chat_id = chat_id
 
 
+class FilesUnreachable(TelegramError):
+    """The Bot API server's files cannot be read as this service is set up:
+    a server that serves no files (a `--local` one) taken for the cloud, a
+    local server's directory not shared or not readable. No fault of any
+    copy, and retrying does not help: the description says what to set."""
+
+
 class NoUsableBot(TelegramError):
     """Every bot in the pool is unusable: jobs fail fast instead of hanging."""
 
 
 class DispatcherClosed(TelegramError):
     """The dispatcher is shutting down and takes no new jobs."""
+
+
+class ChatsFull(TelegramError):
+    """Every storage chat a write could go to holds CHAT_MESSAGE_LIMIT
+    messages (app/telegram/chat_fill.py): nothing new can be stored until
+    an operator adds a chat. Retrying does not help."""
 
 
 # Telegram answers some calls into a chat the bot may not post in with a 400,

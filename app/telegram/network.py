@@ -7,7 +7,7 @@ buffer limit of 0 that stops after each piece until the socket has taken it
 all, a checkpoint) and the same per 64 KiB read. An upload sends every byte it
 receives again, in pieces of 192 KiB to 1 MiB, so those trips were most of
 what httpx cost over writing the same request to a socket
-(bench/send_pieces_bench.py). Here a write is a transport write that waits
+(bench/README.md, send_pieces_bench.py). Here a write is a transport write that waits
 only when the transport's buffer is above its high-water mark, and a timeout
 is armed only when something waits.
 

@@ -170,11 +170,28 @@ class BotProber:
         """The storage chats where the bot is an admin that may post, and why
         each other chat refused it. A passing failure (5xx, 429, timeout) is
         raised: check again later."""
-        chats, refused = await self._standing(
-            bot_id, self._dispatcher.chat_ids, lambda chat: self._member_of(bot_id, chat)
-        )
+        unpinning: list[int] = []
+
+        async def member_of(chat_id: int) -> ChatMemberInfo:
+            member = await self._member_of(bot_id, chat_id)
+            if member.is_admin and member.can_post_messages and not member.can_edit_messages:
+                unpinning.append(chat_id)
+            return member
+
+        chats, refused = await self._standing(bot_id, self._dispatcher.chat_ids, member_of)
         for chat_id, refusal in refused.items():
             log.error("bot_refused_in_chat", bot_id=bot_id, chat_id=chat_id, error=refusal)
+        for chat_id in unpinning:
+            # Admitted all the same: a snapshot needs one bot per chat that
+            # may pin its manifest (app/store/snapshot.py), not every bot.
+            log.warning(
+                "bot_may_not_pin",
+                bot_id=bot_id,
+                chat_id=chat_id,
+                detail="the bot lacks the administrator right can_edit_messages, which "
+                "pinning a snapshot's manifest in a channel takes; with no bot holding it "
+                "in a chat, no snapshot is written",
+            )
         return chats, [f"chat {chat_id}: {refusal}" for chat_id, refusal in refused.items()]
 
     @staticmethod

@@ -62,6 +62,9 @@ class Router:
         self._clock = clock
         # Other live instances share the bots (set by app.store.leases).
         self.in_fleet = False
+        # Whether a chat holds CHAT_MESSAGE_LIMIT messages: a send that may
+        # choose its chat avoids it (set by the dispatcher: its ChatFill).
+        self.is_full: Callable[[int], bool] = lambda chat_id: False
         self._assignments = itertools.count(1)
         self._delayed: set[asyncio.TimerHandle] = set()
         self._delayed_jobs: set[Job[Any]] = set()
@@ -113,7 +116,11 @@ class Router:
         unable = {w.bot_id for w in usable if not self.serves(w, job)}
         if len(unable) == len(usable):
             where = "a storage chat" if job.chat_id is None else f"chat {job.chat_id}"
-            job.fail(NoUsableBot(f"no usable bot may post in {where}"))
+            error = NoUsableBot(f"no usable bot may post in {where}")
+            # What refused the last bot there, if that is why ("chat not
+            # found": the chat is gone), for callers that must tell.
+            error.__cause__ = job.last_error
+            job.fail(error)
             return
         now = self._clock()
         if not any(w.serving(now) for w in usable if w.bot_id not in unable):
@@ -321,14 +328,14 @@ class Router:
         if not job.is_send:
             return True
         if job.chat_id is None:
-            return bool(worker.chats)
+            return bool(self.chats_of(worker, job))
         return job.chat_id in worker.chats or job.chat_id not in self.chat_ids
 
     def chats_of(self, worker: BotWorker, job: Job[Any]) -> list[int]:
         """The chats `worker` may send `job` to."""
         if job.chat_id is not None:
             return [job.chat_id]
-        return [chat for chat in self.chat_ids if chat in worker.chats]
+        return [chat for chat in self.chat_ids if chat in worker.chats and not self.is_full(chat)]
 
     def send_delay(self, worker: BotWorker, job: Job[Any], now: float) -> float:
         """Seconds until `worker` may run `job` as far as pacing goes (0: now)."""

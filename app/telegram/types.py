@@ -60,6 +60,9 @@ class ChatMemberInfo:
     status: str
     can_post_messages: bool
     can_delete_messages: bool
+    # Pinning in a channel takes this right (td's DialogManager.cpp,
+    # can_pin_messages): a snapshot's manifest is pinned.
+    can_edit_messages: bool = False
 
     @property
     def is_admin(self) -> bool:

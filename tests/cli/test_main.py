@@ -328,6 +328,23 @@ def test_the_simulator_discards_file_bytes_only_when_told(
     assert [options["keep_file_bytes"] for options in started] == [kept]
 
 
+def test_the_simulator_acts_as_a_local_server_in_the_directory_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started: list[dict[str, object]] = []
+    monkeypatch.setattr(
+        "app.telegram.simulator.main_simulator", lambda **options: started.append(options)
+    )
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["telegram-sim", "--local-dir", "tba", "--getfile-bandwidth", "1e6"]) == 0
+    assert main(["telegram-sim"]) == 0
+
+    local, cloud = started
+    assert (local["local_dir"], local["getfile_bandwidth"]) == (str(tmp_path / "tba"), 1e6)
+    assert cloud["local_dir"] is None
+
+
 def test_keys_on_an_unmigrated_database_say_to_migrate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

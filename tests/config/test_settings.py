@@ -18,6 +18,8 @@ from app.config.settings import (
 
 T1 = "123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 T2 = "654321:BBHdqTcvCH1vGWJxfSeofSAs0K5PALDsbw"
+# A local Bot API server (--local), beside the service.
+LOCAL_API = "http://127.0.0.1:8081"
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +36,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory)
         "BASE_URL",
         "PUBLIC_BASE_URL",
         "TELEGRAM_LOCAL_SERVER",
+        "TELEGRAM_LOCAL_PATH_MAP",
+        "TELEGRAM_API_BASE",
         "LOG_LEVEL",
         "DOWNLOAD_BUFFER_BYTES",
         "DOWNLOAD_CONNECTIONS",
@@ -174,7 +178,67 @@ def test_chunks_too_big_to_download_are_refused(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(SettingsError, match="CHUNK_SIZE=19922945 is above 19922944"):
         load_settings()
     monkeypatch.setenv("TELEGRAM_LOCAL_SERVER", "true")
+    monkeypatch.setenv("TELEGRAM_API_BASE", LOCAL_API)
     assert load_settings().chunk_size == MAX_CHUNK_SIZE + 1
+
+
+def test_a_local_server_with_the_cloud_base_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """api.telegram.org runs no --local server: its getFile caps downloads
+    at 20 MiB, so chunks above it would upload and never be read back."""
+    monkeypatch.setenv("TELEGRAM_LOCAL_SERVER", "true")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "TELEGRAM_LOCAL_SERVER=true needs TELEGRAM_API_BASE" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    monkeypatch.setenv("TELEGRAM_API_BASE", "https://api.telegram.org/")
+    with pytest.raises(SettingsError, match=r"not api\.telegram\.org"):
+        load_settings()
+    monkeypatch.setenv("TELEGRAM_API_BASE", LOCAL_API)
+    assert load_settings().telegram_local_server is True
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("/var/lib/telegram-bot-api:/srv/tba", ("/var/lib/telegram-bot-api", "/srv/tba")),
+        (" /var/lib/tba/ : /mnt/tba/ ", ("/var/lib/tba", "/mnt/tba")),
+        ("/:/mnt", ("/", "/mnt")),
+    ],
+)
+def test_the_local_path_map_is_the_servers_dir_then_ours(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: tuple[str, str]
+) -> None:
+    monkeypatch.setenv("TELEGRAM_LOCAL_SERVER", "true")
+    monkeypatch.setenv("TELEGRAM_API_BASE", LOCAL_API)
+    monkeypatch.setenv("TELEGRAM_LOCAL_PATH_MAP", value)
+    assert load_settings().telegram_local_path_map == expected
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        (
+            {"TELEGRAM_LOCAL_PATH_MAP": "/a"},
+            "TELEGRAM_LOCAL_PATH_MAP: expected SERVER_DIR:LOCAL_DIR",
+        ),
+        ({"TELEGRAM_LOCAL_PATH_MAP": "a:/b"}, "TELEGRAM_LOCAL_PATH_MAP: SERVER_DIR and LOCAL_DIR"),
+        (
+            {"TELEGRAM_LOCAL_SERVER": "false", "TELEGRAM_LOCAL_PATH_MAP": "/a:/b"},
+            "TELEGRAM_LOCAL_PATH_MAP is for a local Bot API server",
+        ),
+    ],
+)
+def test_a_bad_local_path_map_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], says: str
+) -> None:
+    monkeypatch.setenv("TELEGRAM_LOCAL_SERVER", "true")
+    monkeypatch.setenv("TELEGRAM_API_BASE", LOCAL_API)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=says):
+        load_settings()
 
 
 def test_a_bad_number_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,7 +386,12 @@ def test_master_keys_from_the_environment_or_a_credentials_file(
         ({"ENCRYPTION_KEYS": KEY, "ENCRYPTION_KEYS_FILE": "/k"}, "both set: keep one"),
         ({"ENCRYPTION_KEYS_FILE": "/nonexistent/keys"}, "cannot be read: No such file"),
         (
-            {"ENCRYPTION_KEYS": KEY, "TELEGRAM_LOCAL_SERVER": "true", "CHUNK_SIZE": str(2 * 10**9)},
+            {
+                "ENCRYPTION_KEYS": KEY,
+                "TELEGRAM_LOCAL_SERVER": "true",
+                "TELEGRAM_API_BASE": LOCAL_API,
+                "CHUNK_SIZE": str(2 * 10**9),
+            },
             "CHUNK_SIZE is at most 1999511824",
         ),
     ],

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import trash
 from app.db.api_keys import hash_key
+from app.db.chat_fill import ChatFillRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import (
     MIGRATIONS_DIR,
@@ -46,7 +47,7 @@ from tests.db.helpers import Database, add_chunks, spec, whole_chunks
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0022"
+    assert head_revision() == "0028"
 
 
 def test_the_head_the_schema_check_reads_is_alembics() -> None:
@@ -140,7 +141,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0022: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0028: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)
@@ -175,6 +176,8 @@ async def test_no_downgrade_below_blake3_digests_once_a_chunk_has_them(
     would be unreadable under it, so the downgrade refuses while one exists,
     and goes through once none does."""
     await asyncio.to_thread(upgrade, empty_database.migration_url)
+    # The revision that brought the digests, whatever came after it.
+    await asyncio.to_thread(downgrade, empty_database.migration_url, "0022")
     engine = create_engine(empty_database.url)
     try:
         sessionmaker = create_sessionmaker(engine)
@@ -185,7 +188,10 @@ async def test_no_downgrade_below_blake3_digests_once_a_chunk_has_them(
             )
         with pytest.raises(RuntimeError, match="1 chunks have block digests"):
             await asyncio.to_thread(downgrade, empty_database.migration_url, "0021")
-        assert await current_revisions(engine) == ("0022",)
+        # Not below 0022: the revisions above it may have gone down first
+        # (SQLite), or the whole downgrade was undone (Postgres).
+        (revision,) = await current_revisions(engine)
+        assert revision >= "0022"
 
         async with session_scope(sessionmaker) as session:
             await session.execute(update(Chunk).values(block_digest=None))
@@ -223,7 +229,18 @@ async def test_downgrade_below_multipart_ledgers_the_chunks_only_uploads_used(
 
         async with session_scope(sessionmaker) as session:
             remaining = set(await session.scalars(select(Chunk.id)))
-            (entry,) = (await session.scalars(select(GcEntry))).all()
+            # The columns of revision 0001's ledger.
+            (entry,) = (
+                await session.execute(
+                    select(
+                        GcEntry.message_id,
+                        GcEntry.reason,
+                        GcEntry.attempts,
+                        GcEntry.enqueued_at,
+                        GcEntry.next_attempt_at,
+                    )
+                )
+            ).all()
         assert remaining == {shared.id, in_object.id, pending.id}
         assert (entry.message_id, entry.reason, entry.attempts) == (
             in_part.message_id,
@@ -262,7 +279,9 @@ async def test_downgrade_below_the_trash_deletes_what_it_held_and_ledgers_its_ow
         async with session_scope(sessionmaker) as session:
             keys = set(await session.scalars(text("SELECT key FROM objects")))
             remaining = set(await session.scalars(select(Chunk.id)))
-            ledger = [(e.message_id, e.reason) for e in await session.scalars(select(GcEntry))]
+            ledger = [
+                tuple(e) for e in await session.execute(select(GcEntry.message_id, GcEntry.reason))
+            ]
         assert keys == {"b"}
         assert remaining == {shared.id}
         assert ledger == [(alone.message_id, "deleted")]
@@ -500,3 +519,36 @@ def _at_now(sql: str) -> TextClause:
 async def _tables(engine: AsyncEngine) -> set[str]:
     async with engine.connect() as connection:
         return set(await connection.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+async def test_the_chats_fill_starts_from_the_message_ids_the_database_knows(
+    empty_database: Database,
+) -> None:
+    """0028: a deployment upgraded with chats already well filled starts with
+    their counts (CHAT_MESSAGE_LIMIT), not at zero."""
+    await asyncio.to_thread(upgrade, empty_database.migration_url, "0022")
+    engine = create_engine(empty_database.url)
+    try:
+        async with engine.begin() as connection:
+            for statement in (
+                "INSERT INTO chunks (id, size, sha256, state, created_at, copies_ok) "
+                "VALUES (1, 10, '', 'live', CURRENT_TIMESTAMP, 1)",
+                "INSERT INTO chunk_copies (chunk_id, bot_id, file_id, file_unique_id, chat_id, "
+                "message_id, state, created_at) VALUES "
+                "(1, 7, 'f', 'u', -1001, 480, 'ok', CURRENT_TIMESTAMP), "
+                "(1, 7, 'f', 'u', -1002, 12, 'ok', CURRENT_TIMESTAMP)",
+                "INSERT INTO snapshot_messages (taken_at, kind, bot_id, chat_id, message_id, "
+                "file_unique_id) VALUES (CURRENT_TIMESTAMP, 'manifest', 7, -1001, 502, 'm')",
+                "INSERT INTO gc_ledger (bot_id, chat_id, message_id, file_unique_id, reason, "
+                "enqueued_at, attempts, next_attempt_at) VALUES "
+                "(0, -1002, 30, '', 'orphaned', CURRENT_TIMESTAMP, 0, CURRENT_TIMESTAMP)",
+            ):
+                await connection.execute(text(statement))
+        await engine.dispose()
+
+        await asyncio.to_thread(upgrade, empty_database.migration_url)
+
+        async with session_scope(create_sessionmaker(engine)) as session:
+            assert await ChatFillRepository(session).all() == {-1001: 502, -1002: 30}
+    finally:
+        await engine.dispose()

@@ -172,3 +172,36 @@ def test_the_default_format_is_for_humans_on_a_terminal_and_json_elsewhere(
     configure_logging("INFO", "auto", stream=piped)
     structlog.get_logger("app.test").info("bots_ready", usable=2)
     assert json.loads(piped.getvalue())["usable"] == 2
+
+
+# A name as a client may send it: an OSC that retitles the terminal, one that
+# clears the screen, a one-byte CSI, a bidi override, a line break.
+HOSTILE = "photo\x1b]0;owned\x07\x1b[2J\x9b1m\u202egnp.exe\nforged_line"
+
+
+def test_a_name_in_a_line_for_humans_cannot_act_on_the_terminal(
+    restore_logging: None,
+) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "console", stream=stream)
+    structlog.get_logger("app.test").info("stored", key=HOSTILE)
+    logging.getLogger("uvicorn.error").warning("foreign %s", HOSTILE)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        structlog.get_logger("app.test").exception("failed", key=HOSTILE)
+    shown = stream.getvalue()
+    assert not any(ch in shown for ch in "\x1b\x07\x9b\u202e")
+    assert shown.count("photo\\x1b]0;owned\\x07\\x1b[2J\\x9b1m[U+202E]gnp.exe\\x0aforged_line") == 3
+    # Only the traceback spans lines.
+    assert "\nforged_line" not in shown
+    assert "Traceback (most recent call last):\n" in shown
+
+
+def test_a_name_in_a_json_line_is_escaped_by_json(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "json", stream=stream)
+    structlog.get_logger("app.test").info("stored", key=HOSTILE)
+    [line] = stream.getvalue().splitlines()
+    assert line.isascii() and line.isprintable()
+    assert json.loads(line)["key"] == HOSTILE

@@ -7,9 +7,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
-from tests.running_service import CHUNK, ServiceFactory, eventually, payload
+from app.db.chunks import ChunkRepository
+from app.db.session import session_scope
+from app.runtime.startup import StartupError, refuse_unreadable_chunks, start_services
+from app.telegram.simulator import make_tokens
+from tests.db.helpers import Database, document
+from tests.running_service import CHUNK, ServiceFactory, eventually, make_settings, payload
+
+MiB = 1024 * 1024
 
 pytestmark = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 
@@ -64,3 +72,29 @@ async def test_a_start_without_public_base_url_warns_that_links_follow_the_host_
         assert "PUBLIC_BASE_URL" in warnings[0]["detail"]
     else:
         assert warnings == []
+
+
+async def test_a_move_to_the_cloud_with_chunks_only_a_local_server_reads_is_refused(
+    database: Database, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """Chunks above the cloud's getFile cap (20 MiB: telegram-bot-api
+    Client.h) were stored through a local Bot API server: pointed at
+    api.telegram.org, the service would never read them back. It refuses
+    to start, in one line that says how many and what to do."""
+    async with session_scope(sessionmaker) as session:
+        chunks = ChunkRepository(session)
+        for size in (19 * MiB, 20 * MiB, 21 * MiB, 40 * MiB):
+            await chunks.add_pending(document(size=size), "ab" * 32)
+    tokens = make_tokens(1)
+    cloud = make_settings(database, "https://api.telegram.org", tokens)
+    local = make_settings(
+        database, "http://127.0.0.1:8081", tokens, telegram_local_server=True, chunk_size=40 * MiB
+    )
+
+    with pytest.raises(StartupError) as caught:
+        await start_services(cloud)
+    await refuse_unreadable_chunks(local, sessionmaker)  # where they were stored: fine
+
+    message = str(caught.value)
+    assert message.startswith("2 stored chunks are larger than the 20 MiB")
+    assert "TELEGRAM_LOCAL_SERVER=true" in message and "\n" not in message

@@ -27,7 +27,7 @@ async def test_a_sign_in_names_its_key_until_signed_out(sessionmaker: Sessions) 
     async with session_scope(sessionmaker) as session:
         _key, plaintext = await ApiKeyRepository(session).create("page", scope="write")
 
-    signed_in = await access.sign_in(plaintext, HOUR)
+    signed_in = await access.sign_in(plaintext, HOUR, address="203.0.113.1")
 
     assert signed_in is not None and signed_in.key.name == "page"
     found = await access.signed_in_key(signed_in.token)
@@ -45,7 +45,7 @@ async def test_an_unknown_or_revoked_key_opens_no_session(sessionmaker: Sessions
         _key, plaintext = await keys.create("gone", scope="write")
         assert await keys.revoke("gone")
 
-    assert await access.sign_in(plaintext, HOUR) is None
-    assert await access.sign_in("tu_" + "b" * 43, HOUR) is None
+    assert await access.sign_in(plaintext, HOUR, address="203.0.113.1") is None
+    assert await access.sign_in("tu_" + "b" * 43, HOUR, address="203.0.113.1") is None
     assert await session_rows(sessionmaker) == 0
     await access.close()

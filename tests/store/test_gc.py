@@ -25,13 +25,21 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.gc import GcRepository
-from app.db.models import Chunk, GcEntry
+from app.db.models import Chunk, ChunkCopy, GcEntry, LeftMessage
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store.gc import GarbageCollector
 from app.store.metrics import Metrics
 from tests.http.api.test_database_outage import PrivatePgbouncer, outage_service, pgbouncer
-from tests.running_service import CHAT_ID, CHUNK, Service, ServiceFactory, eventually, payload
+from tests.running_service import (
+    CHAT_ID,
+    CHUNK,
+    Service,
+    ServiceFactory,
+    eventually,
+    parse_metrics,
+    payload,
+)
 
 Sessions = async_sessionmaker[AsyncSession]
 HOUR = 3600.0
@@ -263,7 +271,7 @@ class NoBots:
         return []
 
 
-async def test_deletions_are_retried_until_the_48_hour_window_closes(
+async def test_deletions_are_retried_until_48_hours_after_the_posting(
     sessionmaker: Sessions,
 ) -> None:
     gc = GarbageCollector(NoBots(), sessionmaker)  # type: ignore[arg-type]
@@ -272,6 +280,7 @@ async def test_deletions_are_retried_until_the_48_hour_window_closes(
     now = utcnow()
     async with session_scope(sessionmaker) as session:
         repo = GcRepository(session)
+        # Both ledgered an hour ago (a trash expiring); posted 47 and 49 hours ago.
         for message_id, age in [(1, timedelta(hours=47)), (2, timedelta(hours=49))]:
             await repo.add(
                 bot_id=7,
@@ -279,7 +288,8 @@ async def test_deletions_are_retried_until_the_48_hour_window_closes(
                 message_id=message_id,
                 file_unique_id=f"u{message_id}",
                 reason="deleted",
-                now=now - age,
+                posted_at=now - age,
+                now=now - timedelta(hours=1),
             )
         # Both have failed many times already (an outage of hours).
         await session.execute(update(GcEntry).values(attempts=40))
@@ -287,11 +297,45 @@ async def test_deletions_are_retried_until_the_48_hour_window_closes(
     await gc.run_once()
 
     async with session_scope(sessionmaker) as session:
-        left = {e.message_id: e.attempts for e in await session.scalars(select(GcEntry))}
+        ledgered = {e.message_id: e.attempts for e in await session.scalars(select(GcEntry))}
+        left = [(m.message_id, m.why) for m in await session.scalars(select(LeftMessage))]
     # The young one stays, to be tried again; the old one can never be deleted.
-    assert left == {1: 41}
+    assert ledgered == {1: 41}
+    assert left == [(2, "past_window")]
     assert gc.undeletable == 1
     assert "teleuploader_gc_undeletable_total 1.0" in metrics.render().decode()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_a_message_posted_over_48_hours_before_its_deletion_gets_no_call_and_stays_counted(
+    service: Service, sessionmaker: Sessions
+) -> None:
+    public_id = await put(service, "old.bin", payload(2 * CHUNK, seed=5))
+    messages = service.live_messages()
+    # 49 hours pass, for Telegram and for the service.
+    service.sim.advance_clock(49 * HOUR)
+    async with session_scope(sessionmaker) as session:
+        await session.execute(update(ChunkCopy).values(created_at=utcnow() - timedelta(hours=49)))
+    service.sim.reset_stats()
+
+    await delete(service, public_id)
+
+    async def settled() -> bool:
+        return await ledger(sessionmaker) == []
+
+    await eventually(settled)
+    assert sum(deletes(service).values()) == 0  # no call Telegram must refuse
+    assert service.live_messages() == messages  # they stay, for good
+    async with session_scope(sessionmaker) as session:
+        left = [(m.message_id, m.why) for m in await session.scalars(select(LeftMessage))]
+    assert sorted(left) == [(message, "past_window") for message in messages]
+
+    async def counted() -> bool:
+        async with service.client() as http:
+            scraped = parse_metrics((await http.get("/metrics", headers=service.auth)).text)
+        return scraped.get("teleuploader_messages_left_in_channel") == len(messages)
+
+    await eventually(counted)
 
 
 async def test_a_message_telegram_refuses_to_delete_is_counted_in_the_metrics(

@@ -55,6 +55,18 @@ class FakeTelegram:
             raise self.locate_error
         return self, str(copy.copy_id)
 
+    async def confirm(self, copy: CopyRef, size: int) -> tuple[FakeTelegram, str]:
+        return await self.locate(copy)
+
+    @contextlib.asynccontextmanager
+    async def open_copy(
+        self, copy: CopyRef, size: int, offset: int, end: int | None = None
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """As ChunkLocator.open_copy: locate, then open the file."""
+        client, path = await self.locate(copy)
+        async with client.open_file_at(path, offset, end) as opened:
+            yield opened
+
     def forget(self, copy: CopyRef) -> None:
         self.forgotten.append(copy.copy_id)
 

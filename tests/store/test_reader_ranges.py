@@ -37,6 +37,18 @@ class RangeServer:
     async def locate(self, copy: CopyRef) -> tuple[RangeServer, str]:
         return self, copy.file_id
 
+    async def confirm(self, copy: CopyRef, size: int) -> tuple[RangeServer, str]:
+        return await self.locate(copy)
+
+    @contextlib.asynccontextmanager
+    async def open_copy(
+        self, copy: CopyRef, size: int, offset: int, end: int | None = None
+    ) -> AsyncIterator[tuple[int, AsyncIterator[bytes]]]:
+        """As ChunkLocator.open_copy: locate, then open the file."""
+        client, path = await self.locate(copy)
+        async with client.open_file_at(path, offset, end) as opened:
+            yield opened
+
     def forget(self, copy: CopyRef) -> None:
         pass
 

@@ -18,6 +18,9 @@ from sqlalchemy import text
 from app.cli.main import main
 from app.db.engine import create_engine
 from app.db.models import Base
+from app.store.channel_audit import audit_channel
+from app.store.services import Services
+from app.telegram.client import BotClient
 from tests.conftest import empty_tables
 from tests.db.helpers import Database
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
@@ -79,6 +82,14 @@ async def get_link(service: Service, public_id: str) -> bytes:
     return answer.content
 
 
+async def make_share(service: Service, **body: Any) -> dict[str, Any]:
+    async with service.client() as http:
+        answer = await http.post("/api/shares", json=body, headers=service.auth)
+    assert answer.status_code == 201, answer.text
+    made: dict[str, Any] = answer.json()
+    return made
+
+
 async def take_snapshot(service: Service) -> dict[str, Any]:
     async with service.client() as http:
         answer = await http.post("/api/admin/snapshot", headers=service.auth)
@@ -107,10 +118,16 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     await s3("create_bucket", Bucket="box")
     body = payload(CHUNK + 5, seed=4)
     put = await s3("put_object", Bucket="box", Key="a/b.bin", Body=body, Metadata={"k": "v"})
+    # A share with a password and a download used: in the snapshot.
+    guarded = await make_share(first, file=small_id, password="pw", max_downloads=5)
+    async with first.client() as http:
+        got = await http.get(guarded["download_url"], auth=("", "pw"))
+        assert got.content == small
     taken = await take_snapshot(first)
     assert taken["taken"] and taken["rows"]["objects"] == 3 and taken["pieces"] == 1
     # Written after the snapshot: the snapshot at the clean stop carries it.
     late_id = await put_file(first, "late.txt", b"after the snapshot")
+    late_share = await make_share(first, file=late_id)
     await launcher.stop(first)
     await lose_the_database(database)
 
@@ -118,6 +135,7 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
 
     assert code == 0, out + _err
     assert "objects 4" in out and "api_keys 1" in out and "not found: 0" in out
+    assert "shares 2" in out
     again, _out, err = await restore(first, monkeypatch, capsys)
     assert again == 2 and "the database is not empty" in err
     second = await launcher.start(
@@ -127,6 +145,18 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     assert await get_link(second, small_id) == small
     assert await get_link(second, big_id) == big
     assert await get_link(second, late_id) == b"after the snapshot"
+    # The shares' links work as they did: the password still asked for,
+    # the download counted before the snapshot still counted.
+    guarded_bytes = guarded["download_url"].removeprefix(first.url)  # the same link, served anew
+    late_bytes = late_share["download_url"].removeprefix(first.url)
+    async with second.client() as http:
+        assert (await http.get(guarded_bytes)).status_code == 401
+        assert (await http.get(guarded_bytes, auth=("", "pw"))).content == small
+        assert (await http.get(late_bytes)).content == b"after the snapshot"
+        restored = await http.get(f"/api/shares/{guarded['id']}", headers=second.auth)
+    # The download before the snapshot, and the one just now: download
+    # sessions are not restored, so it is a new one.
+    assert restored.json()["downloads"] == 2
     s3 = S3(second)
     got = await s3("get_object", Bucket="box", Key="a/b.bin")
     assert await asyncio.to_thread(got["Body"].read) == body
@@ -209,3 +239,58 @@ async def test_with_encryption_keys_the_snapshot_is_sealed_and_restores_with_the
     back.key = service.key
     assert await get_link(back, public_id) == secret
     assert await get_link(back, big_id) == big
+
+
+async def test_a_snapshot_no_bot_may_pin_is_not_sent(launcher: ServiceLauncher) -> None:
+    service = await launcher.start(snapshot_interval_seconds=HOUR, journal_seconds=HOUR)
+    await put_file(service, "kept.txt", b"a row for the snapshot")
+    sim = service.sim
+    for bot_id in sim.bot_ids:  # admins that may post, not pin
+        sim.restrict(bot_id, CHAT_ID, can_edit_messages=False)
+    posted = sim.message_count(CHAT_ID)
+
+    async with service.client() as http:
+        refused = await http.post("/api/admin/snapshot", headers=service.auth)
+
+    assert refused.status_code == 502, refused.text
+    assert "can_edit_messages" in refused.json()["detail"]
+    assert sim.message_count(CHAT_ID) == posted  # not a piece, not a manifest
+    assert sum(s.calls.get("sendDocument", 0) for s in sim.stats().values()) == 0
+
+    # One bot with the right is enough: it pins what another may have posted.
+    sim.unkick(sim.bot_ids[2], CHAT_ID)
+    taken = await take_snapshot(service)
+    assert taken["taken"]
+    pinned = await service.app.state.services.dispatcher.call(
+        sim.bot_ids[0], "getChat", lambda client: client.pinned_message(CHAT_ID)
+    )
+    assert pinned is not None and sim.stats()[sim.bot_ids[2]].calls["pinChatMessage"] == 1
+
+
+async def test_the_pins_service_message_is_counted_wherever_its_id_falls(
+    launcher: ServiceLauncher,
+) -> None:
+    # A fresh chat: the service has no watermark there yet.
+    service = await launcher.start(snapshot_interval_seconds=HOUR, journal_seconds=HOUR)
+    sim = service.sim
+    with sim.holding("pinChatMessage"):
+        snapshot = asyncio.create_task(take_snapshot(service))
+        async with asyncio.timeout(10):
+            await sim.wait_held("pinChatMessage")
+        # Between the manifest and its pin: someone else's post, then the
+        # service's first chunk in the chat (its watermark goes below it).
+        foreign = sim.post_foreign(CHAT_ID)
+        await put_file(service, "first.bin", payload(CHUNK // 2, seed=6))
+    await snapshot
+    services: Services = service.app.state.services
+    client = BotClient(service.settings.bot_tokens[0], api_base=service.settings.telegram_api_base)
+    try:
+        audit = await audit_channel(services.sessionmaker, client, CHAT_ID)
+    finally:
+        await client.aclose()
+
+    # The one foreign post is the one judged; the pin's service message, after
+    # the chunk's, is the service's own.
+    assert audit is not None
+    assert audit.watermark < foreign < audit.probe_id
+    assert audit.foreign == 1

@@ -15,14 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.models import Chunk, GcEntry
 from app.db.session import session_scope
 from app.store.blocks import BLAKE3, block_hashes, hashes_root
-from app.store.chunk_size import plan_chunk_size
+from app.store.chunk_size import SPREAD, plan_chunk_size, plan_chunks
 from app.store.gc import GarbageCollector
 from app.store.upload_buffers import UploadBuffers
 from app.store.writer import ChunkWriter
 from app.telegram.chunk_pieces import ChunkPieces
 from app.telegram.errors import PermanentError, TelegramError
 from app.telegram.types import DocumentBody, StoredDocument
-from tests.running_service import eventually
+from tests.running_service import ServiceLauncher, eventually, payload
 
 MiB = 1024 * 1024
 CHUNK = 19 * MiB
@@ -80,6 +80,9 @@ class FakeTelegram:
 
     def pool_size(self) -> int:
         return len(self.bots)
+
+    def require_open_chats(self) -> list[int]:
+        return list(self.chat_ids)  # none is full
 
     async def send_document(
         self,
@@ -156,8 +159,10 @@ async def test_concurrent_writes_share_the_buffers_and_store_every_byte(
     for body, content in zip(bodies, written, strict=True):
         assert content.size == len(body)
         assert content.md5_hex == hashlib.md5(body).hexdigest()
+    # A stream of unknown length: chunks of 4096 bytes (past the first six,
+    # a few bytes short: SPREAD).
     assert sorted(map(len, telegram.sent)) == sorted(
-        len(chunk) for body in bodies for chunk in split(body, 4096)
+        length for body in bodies for length in spread_lengths(len(body), 4096)
     )
 
 
@@ -235,5 +240,69 @@ async def test_a_cancelled_write_gives_its_buffers_back(
     await writer.settle()
 
 
-def split(data: bytes, size: int) -> list[bytes]:
-    return [data[i : i + size] for i in range(0, len(data), size)]
+def spread_lengths(total: int, chunk_size: int) -> list[int]:
+    """The chunks a stream of unknown length is cut into."""
+    plan = plan_chunks(None, chunk_size, lanes=3)
+    lengths: list[int] = []
+    while total > 0:
+        lengths.append(min(total, plan.length(len(lengths))))
+        total -= lengths[-1]
+    return lengths
+
+
+@pytest.mark.parametrize("size", [None, 40 * MiB + 5, 100 * MiB, 19 * MiB])
+def test_a_streams_chunks_differ_in_size_from_one_to_the_next(size: int | None) -> None:
+    """The official server spaces one bot's uploads of the same size by up to
+    0.9 s (telegram-bot-api Client.cpp, on_cmd; bench/spacing_bench.py): the
+    chunks of one stream differ, by a few bytes, and stay within CHUNK_SIZE
+    and as equal as before."""
+    max_chunk = 19 * MiB
+    plan = plan_chunks(size, max_chunk, lanes=6)
+    total = size if size is not None else 400 * MiB
+    lengths: list[int] = []
+    while sum(lengths) < total:
+        lengths.append(min(plan.length(len(lengths)), total - sum(lengths)))
+
+    assert max(lengths) <= max_chunk and sum(lengths) == total
+    if size is None:
+        # The first two per bot meet no spacing (a second of burst): whole.
+        assert lengths[:12] == [max_chunk] * 12
+    if size is None or size > max_chunk:
+        body = lengths[12 if size is None else 0 : -1]  # the last takes what is left
+        assert all(a != b for a, b in itertools.pairwise(body))
+        assert max(body) - min(body) < SPREAD
+    if size is not None and size > max_chunk:
+        # As many chunks as the equal cut, the last no longer than the others.
+        assert len(lengths) == -(-size // plan_chunk_size(size, max_chunk, 6))
+        assert lengths[-1] <= min(lengths[:-1])
+    if size is not None and size <= max_chunk:
+        assert lengths == [size]
+
+
+async def test_with_the_servers_upload_spacing_on_a_streams_chunks_are_not_held_back(
+    launcher: ServiceLauncher,
+) -> None:
+    """One bot, a body cut into many chunks over 100,000 bytes: the official
+    server's spacing of equal uploads (the simulator's `upload_spacing`)
+    would hold most of them back; their sizes differ, so none waits, and
+    one call at a time never meets its 429."""
+    service = await launcher.start(
+        bots=1, chunk_size=200_000, prepare=lambda sim: sim.configure(upload_spacing=True)
+    )
+    body = payload(16 * 200_000 + 5, seed=9)
+
+    async with service.client() as http:
+        known = await http.put("/api/files/known.bin", content=body, headers=service.auth)
+
+        async def unknown_length() -> AsyncIterator[bytes]:
+            for start in range(0, len(body), 65_536):
+                yield body[start : start + 65_536]
+
+        streamed = await http.put(
+            "/api/files/streamed.bin", content=unknown_length(), headers=service.auth
+        )
+
+    assert known.status_code == streamed.status_code == 201
+    [stats] = service.sim.stats().values()
+    assert stats.calls["sendDocument"] >= 34
+    assert (stats.spaced_uploads, stats.rate_limited) == (0, 0)

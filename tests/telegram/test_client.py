@@ -14,6 +14,7 @@ from app.telegram.client import BotClient
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
+    FilesUnreachable,
     PermanentError,
     RateLimited,
     TransientError,
@@ -268,3 +269,82 @@ async def test_a_caption_edit_names_the_message_and_the_pin_comes_with_its_capti
     assert (pinned.document.message_id, pinned.document.file_id) == (7, "F")
     with pytest.raises(ValueError, match="1024"):
         await client.edit_message_caption(-100, 7, "x" * 1025)
+
+
+async def test_a_getfile_is_given_the_time_its_server_side_download_takes() -> None:
+    """getFile answers once the server has downloaded the whole file
+    (telegram-bot-api Client.cpp, do_get_file): its budget grows with the
+    file's size, as an upload's does with its body."""
+    client = BotClient(
+        TOKEN,
+        api_base=API,
+        floor_bandwidth=1000,
+        connect_timeout=0.05,
+        processing_allowance=0.05,
+        expected_file_size=700,
+    )
+
+    async def stall(request: httpx.Request) -> httpx.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    try:
+        with respx.mock:
+            respx.post(method_url("getFile")).mock(side_effect=stall)
+            with pytest.raises(CallAbandoned, match=r"getFile timed out after 1.3s"):
+                await client.get_file("F", 1200)
+            # A file of unknown size: the size the service expects at most.
+            with pytest.raises(CallAbandoned, match=r"getFile timed out after 0.8s"):
+                await client.get_file("F")
+    finally:
+        await client.aclose()
+
+
+async def test_an_absolute_path_from_a_server_taken_for_the_cloud_says_to_set_local_mode(
+    client: BotClient,
+) -> None:
+    """A --local server answers getFile with a path on its disk (Client.cpp,
+    json_store_file), which holds the token: never a copy's fault, never
+    quoted."""
+    path = f"/var/lib/telegram-bot-api/{TOKEN.value}/documents/file_1.bin"
+    with respx.mock:
+        respx.post(method_url("getFile")).mock(
+            return_value=httpx.Response(
+                200, json={"ok": True, "result": {"file_id": "F", "file_path": path}}
+            )
+        )
+        with pytest.raises(FilesUnreachable) as caught:
+            await client.get_file("F")
+    assert "TELEGRAM_LOCAL_SERVER=true" in str(caught.value)
+    assert TOKEN.secret not in str(caught.value)
+
+
+async def test_a_caption_edit_answered_not_modified_has_done_what_was_asked(
+    client: BotClient,
+) -> None:
+    """Telegram answers an edit to the caption a message already has with
+    "message is not modified": a retried edit whose first answer was lost."""
+    not_modified = {
+        "ok": False,
+        "error_code": 400,
+        "description": "Bad Request: message is not modified: specified new message content "
+        "and reply markup are exactly the same as a current content and reply markup of the "
+        "message",
+    }
+    with respx.mock:
+        respx.post(method_url("editMessageCaption")).mock(
+            side_effect=[
+                httpx.Response(400, json=not_modified),
+                httpx.Response(
+                    400,
+                    json={
+                        "ok": False,
+                        "error_code": 400,
+                        "description": "Bad Request: message to edit not found",
+                    },
+                ),
+            ]
+        )
+        await client.edit_message_caption(-100, 7, '{"seq":3}')
+        with pytest.raises(PermanentError, match="message to edit not found"):
+            await client.edit_message_caption(-100, 7, '{"seq":3}')

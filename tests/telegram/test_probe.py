@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import respx
+from structlog.testing import capture_logs
 
 from app.config.settings import BotToken
 from app.telegram.client import BotClient
@@ -18,6 +19,7 @@ from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import NoUsableBot
 from app.telegram.probe import BotProber
 from app.telegram.types import BotInfo
+from tests.running_service import eventually
 
 API = "https://api.telegram.org"
 SLOW, LATE, REVOKED = 1, 2, 3
@@ -171,3 +173,30 @@ async def test_a_check_goes_through_the_bots_lanes_and_waits_out_its_cooldown() 
                 await prober.stop()
     finally:
         await pool.stop(grace=0)
+
+
+async def test_a_bot_that_may_post_but_not_pin_is_admitted_and_named(
+    dispatcher: Dispatcher,
+) -> None:
+    may_not_pin = {
+        "status": "administrator",
+        "user": {"id": 0, "is_bot": True, "first_name": "b"},
+        "can_post_messages": True,
+        "can_delete_messages": True,
+        "can_edit_messages": False,
+    }
+    with respx.mock(assert_all_called=False) as router, capture_logs() as logs:
+        router.post(url__regex=rf"{API}/bot.*/getChatMember").mock(
+            return_value=httpx.Response(200, json={"ok": True, "result": may_not_pin})
+        )
+        router.post(url__regex=rf"{API}/bot.*/getMe").mock(return_value=me(SLOW))
+        prober = BotProber(dispatcher, first_pause=0, max_pause=0)
+        try:
+            prober.start()
+            await eventually(lambda: len(dispatcher.usable_bots()) == 3)
+        finally:
+            await prober.stop()
+
+    named = [entry for entry in logs if entry["event"] == "bot_may_not_pin"]
+    assert sorted(entry["bot_id"] for entry in named) == [SLOW, LATE, REVOKED]
+    assert all("can_edit_messages" in entry["detail"] for entry in named)

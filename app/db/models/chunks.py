@@ -33,9 +33,15 @@ GcReason = Literal["failed_upload", "aborted", "overwritten", "deleted", "orphan
 # repair replaced it, so that the last evidence of a chunk is never dropped.
 CopyState = Literal["ok", "missing", "corrupt"]
 
+# Why a message stays in the channel for good: Telegram's 48 hours since its
+# posting ran out before it could go ('past_window': no call was made), or
+# Telegram refused its deletion for good ('refused').
+LeftWhy = Literal["past_window", "refused"]
+
 CHUNK_STATES: tuple[str, ...] = get_args(ChunkState)
 GC_REASONS: tuple[str, ...] = get_args(GcReason)
 COPY_STATES: tuple[str, ...] = get_args(CopyState)
+LEFT_WHYS: tuple[str, ...] = get_args(LeftWhy)
 
 
 class Chunk(Base):
@@ -135,6 +141,27 @@ class ChunkCopy(Base):
         )
 
 
+class CopyFailure(Base):
+    """Reads and checks that Telegram could not serve a copy: getFile's
+    "wrong file_id or the file is temporarily unavailable", which the Bot
+    API server sends for any server-side download that failed (5xx and 429
+    of its data centre too: telegram-bot-api Client.cpp, on_update_file).
+    A copy counts as missing only once such failures spread over time
+    (app/store/copy_failures.py); a read or check that succeeds drops the row.
+    Here, not in memory, so that restarts and every instance agree."""
+
+    __tablename__ = "copy_failures"
+
+    copy_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("chunk_copies.id", ondelete="CASCADE"), primary_key=True
+    )
+    # The first failure counted, the last one, and how many were counted
+    # (at least the rule's spacing apart: one outage is one failure).
+    first_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    failures: Mapped[int] = mapped_column(Integer)
+
+
 class GcEntry(Base):
     """A Telegram message that must be deleted; the row goes once it is."""
 
@@ -155,12 +182,55 @@ class GcEntry(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # When Telegram posted the message, at the latest (the service's clock
+    # when its reply came, or when its row was written): bots may delete it
+    # for 48 hours from then. None: unknown (an orphan reconciliation found,
+    # an entry from before 0028): `enqueued_at` is the latest it can be.
+    posted_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
     def __repr__(self) -> str:
         return (
             f"GcEntry(id={self.id}, chat_id={self.chat_id}, message_id={self.message_id}, "
             f"reason={self.reason!r}, attempts={self.attempts})"
         )
+
+
+class LeftMessage(Base):
+    """A message the service no longer needs and can no longer delete: it
+    stays in the channel for good (docs/trash.md). The row holds its id, as
+    the service's, for reconciliation and the channel audit."""
+
+    __tablename__ = "left_messages"
+    __table_args__ = (
+        CheckConstraint(in_list("why", LEFT_WHYS), name="why"),
+        Index(None, "chat_id", "message_id"),
+        NEVER_REUSE_IDS,
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    bot_id: Mapped[int] = mapped_column(BigInteger)
+    chat_id: Mapped[int] = mapped_column(BigInteger)
+    message_id: Mapped[int] = mapped_column(BigInteger)
+    file_unique_id: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32))  # the ledger entry's: why it had to go
+    why: Mapped[str] = mapped_column(String(16))
+    posted_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    left_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ChatFill(Base):
+    """How many messages a storage chat holds, as the newest message id the
+    service has seen there: a channel numbers its messages 1, 2, 3..., so
+    that is every message ever posted in it, by anyone, deleted or not
+    (CHAT_MESSAGE_LIMIT). Only ever raised; several instances raise it each
+    with what their own posts were answered."""
+
+    __tablename__ = "chat_fill"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    newest_message_id: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class SendIntent(Base):
@@ -188,8 +258,10 @@ class ChatWatermark(Base):
     """The highest message id of a chat known reconciled: every id up to it is
     held by a row, deleted, or in the GC ledger. `unclean_since`: an instance
     died with sends possibly in flight; ids above the mark need a probe.
-    `deleted_above`: how many of the service's messages above the mark it
-    has deleted since; with the rows, they tell its ids from foreign posts."""
+    `deleted_above`: how many of the service's messages above the mark no
+    row holds: those it has deleted since, and the service messages of its
+    pins (their ids are never returned); with the rows, they tell its ids
+    from foreign posts."""
 
     __tablename__ = "chat_watermarks"
 

@@ -1,11 +1,12 @@
-"""API keys and the web page's sign-in sessions made with them."""
+"""API keys, the web page's sign-in sessions made with them, and the
+failed key checks counted against clients."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Literal, get_args
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.models.base import NEVER_REUSE_IDS, Base, in_list
@@ -64,3 +65,21 @@ class WebSession(Base):
     )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class KeyCheckFailure(Base):
+    """Failed key checks of one client, with one credential or with any
+    (app/store/key_failures.py): how many since `started_at`, the first of
+    them; the count starts again once the window after it has passed. Only
+    failures write here, never a key that passes."""
+
+    __tablename__ = "key_check_failures"
+    __table_args__ = (Index(None, "started_at"),)
+
+    # The client's address (an IPv6 one by its /64).
+    client: Mapped[str] = mapped_column(String(64), primary_key=True)
+    # A hash of the credential's start ("" for the client's failures with
+    # any): no character of a key is stored, not even of a wrong one.
+    credential: Mapped[str] = mapped_column(String(64), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    failures: Mapped[int] = mapped_column(Integer)

@@ -38,6 +38,9 @@ class SnapshotMessage(Base):
     file_unique_id: Mapped[str] = mapped_column(Text)
     # A journal batch's: where a restore finds it again (JSON; app/store/journal.py).
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # When Telegram posted it, at the latest (the service's clock as it was
+    # recorded), for the 48 h delete window; None: recorded before 0028.
+    posted_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
 
 class SnapshotLease(Base):

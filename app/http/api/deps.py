@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from app.config.settings import Settings
 from app.http.api.errors import ApiError
 from app.http.api.web_session import check_csrf, session_token
+from app.http.shared.client import client_address
 from app.store.callers import Caller, KeyScope
 from app.store.service import ObjectStore
 from app.store.services import Services
@@ -58,11 +59,13 @@ async def resolve_key(request: Request, services: Services) -> Caller | None:
 
     A key or sign-in that is sent but unknown, revoked or expired is a 401,
     not None: the client must learn that it is wrong rather than be treated
-    as anonymous.
+    as anonymous. A client past the limits on failed key checks gets
+    TooManyFailedChecks (429) instead, its key unchecked.
     """
     key = _bearer(request)
     if key is not None:
-        found = await services.access.verify_key(key)
+        # Failed checks are limited per client (app/store/key_failures.py).
+        found = await services.access.verify_key(key, client_address(request))
         if found is None:
             raise ApiError(
                 401,

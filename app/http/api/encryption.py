@@ -10,10 +10,11 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import AdminKey, ServicesDep
 from app.http.api.errors import ApiError
 
-router = APIRouter(tags=["encryption"])
+router = APIRouter(tags=["encryption"], route_class=SmallBodyRoute)
 
 
 class MigrationPass(BaseModel):

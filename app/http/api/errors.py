@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect
 
 from app.http.shared.errors import INTERNAL_ERROR, Failure, failure_for
 from app.http.shared.forms import FormError
+from app.http.shared.route_label import logged_path
 from app.store.errors import StoreError, TelegramError
 
 log = structlog.get_logger("app.api")
@@ -84,14 +85,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
-        log.info("client_disconnected", path=request.url.path)
+        log.info("client_disconnected", path=logged_path(request.scope))
         return error_response(400, "client_disconnected", "the client went away")
 
     # Store, Telegram and database errors: the one table both APIs share.
     async def _from_table(request: Request, exc: Exception) -> JSONResponse:
-        failure = failure_for(exc, path=request.url.path)
+        failure = failure_for(exc, path=logged_path(request.scope))
         if failure is None:
-            log.exception("unhandled_error", path=request.url.path)
+            log.exception("unhandled_error", path=logged_path(request.scope))
             failure = INTERNAL_ERROR
         return failure_response(failure)
 

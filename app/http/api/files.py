@@ -8,40 +8,37 @@ chunk; downloads stream the chunks back with Range and conditional support.
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.config.settings import Settings
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ReadAccess, ReadKey, SettingsDep, StoreDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import (
+from app.http.api.file_response import plan_download
+from app.http.api.schemas import FileList, FileOut
+from app.http.shared.file_names import (
     MAX_FILE_NAME_LENGTH,
+    NAMED_PREFIX,
     NATIVE_BUCKET,
     clean_name,
     download_url,
     guess_type,
 )
-from app.http.api.schemas import FileList, FileOut
-from app.http.shared.active_content import NATIVE_FILE_HEADERS
-from app.http.shared.conditions import http_date, not_modified, range_applies
-from app.http.shared.disposition import content_disposition
 from app.http.shared.forms import StreamingForm
 from app.http.shared.parsing import parse_decimal
-from app.http.shared.ranges import RangeNotSatisfiable, parse_range
 from app.store.callers import Caller
 from app.store.errors import NotOwner
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from app.store.object_write import ObjectWrite
 from app.store.service import ListOrder, ObjectInfo, ObjectStore
 
-router = APIRouter(tags=["files"])
+router = APIRouter(tags=["files"], route_class=SmallBodyRoute)
 
 # A multipart body carries boundaries and part headers besides the file.
 FORM_OVERHEAD_ALLOWANCE = 1024 * 1024
-# `PUT /api/files/{name}` stores the file under this key prefix.
-NAMED_PREFIX = "named/"
 
 
 def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut:
@@ -55,6 +52,9 @@ def _file_out(request: Request, settings: Settings, info: ObjectInfo) -> FileOut
         created_at=info.created_at,
         updated_at=info.updated_at,
         download_url=download_url(request, settings, info.public_id),
+        stored_path=info.key.removeprefix(NAMED_PREFIX)
+        if info.key.startswith(NAMED_PREFIX)
+        else None,
     )
 
 
@@ -233,44 +233,23 @@ async def _find(store: StoreDep, public_id: str) -> ObjectInfo:
 @router.get("/f/{public_id}", response_class=StreamingResponse, operation_id="download")
 @router.head("/f/{public_id}", response_class=StreamingResponse, operation_id="download_head")
 async def download(
-    public_id: str, request: Request, store: StoreDep, _access: ReadAccess
+    public_id: str,
+    request: Request,
+    store: StoreDep,
+    _access: ReadAccess,
+    disposition: Annotated[Literal["attachment", "inline"], Query()] = "attachment",
 ) -> Response:
     """Stream a file. Supports a single `Range` (206), `If-None-Match` /
-    `If-Modified-Since` (304) and `If-Range`; HEAD gives the same headers."""
+    `If-Modified-Since` (304) and `If-Range`; HEAD gives the same headers.
+    `disposition=inline` lets a browser show it (the page's preview); it is
+    sandboxed either way."""
     info = await _find(store, public_id)
-    headers = {
-        "ETag": info.etag,
-        "Last-Modified": http_date(info.updated_at),
-        "Accept-Ranges": "bytes",
-        # Every file is a download, never a page, script or style sheet of
-        # this origin, whatever its type (app.http.shared.active_content).
-        "Content-Disposition": content_disposition(info.name),
-        **NATIVE_FILE_HEADERS,
-        "Cache-Control": "private, max-age=0, must-revalidate",
-    }
-    if not_modified(request.headers, etag=info.etag, last_modified=info.updated_at):
-        return Response(status_code=304, headers=headers)
-    byte_range = None
-    if range_applies(request.headers, etag=info.etag, last_modified=info.updated_at):
-        try:
-            byte_range = parse_range(request.headers.get("range"), info.size)
-        except RangeNotSatisfiable as exc:
-            raise ApiError(
-                416,
-                "range_not_satisfiable",
-                exc.detail,
-                {"Content-Range": f"bytes */{info.size}"},
-            ) from None
-    start, end, status = 0, info.size, 200
-    if byte_range is not None:
-        start, end, status = byte_range.start, byte_range.end, 206
-        headers["Content-Range"] = byte_range.content_range(info.size)
-    headers["Content-Length"] = str(end - start)
-    if request.method == "HEAD":
-        return Response(status_code=status, headers=headers, media_type=info.content_type)
-    body = await store.open_range(info, start, end)
+    plan = plan_download(request, info, disposition=disposition)
+    if plan.bodiless is not None:
+        return plan.bodiless
+    body = await store.open_range(info, plan.start, plan.end)
     return StreamingResponse(
-        body, status_code=status, headers=headers, media_type=info.content_type
+        body, status_code=plan.status, headers=plan.headers, media_type=info.content_type
     )
 
 

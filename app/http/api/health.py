@@ -13,13 +13,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 from app.http.api.errors import ApiError
 from app.http.api.schemas import BotReadiness, Readiness
 from app.store.metrics import CONTENT_TYPE
 from app.store.services import Services
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=SmallBodyRoute)
 
 
 @router.get("/health")

@@ -131,7 +131,10 @@ class RequestContextMiddleware:
                 REQUEST_ID.reset(bound)
 
 
-_WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
+# WebDAV's writes too (app/http/dav).
+_WRITES = frozenset(
+    {"POST", "PUT", "DELETE", "PATCH", "MKCOL", "COPY", "MOVE", "PROPPATCH", "LOCK", "UNLOCK"}
+)
 #: The status logged and counted for a request cut off before its answer
 #: began (nginx's "client closed request": the connection closed unanswered).
 CANCELLED_STATUS = 499

@@ -17,6 +17,9 @@ class FileOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     download_url: str
+    # The name it was stored under with `PUT /api/files/{path}`, folders
+    # included ("photos/2024/a.jpg"); None for uploads that have no path.
+    stored_path: str | None = None
     # In a file's own answer (/file/{id}/info): "degraded" when a chunk of it
     # has fewer intact copies in Telegram than REPLICAS (the scrub repairs
     # it), "lost" when one has none (it cannot be served); None: whole.

@@ -10,14 +10,16 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import AdminKey, ServicesDep
 
-router = APIRouter(tags=["durability"])
+router = APIRouter(tags=["durability"], route_class=SmallBodyRoute)
 
 
 class ScrubRequest(BaseModel):
     # Read every copy whole and check its bytes (else: ask Telegram whether
-    # it still holds each one, which finds missing copies, not corrupt ones).
+    # it still holds each one, which finds missing copies, not corrupt ones,
+    # and still costs Telegram a download of each: getFile is one).
     deep: bool = True
 
 
@@ -30,6 +32,9 @@ class ScrubPass(BaseModel):
     checked: int
     missing: int
     corrupt: int
+    # Copies Telegram could not serve this time: counted, not yet missing
+    # (docs/durability.md, "When Telegram cannot serve a copy").
+    unavailable: int
     repaired: int
     read: int
     read_bytes: int

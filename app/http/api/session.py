@@ -9,18 +9,15 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 from app.http.api.errors import ApiError
-from app.http.api.sign_in_limits import (
-    SIGN_IN_FAILURES_ALLOWED,
-    SIGN_IN_WINDOW_SECONDS,
-    SignInLimits,
-)
 from app.http.api.web_session import SESSION_COOKIE, check_csrf, csrf_token, session_token
+from app.http.shared.client import client_address
 from app.store.callers import Caller
 from app.store.services import Services
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 # API keys are 46 characters; a body field far longer is not one.
 MAX_KEY_FIELD = 256
@@ -62,25 +59,16 @@ async def sign_in(
     body: SignIn, request: Request, response: Response, services: ServicesDep
 ) -> SessionOut:
     """Sign the page in with an API key; the answer sets the session cookie
-    (and ends the browser's previous session). Failed sign-ins are limited
-    per client address and per key prefix (429 with Retry-After)."""
-    limits: SignInLimits = request.app.state.sign_in_limits
-    address = request.client.host if request.client else ""
-    key = body.key.strip()
-    wait = limits.retry_after(address, key)
-    if wait:
-        raise ApiError(
-            429,
-            "too_many_requests",
-            f"too many failed sign-ins from this address or with this key "
-            f"(at most {SIGN_IN_FAILURES_ALLOWED} in {SIGN_IN_WINDOW_SECONDS} s): "
-            f"try again in {wait} s",
-            {"Retry-After": str(wait)},
-        )
+    (and ends the browser's previous session). Failed sign-ins count as
+    failed key checks, limited per client (429 with Retry-After)."""
     lifetime = timedelta(hours=services.settings.web_session_hours)
-    signed_in = await services.access.sign_in(key, lifetime, replacing=session_token(request))
+    signed_in = await services.access.sign_in(
+        body.key.strip(),
+        lifetime,
+        address=client_address(request),
+        replacing=session_token(request),
+    )
     if signed_in is None:
-        limits.failed(address, key)
         raise ApiError(401, "unauthorized", "the API key is unknown or revoked")
     response.set_cookie(
         SESSION_COOKIE,

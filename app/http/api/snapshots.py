@@ -9,9 +9,10 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import AdminKey, ServicesDep
 
-router = APIRouter(tags=["durability"])
+router = APIRouter(tags=["durability"], route_class=SmallBodyRoute)
 
 
 class SnapshotTaken(BaseModel):

@@ -1,16 +1,19 @@
 """GET /api/status: what the web page's status screen shows an operator (per
 bot: usable, cooling down, queue, recent sends; the upload budget and spool;
-the GC backlog; the stored data's state; the last ten minutes of
-throughput). Needs a key."""
+the GC backlog and the messages left in the chats for good; how full each
+storage chat is; the stored data's state; the last ten minutes of
+throughput). Needs a key. The bots' ids, usernames and queues follow
+METRICS_ACCESS as on /metrics and /ready: with `off`, no key sees them."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, verify_key
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 
 class BotRow(BaseModel):
@@ -54,11 +57,26 @@ class Durability(BaseModel):
     repaired: int
 
 
+class ChatRow(BaseModel):
+    """A storage chat's fill: its newest message id seen (every message ever
+    posted there), against CHAT_MESSAGE_LIMIT; a full one takes no new writes."""
+
+    chat_id: int
+    messages: int
+    limit: int  # 0: no limit
+    full: bool
+
+
 class Status(BaseModel):
     bots: list[BotRow]
+    # True when METRICS_ACCESS=off keeps the bots' rows from every key.
+    bots_hidden: bool
     recent_seconds: float
     upload_budget: UploadBudget
     gc_backlog: int
+    # Messages no longer needed that stay in the chats for good (docs/trash.md).
+    left_in_channel: int
+    chats: list[ChatRow]
     durability: Durability
     sample_seconds: float
     throughput: list[ThroughputPoint]
@@ -68,10 +86,12 @@ class Status(BaseModel):
 async def status(request: Request, services: ServicesDep) -> Status:
     """The service's state for the status screen (JSON)."""
     await verify_key(request, services)
+    fill = services.dispatcher.fill
     history = services.throughput
     recent_seconds, recent = history.recent_bots()
     bots = []
-    for bot in services.dispatcher.status():
+    hidden = services.settings.metrics_access == "off"
+    for bot in [] if hidden else services.dispatcher.status():
         info = services.bots.get(bot.bot_id)
         lately = recent.get(bot.bot_id)
         bots.append(
@@ -93,6 +113,7 @@ async def status(request: Request, services: ServicesDep) -> Status:
     health = services.scrub.last_health
     return Status(
         bots=bots,
+        bots_hidden=hidden,
         recent_seconds=round(recent_seconds, 1),
         upload_budget=UploadBudget(
             buffers_in_use=services.buffers.in_use,
@@ -105,6 +126,16 @@ async def status(request: Request, services: ServicesDep) -> Status:
             oldest_unflushed_seconds=round(lag.oldest_seconds, 1),
         ),
         gc_backlog=services.gc.last_backlog,
+        left_in_channel=services.gc.last_left,
+        chats=[
+            ChatRow(
+                chat_id=chat_id,
+                messages=fill.newest.get(chat_id, 0),
+                limit=fill.limit,
+                full=fill.full(chat_id),
+            )
+            for chat_id in services.dispatcher.chat_ids
+        ],
         durability=Durability(
             replicas=services.scrub.replicas,
             counted=health is not None,

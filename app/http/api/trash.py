@@ -15,17 +15,24 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from app.config.settings import Settings
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import MAX_FILE_NAME_LENGTH, NATIVE_BUCKET, clean_name, download_url
-from app.http.api.files import NAMED_PREFIX, parse_id_cursor
+from app.http.api.files import parse_id_cursor
+from app.http.shared.file_names import (
+    MAX_FILE_NAME_LENGTH,
+    NAMED_PREFIX,
+    NATIVE_BUCKET,
+    clean_name,
+    download_url,
+)
 from app.store.callers import Caller
-from app.store.limits import MAX_KEY_LENGTH
+from app.store.limits import MAX_KEY_LENGTH, key_bytes
 from app.store.object_write import object_name
 from app.store.service import ObjectInfo
 from app.store.trash import NameTaken, RestoreRefused, TrashItem, TrashScope, TrashStore
 
-router = APIRouter(tags=["trash"])
+router = APIRouter(tags=["trash"], route_class=SmallBodyRoute)
 
 
 def get_trash(services: ServicesDep) -> TrashStore:
@@ -113,7 +120,9 @@ async def list_trash(
 
 
 def _new_place(as_name: str, *, native: bool) -> tuple[str, str]:
-    """The key and the name `?as=` asks for."""
+    """The key and the name `?as=` asks for. An S3 key is held to S3's rules
+    (its length in bytes of UTF-8): one the S3 API refuses could be
+    restored, and then never read, deleted, or its bucket emptied."""
     if not as_name.strip() or "\x00" in as_name:
         raise ApiError(400, "bad_request", "`as` must be a non-empty name without NUL")
     if native:
@@ -121,11 +130,19 @@ def _new_place(as_name: str, *, native: bool) -> tuple[str, str]:
         if not clean:
             raise ApiError(400, "bad_request", "`as` is not a usable file name")
         key = NAMED_PREFIX + as_name
-    else:
-        clean, key = object_name(as_name), as_name
-    if len(key) > MAX_KEY_LENGTH:
-        raise ApiError(400, "bad_request", f"`as` is longer than {MAX_KEY_LENGTH} characters")
-    return key, clean
+        if len(key) > MAX_KEY_LENGTH:
+            raise ApiError(400, "bad_request", f"`as` is longer than {MAX_KEY_LENGTH} characters")
+        return key, clean
+    size = key_bytes(as_name)
+    if size is None:
+        raise ApiError(400, "bad_request", "`as` is not text an S3 key can hold (UTF-8)")
+    if size > MAX_KEY_LENGTH:
+        raise ApiError(
+            400,
+            "bad_request",
+            f"`as` is {size} bytes of UTF-8: an S3 key has at most {MAX_KEY_LENGTH}",
+        )
+    return as_name, object_name(as_name)
 
 
 @router.post("/api/trash/{public_id}/restore", response_model=RestoredOut)

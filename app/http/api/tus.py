@@ -23,9 +23,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from starlette.requests import ClientDisconnect
 
 from app.config.settings import Settings
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, SettingsDep, WriteKey
 from app.http.api.errors import ApiError
-from app.http.api.file_names import NATIVE_BUCKET, clean_name, download_url, guess_type
 from app.http.api.tus_headers import (
     CHECKSUM_ALGORITHMS,
     MAX_ID_LENGTH,
@@ -37,6 +37,7 @@ from app.http.api.tus_headers import (
     tus_error,
 )
 from app.http.shared.conditions import http_date
+from app.http.shared.file_names import NATIVE_BUCKET, clean_name, download_url, guess_type
 from app.http.shared.links import public_base
 from app.store.callers import Caller
 from app.store.resumable_protocol import (
@@ -53,7 +54,7 @@ from app.store.resumable_protocol import (
     UploadState,
 )
 
-router = APIRouter(tags=["tus"])
+router = APIRouter(tags=["tus"], route_class=SmallBodyRoute)
 
 PREFIX = "/api/tus"
 EXTENSIONS = (

@@ -8,6 +8,7 @@ from typing import Final
 
 from starlette.responses import Response
 
+from app.http.s3 import sse
 from app.http.s3.context import MAX_KEYS, S3Request, xml_response
 from app.http.s3.errors import S3Error
 from app.http.s3.xml.responses import AttributeParts, get_object_attributes_xml
@@ -38,6 +39,9 @@ async def get_object_attributes(req: S3Request) -> Response:
     max_parts = req.int_header("x-amz-max-parts", MAX_KEYS, top=MAX_KEYS)
     marker = req.int_header("x-amz-part-number-marker", 0, top=1 << 31)
     info = await req.s3.head_object(req.bucket, req.key)
+    # The checksums are the plaintext's: under a customer key, for that key
+    # only (refused as HEAD refuses).
+    sse.opening_key(await req.store.seal_of(info), info, sse.customer_key(req.headers))
     checksum = None
     if "Checksum" in names and info.checksum is not None:
         checksum = Checksum(info.checksum.algorithm, info.checksum.value, info.checksum.type)

@@ -6,8 +6,9 @@ secret, no signing key, no internal detail). ``details`` holds extra elements
 for the ``<Error>`` document, exactly as AWS adds them (for example
 ``StringToSign``/``CanonicalRequest`` on ``SignatureDoesNotMatch``, ``Region`` on
 a wrong-region ``AuthorizationHeaderMalformed`` -- minio-go reads that one to
-retry in the right region). They are built from what the client itself sent and
-contain no secret either.
+retry in the right region). They are built from what the client itself sent,
+with the secrets it sent taken out (`redact_signed_text`: an SSE-C key is a
+signed header, and an error must not hand it to whoever reads the answer).
 
 Use::
 
@@ -22,12 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Final
+from urllib.parse import unquote
 
 import structlog
 
 from app.http.shared.errors import Failure, failure_for
 
 log = structlog.get_logger("app.s3")
+
+#: Headers (and presigned query parameters) whose values are secrets: what a
+#: signature error echoes of the signed text shows them as REDACTED.
+SECRET_HEADERS: Final = frozenset(
+    {
+        "x-amz-server-side-encryption-customer-key",
+        "x-amz-copy-source-server-side-encryption-customer-key",
+        "x-amz-security-token",
+        "authorization",
+        "cookie",
+    }
+)
+REDACTED: Final = "<redacted>"
 
 #: code -> (HTTP status, default message). Messages follow AWS's wording.
 ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
@@ -173,6 +188,10 @@ ERROR_TABLE: Final[Mapping[str, tuple[int, str]]] = {
     ),
     "ServiceUnavailable": (503, "Please reduce your request rate."),
     "SlowDown": (503, "Please reduce your request rate."),
+    # Ours: every storage chat holds CHAT_MESSAGE_LIMIT messages; nothing new
+    # is stored until an operator adds a chat. (MinIO answers its full disks
+    # with 507 too.) Not 503: retrying cannot help.
+    "StorageFull": (507, "The storage is full: every storage chat is at its message limit."),
 }
 
 
@@ -238,3 +257,25 @@ def as_s3_error(exc: BaseException, method: str) -> S3Error:
         return error
     log.error("s3_internal_error", method=method, exc_info=exc)
     return S3Error("InternalError")
+
+
+def redact_signed_text(text: str, *, query_line: int | None = None) -> str:
+    """A canonical request or string to sign, as an error may echo it: each
+    `name:value` line of a secret header, and each secret `name=value` of the
+    query on line `query_line`, with REDACTED for the value."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        if number == query_line:
+            lines[number] = "&".join(_redacted_pair(pair) for pair in line.split("&"))
+            continue
+        name, colon, _ = line.partition(":")
+        if colon and name.strip().lower() in SECRET_HEADERS:
+            lines[number] = f"{name}:{REDACTED}"
+    return "\n".join(lines)
+
+
+def _redacted_pair(pair: str) -> str:
+    name, equals, _ = pair.partition("=")
+    if equals and unquote(name).lower() in SECRET_HEADERS:
+        return f"{name}={REDACTED}"
+    return pair

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from urllib.parse import unquote
 
 from starlette.datastructures import Headers
@@ -33,9 +34,11 @@ from app.http.s3.names import is_reserved_bucket, split_path
 from app.http.s3.post_object import is_form_post, post_object
 from app.http.s3.router import dispatch, label_route
 from app.http.s3.service import S3Service
+from app.http.s3.signature_limits import checked_signature
 from app.http.s3.sigv2 import is_sigv2_request, verify_sigv2
 from app.http.s3.sigv4 import is_sigv4_request, verify_request
 from app.http.s3.xml.responses import s3_error_xml
+from app.http.shared.client import client_address
 from app.http.shared.headers import IndexedHeaders
 from app.http.shared.route_label import set_route_label
 from app.store.services import Services
@@ -145,27 +148,26 @@ async def _handle(
             # Signed by its policy, in the form: post_object is its authorization.
             label_route(request.scope, post_object)
             return await post_object(request, services, s3, bucket, now=datetime.now(UTC))
+        now, region = datetime.now(UTC), services.settings.s3_region
         if is_sigv2_request(headers, query):
-            verified = verify_sigv2(
-                request.method,
-                path,
-                request.scope["query_string"],
-                headers,
-                credentials,
-                now=datetime.now(UTC),
-                region=services.settings.s3_region,
+            verify = partial(
+                verify_sigv2,
+                *(request.method, path, query, headers, credentials),
+                now=now,
+                region=region,
                 virtual_bucket=virtual_bucket,
             )
         else:
-            verified = verify_request(
-                request.method,
-                path,
-                request.scope["query_string"],
-                headers,
-                credentials,
-                now=datetime.now(UTC),
-                region=services.settings.s3_region,
+            verify = partial(
+                verify_request,
+                *(request.method, path, query, headers, credentials),
+                now=now,
+                region=region,
             )
+        # A wrong signature is a failed key check, limited per client.
+        verified = await checked_signature(
+            services.access.failures, client_address(request), verify, lambda v: v.access_key
+        )
         return await dispatch(S3Request(request, headers, services, s3, verified, bucket, key))
     except ClientDisconnect:
         return Response(status_code=400)

@@ -149,9 +149,7 @@ async def upload_part_copy(req: S3Request) -> Response:
 
 async def _upload_part_copy_once(req: S3Request) -> CopiedPart:
     customer = sse.customer_key(req.headers)
-    source = await source_object(req)
-    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
-    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
+    source, source_key = await source_object(req)
     start, end = 0, source.size
     copy_range = req.headers.get("x-amz-copy-source-range")
     if copy_range:
@@ -374,8 +372,13 @@ async def abort_upload(req: S3Request) -> Response:
 
 
 async def list_parts(req: S3Request) -> Response:
+    """The parts' ETags are their plaintexts' MD5s: the parts of an upload
+    under a customer key are listed to that key only, as HEAD answers."""
     upload_id = req.query["uploadId"]
     upload = await req.s3.require_upload(req.bucket, req.key, upload_id)
+    (await req.s3.upload_seal(upload, sample=True)).check_customer_key(
+        sse.customer_key(req.headers)
+    )
     marker = req.int_param("part-number-marker", 0, top=MAX_PART_NUMBER)
     max_parts = req.int_param("max-parts", MAX_KEYS, top=MAX_KEYS)
     parts = await req.s3.list_parts(

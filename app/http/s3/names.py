@@ -13,6 +13,7 @@ from typing import Final
 from urllib.parse import unquote_to_bytes
 
 from app.http.s3.errors import S3Error
+from app.store.limits import MAX_KEY_LENGTH, key_bytes
 
 #: Names that would collide with the service's own routes (the predecessor
 #: answered ``/api``... with a bucket). Refused at creation.
@@ -29,10 +30,13 @@ RESERVED_BUCKETS: Final = frozenset(
         "redoc",
         "openapi.json",
         "static",
+        # WebDAV (app/http/dav).
+        "dav",
     }
 )
 
-MAX_KEY_BYTES: Final = 1024
+#: The longest key, in bytes of UTF-8 (the store's column holds as many).
+MAX_KEY_BYTES: Final = MAX_KEY_LENGTH
 
 _BUCKET_RE: Final = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _IPV4_RE: Final = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
@@ -93,10 +97,9 @@ def validate_object_key(key: str) -> str:
         raise S3Error("InvalidArgument", "The object key must not be empty.")
     if "\x00" in key:
         raise S3Error("InvalidArgument", "The object key must not contain NUL.")
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise S3Error("InvalidArgument", "The object key is not valid UTF-8.") from None
+    size = key_bytes(key)
+    if size is None:
+        raise S3Error("InvalidArgument", "The object key is not valid UTF-8.")
     if size > MAX_KEY_BYTES:
         raise S3Error(
             "KeyTooLongError",

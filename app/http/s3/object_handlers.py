@@ -190,9 +190,7 @@ async def copy_object(req: S3Request) -> Response:
 
 async def _copy_object_once(req: S3Request) -> Response:
     customer = sse.check_write(req.headers, encryption_on=req.store.encryption_enabled)
-    source = await source_object(req)
-    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
-    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
+    source, source_key = await source_object(req)
     # A copy shares the source's chunks, sealed as they are; one that
     # changes the customer key (to another, to none, from none) seals every
     # byte anew: read with the source's key, stored with the target's.
@@ -272,15 +270,20 @@ def _copy_source(req: S3Request) -> tuple[str, str]:
     return bucket, key
 
 
-async def source_object(req: S3Request) -> ObjectInfo:
-    """The copy source, after its x-amz-copy-source-if-* conditions."""
+async def source_object(req: S3Request) -> tuple[ObjectInfo, bytes | None]:
+    """The copy source and the customer key that opens it (None: it needs
+    none), after its x-amz-copy-source-if-* conditions. The key is checked
+    first, as a GET of the source checks it: a condition on the ETag of an
+    object under a customer key must not answer without that key."""
     bucket, key = _copy_source(req)
     # Read access to the source bucket, exactly as a GET of it would need.
     await req.s3.require_bucket(bucket)
     source = await req.s3.head_object(bucket, key)
+    source_key = sse.customer_key(req.headers, sse.COPY_SOURCE_CUSTOMER)
+    source_key = sse.opening_key(await req.store.seal_of(source), source, source_key)
     if copy_source_refused(req.headers, etag=source.etag, last_modified=source.updated_at):
         raise S3Error("PreconditionFailed")
-    return source
+    return source, source_key
 
 
 async def retrying_copy(req: S3Request, copy: Callable[[S3Request], Awaitable[T]]) -> T:

@@ -18,14 +18,16 @@ from urllib.parse import quote, urlencode, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.http.s3 import tagging
+from app.http.s3 import sse, tagging
 from app.http.s3.context import empty_response, stored_metadata, xml_response
 from app.http.s3.errors import S3Error
 from app.http.s3.names import validate_bucket_name, validate_object_key
 from app.http.s3.payload_checks import verify_checksum
 from app.http.s3.post_policy import CHECKSUM_PREFIX, LengthRange, authorize, check_fields
 from app.http.s3.service import S3Service
+from app.http.s3.signature_limits import checked_signature
 from app.http.s3.xml.responses import post_response_xml
+from app.http.shared.client import client_address
 from app.http.shared.forms import FormError, StreamingForm
 from app.http.shared.header_names import is_header_name
 from app.http.shared.links import public_base
@@ -84,7 +86,13 @@ async def post_object(
         access_key: secret.get_secret_value()
         for access_key, secret in settings.s3_credentials.items()
     }
-    _, policy = authorize(fields, credentials, now=now, region=settings.s3_region)
+    # A wrong policy signature is a failed key check, limited per client.
+    _, policy = await checked_signature(
+        services.access.failures,
+        client_address(request),
+        lambda: authorize(fields, credentials, now=now, region=settings.s3_region),
+        lambda authorized: authorized[0],
+    )
     key = _object_key(fields, form.filename)
     check_fields(policy, {**fields, "key": key}, bucket)
     content_type = fields.get("content-type") or form.content_type
@@ -99,28 +107,34 @@ async def post_object(
     # Checked before the file is read, as x-amz-tagging on PutObject is:
     # refused tags leave nothing stored.
     tags = _form_tags(fields.get(TAGGING_FIELD))
+    # The encryption fields are PutObject's headers: the same refusals, and
+    # a customer key seals the file as it would there.
+    customer = sse.check_write(fields, encryption_on=services.store.encryption_enabled)
 
     body = _within(stream, policy.length_range, settings.max_upload_size)
     for name, value in fields.items():
         algorithm = name.removeprefix(CHECKSUM_PREFIX)
         if name.startswith(CHECKSUM_PREFIX) and algorithm not in ("algorithm", "type", "mode"):
             body = verify_checksum(body, algorithm, value)
-    info = await s3.put_object(
-        bucket,
-        key,
-        body,
-        content_type=content_type,
-        metadata=metadata,
-        tags=tags,
-    )
+    with services.store.customer_key(customer):
+        info = await s3.put_object(
+            bucket,
+            key,
+            body,
+            content_type=content_type,
+            metadata=metadata,
+            tags=tags,
+        )
+    sealed = customer is None and (await services.store.seal_of(info)).master
+    encryption = sse.response_headers(sealed, customer)
     location = f"{public_base(request, settings)}/{bucket}/{quote(key)}"
     redirect = fields.get("success_action_redirect") or fields.get("redirect")
     if redirect and urlsplit(redirect).scheme in ("http", "https"):
         query = urlencode({"bucket": bucket, "key": key, "etag": info.etag})
         separator = "&" if urlsplit(redirect).query else "?"
-        return empty_response(303, {"Location": f"{redirect}{separator}{query}"})
+        return empty_response(303, {"Location": f"{redirect}{separator}{query}", **encryption})
     status = parse_decimal(fields.get("success_action_status", "").strip()) or 204
-    headers = {"ETag": info.etag, "Location": location}
+    headers = {"ETag": info.etag, "Location": location, **encryption}
     if status == 201:
         return xml_response(post_response_xml(location, bucket, key, info.etag), 201, headers)
     return empty_response(status if status in SUCCESS_STATUSES else 204, headers)

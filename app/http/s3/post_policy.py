@@ -171,7 +171,11 @@ def _verify_v4(
     secret = _secret(credentials, access_key)
     expected = sign_hex(derive_signing_key(secret, date, credential_region), encoded)
     if not provided.isascii() or not signatures_equal(expected, provided):
-        raise S3Error("SignatureDoesNotMatch", "The policy's signature does not match.")
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            "The policy's signature does not match.",
+            details={"AWSAccessKeyId": access_key[:128]},
+        )
     return access_key
 
 
@@ -189,7 +193,11 @@ def _verify_v2(
         hmac.new(secret.encode(), encoded.encode("utf-8", "replace"), hashlib.sha1).digest()
     )
     if not hmac.compare_digest(expected, provided.encode("utf-8", "replace")):
-        raise S3Error("SignatureDoesNotMatch", "The policy's signature does not match.")
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            "The policy's signature does not match.",
+            details={"AWSAccessKeyId": access_key[:128]},
+        )
     return access_key
 
 

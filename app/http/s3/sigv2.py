@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from starlette.datastructures import Headers
 
-from app.http.s3.errors import S3Error
+from app.http.s3.errors import S3Error, redact_signed_text
 from app.http.s3.sigv4 import (
     MAX_PRESIGN_EXPIRES,
     MAX_SKEW,
@@ -138,7 +138,14 @@ def verify_sigv2(
         hmac.new(secret.encode(), string_to_sign.encode("utf-8"), hashlib.sha1).digest()
     )
     if not hmac.compare_digest(expected, provided.encode("utf-8", "replace")):
-        raise S3Error("SignatureDoesNotMatch", details={"StringToSign": string_to_sign})
+        raise S3Error(
+            "SignatureDoesNotMatch",
+            details={
+                "AWSAccessKeyId": access_key[:128],
+                # Without the secrets it signed (an SSE-C key is an x-amz header).
+                "StringToSign": redact_signed_text(string_to_sign),
+            },
+        )
     return VerifiedRequest(
         access_key=access_key,
         payload_mode=PayloadMode.UNSIGNED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from app.http.shared.bidi import escape_bidi
+from app.kit.bidi import escape_bidi
 
 
 def content_disposition(filename: str, disposition: str = "attachment") -> str:

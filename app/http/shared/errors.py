@@ -14,6 +14,8 @@ The rules:
   SDKs re-upload whole bodies on 503, which cannot help.
 * 502 is a permanent refusal by Telegram, with Telegram's description
   (tokens scrubbed).
+* 507 means nothing new can be stored until an operator adds a storage
+  chat: every one holds CHAT_MESSAGE_LIMIT messages. Not 503: no retry helps.
 * 400 is a value the database refused as malformed (DataError, or SQLSTATE
   class 22): the input was wrong, although validation should have caught it
   earlier.
@@ -32,6 +34,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from app.store.errors import (
     BotUnusable,
+    ChatsFull,
     ContentPending,
     ContentUnavailable,
     CustomerKeyMismatch,
@@ -45,6 +48,7 @@ from app.store.errors import (
     RateLimited,
     StoreError,
     TelegramError,
+    TooManyFailedChecks,
     TransientError,
     UploadTooLarge,
 )
@@ -82,7 +86,7 @@ _TOKEN = re.compile(r"\b\d{3,}:[A-Za-z0-9_-]{20,}")
 class Failure:
     """What a client is told: the status, the native API's error name, the S3
     code (and its status where S3 differs), a message safe to show, and how
-    many seconds to wait before retrying (503 only)."""
+    many seconds to wait before retrying (503 and 429 only)."""
 
     status: int
     error: str
@@ -150,6 +154,11 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
         )
     if isinstance(exc, ContentPending):
         return Failure(503, "content_pending", "SlowDown", str(exc), exc.retry_after)
+    if isinstance(exc, TooManyFailedChecks):
+        # S3 has no 429: SlowDown is what its clients back off on.
+        return Failure(
+            429, "too_many_requests", "SlowDown", str(exc), exc.retry_after, s3_status=503
+        )
     if isinstance(exc, ObjectDamaged):
         # Not 503: no retry brings a lost chunk back (docs: "Durability").
         log.error("object_damaged", path=path, error=str(exc))
@@ -182,6 +191,9 @@ def _telegram_failure(exc: TelegramError, path: str) -> Failure:
             "the service is shutting down; retry shortly",
             SHUTDOWN_RETRY_AFTER,
         )
+    if isinstance(exc, ChatsFull):
+        log.error("storage_chats_full", path=path, error=description)
+        return Failure(507, "storage_full", "StorageFull", description)
     if isinstance(exc, NoUsableBot | BotUnusable):
         log.warning("storage_unavailable", path=path, error=description)
         return Failure(

@@ -16,6 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.deps import ServicesDep, require_admin_key
 from app.http.api.errors import ApiError
 from app.http.s3.sigv4.presign import presign_get
@@ -24,7 +25,7 @@ from app.http.shared.links import public_base
 from app.store.buckets import BucketStore
 from app.store.services import Services
 
-router = APIRouter(tags=["web page"])
+router = APIRouter(tags=["web page"], route_class=SmallBodyRoute)
 
 FOLDER_DELIMITER = "/"
 MAX_PAGE = 1000

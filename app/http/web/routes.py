@@ -15,9 +15,10 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
+from app.http.api.body_limits import SmallBodyRoute
 from app.http.api.errors import ApiError
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=SmallBodyRoute)
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -51,7 +52,7 @@ DOCS_CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
-_HEADERS = {
+PAGE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -63,10 +64,10 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain"}
 
 @router.get("/")
 async def page() -> FileResponse:
-    return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=_HEADERS)
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 
 
-_DOCS_HEADERS = {**_HEADERS, "Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}
+_DOCS_HEADERS = {**PAGE_HEADERS, "Content-Security-Policy": DOCS_CONTENT_SECURITY_POLICY}
 
 
 @router.get("/docs")
@@ -85,9 +86,12 @@ async def static(name: str) -> FileResponse:
     if "\x00" in name or name.startswith("."):
         raise missing  # no file name has a NUL (the OS would refuse it: a 500)
     root = STATIC_DIR.resolve()
-    path = (root / name).resolve()
-    if not path.is_relative_to(root) or not path.is_file():
-        raise missing
+    try:
+        path = (root / name).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise missing
+    except OSError:
+        raise missing from None  # a name the OS refuses (ENAMETOOLONG past 255 bytes)
     suffix = path.suffix.lower()
     media_type = _TYPES.get(suffix) or mimetypes.guess_type(path.name)[0] or "text/plain"
-    return FileResponse(path, media_type=media_type, headers=_HEADERS)
+    return FileResponse(path, media_type=media_type, headers=PAGE_HEADERS)

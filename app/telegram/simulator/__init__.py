@@ -20,8 +20,15 @@ layer depends on (see the reference notes on the Bot API):
   the connection before its body is complete stores nothing;
 - revoked tokens get 401 and bots kicked from the chat get 403; a bot
   demoted to a plain member (`demote`) gets Telegram's 400s for posts and
-  deletions there;
-- file paths expire, and bots can delete messages for 48 hours only;
+  deletions there, and one whose administrator rights are taken one by one
+  (`restrict`) gets the 400s of what it lost: pinning takes
+  `can_edit_messages` (td `DialogManager.cpp`), as does editing another
+  bot's caption or one older than two days (td `MessagesManager.cpp`);
+- file paths expire, and bots can delete a message for 48 hours from its
+  posting only (td `MessagesManager.cpp`; `advance_clock` moves time on);
+- with `upload_spacing`, one bot's uploads of the same total size over
+  100,000 bytes are spaced and refused with 429 "retry after 60" once 5 s
+  ahead, as telegram-bot-api's `Client.cpp` (`on_cmd`) does;
 - the file endpoint honours one `Range: bytes=...` (206 and Content-Range;
   416 past the end), as the static-file server behind api.telegram.org/file
   does (`honour_range=False` is a server that ignores Range);

@@ -189,12 +189,21 @@ class _Body:
     collector: _MultipartCollector | _BufferCollector
     query: dict[str, str]
     too_large: bool
+    _parsed: _Params | None = None
 
     def params(self) -> _Params:
-        params = self.collector.finish()
-        for name, value in self.query.items():
-            params.fields.setdefault(name, value)
-        return params
+        if self._parsed is None:
+            params = self.collector.finish()
+            for name, value in self.query.items():
+                params.fields.setdefault(name, value)
+            self._parsed = params
+        return self._parsed
+
+    def files_size(self) -> int:
+        """The bytes of every file part (telegram-bot-api's Query::files_size)."""
+        if self.too_large or not isinstance(self.collector, _MultipartCollector):
+            return 0
+        return sum(len(upload.data) for upload in self.params().files.values())
 
 
 async def _read_body(

@@ -159,6 +159,11 @@ class CallBookkeeping(TelegramRules):
     def _count_sent(self, bot_id: int, size: int) -> None:
         self._bots[bot_id].stats.bytes_sent += size
 
+    def _count_spacing(self, bot_id: int, wait: float) -> None:
+        stats = self._bots[bot_id].stats
+        stats.spaced_uploads += 1
+        stats.spacing_wait_seconds += wait
+
     def _count_error(self, bot_id: int, status: int) -> None:
         stats = self._bots[bot_id].stats
         stats.errors[status] = stats.errors.get(status, 0) + 1

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 MB = 1000 * 1000
 MiB = 1024 * 1024
+# What sendDocument takes: 50 MB from api.telegram.org, 2000 MB from a
+# `--local` server (telegram-bot-api's README, "local mode").
+CLOUD_UPLOAD_BYTES = 50 * MiB
+LOCAL_UPLOAD_BYTES = 2000 * MB
 SEND_WINDOW = 60.0  # seconds: the per-chat flood limit counts sends over one minute
 DOWNLOAD_PIECE = 64 * 1024
 MIN_PACED_PIECE = 1024
@@ -50,6 +54,9 @@ MUTABLE_KNOBS = frozenset(
         "delete_window",
         "files_outlive_lost_chats",
         "honour_range",
+        "getfile_bandwidth",
+        "fault_file_unavailable_rate",
+        "upload_spacing",
     }
 )
 
@@ -90,9 +97,13 @@ class SimulatorConfig:
     method_fault_rates: dict[str, dict[str, float]] = field(default_factory=dict)
     random_429_retry_after: int = 1
     seed: int | None = None
-    max_upload_bytes: int = 50 * MiB
+    # LOCAL_UPLOAD_BYTES in local mode (`local_dir`) unless set otherwise.
+    max_upload_bytes: int = CLOUD_UPLOAD_BYTES
     # It is unknown whether Telegram's "20 MB" is 10**6- or 2**20-based; the
-    # smaller reading is the stricter test of the 19 MiB chunk size.
+    # smaller reading is the stricter test of the 19 MiB chunk size. (The
+    # server's source says 2**20: Client.h, MAX_DOWNLOAD_FILE_SIZE = 20 << 20.)
+    # Not applied in local mode, which has no download cap (Client.cpp,
+    # do_get_file).
     max_getfile_bytes: int = 20 * MB
     # Telegram keeps a file_path valid for "at least one hour". None: forever.
     file_path_ttl: float | None = 3600.0
@@ -108,6 +119,14 @@ class SimulatorConfig:
     # file server is a static-file nginx, which does; no Telegram document
     # promises it. False: a server that ignores Range (200, the whole file).
     honour_range: bool = True
+    # The official server's spacing of one bot's uploads of the same size
+    # (telegram-bot-api's Client.cpp, on_cmd; TelegramRules._space_upload):
+    # up to 0.9 s between two equal uploads, and a 429 "retry after 60"
+    # once a bot's queue of them runs 5 s ahead. Off by default: the waits
+    # would slow every test that uploads equal chunks, and with one call per
+    # token at a time the 429 cannot happen (bench/spacing_bench.py measures
+    # what the waits cost the service).
+    upload_spacing: bool = False
     # False: a document's bytes are dropped once its sendDocument is answered
     # (its size is kept; downloading it answers 404). For ingest benches,
     # which never read back: holding every upload made the simulator's
@@ -115,9 +134,43 @@ class SimulatorConfig:
     # three times the CPU per byte after a gigabyte or so, on the CPUs the
     # service being measured shares with it.
     keep_file_bytes: bool = True
+    # A `--local` Bot API server with this working directory (`--dir`, as the
+    # server sees it; absolute). Then, as telegram-bot-api does: getFile
+    # answers the file's absolute path on the server's disk, in a directory
+    # named after the bot's token (Client.cpp: json_store_file, and `dir_`
+    # in Client::start_up), having written the file there; no size cap on
+    # getFile, 2000 MB on uploads; and no `/file/` route: every path not
+    # under /bot is a JSON 404 (HttpConnection.cpp, handle). None: the cloud.
+    local_dir: str | None = None
+    # Where the files of `local_dir` land on this machine, when the service
+    # sees the server's directory elsewhere (a container's volume: the test
+    # of TELEGRAM_LOCAL_PATH_MAP). None: at `local_dir` itself.
+    local_volume: str | None = None
+    # Whether the token's directory keeps the token's ':' (the server's
+    # default on a file system that takes it) or writes '~' for it
+    # (telegram-bot-api.cpp probes the --dir; Client.cpp start_up).
+    allow_colon_in_filenames: bool = True
+    # getFile is a download: the server fetches the whole file from
+    # Telegram's data centre before it answers (Client.cpp, do_get_file and
+    # on_file_download), unless it has it on its disk already (a path it gave
+    # and still keeps). Bytes/s of that fetch; None: at once.
+    getfile_bandwidth: float | None = None
+    # getFile answered "wrong file_id or the file is temporarily unavailable",
+    # which the server sends for ANY failed server-side download, "also
+    # includes all 5xx and 429 errors" (Client.cpp, on_update_file): a rate
+    # of its own, as it is a fault of Telegram's data centres, not of the
+    # call. The file is still there.
+    fault_file_unavailable_rate: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.local_dir is not None and self.max_upload_bytes == CLOUD_UPLOAD_BYTES:
+            self.max_upload_bytes = LOCAL_UPLOAD_BYTES
         self.validate()
+
+    @property
+    def local(self) -> bool:
+        """Whether this is a `--local` server (absolute paths, no /file/ route)."""
+        return self.local_dir is not None
 
     def validate(self) -> None:
         if not self.tokens:
@@ -129,6 +182,7 @@ class SimulatorConfig:
             "fault_drop_rate",
             "fault_download_drop_rate",
             "fault_429_rate",
+            "fault_file_unavailable_rate",
         ):
             rate = getattr(self, name)
             if not _is_number(rate) or not 0.0 <= rate <= 1.0:
@@ -137,7 +191,12 @@ class SimulatorConfig:
         _check_number(self, "latency", minimum=0.0)
         _check_number(self, "delete_window", minimum=0.0)
         _check_number(self, "send_window", minimum=0.0, exclusive=True)
-        for name in ("upload_bandwidth", "download_bandwidth", "file_path_ttl"):
+        for name in (
+            "upload_bandwidth",
+            "download_bandwidth",
+            "file_path_ttl",
+            "getfile_bandwidth",
+        ):
             _check_number(self, name, minimum=0.0, exclusive=True, optional=True)
         for name in ("max_concurrent_calls_per_bot", "sends_per_minute"):
             _check_int(self, name, minimum=1, optional=True)
@@ -148,7 +207,21 @@ class SimulatorConfig:
         _check_int(self, "seed", minimum=None, optional=True)
         _check_bool(self, "files_outlive_lost_chats")
         _check_bool(self, "honour_range")
+        _check_bool(self, "upload_spacing")
         _check_bool(self, "keep_file_bytes")
+        _check_bool(self, "allow_colon_in_filenames")
+        _check_local(self)
+
+
+def _check_local(config: SimulatorConfig) -> None:
+    for name in ("local_dir", "local_volume"):
+        value = getattr(config, name)
+        if value is not None and (not isinstance(value, str) or not value.startswith("/")):
+            raise ValueError(f"{name} must be an absolute path")
+    if config.local_volume is not None and config.local_dir is None:
+        raise ValueError("local_volume needs local_dir (it is where local_dir's files land)")
+    if config.local and not config.keep_file_bytes:
+        raise ValueError("a local server writes every file it is asked for: keep_file_bytes")
 
 
 def _check_method_fault_rates(rates: object) -> None:

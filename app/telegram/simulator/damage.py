@@ -11,6 +11,7 @@ import structlog
 
 from app.telegram.simulator.inspection import SimulatorInspection
 from app.telegram.simulator.model import _StoredFile
+from app.telegram.simulator.rules import ADMIN_RIGHTS
 
 log = structlog.get_logger("app.telegram.simulator.state")
 
@@ -43,9 +44,22 @@ class SimulatedDamage(SimulatorInspection):
         self._kicked.add((bot_id, chat_id))
 
     def unkick(self, bot_id: int, chat_id: int) -> None:
-        """The bot is made an administrator of the chat again."""
+        """The bot is made an administrator of the chat again, with every right."""
         self._kicked.discard((bot_id, chat_id))
         self._demoted.discard((bot_id, chat_id))
+        self._restricted.pop((bot_id, chat_id), None)
+
+    def restrict(self, bot_id: int, chat_id: int, **rights: bool) -> None:
+        """The bot stays an administrator of the chat with the rights named
+        set as given (`can_edit_messages=False`: it may no longer pin, nor
+        edit others' posts); getChatMember reports them, and the calls that
+        need them get Telegram's 400s. `unkick` gives every right back."""
+        self._bot(bot_id)
+        self._chat(chat_id)
+        unknown = set(rights) - set(ADMIN_RIGHTS)
+        if unknown:
+            raise ValueError(f"not an administrator's right: {', '.join(sorted(unknown))}")
+        self._restricted.setdefault((bot_id, chat_id), {}).update(rights)
 
     def demote(self, bot_id: int, chat_id: int) -> None:
         """The bot stays in the chat but loses its admin rights: its posts

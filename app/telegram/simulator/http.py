@@ -21,7 +21,7 @@ from app.telegram.simulator.bodies import _pace, _read_body
 from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
 from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
 from app.telegram.simulator.ranges import Span, Unsatisfiable, requested_span
-from app.telegram.simulator.rules import _METHODS, _canonical_method
+from app.telegram.simulator.rules import _METHODS, FILE_UNAVAILABLE, _canonical_method
 from app.telegram.simulator.state import TelegramSimulator
 
 log = structlog.get_logger("app.telegram.simulator.http")
@@ -196,18 +196,38 @@ class _BotApiEndpoint:
         if call.collided:
             log.warning("sim_concurrent_call_refused", bot_id=call.bot_id, method=call.method)
             raise ApiError.too_many_requests(config.collision_retry_after)
+        if method.upload and (files := body.files_size()):
+            # Once the whole query is in, as telegram-bot-api's on_cmd does.
+            wait = self.sim._space_upload(call.bot_id, files)
+            if wait > 0:
+                self.sim._count_spacing(call.bot_id, wait)
+                await asyncio.sleep(wait)
         if method.faultable:
             early = _fault_before_work(self.sim, call.bot_id, call.method)
             if early is not None:
                 return early
         await self.sim._wait_if_held(call.method)
-        response = _ok(method.handler(self.sim, call.bot_id, body.params()))
+        params = body.params()
+        if call.method == "getFile":
+            await self._fetch_for_get_file(call.bot_id, params)
+        response = _ok(method.handler(self.sim, call.bot_id, params))
         # A drop after the work is done: the message exists, the client never
         # learns it (the orphan case the storage layer must survive).
         drop_rate = self.sim.fault_rate(call.method, "fault_drop_rate")
         if method.faultable and self.sim._inject(call.bot_id, drop_rate):
             return _truncated(response)
         return response
+
+    async def _fetch_for_get_file(self, bot_id: int, params: Any) -> None:
+        """What the server does before it answers a getFile: download the
+        file (a while: `getfile_bandwidth`), which may fail as a whole
+        (`fault_file_unavailable_rate`; the answer: Client.cpp, on_update_file)."""
+        seconds = self.sim.getfile_download_seconds(bot_id, params)
+        if seconds > 0:
+            self.sim._bots[bot_id].stats.getfile_download_seconds += seconds
+            await asyncio.sleep(seconds)
+        if self.sim._inject(bot_id, self.sim.config.fault_file_unavailable_rate):
+            raise ApiError(400, FILE_UNAVAILABLE)
 
 
 def _fault_before_work(sim: TelegramSimulator, bot_id: int, method: str | None) -> Response | None:
@@ -448,13 +468,23 @@ class _DroppableConnections:
         await self.app(scope, receive, send)
 
 
+async def _not_found(request: Request) -> Response:
+    """Any path the server does not serve: the Bot API server answers every
+    path not under /bot with a JSON 404 (HttpConnection.cpp, handle)."""
+    return _error(ApiError(404, "Not Found"))
+
+
 def create_simulator_app(sim: TelegramSimulator) -> ASGIApp:
     _hide_simulated_drops()
-    routes = [
-        Route("/bot{token}/{method}", _BotApiEndpoint(sim), methods=["GET", "POST"]),
-        Route("/file/bot{token}/{file_path:path}", _FileEndpoint(sim), methods=["GET"]),
-        *_control_routes(sim),
-    ]
+    routes = [Route("/bot{token}/{method}", _BotApiEndpoint(sim), methods=["GET", "POST"])]
+    if not sim.config.local:
+        # api.telegram.org's file front end; a `--local` server serves no
+        # files (its getFile answers a path on its disk instead).
+        routes.append(
+            Route("/file/bot{token}/{file_path:path}", _FileEndpoint(sim), methods=["GET"])
+        )
+    routes += _control_routes(sim)
+    routes.append(Route("/{path:path}", _not_found, methods=["GET", "POST", "HEAD"]))
     return _DroppableConnections(Starlette(routes=routes))
 
 

@@ -62,6 +62,12 @@ class BotStats:
     errors: dict[int, int] = field(default_factory=dict)  # error responses by status
     downloads: int = 0
     max_concurrent_downloads: int = 0
+    # Seconds getFile calls spent downloading the file on the server's side
+    # before they answered (`getfile_bandwidth`).
+    getfile_download_seconds: float = 0.0
+    # Uploads held back by the same-size spacing (`upload_spacing`), and how long.
+    spaced_uploads: int = 0
+    spacing_wait_seconds: float = 0.0
     # Gauges, as of the snapshot: what is running right now.
     calls_in_flight: int = 0
     uploads_in_flight: int = 0
@@ -206,6 +212,9 @@ class _FileRef:
     bot_id: int
     file: _StoredFile
     issued_at: float = 0.0
+    # The chat of the message a file_id came from (its server-side
+    # downloads go through it); None: not known (a journal's replay).
+    chat_id: int | None = None
 
 
 @dataclass(frozen=True)

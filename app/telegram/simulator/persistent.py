@@ -166,4 +166,4 @@ class PersistentSimulator(TelegramSimulator):
         self._losses.hold(message)
         chat.last_message_id = max(chat.last_message_id, message.message_id)
         if message.file_id:
-            self._file_ids[message.file_id] = _FileRef(entry["bot_id"], file)
+            self._file_ids[message.file_id] = _FileRef(entry["bot_id"], file, chat_id=chat.chat_id)

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.config.settings import BotToken
@@ -27,6 +28,7 @@ from app.telegram.simulator.bodies import (
     _received_file,
 )
 from app.telegram.simulator.config import FAULTABLE_METHODS, SimulatorConfig
+from app.telegram.simulator.local_disk import LocalDisk
 from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
     NOT_KEPT,
@@ -41,6 +43,21 @@ from app.telegram.simulator.model import (
     _StoredFile,
 )
 from app.telegram.types import CAPTION_LIMIT
+
+# What the server answers for any server-side download that failed, a file
+# that is gone or one Telegram could not give it now (Client.cpp,
+# on_update_file: "also includes all 5xx and 429 errors").
+FILE_UNAVAILABLE = "Bad Request: wrong file_id or the file is temporarily unavailable"
+# td's MessagesManager.cpp, can_edit_message: without can_edit_messages, a
+# bot edits its own channel post only within edit_time_limit (2 days; the
+# server's default), with 300 s more for an edit already begun.
+EDIT_TIME_LIMIT = 2 * 86400.0
+EDIT_GRACE = 300.0
+# telegram-bot-api's Client.cpp, on_cmd: the same-size upload spacing.
+SPACED_UPLOAD_MIN_BYTES = 100_000
+SPACING_BURST = 1.0  # max_bucket_volume
+SPACING_AHEAD_LIMIT = 5.0
+SPACING_RETRY_AFTER = 60
 
 
 class TelegramRules:
@@ -65,14 +82,23 @@ class TelegramRules:
         self._kicked: set[tuple[int, int]] = set()  # (bot_id, chat_id)
         # Members without an admin's rights: no posting, no deleting.
         self._demoted: set[tuple[int, int]] = set()  # (bot_id, chat_id)
+        # Administrators with some rights taken away (`restrict`): the
+        # rights named map to False; any other is ADMIN_RIGHTS'.
+        self._restricted: dict[tuple[int, int], dict[str, bool]] = {}
         self._losses = Losses()
         self._file_ids: dict[str, _FileRef] = {}
         self._file_paths: dict[str, _FileRef] = {}
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
         self._path_counter = 0
         self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
+        # Per bot: the time the next upload of each total file size may run
+        # (`_space_upload`).
+        self._upload_slots: dict[int, dict[int, float]] = {}
         self._posts: list[Post] = []
         self._clock_offset = 0.0
+        # A `--local` server's disk, and where each path it gave has its bytes.
+        self._local = LocalDisk(config) if config.local else None
+        self._local_files: dict[str, Path] = {}
 
     # --- Telegram's rules -----------------------------------------------------------
 
@@ -94,7 +120,9 @@ class TelegramRules:
         else:
             file = self._file_to_resend(bot_id, resent_id)
         self._check_send_budget(bot_id, chat.chat_id)
-        file_id = self._issue_file_id(bot_id, file) if upload is not None else resent_id
+        file_id = (
+            self._issue_file_id(bot_id, file, chat.chat_id) if upload is not None else resent_id
+        )
         return self._message_json(self._post(bot_id, chat, file, file_id, caption))
 
     def _file_to_resend(self, bot_id: int, document: str) -> _StoredFile:
@@ -113,13 +141,20 @@ class TelegramRules:
             raise ApiError(400, "Bad Request: file_id is empty")
         ref = self._file_ids.get(file_id)
         if ref is None or ref.bot_id != bot_id:
-            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
-        if ref.file.size > self.config.max_getfile_bytes:
+            raise ApiError(400, FILE_UNAVAILABLE)
+        # A local server has no cap (Client.cpp, do_get_file: `!local_mode_`).
+        if not self.config.local and ref.file.size > self.config.max_getfile_bytes:
             raise ApiError(400, "Bad Request: file is too big")
         # After the size check: Telegram checks the size it knows from the
         # file_id first, and finds the file missing only when it fetches it.
         if self._file_gone(ref.file):
-            raise ApiError(400, "Bad Request: wrong file_id or the file is temporarily unavailable")
+            raise ApiError(400, FILE_UNAVAILABLE)
+        if self._must_fetch(bot_id, ref.file) and not self._may_fetch(bot_id, ref):
+            # The fetch goes through the message the file_id came from, which
+            # a bot out of its chat cannot read: the download fails, and the
+            # server says what it says of every failed download. (Not in the
+            # server's source, which leaves it to td: unverified.)
+            raise ApiError(400, FILE_UNAVAILABLE)
         return {
             "file_id": file_id,
             "file_unique_id": ref.file.unique_id,
@@ -133,9 +168,16 @@ class TelegramRules:
         message = chat.messages.get(message_id)
         if message is None or message.deleted or self._losses.message_gone(message):
             raise ApiError(400, "Bad Request: message to delete not found")
-        if (bot_id, chat.chat_id) in self._demoted:
+        # td's MessagesManager.cpp, can_delete_channel_message: a bot may not
+        # delete a message 48 hours (2 * 86400 s) or more after it was posted
+        # (its `date`), whatever its rights; below that, can_delete_messages
+        # deletes any post, can_post_messages only the bot's own.
+        if self._now() - message.posted_at >= self.config.delete_window:
             raise ApiError(400, "Bad Request: message can't be deleted")
-        if self._now() - message.posted_at > self.config.delete_window:
+        own = self._poster(message) == bot_id
+        if not self._may(bot_id, chat.chat_id, "can_delete_messages") and not (
+            own and self._may(bot_id, chat.chat_id, "can_post_messages")
+        ):
             raise ApiError(400, "Bad Request: message can't be deleted")
         # The file stays: file_ids issued for it keep working, as in Telegram.
         message.deleted = True
@@ -149,7 +191,7 @@ class TelegramRules:
         if source is None or source.deleted or self._losses.message_gone(source):
             raise ApiError(400, "Bad Request: message to forward not found")
         self._check_send_budget(bot_id, target.chat_id)
-        file_id = self._issue_file_id(bot_id, source.file)
+        file_id = self._issue_file_id(bot_id, source.file, target.chat_id)
         message = self._post(bot_id, target, source.file, file_id, source.caption)
         message.forwarded_from = source.forwarded_from or source
         return self._message_json(message)
@@ -165,15 +207,13 @@ class TelegramRules:
             return {"status": "kicked", "user": bot.info(), "until_date": 0}
         if (user_id, chat.chat_id) in self._demoted:
             return {"status": "member", "user": bot.info()}
-        return {"status": "administrator", "user": bot.info(), **_ADMIN_RIGHTS}
+        rights = {**ADMIN_RIGHTS, **self._restricted.get((user_id, chat.chat_id), {})}
+        return {"status": "administrator", "user": bot.info(), **rights}
 
     def _pin_chat_message(self, bot_id: int, params: _Params) -> bool:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(
-                400, "Bad Request: not enough rights to manage pinned messages in the chat"
-            )
+        self._check_may_pin(bot_id, chat.chat_id)
         if not self._standing(chat, message_id):
             raise ApiError(400, "Bad Request: message to pin not found")
         if message_id in chat.pinned:
@@ -186,10 +226,7 @@ class TelegramRules:
 
     def _unpin_chat_message(self, bot_id: int, params: _Params) -> bool:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(
-                400, "Bad Request: not enough rights to manage pinned messages in the chat"
-            )
+        self._check_may_pin(bot_id, chat.chat_id)
         # Without message_id, Telegram unpins the most recent pin.
         named = params.fields.get("message_id")
         standing = [i for i in chat.pinned if self._standing(chat, i)]
@@ -204,10 +241,9 @@ class TelegramRules:
     def _edit_message_caption(self, bot_id: int, params: _Params) -> dict[str, Any]:
         chat = self._member_chat(bot_id, _chat_id_param(params, "chat_id"))
         message_id = _message_id_param(params, "message_id")
-        if (bot_id, chat.chat_id) in self._demoted:
-            raise ApiError(400, "Bad Request: message can't be edited")
         if not self._standing(chat, message_id):
             raise ApiError(400, "Bad Request: message to edit not found")
+        self._check_may_edit(bot_id, chat.chat_id, chat.messages[message_id])
         caption = params.fields.get("caption") or None
         if caption is not None and len(caption) > CAPTION_LIMIT:
             raise ApiError(400, "Bad Request: message caption is too long")
@@ -226,7 +262,7 @@ class TelegramRules:
             message = chat.messages[standing[-1]]
             pinned = self._message_json(message)
             # file_ids are per bot: the caller gets one of its own, as from Telegram.
-            pinned["document"]["file_id"] = self._issue_file_id(bot_id, message.file)
+            pinned["document"]["file_id"] = self._issue_file_id(bot_id, message.file, chat.chat_id)
             result["pinned_message"] = pinned
         return result
 
@@ -235,6 +271,19 @@ class TelegramRules:
         return (
             message is not None and not message.deleted and not self._losses.message_gone(message)
         )
+
+    def getfile_download_seconds(self, bot_id: int, params: _Params) -> float:
+        """How long this getFile's server-side download takes before the
+        answer: the file's size at `getfile_bandwidth`, unless the server has
+        the file on its disk already (Client.cpp, do_get_file: td's
+        downloadFile returns at once for a file downloaded before)."""
+        bandwidth = self.config.getfile_bandwidth
+        ref = self._file_ids.get(params.fields.get("file_id", ""))
+        if bandwidth is None or ref is None or ref.bot_id != bot_id:
+            return 0.0
+        if not self._must_fetch(bot_id, ref.file):
+            return 0.0
+        return ref.file.size / bandwidth
 
     def _file_for_download(self, bot_id: int, file_path: str) -> bytes:
         ref = self._file_paths.get(file_path)
@@ -272,9 +321,72 @@ class TelegramRules:
     def _file_gone(self, file: _StoredFile) -> bool:
         return self._losses.file_gone(file, outlive_lost_chats=self.config.files_outlive_lost_chats)
 
-    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
+    def _may(self, bot_id: int, chat_id: int, right: str) -> bool:
+        """Whether the bot holds an administrator's `right` in the chat."""
         if (bot_id, chat_id) in self._demoted:
+            return False
+        return self._restricted.get((bot_id, chat_id), {}).get(right, True)
+
+    def _poster(self, message: _Message) -> int:
+        """The bot that posted (or forwarded) the message; 0: someone else."""
+        ref = self._file_ids.get(message.file_id)
+        return ref.bot_id if ref is not None else 0
+
+    def _check_may_post(self, bot_id: int, chat_id: int) -> None:
+        if not self._may(bot_id, chat_id, "can_post_messages"):
             raise ApiError(400, "Bad Request: not enough rights to send documents to the chat")
+
+    def _check_may_pin(self, bot_id: int, chat_id: int) -> None:
+        # td's DialogManager.cpp, can_pin_messages: in a broadcast channel,
+        # pinning (and unpinning) takes can_edit_messages; can_post_messages
+        # is not enough.
+        if not self._may(bot_id, chat_id, "can_edit_messages"):
+            raise ApiError(
+                400, "Bad Request: not enough rights to manage pinned messages in the chat"
+            )
+
+    def _check_may_edit(self, bot_id: int, chat_id: int, message: _Message) -> None:
+        # td's MessagesManager.cpp, can_edit_message: a channel post is
+        # editable with can_edit_messages at any age; without it, only the
+        # bot's own post with can_post_messages, and only while
+        # edit_time_limit (2 days, plus 300 s for an edit) has not passed.
+        if self._may(bot_id, chat_id, "can_edit_messages"):
+            return
+        own = self._poster(message) == bot_id and self._may(bot_id, chat_id, "can_post_messages")
+        if not own or self._now() - message.posted_at - EDIT_GRACE >= EDIT_TIME_LIMIT:
+            raise ApiError(400, "Bad Request: message can't be edited")
+
+    def _space_upload(self, bot_id: int, files_size: int) -> float:
+        """Seconds an upload of files totalling `files_size` bytes waits
+        before Telegram takes it, or a 429 once that wait runs too far ahead.
+
+        telegram-bot-api's Client.cpp, `on_cmd`: per bot, a query with files
+        over 100,000 bytes in all is spaced from the previous one of the
+        *same* total size by clamp(size * 1e-7, 0.2, 0.9) s, with a second
+        of burst; when the next slot for that size is more than 5 s ahead
+        the query fails with "retry after 60" (`fail_query_flood_limit_
+        exceeded`, which answers after 3 s; the simulator answers at once).
+        Only queries on one token at once can push the slot that far: one
+        call at a time is spaced, never refused. The server skips the rule
+        with --local."""
+        if (
+            not self.config.upload_spacing
+            or self.config.local
+            or files_size <= SPACED_UPLOAD_MIN_BYTES
+        ):
+            return 0.0
+        now = self._now()
+        slots = self._upload_slots.setdefault(bot_id, {})
+        spacing = min(max(files_size * 1e-7, 0.2), 0.9)
+        slot = slots.get(files_size, 0.0)
+        if slot > now + SPACING_AHEAD_LIMIT:
+            raise ApiError.too_many_requests(SPACING_RETRY_AFTER)
+        slot = max(slot + spacing, now - SPACING_BURST)
+        slots[files_size] = slot
+        # The server forgets a size once its slot is that far behind.
+        for size in [s for s, at in slots.items() if at < now - SPACING_BURST - 0.9]:
+            del slots[size]
+        return max(0.0, slot - now)
 
     def _check_send_budget(self, bot_id: int, chat_id: int) -> None:
         budget = self.config.sends_per_minute
@@ -289,23 +401,48 @@ class TelegramRules:
             raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
         sends.append(now)
 
-    def _issue_file_id(self, bot_id: int, file: _StoredFile) -> str:
+    def _issue_file_id(self, bot_id: int, file: _StoredFile, chat_id: int) -> str:
         # Opaque, like Telegram's: nothing in it says which bot or file it is.
         file_id = "BQACAgIAAx" + secrets.token_urlsafe(48)
-        self._file_ids[file_id] = _FileRef(bot_id, file)
+        self._file_ids[file_id] = _FileRef(bot_id, file, chat_id=chat_id)
         return file_id
 
+    def _kept_path(self, bot_id: int, file: _StoredFile) -> str | None:
+        """The path the server gave the bot for the file, while it still
+        keeps it: unexpired, and (local mode) still on its disk."""
+        path = self._current_path.get((bot_id, file.unique_id))
+        if path is None or self._expired(self._file_paths[path]):
+            return None
+        if self._local is not None and not self._local.holds(self._local_files[path]):
+            return None  # the server's storage clean-up took it
+        return path
+
+    def _must_fetch(self, bot_id: int, file: _StoredFile) -> bool:
+        """Whether a getFile of the file makes the server download it."""
+        return self._kept_path(bot_id, file) is None
+
+    def _may_fetch(self, bot_id: int, ref: _FileRef) -> bool:
+        """Whether the bot may still read the message its file_id came from
+        (a lost chat's files are `_file_gone`'s)."""
+        return ref.chat_id is None or (bot_id, ref.chat_id) not in self._kicked
+
     def _file_path_for(self, bot_id: int, file: _StoredFile) -> str:
-        """The bot's download path for a file: reused until it expires."""
-        key = (bot_id, file.unique_id)
-        path = self._current_path.get(key)
-        if path is not None and not self._expired(self._file_paths[path]):
+        """The bot's path for a file: reused while the server keeps it. A
+        local server answers the absolute path of the copy it wrote."""
+        path = self._kept_path(bot_id, file)
+        if path is not None:
             return path
         self._path_counter += 1
         suffix = posixpath.splitext(file.file_name)[1].lower()
-        path = f"documents/file_{self._path_counter}{suffix or '.bin'}"
+        name = f"file_{self._path_counter}{suffix or '.bin'}"
+        if self._local is None:
+            path = f"documents/{name}"
+        else:
+            path, where = self._local.paths(self._bots[bot_id].token, name)
+            self._local.write(where, file.data)
+            self._local_files[path] = where
         self._file_paths[path] = _FileRef(bot_id, file, issued_at=self._now())
-        self._current_path[key] = path
+        self._current_path[(bot_id, file.unique_id)] = path
         return path
 
     def _expired(self, ref: _FileRef) -> bool:
@@ -367,7 +504,7 @@ class TelegramRules:
         return result
 
 
-_ADMIN_RIGHTS: dict[str, Any] = {
+ADMIN_RIGHTS: dict[str, Any] = {
     "can_be_edited": False,
     "is_anonymous": False,
     "can_manage_chat": True,

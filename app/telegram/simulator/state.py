@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -148,6 +149,21 @@ class TelegramSimulator(SimulatedDamage):
         waiter = asyncio.get_running_loop().create_future()
         self._held_waiters.append((method, calls, waiter))
         await waiter
+
+    def local_files(self) -> list[Path]:
+        """Every file a `--local` server keeps on its disk now, where it is
+        on this machine (getFile wrote them)."""
+        return self._local.files() if self._local is not None else []
+
+    def clean_local_storage(self) -> int:
+        """A `--local` server's storage clean-up: the files its getFiles
+        downloaded are removed (td's storage manager keeps one at least an
+        hour, then may; td StorageManager.h, files/FileGcParameters.cpp), and
+        the paths given for them lead nowhere. Returns how many went."""
+        removed = self.local_files()
+        for path in removed:
+            path.unlink()
+        return len(removed)
 
     def advance_clock(self, seconds: float) -> None:
         """Move the simulated time forward (message ages, path expiry, send windows)."""

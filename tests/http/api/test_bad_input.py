@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.http.api.files import NAMED_PREFIX
+from app.http.shared.file_names import NAMED_PREFIX
 from app.http.shared.forms import MAX_FORM_PARTS, MAX_FORM_TEXT_BYTES, FormError, StreamingForm
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 from tests.db.helpers import Database

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from tests.conftest import Database
 from tests.running_service import Service, ServiceLauncher, eventually
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pgbouncer-test.sh"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "pgbouncer-test.sh"
 
 
 def free_port() -> int:

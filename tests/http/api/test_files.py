@@ -649,7 +649,9 @@ SPOOFED = "invoice\u202egnp.exe"
 BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
-async def test_bidi_controls_are_stripped_from_native_file_names(service: Service) -> None:
+async def test_bidi_and_other_control_characters_are_stripped_from_native_file_names(
+    service: Service,
+) -> None:
     async with service.client() as http:
         raw = await http.put(f"/api/files/{SPOOFED}", content=b"raw", headers=service.auth)
         form = await http.post(
@@ -666,11 +668,14 @@ async def test_bidi_controls_are_stripped_from_native_file_names(service: Servic
         only_controls = await http.put(
             "/api/files/\u202e\u202c", content=b"x", headers=service.auth
         )
+        # Control characters, C1 too (U+009B: a one-byte CSI to many terminals).
+        c1 = await http.put("/api/files/a\x9b2J\x85b.txt", content=b"x", headers=service.auth)
     assert raw.status_code == 201, raw.text
     assert raw.json()["file_name"] == "invoicegnp.exe"
     assert form.json()["file_name"] == "a.txt"
     assert form_name.json()["file_name"] == "invoicegnp.exe"
     assert only_controls.status_code == 400
+    assert c1.json()["file_name"] == "a2Jb.txt"
     got = await download(service, raw.json()["public_id"])
     assert got.headers["content-disposition"] == 'attachment; filename="invoicegnp.exe"'
     # The same name again replaces the same file (the key is what was sent).

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from app.cli.demo import create_api_key
 from tests.running_service import CHUNK, INLINE, Service, ServiceFactory
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
 
 
 async def test_every_response_carries_a_request_id(service: Service) -> None:
@@ -35,6 +43,32 @@ async def test_metrics_need_a_key_by_default_and_describe_the_bots(service: Serv
     assert 'teleuploader_telegram_call_duration_seconds_count{bot_id="' in text
     assert "teleuploader_gc_backlog" in text
     assert not any(token.split(":")[1] in text for token in service.sim.tokens)
+
+
+async def test_with_metrics_off_no_key_sees_the_bots_on_the_status_screen(
+    start_service: ServiceFactory,
+) -> None:
+    """/api/status follows METRICS_ACCESS as /ready does: `off` hides the
+    bots' ids, usernames and queues from every key, an admin's included; the
+    rest of the status screen stays."""
+    shown = await start_service(metrics_access="key")
+    off = await start_service(metrics_access="off")
+    reader = await create_api_key(off.settings.database_url, name="reader", scope="read")
+
+    async def status(service: Service, auth: dict[str, str]) -> dict[str, Any]:
+        async with service.client() as http:
+            answer: dict[str, Any] = (await http.get("/api/status", headers=auth)).json()
+        return answer
+
+    visible = await status(shown, shown.auth)
+    assert len(visible["bots"]) == 3 and visible["bots_hidden"] is False
+    for hidden in (await status(off, off.auth), await status(off, bearer(reader))):
+        assert (hidden["bots"], hidden["bots_hidden"]) == ([], True)
+        for token in off.sim.tokens:
+            assert token.split(":")[0] not in json.dumps(hidden)  # no bot id
+        assert hidden["upload_budget"]["buffers"] > 0
+    async with off.client() as http:
+        assert "bots" not in (await http.get("/ready", headers=off.auth)).json()
 
 
 async def test_metrics_can_be_public_or_off(start_service: ServiceFactory) -> None:

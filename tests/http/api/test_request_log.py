@@ -18,7 +18,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.http.api.middleware import RequestContextMiddleware
 from app.kit.logging import configure_logging
+from app.store import reader
 from app.store.metrics import Metrics
+from tests.running_service import CHUNK, ServiceFactory, payload
 
 
 @pytest.fixture
@@ -125,3 +127,26 @@ async def test_an_answered_request_is_an_info_line_without_cancelled(
     assert (line["status"], line["level"]) == (201, "info")
     assert "cancelled" not in line
     assert requests_counted(metrics, "201") == 1
+
+
+async def test_a_log_line_names_a_public_id_by_its_start_never_whole(
+    start_service: ServiceFactory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A public id is a download link: a line about a failed download names
+    it by its first characters, not by the link (docs/security.md, "Logs")."""
+    service = await start_service(max_attempts=1, log_level="INFO")
+    # No pause between the read's attempts: what it waits for is not the subject.
+    monkeypatch.setattr(reader, "_pause", lambda _seconds: asyncio.sleep(0))
+    async with service.client() as http:
+        stored = await http.put(
+            "/api/files/f.bin", content=payload(3 * CHUNK), headers=service.auth
+        )
+        public_id = stored.json()["public_id"]
+        service.sim.set_method_faults("getFile", fault_5xx_rate=1.0)
+        failed = await http.get(f"/f/{public_id}")
+    assert failed.status_code == 503, failed.text
+    log = capsys.readouterr().out
+    assert "/f/" + public_id[:4] in log  # the failure is logged, with where
+    assert public_id not in log

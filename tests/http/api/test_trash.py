@@ -169,6 +169,33 @@ async def test_objects_a_registry_deleted_come_back_under_their_keys(
     assert await read(s3, "registry", "_uploads/link") == b"sha256:def"
 
 
+async def test_a_restore_as_takes_only_an_s3_key_the_s3_api_can_reach(
+    start_service: ServiceFactory,
+) -> None:
+    """`?as=` for an S3 object is held to S3's key rules: 1024 bytes of
+    UTF-8, not characters. A 1,600-byte key restored would fail HEAD, GET and
+    DELETE, and its bucket could never be deleted."""
+    service = await start_service(trash_retention_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET})
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="box")
+    await s3("put_object", Bucket="box", Key="k", Body=b"kept")
+    await s3("delete_object", Bucket="box", Key="k")
+    [item] = await trash_of(service, service.auth)
+    restore = f"/api/trash/{item['public_id']}/restore"
+
+    too_long = await call(service, "POST", restore, service.auth, params={"as": "é" * 800})
+    assert too_long.status_code == 400
+    assert "1600 bytes" in too_long.json()["detail"]
+    assert (await s3("list_objects_v2", Bucket="box")).get("Contents", []) == []
+
+    longest = "é" * 512  # 1024 bytes
+    restored = await call(service, "POST", restore, service.auth, params={"as": longest})
+    assert restored.status_code == 200, restored.text
+    assert await read(s3, "box", longest) == b"kept"
+    await s3("delete_object", Bucket="box", Key=longest)
+    await s3("delete_bucket", Bucket="box")
+
+
 async def test_expiry_deletes_the_messages_but_keeps_chunks_a_live_copy_uses(
     start_service: ServiceFactory,
 ) -> None:

@@ -93,12 +93,16 @@ def test_every_native_route_lives_under_a_reserved_bucket_name() -> None:
     # page's routes are outside the OpenAPI document.
     unused = Database(backend="sqlite", url="sqlite+aiosqlite://", migration_url="sqlite://")
     app = create_app(make_settings(unused, "http://127.0.0.1:1", make_tokens(1)))
-    paths = [*app.openapi()["paths"], "/openapi.json", "/docs", "/redoc", "/static/app.js"]
+    paths = [
+        *app.openapi()["paths"],
+        *("/openapi.json", "/docs", "/redoc", "/static/app.js", "/dav", "/dav/a/b.txt"),
+    ]
     segments = {path.lstrip("/").split("/", 1)[0] for path in paths}
-    assert {"api", "f", "file", "health", "ready", "metrics", "docs", "static"} <= segments
+    assert {"api", "f", "file", "health", "ready", "metrics", "docs", "static", "dav"} <= segments
     assert segments <= RESERVED_BUCKETS
     for path in paths:
-        scope = {"type": "http", "path": path, "root_path": "", "method": "GET", "app": app}
-        assert is_native_path(scope), path
+        for method in ("GET", "PROPFIND"):
+            scope = {"type": "http", "path": path, "root_path": "", "method": method, "app": app}
+            assert is_native_path(scope), (method, path)
     scope = {"type": "http", "path": "/box/key", "root_path": "", "method": "GET", "app": app}
     assert not is_native_path(scope)

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from sqlalchemy.exc import DBAPIError
 from starlette.requests import Request
 
-from app.http.s3.errors import ERROR_TABLE, S3Error
+from app.http.s3.errors import ERROR_TABLE, S3Error, redact_signed_text
 from app.http.s3.gateway import error_response
 from app.http.s3.service import S3Service
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, SECRET, client_for
@@ -160,3 +160,31 @@ def test_an_unknown_code_without_a_status_is_a_programming_error() -> None:
     with pytest.raises(KeyError):
         S3Error("NoSuchThing")
     assert S3Error("Custom", "free-form", 418).status == 418
+
+
+def test_the_signed_text_an_error_echoes_has_its_secrets_redacted() -> None:
+    canonical = "\n".join(
+        [
+            "GET",
+            "/box/k",
+            "X-Amz-Credential=AK%2F20261207&x-amz-server-side-encryption-customer-key=S2V5&b=1",
+            "host:example",
+            "x-amz-copy-source-server-side-encryption-customer-key:S2V5",
+            "X-Amz-Security-Token:token",
+            "x-amz-meta-note:x-amz-security-token:not a header",
+            "",
+            "host;x-amz-copy-source-server-side-encryption-customer-key",
+            "UNSIGNED-PAYLOAD",
+        ]
+    )
+    redacted = redact_signed_text(canonical, query_line=2).split("\n")
+    assert redacted[2] == (
+        "X-Amz-Credential=AK%2F20261207&x-amz-server-side-encryption-customer-key=<redacted>&b=1"
+    )
+    assert redacted[4:7] == [
+        "x-amz-copy-source-server-side-encryption-customer-key:<redacted>",
+        "X-Amz-Security-Token:<redacted>",
+        "x-amz-meta-note:x-amz-security-token:not a header",
+    ]
+    assert "S2V5" not in "\n".join(redacted) and "token:token" not in "\n".join(redacted)
+    assert redacted[8] == canonical.split("\n")[8]  # the signed names stay

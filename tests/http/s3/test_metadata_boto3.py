@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.store import service as store_service
+from app.store import store_deletes
 from tests.db.helpers import statements
 from tests.http.s3.test_api_boto3 import S3, code
 from tests.running_service import INLINE, Service
@@ -128,13 +128,13 @@ async def test_a_delete_of_a_key_that_is_not_there_opens_no_transaction(
     delete of a small object: one delete and one read, no transaction."""
     await s3("put_object", Bucket="box", Key="kept", Body=b"k")
     transactions: list[object] = []
-    session_scope = store_service.session_scope
+    in_transaction = store_deletes.in_transaction
 
-    def counted(sessionmaker: Any) -> Any:
+    def counted(sessionmaker: Any, work: Any) -> Any:
         transactions.append(sessionmaker)
-        return session_scope(sessionmaker)
+        return in_transaction(sessionmaker, work)
 
-    monkeypatch.setattr(store_service, "session_scope", counted)
+    monkeypatch.setattr(store_deletes, "in_transaction", counted)
     with statements() as seen:
         answer = await s3("delete_object", Bucket="box", Key="never-there")
     assert answer["ResponseMetadata"]["HTTPStatusCode"] == 204

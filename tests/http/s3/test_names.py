@@ -58,7 +58,7 @@ def test_invalid_bucket_names(name: str) -> None:
 
 def test_reserved_bucket_names() -> None:
     assert {"api", "f", "file", "files", "health", "ready", "metrics", "docs"} <= RESERVED_BUCKETS
-    assert {"redoc", "openapi.json", "static"} <= RESERVED_BUCKETS
+    assert {"redoc", "openapi.json", "static", "dav"} <= RESERVED_BUCKETS
     for name in ("api", "health", "openapi.json", "static", "metrics"):
         assert is_reserved_bucket(name)
         assert is_valid_bucket_name(name)  # a valid S3 name, but ours

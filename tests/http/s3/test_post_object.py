@@ -394,3 +394,90 @@ async def test_an_object_stored_with_such_a_name_before_the_check_reads_back_wit
     head = await s3("head_object", Bucket="uploads", Key="old.bin")
     assert head["Metadata"] == {"ok": "v"}
     assert await read(s3, "uploads", "old.bin") == b"old"
+
+
+# --- encryption: the form's fields are PutObject's headers (app/http/s3/sse.py) ------------
+
+CUSTOMER_KEY = bytes(range(32))
+MARKER = b"POST-OBJECT-SSE-C-PLAINTEXT"
+
+
+def customer_fields(key: bytes = CUSTOMER_KEY) -> dict[str, str]:
+    return {
+        "x-amz-server-side-encryption-customer-algorithm": "AES256",
+        "x-amz-server-side-encryption-customer-key": base64.b64encode(key).decode(),
+        "x-amz-server-side-encryption-customer-key-MD5": base64.b64encode(
+            hashlib.md5(key).digest()
+        ).decode(),
+    }
+
+
+def post_with(service: Service, key: str, fields: dict[str, str]) -> dict[str, Any]:
+    """A SigV4 presigned POST whose policy allows exactly these fields."""
+    return presigned_post(
+        service,
+        key,
+        "s3v4",
+        Fields=fields,
+        Conditions=[{name: value} for name, value in fields.items()],
+    )
+
+
+async def test_a_customer_key_in_the_form_seals_the_file_as_put_object_does(
+    s3: S3, s3_service: Service
+) -> None:
+    content = MARKER * (2 * CHUNK // len(MARKER) + 3)  # several Telegram chunks
+    post = post_with(s3_service, "sealed.bin", customer_fields())
+
+    response = await submit(post, content)
+
+    assert response.status_code == 204, response.text
+    assert response.headers["x-amz-server-side-encryption-customer-algorithm"] == "AES256"
+    assert (
+        response.headers["x-amz-server-side-encryption-customer-key-md5"]
+        == (customer_fields()["x-amz-server-side-encryption-customer-key-MD5"])
+    )
+    # As an object PutObject sealed: refused without the key, read with it.
+    missing = await s3.error("get_object", Bucket="uploads", Key="sealed.bin")
+    assert missing.response["Error"]["Code"] == "InvalidRequest"
+    sse_c = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": CUSTOMER_KEY}
+    assert await read(s3, "uploads", "sealed.bin", **sse_c) == content
+    # Telegram never saw the plaintext.
+    stored = s3_service.sim.stored_files()
+    assert stored and not [chat for chat, _, data in stored if MARKER in data]
+
+
+REFUSED = [
+    # No master keys here: AES256 would store plaintext the client believes sealed.
+    ({"x-amz-server-side-encryption": "AES256"}, 400, "InvalidArgument"),
+    ({"x-amz-server-side-encryption": "aws:kms"}, 501, "NotImplemented"),
+    (
+        {"x-amz-server-side-encryption": "AES256", **customer_fields()},
+        400,
+        "InvalidArgument",
+    ),
+    (
+        {**customer_fields(), "x-amz-server-side-encryption-customer-key-MD5": "d3Jvbmc="},
+        400,
+        "InvalidArgument",
+    ),
+    (
+        {**customer_fields(), "x-amz-server-side-encryption-customer-algorithm": "aws:kms"},
+        400,
+        "InvalidEncryptionAlgorithmError",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "status", "expected"), REFUSED)
+async def test_encryption_fields_put_object_refuses_are_refused_and_nothing_is_stored(
+    s3: S3, s3_service: Service, fields: dict[str, str], status: int, expected: str
+) -> None:
+    post = post_with(s3_service, "refused.bin", fields)
+
+    response = await submit(post, MARKER)
+
+    assert (response.status_code, error_code(response)) == (status, expected), response.text
+    # The key is never echoed, not even in part.
+    assert customer_fields()["x-amz-server-side-encryption-customer-key"] not in response.text
+    assert (await s3("list_objects_v2", Bucket="uploads"))["KeyCount"] == 0

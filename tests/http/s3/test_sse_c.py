@@ -10,8 +10,11 @@ import hashlib
 import os
 from typing import Any
 
+import boto3
 import httpx
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 from sqlalchemy import select
 
 from app.db.models.base import Base
@@ -30,6 +33,16 @@ OTHER_KEY = os.urandom(32)
 def sse(key: bytes) -> dict[str, Any]:
     """boto3's SSE-C parameters (it sends the key's MD5 itself)."""
     return {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+
+
+def sse_encoded(key: bytes) -> dict[str, Any]:
+    """The same, encoded by hand: boto3 encodes the key and sends its MD5
+    only for the operations that read or write content."""
+    return {
+        "SSECustomerAlgorithm": "AES256",
+        "SSECustomerKey": base64.b64encode(key).decode(),
+        "SSECustomerKeyMD5": base64.b64encode(hashlib.md5(key).digest()).decode(),
+    }
 
 
 def marked(size: int, seed: int = 0) -> bytes:
@@ -161,6 +174,31 @@ async def test_malformed_customer_key_headers_are_refused_with_400(s3: S3) -> No
     assert (await s3("list_objects_v2", Bucket="box"))["KeyCount"] == 0
 
 
+async def test_a_signature_error_never_hands_back_the_customer_key(s3: S3) -> None:
+    """SignatureDoesNotMatch echoes the signed text (CanonicalRequest,
+    StringToSign), which holds every signed header: the SSE-C key's value is
+    redacted there, in SigV4 and SigV2 alike."""
+    encoded = base64.b64encode(KEY).decode()
+    for signature in ("s3v4", "s3"):
+        wrong: Any = boto3.client(
+            "s3",
+            endpoint_url=s3.service.url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key="a-wrong-secret-of-some-length",
+            region_name="us-east-1",
+            config=Config(signature_version=signature, s3={"addressing_style": "path"}),
+        )
+        with pytest.raises(ClientError) as caught:
+            await asyncio.to_thread(wrong.put_object, Bucket="box", Key="k", Body=b"x", **sse(KEY))
+        error = caught.value.response["Error"]
+        assert error["Code"] == "SignatureDoesNotMatch", signature
+        signed = error.get("CanonicalRequest") or error["StringToSign"]
+        assert "x-amz-server-side-encryption-customer-key:<redacted>" in signed, signature
+        assert encoded not in str(caught.value.response), signature
+        # The key's MD5 names the key without opening it, as the answers do.
+        assert "x-amz-server-side-encryption-customer-key-md5:" in signed
+
+
 # Both backends: the seal queries (DISTINCT over bytea, a LIMIT 1 sample of
 # an upload's chunks) are SQL that differs between SQLite and Postgres.
 @pytest.mark.both_backends
@@ -223,6 +261,56 @@ async def test_multipart_and_copies_under_customer_keys(s3: S3) -> None:
     holding = [stored for _, _, stored in files if MARKER in stored]
     assert files and all(stored in whole for stored in holding)
     assert sum(len(stored) for stored in holding) == len(whole)
+
+
+async def test_what_tells_of_the_plaintext_is_refused_without_the_key_as_head_is(
+    s3: S3,
+) -> None:
+    """GetObjectAttributes (the plaintext's checksums), ListParts (each part's
+    MD5 as its ETag) and a copy's x-amz-copy-source-if-* (an oracle on the
+    ETag) answer only with the key, as HEAD does: 400 without it, 403 with
+    another one."""
+    data = marked(CHUNK + 100)
+    put = await s3(
+        "put_object", Bucket="box", Key="sealed", Body=data, ChecksumAlgorithm="SHA256", **sse(KEY)
+    )
+    wanted = {"Bucket": "box", "Key": "sealed", "ObjectAttributes": ["ETag", "Checksum"]}
+    for params, expected in (({}, 400), (sse_encoded(OTHER_KEY), 403)):
+        error = await s3.error("get_object_attributes", **wanted, **params)
+        assert status(error) == expected, params
+        assert put["ETag"].strip('"') not in str(error.response)
+    attributes = await s3("get_object_attributes", **wanted, **sse_encoded(KEY))
+    assert attributes["Checksum"]["ChecksumSHA256"] == put["ChecksumSHA256"]
+
+    upload = await s3("create_multipart_upload", Bucket="box", Key="parts", **sse(KEY))
+    where = {"Bucket": "box", "Key": "parts", "UploadId": upload["UploadId"]}
+    part = await s3("upload_part", **where, PartNumber=1, Body=data, **sse(KEY))
+    for params, expected in (({}, 400), (sse_encoded(OTHER_KEY), 403)):
+        error = await s3.error("list_parts", **where, **params)
+        assert status(error) == expected, params
+        assert part["ETag"].strip('"') not in str(error.response)
+    listed = await s3("list_parts", **where, **sse_encoded(KEY))
+    assert [p["ETag"] for p in listed["Parts"]] == [part["ETag"]]
+
+    # Without the source's key, the right ETag and a wrong one get the same answer.
+    for if_match in (put["ETag"], '"0123456789abcdef0123456789abcdef"'):
+        copy = await s3.error(
+            "copy_object",
+            Bucket="box",
+            Key="copy",
+            CopySource="box/sealed",
+            CopySourceIfMatch=if_match,
+        )
+        part_copy = await s3.error(
+            "upload_part_copy",
+            **where,
+            PartNumber=2,
+            CopySource="box/sealed",
+            CopySourceIfMatch=if_match,
+            **sse(KEY),
+        )
+        for error in (copy, part_copy):
+            assert (code(error), status(error)) == ("InvalidRequest", 400), if_match
 
 
 async def test_customer_keys_beside_master_keys_and_their_rotation(

@@ -19,7 +19,7 @@ import pytest
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from app.store.writer import plan_chunk_size
+from app.store.chunk_size import plan_chunk_size
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 # Postgres too: spooled parts and their rows (tests/README.md, "Which backend").

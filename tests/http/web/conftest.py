@@ -18,7 +18,7 @@ from playwright.async_api import Browser, async_playwright
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT_DIR = Path(
     os.environ.get(
-        "SCREENSHOT_DIR", Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+        "SCREENSHOT_DIR", Path(__file__).resolve().parents[3] / "artifacts" / "screenshots"
     )
 )
 

@@ -23,7 +23,7 @@ from playwright.async_api import Browser, CDPSession, ConsoleMessage, Page, Requ
 
 from tests.db.helpers import Database
 from tests.http.web.conftest import record_screenshot
-from tests.running_service import Service, ServiceFactory, payload
+from tests.running_service import CHAT_ID, Service, ServiceFactory, payload
 
 ACCESS_KEY = "AKIDBROWSER"
 SECRET = "browser-test-secret-0123456789"
@@ -319,6 +319,9 @@ async def test_the_status_screen_shows_every_bot(
             await expect(row).to_contain_text("usable")
         await expect(page.locator("#facts")).to_contain_text("Upload buffers in use")
         await expect(page.locator("#facts")).to_contain_text("GC")
+        # How full the storage chat is, against CHAT_MESSAGE_LIMIT.
+        await expect(page.locator("#facts")).to_contain_text(f"Storage chat {CHAT_ID}")
+        await expect(page.locator("#facts")).to_contain_text("of 500000 messages")
         await expect(page.locator("#chart-peak")).to_contain_text("up")
         await shoot(page, screenshot_dir, name)
 

@@ -8,17 +8,21 @@ import asyncio
 import hashlib
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
 import pytest
 from botocore.client import BaseClient
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from app.cli.demo import create_api_key
 from app.db.models import KeyScope
+from app.http.api.errors import ApiError
 from app.http.web.buckets import BROWSE_LINK_SECONDS
-from app.http.web.routes import STATIC_DIR
+from app.http.web.routes import STATIC_DIR, static
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
 ACCESS_KEY = "AKIDWEBPAGE"
@@ -118,10 +122,39 @@ def test_no_script_builds_markup_from_strings() -> None:
 
 async def test_static_files_stay_inside_their_folder(service: Service) -> None:
     async with service.client() as http:
-        for name in ("../routes.py", "..%2Froutes.py", "nothing.js", "vendor", "%00", "app.js%00"):
+        for name in (
+            "../routes.py",
+            "..%2Froutes.py",
+            "nothing.js",
+            "vendor",
+            "%00",
+            "app.js%00",
+            "a" * 256,  # over the OS's 255 bytes a name: was a 500
+            "vendor/" + "é" * 128 + ".js",
+            "x/" * 3000,  # over PATH_MAX
+        ):
             response = await http.get(f"/static/{name}")
             assert response.status_code == 404, name
             assert "def " not in response.text
+
+
+# Path components of any text and length, past the OS's 255 bytes a name.
+_COMPONENTS = st.lists(
+    st.text(min_size=0, max_size=40) | st.text(alphabet="aé.", min_size=200, max_size=400),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(name=_COMPONENTS.map("/".join).filter(bool))
+@example(name="a" * 256)
+def test_any_static_name_is_a_file_or_a_404(name: str) -> None:
+    try:
+        answer = asyncio.run(static(name))
+    except ApiError as refused:
+        assert refused.status == 404
+    else:
+        assert Path(answer.path).resolve().is_relative_to(STATIC_DIR.resolve())
 
 
 async def test_every_response_says_nosniff(service: Service) -> None:

@@ -11,14 +11,15 @@ import httpx
 import pytest
 from sqlalchemy import update
 
+from app.cli.demo import create_api_key
 from app.db.api_keys import ApiKeyRepository
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.models import ApiKey, WebSession
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.db.web_sessions import MAX_SESSIONS_PER_KEY
-from app.http.api.sign_in_limits import SIGN_IN_FAILURES_ALLOWED, SIGN_IN_WINDOW_SECONDS
 from app.http.api.web_session import CSRF_HEADER, SESSION_COOKIE
+from app.store.key_failures import CREDENTIAL_PREFIX, FAILURES_PER_CREDENTIAL, WINDOW_SECONDS
 from tests.running_service import Service, payload
 
 
@@ -217,49 +218,59 @@ def from_address(address: str) -> dict[str, str]:
     return {"X-Forwarded-For": address}
 
 
-async def test_failed_sign_ins_are_limited_per_client_address(service: Service) -> None:
+async def test_failed_sign_ins_are_limited_per_client_and_key_start(service: Service) -> None:
+    """Guesses that start as the owner's key does (its first 8 characters)
+    are limited at the guesser's address, the right key included there (no
+    oracle); the owner elsewhere, and other keys there, sign in as ever."""
+    start = service.key[:CREDENTIAL_PREFIX]
+    other_key = await create_api_key(service.settings.database_url, name="other")
     async with service.client() as http:
         wrong = [
             await http.post(
                 "/api/session",
-                json={"key": f"tu_wrong{n:04d}"},
+                json={"key": f"{start}{'x' * 30}{n:04d}"},
                 headers=from_address("203.0.113.7"),
             )
-            for n in range(SIGN_IN_FAILURES_ALLOWED + 1)
+            for n in range(FAILURES_PER_CREDENTIAL + 1)
         ]
-        # Once limited, the address may not try even the right key (no oracle)...
         right_there = await http.post(
             "/api/session", json={"key": service.key}, headers=from_address("203.0.113.7")
         )
-        # ...while another address signs in as ever.
         right_elsewhere = await http.post(
             "/api/session", json={"key": service.key}, headers=from_address("203.0.113.8")
         )
-    assert [r.status_code for r in wrong[:-1]] == [401] * SIGN_IN_FAILURES_ALLOWED
+        other_there = await http.post(
+            "/api/session", json={"key": other_key}, headers=from_address("203.0.113.7")
+        )
+    assert [r.status_code for r in wrong[:-1]] == [401] * FAILURES_PER_CREDENTIAL
     for limited in (wrong[-1], right_there):
         assert limited.status_code == 429, limited.text
-        assert 1 <= int(limited.headers["retry-after"]) <= SIGN_IN_WINDOW_SECONDS
-        assert "too many failed sign-ins" in limited.json()["detail"]
+        assert 1 <= int(limited.headers["retry-after"]) <= WINDOW_SECONDS
+        assert "too many failed key checks" in limited.json()["detail"]
         assert "set-cookie" not in limited.headers
     assert right_elsewhere.status_code == 200
+    assert other_there.status_code == 200
 
 
-async def test_failed_sign_ins_are_limited_per_key_prefix(service: Service) -> None:
-    # Spread over many addresses, guesses at keys starting alike are limited too.
+async def test_guesses_from_many_addresses_cannot_lock_the_owner_out(service: Service) -> None:
+    """Five characters of a key, tried from as many addresses as it takes,
+    lock nobody out: each address is limited alone (the limiter of the
+    previous release refused the key everywhere)."""
+    start = service.key[:CREDENTIAL_PREFIX]
     async with service.client() as http:
         answers = [
             await http.post(
                 "/api/session",
-                json={"key": f"tu_AbCdEfGh{n:04d}"},
+                json={"key": f"{start}{'y' * 30}{n:04d}"},
                 headers=from_address(f"198.51.100.{n}"),
             )
-            for n in range(SIGN_IN_FAILURES_ALLOWED + 1)
+            for n in range(2 * FAILURES_PER_CREDENTIAL)
         ]
-        other_prefix = await http.post(
-            "/api/session", json={"key": "tu_ZyXwVuTs0000"}, headers=from_address("198.51.100.99")
+        owner = await http.post(
+            "/api/session", json={"key": service.key}, headers=from_address("192.0.2.1")
         )
-    assert [r.status_code for r in answers] == [401] * SIGN_IN_FAILURES_ALLOWED + [429]
-    assert other_prefix.status_code == 401
+    assert [r.status_code for r in answers] == [401] * (2 * FAILURES_PER_CREDENTIAL)
+    assert owner.status_code == 200, owner.text
 
 
 async def test_sessions_are_bounded_per_key_and_the_oldest_ends(service: Service) -> None:

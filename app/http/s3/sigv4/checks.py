@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from app.http.s3.errors import S3Error
+from app.http.s3.errors import S3Error, redact_signed_text
 from app.http.s3.sigv4.canonical import canonical_requests, first_header, string_to_sign
 from app.http.s3.sigv4.request import VerifiedRequest, payload_mode
 from app.http.s3.sigv4.signing import (
@@ -153,7 +153,10 @@ def _check_signature(
                 "AWSAccessKeyId": credential.access_key,
                 "StringToSign": string_to_sign(amz_date, credential.scope, canonical),
                 "SignatureProvided": provided,
-                "CanonicalRequest": canonical.decode("utf-8", "replace"),
+                # Without the secrets it signed (an SSE-C key is a header).
+                "CanonicalRequest": redact_signed_text(
+                    canonical.decode("utf-8", "replace"), query_line=2
+                ),
             },
         )
 

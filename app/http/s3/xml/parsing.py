@@ -40,7 +40,9 @@ def parse_xml(body: bytes, root: str) -> Element:
         raise S3Error("MalformedXML", f"The XML body is larger than {MAX_XML_BYTES} bytes.")
     try:
         element = DefusedET.fromstring(body, forbid_dtd=True)
-    except (ParseError, DefusedXmlException, ValueError):
+    # LookupError and UnicodeError: a declared encoding Python does not know,
+    # or bytes not in the one declared.
+    except (ParseError, DefusedXmlException, ValueError, LookupError, UnicodeError):
         raise S3Error("MalformedXML") from None
     if _local(element.tag) != root:
         raise S3Error("MalformedXML", f"The root element must be {root}.")

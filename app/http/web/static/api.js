@@ -65,7 +65,7 @@ export function forget() {
 
 const UNITS = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
 
-// Bidi controls (U+202E and its kind; app/http/shared/bidi.py keeps the same list)
+// Bidi controls (U+202E and its kind; app/kit/bidi.py keeps the same list)
 // reorder the text around them: "invoice\u202egnp.exe" would read
 // "invoiceexe.png". Names and keys are shown with each one spelt out.
 const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;

@@ -3,12 +3,19 @@
 import { api, forget, onSignedOut, remember, session } from './api.js';
 import { showBuckets } from './buckets.js';
 import { showFiles } from './files.js';
+import { showShares } from './shares.js';
 import { hideStatus, showStatus } from './status.js';
 import { showTrash } from './trash.js';
 import { setUpUploads } from './upload.js';
 
-const VIEWS = ['loading', 'signin', 'upload', 'files', 'buckets', 'trash', 'status'];
-const SHOW = { files: showFiles, buckets: showBuckets, trash: showTrash, status: showStatus };
+const VIEWS = ['loading', 'signin', 'upload', 'files', 'buckets', 'shares', 'trash', 'status'];
+const SHOW = {
+  files: showFiles,
+  buckets: showBuckets,
+  shares: showShares,
+  trash: showTrash,
+  status: showStatus,
+};
 
 function $(id) {
   return document.getElementById(id);

@@ -1,7 +1,11 @@
 // The native files, a page at a time (GET /api/files), newest first (or
-// oldest), searchable by name prefix; copy link, download, delete.
+// oldest), searchable by name prefix; a click on the name of an image, a
+// video, a sound, a PDF or a text previews it in place (over Range); share,
+// copy link, download, delete.
 
 import { api, copyLink, el, formatBytes, formatDate, shown, toast } from './api.js';
+import { preview, previewKind } from './preview.js';
+import { openShareDialog } from './shares.js';
 
 const PAGE_SIZE = 25;
 
@@ -60,16 +64,46 @@ function row(file) {
   const remove = el('button', { type: 'button', class: 'danger', text: 'Delete' });
   remove.setAttribute('aria-label', `Delete ${shown(file.file_name)}`);
   remove.addEventListener('click', () => deleteFile(file));
+  const share = el('button', { type: 'button', text: 'Share' });
+  share.setAttribute('aria-label', `Share ${shown(file.file_name)}`);
+  share.addEventListener('click', () => openShareDialog(file));
+  const label = file.stored_path ? shown(file.stored_path) : shown(file.file_name);
+  const kind = previewKind(file.mime_type);
+  let name;
+  if (kind) {
+    const button = el('button', { type: 'button', class: 'link', text: label });
+    button.setAttribute('aria-label', `Preview ${shown(file.file_name)}`);
+    button.addEventListener('click', () => togglePreview(button, file, kind));
+    name = el('td', { class: 'name', 'data-label': 'Name' }, button);
+  } else {
+    name = el('td', { class: 'name', 'data-label': 'Name', text: label });
+  }
   return el(
     'tr',
     { 'data-public-id': file.public_id },
-    el('td', { class: 'name', 'data-label': 'Name', text: shown(file.file_name) }),
+    name,
     el('td', { 'data-label': 'Size', text: formatBytes(file.size_bytes) }),
     el('td', { class: 'type', 'data-label': 'Type', text: file.mime_type }),
     // When it was uploaded, or replaced: what the order goes by.
     el('td', { 'data-label': 'Uploaded', text: formatDate(file.updated_at) }),
-    el('td', { class: 'actions' }, copy, download, remove),
+    el('td', { class: 'actions' }, share, copy, download, remove),
   );
+}
+
+// The preview goes in a row of its own under the file's; a second click closes it.
+function togglePreview(button, file, kind) {
+  const row = button.closest('tr');
+  const open = row.nextElementSibling;
+  if (open && open.classList.contains('preview-row')) {
+    open.remove();
+    return;
+  }
+  const area = el('div', { class: 'preview-area' });
+  row.after(el('tr', { class: 'preview-row' }, el('td', { colspan: '5' }, area)));
+  const src = `${file.download_url}?disposition=inline`;
+  preview(area, { kind, src, name: shown(file.file_name) });
+  const close = area.querySelector('button');
+  if (close) close.addEventListener('click', () => area.closest('tr').remove());
 }
 
 async function deleteFile(file) {

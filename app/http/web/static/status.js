@@ -1,6 +1,7 @@
 // The operator's view (GET /api/status), refreshed while it is shown: a row
-// per bot, the upload budget, the GC backlog, the stored data's state
-// (objects degraded, lost, repaired) and a throughput chart.
+// per bot, the upload budget, the GC backlog, how full each storage chat is,
+// the stored data's state (objects degraded, lost, repaired) and a
+// throughput chart.
 
 import { api, el, formatBytes, formatDuration } from './api.js';
 
@@ -39,9 +40,19 @@ async function refresh() {
   const lately = formatDuration(status.recent_seconds);
   $('recent-sends-head').textContent = `Sends (last ${lately})`;
   $('recent-bytes-head').textContent = `Bytes (last ${lately})`;
-  $('bots-body').replaceChildren(...status.bots.map(botRow));
+  $('bots-body').replaceChildren(
+    ...(status.bots_hidden ? [hiddenRow()] : status.bots.map(botRow)),
+  );
   facts(status);
   drawChart(status.throughput, status.sample_seconds);
+}
+
+function hiddenRow() {
+  return el(
+    'tr',
+    {},
+    el('td', { colspan: '5', text: 'The bots are not shown: METRICS_ACCESS=off.' }),
+  );
 }
 
 function botRow(bot) {
@@ -84,6 +95,8 @@ function facts(status) {
       `${formatBytes(budget.unflushed_bytes)}, oldest ${Math.round(budget.oldest_unflushed_seconds)} s`,
     ],
     ['Messages waiting to be deleted (GC)', String(status.gc_backlog)],
+    ['Messages left in the chats for good (too old to delete)', String(status.left_in_channel)],
+    ...status.chats.map(chatFill),
   ];
   const data = status.durability;
   if (data.counted) {
@@ -96,6 +109,19 @@ function facts(status) {
   $('facts').replaceChildren(
     ...items.flatMap(([term, value]) => [el('dt', { text: term }), el('dd', { text: value })]),
   );
+}
+
+// A storage chat's messages against CHAT_MESSAGE_LIMIT; a full one takes no new writes.
+function chatFill(chat) {
+  if (!chat.limit) {
+    return [`Storage chat ${chat.chat_id}`, `${chat.messages} messages`];
+  }
+  const share = Math.floor((100 * chat.messages) / chat.limit);
+  const state = chat.full ? ': full, takes no new files' : '';
+  return [
+    `Storage chat ${chat.chat_id}`,
+    `${chat.messages} of ${chat.limit} messages (${share} %)${state}`,
+  ];
 }
 
 function drawChart(points, interval) {

@@ -1,6 +1,6 @@
-"""What the native API's uploads (forms, raw PUT, tus) share: where their
-objects live, how a file's name and type are taken from what the client sent,
-and the link a file is downloaded from."""
+"""What the native files' faces (the native API's forms, raw PUT and tus;
+WebDAV) share: where their objects live, how a file's name and type are
+taken from what the client sent, and the link a file is downloaded from."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ import mimetypes
 from fastapi import Request
 
 from app.config.settings import Settings
-from app.http.shared.bidi import strip_bidi
 from app.http.shared.links import public_base
+from app.kit.bidi import strip_bidi
 from app.store.limits import MAX_CONTENT_TYPE_LENGTH
 from app.store.service import DEFAULT_CONTENT_TYPE
 
 # The bucket the native API keeps its objects in. S3 bucket names cannot start
 # with "_", so it can never collide with a bucket created through S3.
 NATIVE_BUCKET = "_native"
+# Files stored by name (`PUT /api/files/{name}`, WebDAV) have their name under
+# this key prefix: `named/photos/a.jpg`. Form and tus uploads have random keys.
+NAMED_PREFIX = "named/"
 # File names are cut to this many characters (they name downloads).
 MAX_FILE_NAME_LENGTH = 255
 
@@ -26,9 +29,10 @@ def download_url(request: Request, settings: Settings, public_id: str) -> str:
 
 
 def clean_name(name: str | None, fallback: str) -> str:
-    """A file name as it is kept: no control characters, bidi ones included
-    (app.http.shared.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
-    printable = "".join(ch for ch in (name or "") if ch >= " " and ch != "\x7f")
+    """A file name as it is kept: no control characters (C0, DEL, C1: 0x9b
+    begins an escape sequence in many terminals), bidi ones included
+    (app.kit.bidi), no folders, at most MAX_FILE_NAME_LENGTH characters."""
+    printable = "".join(ch for ch in (name or "") if ch >= " " and not "\x7f" <= ch <= "\x9f")
     cleaned = strip_bidi(printable).strip()
     # Browsers on Windows send a full path as the file name.
     cleaned = cleaned.replace("\\", "/").rsplit("/", 1)[-1]
