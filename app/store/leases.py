@@ -69,6 +69,11 @@ CALL_MARGIN = 1 / 3
 # for the cut to reach the socket, and for two hosts' clocks to differ.
 CUT_MARGIN = 1 / 10
 NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
+# A cooldown later than the one last written by less than this is the same
+# one: read back from the lease (a wall-clock time in microseconds) and
+# turned into the monotonic clock again, it may come out a microsecond
+# later, which would ask for another write, and another round.
+COOLDOWN_SLACK = 0.001
 
 
 def token_hash(token: str) -> str:
@@ -286,7 +291,7 @@ class BotLeases:
         the next holder honours it should this one die now."""
         workers = self._dispatcher.workers
         return any(
-            workers[bot_id].cooldown_until > written
+            workers[bot_id].cooldown_until > written + COOLDOWN_SLACK
             for bot_id, (_renewed_at, written) in self._renewed.items()
             if bot_id in workers
         )
@@ -297,7 +302,7 @@ class BotLeases:
             return True
         renewed_at, cooldown_written = last
         cooldown = self._dispatcher.workers[bot_id].cooldown_until
-        return started - renewed_at >= self.interval or cooldown > cooldown_written
+        return started - renewed_at >= self.interval or cooldown > cooldown_written + COOLDOWN_SLACK
 
     async def _renew(self, now: datetime, started: float) -> None:
         # Not while a handed-over lease is being released: renewed after its
