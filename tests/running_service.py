@@ -11,6 +11,7 @@ long 429).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import secrets
@@ -31,7 +32,13 @@ from app.kit.serving import serve_in_task
 from app.runtime.main import create_app
 from app.sealing.layout import sealed_size
 from app.telegram.client import tls_context
-from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
+from app.telegram.simulator import (
+    BotStats,
+    SimulatorConfig,
+    TelegramSimulator,
+    make_tokens,
+    run_simulator,
+)
 from tests.db.helpers import Database
 
 CHAT_ID = -1001987654321
@@ -168,18 +175,33 @@ class ServiceLauncher:
         shutdown calls included)."""
         await self._stack.aclose()
         for sim in self._sims:
-            assert_one_call_per_token(
-                {bot_id: stats.max_concurrent_calls for bot_id, stats in sim.stats().items()}
-            )
+            assert_one_call_per_lane(sim.stats())
 
 
-def assert_one_call_per_token(max_concurrent_calls: Mapping[Any, int]) -> None:
-    """No bot token ever had more than one Bot API call in flight (the
-    simulator's per-bot `max_concurrent_calls`, by bot id)."""
-    crowded = {str(bot): calls for bot, calls in max_concurrent_calls.items() if calls > 1}
+def assert_one_call_per_lane(by_bot: Mapping[Any, BotStats | Mapping[str, Any]]) -> None:
+    """No bot token ever had two upload-lane calls (uploads, forwards, pins)
+    in flight at once, nor two small calls (the simulator's per-bot
+    `max_concurrent_posting_calls` and `max_concurrent_small_calls`; its
+    stats by bot id, or their JSON from /_sim/stats): the dispatcher's
+    promise (app/telegram/worker.py)."""
+    stats = {
+        bot: dataclasses.asdict(s) if isinstance(s, BotStats) else s for bot, s in by_bot.items()
+    }
+    crowded = {
+        str(bot): (
+            bot_stats["max_concurrent_posting_calls"],
+            bot_stats["max_concurrent_small_calls"],
+        )
+        for bot, bot_stats in stats.items()
+        if max(bot_stats["max_concurrent_posting_calls"], bot_stats["max_concurrent_small_calls"])
+        > 1
+    }
+    overlaps = {
+        str(bot): bot_stats["overlaps"] for bot, bot_stats in stats.items() if str(bot) in crowded
+    }
     assert not crowded, (
-        "a bot token had more than one Bot API call in flight at once "
-        f"(bot id: most calls at once): {crowded}"
+        "a bot token had two calls of one lane in flight at once (bot id: most "
+        f"upload-lane calls, most small calls at once): {crowded}; what overlapped: {overlaps}"
     )
 
 

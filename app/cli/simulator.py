@@ -33,7 +33,7 @@ def add_simulator_command(commands: Any) -> None:
         "--concurrency-limit",
         type=int,
         default=1,
-        help="concurrent uploads per bot before a 429 (1)",
+        help="calls at once per bot before a 429, small calls and the others counted apart (1)",
     )
     sim.add_argument(
         "--collision-retry-after", type=int, default=30, help="retry_after of a collision 429"

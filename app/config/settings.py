@@ -105,6 +105,13 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SENDS_PER_MINUTE", "sends_per_minute"),
         description="Per-bot pacing of sendDocument; 0 turns pacing off.",
     )
+    small_call_lane: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("SMALL_CALL_LANE", "small_call_lane"),
+        description="Each bot runs its small calls (getFile, deleteMessage, getChatMember...) "
+        "one at a time beside its uploads, so a read need not wait for an upload to end; "
+        "false: one call at a time per bot.",
+    )
     telegram_floor_bandwidth: int = Field(
         default=256 * 1024,
         gt=0,

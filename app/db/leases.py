@@ -3,8 +3,8 @@
 Every statement here is one statement in its own short transaction: no
 session-level lock or state, which pgbouncer's transaction pooling would not
 keep. Taking and renewing are the same upsert; its WHERE lets it through only
-when the lease is free (expired) or already ours, so of two instances racing
-for a free lease exactly one gets a row back.
+when the lease is free (expired or released) or already ours, so of two
+instances racing for a free lease exactly one gets a row back.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ class LeaseRepository:
         cooldown_until: datetime,
         now: datetime | None = None,
     ) -> datetime | None:
-        """Take or renew the lease for `seconds` if it is free (expired, or
-        its owner has no instance row) or ours.
+        """Take or renew the lease for `seconds` if it is free (expired or
+        released) or ours. Not because its owner has no instance row: a live
+        instance's row can be claimed by mistake while it still calls.
 
         Returns the lease's cooldown end (the later of ours and the one on
         the row, so a new holder honours its predecessor's 429), or None
@@ -76,13 +77,7 @@ class LeaseRepository:
                 "expires_at": statement.excluded.expires_at,
                 "cooldown_until": later_cooldown,
             },
-            where=(BotLease.expires_at <= now)
-            | (BotLease.owner == owner)
-            # A dead instance's row is deleted once one live instance has
-            # claimed it: its leases need not wait to expire.
-            # (NOT IN, not NOT EXISTS: a subquery here is not correlated
-            # with the conflicting row. instances.id is never NULL.)
-            | BotLease.owner.not_in(select(Instance.id)),
+            where=(BotLease.expires_at <= now) | (BotLease.owner == owner),
         ).returning(BotLease.cooldown_until)
         row = (await self._session.execute(upsert)).first()
         if row is None:

@@ -154,6 +154,7 @@ def build_parts(
         chat_ids=settings.chat_ids,
         max_attempts=settings.max_attempts,
         sends_per_minute=settings.sends_per_minute,
+        small_lane=settings.small_call_lane,
         on_orphan=on_orphan,
         on_attempt=on_attempt,
         on_abandoned_send=metrics.observe_abandoned_send,

@@ -12,17 +12,21 @@ have idle ones, a round here:
 * renews each lease it holds every `BOT_LEASE_SECONDS / 5`, and grants it to
   the dispatcher up to a deadline a third of the lease before the row
   expires: if renewals keep failing, the bot starts no call after that, and a
-  call already running has that third to end before another instance may
-  take the bot. A 429 cooldown begun since the last renewal is written at
-  once, so the next holder honours it even if this instance dies next;
+  call already running has most of that third to end; one still running a
+  tenth of the lease before the row expires is cut (`CUT_MARGIN`), so that
+  no call of this instance's runs on once another may take the bot. A 429
+  cooldown begun since the last renewal is written at once, so the next
+  holder honours it even if this instance dies next;
 * works out its share of the bots (`shares`: bots go where the work is) and
   hands surplus bots over when another instance wants more (`_hand_over`):
   the dispatcher stops the bot and, in a task of its own, waits for its
   running call (`Dispatcher.revoke`); the lease stays renewed until that call
   has ended and is released only then, so the next holder never overlaps it
   and the rounds go on meanwhile;
-* takes free leases (expired, released, or of an instance whose row is gone:
-  it died and was claimed) up to its share.
+* takes free leases (expired or released) up to its share. Not the leases
+  of an instance whose row is gone: a live instance's row can be deleted by
+  mistake (taken for dead), and its calls go on until it learns of it; its
+  leases pass when they expire, as any other's.
 
 A lease is keyed by a hash of the token: the token itself is a secret.
 """
@@ -61,7 +65,15 @@ BALANCE_SECONDS = 0.25
 WATCH_SECONDS = 0.1
 # The part of a lease left, when its renewals fail, for a running call to end.
 CALL_MARGIN = 1 / 3
+# The part of a lease before its end at which a call still running is cut: room
+# for the cut to reach the socket, and for two hosts' clocks to differ.
+CUT_MARGIN = 1 / 10
 NO_COOLDOWN = datetime(1970, 1, 1, tzinfo=UTC)
+# A cooldown later than the one last written by less than this is the same
+# one: read back from the lease (a wall-clock time in microseconds) and
+# turned into the monotonic clock again, it may come out a microsecond
+# later, which would ask for another write, and another round.
+COOLDOWN_SLACK = 0.001
 
 
 def token_hash(token: str) -> str:
@@ -123,6 +135,9 @@ class BotLeases:
         # Bots being handed over: stopped here, renewed until their running
         # call has ended, then released.
         self._leaving: dict[int, asyncio.Task[None]] = {}
+        # Held bots whose lease another instance took: not renewed, and
+        # forgotten once their calls have ended.
+        self._lost: set[int] = set()
         # Per held bot: when its lease was last renewed (monotonic), and the
         # cooldown end written to it then.
         self._renewed: dict[int, tuple[float, float]] = {}
@@ -279,7 +294,7 @@ class BotLeases:
         the next holder honours it should this one die now."""
         workers = self._dispatcher.workers
         return any(
-            workers[bot_id].cooldown_until > written
+            workers[bot_id].cooldown_until > written + COOLDOWN_SLACK
             for bot_id, (_renewed_at, written) in self._renewed.items()
             if bot_id in workers
         )
@@ -290,7 +305,7 @@ class BotLeases:
             return True
         renewed_at, cooldown_written = last
         cooldown = self._dispatcher.workers[bot_id].cooldown_until
-        return started - renewed_at >= self.interval or cooldown > cooldown_written
+        return started - renewed_at >= self.interval or cooldown > cooldown_written + COOLDOWN_SLACK
 
     async def _renew(self, now: datetime, started: float) -> None:
         # Not while a handed-over lease is being released: renewed after its
@@ -299,38 +314,46 @@ class BotLeases:
             await self._renew_due(now, started)
 
     async def _renew_due(self, now: datetime, started: float) -> None:
-        due = [bot_id for bot_id in sorted(self.held) if self._renewal_due(bot_id, started)]
+        due = [
+            bot_id
+            for bot_id in sorted(self.held - self._lost)
+            if self._renewal_due(bot_id, started)
+        ]
         if not due:
             return
-        lost: list[int] = []
-        granted: list[tuple[int, datetime]] = []
-        async with session_scope(self._sessionmaker) as session:
-            repo = LeaseRepository(session)
-            for bot_id in due:
-                written = self._dispatcher.workers[bot_id].cooldown_until
-                cooldown = await repo.take(
-                    self._hashes[bot_id],
-                    bot_id,
-                    self.instance_id,
-                    seconds=self.lease_seconds,
-                    cooldown_until=self._cooldown_wall(bot_id, now, started),
-                    now=now,
-                )
-                if cooldown is None:
-                    lost.append(bot_id)
-                else:
-                    self._renewed[bot_id] = (started, written)
-                    granted.append((bot_id, cooldown))
-        for bot_id, cooldown in granted:
+        for bot_id in due:
+            written = self._dispatcher.workers[bot_id].cooldown_until
+            cooldown = await self._take_one(bot_id, self._cooldown_wall(bot_id, now, started), now)
+            if cooldown is None:
+                # Renewed too late: another instance holds it now. It stays
+                # in `held` (so it is not taken again) until its calls end.
+                log.warning("bot_lease_lost", bot_id=bot_id)
+                self._lost.add(bot_id)
+                self._renewed.pop(bot_id, None)
+                if bot_id not in self._leaving:
+                    self._let_go(bot_id, release=False)
+                continue
+            self._renewed[bot_id] = (started, written)
             if bot_id in self.staying():
                 self._grant(bot_id, cooldown, now, started)
-        for bot_id in lost:
-            # Renewed too late: another instance holds it now.
-            log.warning("bot_lease_lost", bot_id=bot_id)
-            self.held.discard(bot_id)
-            self._renewed.pop(bot_id, None)
-            if bot_id not in self._leaving:
-                self._let_go(bot_id, release=False)
+            else:
+                # Handed over, its call still running: it may run on.
+                self._dispatcher.extend_cut(bot_id, self._cut_at(started))
+
+    async def _take_one(self, bot_id: int, cooldown: datetime, now: datetime) -> datetime | None:
+        """Take or renew one lease, in a transaction of its own: two
+        instances' rounds each locking several rows (the renewals of one,
+        the takes of the other, from rows it read a moment before) would
+        deadlock, and the round Postgres aborts renews nothing."""
+        async with session_scope(self._sessionmaker) as session:
+            return await LeaseRepository(session).take(
+                self._hashes[bot_id],
+                bot_id,
+                self.instance_id,
+                seconds=self.lease_seconds,
+                cooldown_until=cooldown,
+                now=now,
+            )
 
     def _hand_over(
         self, rows: list[LeaseRow], backlogs: dict[str, int], target: dict[str, int], now: datetime
@@ -373,8 +396,9 @@ class BotLeases:
             log.info("bot_leases_handed_over", bots=giving, backlog=backlogs[self.instance_id])
 
     def _let_go(self, bot_id: int, *, release: bool) -> None:
-        """Stop the bot here; once its running call (or check) has ended,
+        """Stop the bot here at once; once its running calls have ended,
         give its lease up (`release`) and forget it."""
+        self._dispatcher.withdraw(bot_id)
         self._leaving[bot_id] = asyncio.create_task(
             self._leave(bot_id, release), name=f"bot-lease-leave-{bot_id}"
         )
@@ -392,6 +416,7 @@ class BotLeases:
                     log.warning("bot_lease_release_failed", bot_id=bot_id, error=str(exc))
                 finally:
                     self.held.discard(bot_id)
+                    self._lost.discard(bot_id)
                     self._renewed.pop(bot_id, None)
                     self._leaving.pop(bot_id, None)
 
@@ -419,42 +444,31 @@ class BotLeases:
             row = by_hash.get(self._hashes[bot_id])
             if row is None:
                 free.append((NO_COOLDOWN, bot_id))
-            elif row.expires_at <= now or not row.owner_registered:
+            elif row.expires_at <= now:
                 free.append((row.cooldown_until, bot_id))
         # Bots that are not cooling down first.
         free.sort()
-        taken: list[tuple[int, datetime]] = []
-        async with session_scope(self._sessionmaker) as session:
-            repo = LeaseRepository(session)
-            for _, bot_id in free:
-                if len(taken) >= missing:
-                    break
-                cooldown = await repo.take(
-                    self._hashes[bot_id],
-                    bot_id,
-                    self.instance_id,
-                    seconds=self.lease_seconds,
-                    cooldown_until=NO_COOLDOWN,
-                    now=now,
-                )
-                if cooldown is not None:
-                    taken.append((bot_id, cooldown))
-        for bot_id, cooldown in taken:
+        taken: list[int] = []
+        for _, bot_id in free:
+            if len(taken) >= missing:
+                break
+            cooldown = await self._take_one(bot_id, NO_COOLDOWN, now)
+            if cooldown is None:
+                continue
+            taken.append(bot_id)
             self.held.add(bot_id)
             self._grant(bot_id, cooldown, now, started)
             self._renewed[bot_id] = (started, self._dispatcher.workers[bot_id].cooldown_until)
         if taken:
-            log.info("bot_leases_taken", bots=[b for b, _ in taken], held=len(self.held))
+            log.info("bot_leases_taken", bots=taken, held=len(self.held))
 
     async def _lost_instance_row(self) -> None:
-        """Another instance took this one for dead (its heartbeat was stale)
-        and claimed it: its leases are fair game now. Stop every bot, then
-        register again."""
+        """Another instance took this one for dead and claimed it (its
+        heartbeat was stale, or it registered while that one was looking).
+        Its leases are still its own: none passes before it expires or is
+        released, whatever became of the instance's row. Register again;
+        the renewals go on."""
         log.error("instance_row_lost", instance_id=self.instance_id, bots=len(self.held))
-        held, self.held = self.held, set()
-        self._renewed.clear()
-        for bot_id in sorted(held - self._leaving.keys()):
-            await self._dispatcher.revoke(bot_id)
         async with session_scope(self._sessionmaker) as session:
             await InstanceRepository(session).register(
                 self.instance_id, self._host, self._pid, block_digests=READABLE
@@ -466,7 +480,11 @@ class BotLeases:
         """Monotonic deadlines from a round that began at `started` (`now`)."""
         until = started + self.lease_seconds * (1 - CALL_MARGIN)
         cooling = started + (cooldown - now).total_seconds()
-        self._dispatcher.grant(bot_id, until, cooling)
+        self._dispatcher.grant(bot_id, until, cooling, cut_at=self._cut_at(started))
+
+    def _cut_at(self, started: float) -> float:
+        """When a call still running on a lease renewed at `started` is cut."""
+        return started + self.lease_seconds * (1 - CUT_MARGIN)
 
     def _cooldown_wall(self, bot_id: int, now: datetime, mono: float) -> datetime:
         left = self._dispatcher.workers[bot_id].cooldown_until - mono

@@ -27,11 +27,20 @@
   leaves the pool for good (logged once).
 * At most `max_attempts` attempts per job across all bots (429s count too, so
   a job cannot loop forever), then it fails with the last error.
+
+Several instances: a call still running when this instance's lease on the
+bot is about to end (`BotWorker.cut_at`, moved on at every renewal) is cut,
+as a call abandoned, so that it never runs on past the lease into the next
+holder's calls. A call cut by a stop of the dispatcher counts as abandoned
+too. Either way, when Telegram may have the request whole (its body was all
+written: `client.REQUEST_SENT`) and may so still be carrying it out, the
+token cools down, and the cooldown goes with the lease released after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +48,7 @@ from typing import Any
 import structlog
 
 from app.kit import jitter
+from app.telegram.client import REQUEST_SENT
 from app.telegram.errors import (
     BotUnusable,
     CallAbandoned,
@@ -50,7 +60,7 @@ from app.telegram.errors import (
 )
 from app.telegram.routing import Router
 from app.telegram.types import StoredDocument
-from app.telegram.worker import BotWorker, Job
+from app.telegram.worker import BotWorker, Job, Lane
 
 # The dispatcher's logger: its events keep the name they always had.
 log = structlog.get_logger("app.telegram.dispatcher")
@@ -93,7 +103,8 @@ class Attempts:
 
     async def run(self, worker: BotWorker, job: Job[Any]) -> None:
         router = self._router
-        worker.running = job
+        lane = worker.lane_of(job)
+        lane.running = job
         job.attempts += 1
         started = self._clock()
         chat_id = router.choose_chat(worker, job, started) if job.is_send else router.chat_ids[0]
@@ -104,7 +115,7 @@ class Attempts:
             router.count_send(chat_id)
         try:
             try:
-                result = await job.run(worker.client, chat_id)
+                result = await self._call(worker, lane, job, chat_id, started)
             except TelegramError as exc:
                 outcome = self._outcome_name(exc)
                 worker.errors[outcome] = worker.errors.get(outcome, 0) + 1
@@ -121,9 +132,12 @@ class Attempts:
             # Only stop() cancels a worker; the caller must not wait forever.
             job.fail(DispatcherClosed("the dispatcher stopped during the call"))
             # Cut off at Telegram's end too: a send may still be posted there,
-            # so it is reported like any other abandoned call (reconciliation).
+            # so it is reported like any other abandoned call (reconciliation),
+            # and the token cools down as after one: the lease released next
+            # carries the cooldown to whoever holds the bot after this instance.
             worker.errors["abandoned"] = worker.errors.get("abandoned", 0) + 1
             self._count_abandoned(worker, job)
+            worker.cooldown_until = max(worker.cooldown_until, self._clock() + self._abandoned_hold)
             self._observe(worker, job, "abandoned", started)
             raise
         finally:
@@ -135,10 +149,31 @@ class Attempts:
                     sent_at[-1] = self._clock()
                 else:
                     sent_at.append(self._clock())
-            worker.running = None
+            lane.running = None
+            lane.deadline = None
             worker.changed.set()
             router.wake_all()
         self._observe(worker, job, outcome, started)
+
+    async def _call(
+        self, worker: BotWorker, lane: Lane, job: Job[Any], chat_id: int, started: float
+    ) -> Any:
+        """The job's call, cut if it would outlast this instance's lease."""
+        left = worker.cut_at - started
+        deadline = asyncio.timeout(None if math.isinf(left) else left)
+        lane.deadline = deadline
+        try:
+            async with deadline:
+                return await job.run(worker.client, chat_id)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            what = f"{job.kind} cut at the end of this instance's lease on the bot"
+            if REQUEST_SENT.get() is False:
+                # Cut while its body was still being written: Telegram
+                # drops such a request, nothing of it goes on.
+                raise TransientError(what, bot_id=worker.bot_id) from None
+            raise CallAbandoned(what, bot_id=worker.bot_id) from None
 
     def _observe(self, worker: BotWorker, job: Job[Any], outcome: str, started: float) -> None:
         seconds = self._clock() - started
@@ -171,7 +206,9 @@ class Attempts:
         return "permanent"
 
     async def _on_error(self, worker: BotWorker, job: Job[Any], exc: TelegramError) -> None:
-        if isinstance(exc, RateLimited):
+        if job.check:
+            self._on_check_failed(worker, job, exc)
+        elif isinstance(exc, RateLimited):
             self._on_rate_limited(worker, job, exc)
         elif isinstance(exc, CallAbandoned):
             self._on_abandoned(worker, job, exc)
@@ -181,6 +218,23 @@ class Attempts:
             self._on_unusable(worker, job, exc)
         else:
             job.fail(exc)
+
+    def _on_check_failed(self, worker: BotWorker, job: Job[Any], exc: TelegramError) -> None:
+        """A call of the bot's check failed: the check (app.telegram.probe)
+        retries with its own pauses and decides which chats refuse the bot;
+        the token still cools down after a 429 or an abandoned call."""
+        if isinstance(exc, RateLimited):
+            worker.rate_limited += 1
+            wait = exc.retry_after
+        elif isinstance(exc, CallAbandoned):
+            self._count_abandoned(worker, job)
+            wait = self._abandoned_hold
+        else:
+            wait = 0.0
+        worker.cooldown_until = max(worker.cooldown_until, self._clock() + wait)
+        if isinstance(exc, BotUnusable) and not isinstance(exc, ChatForbidden):
+            self._on_unusable(worker, job, exc)  # a revoked token: out of the pool
+        job.fail(exc)
 
     def _succeed(self, worker: BotWorker, job: Job[Any], result: Any) -> None:
         if isinstance(result, StoredDocument):

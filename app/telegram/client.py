@@ -15,6 +15,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -47,6 +48,21 @@ CONNECT_TIMEOUT = 10.0
 SERVER_PROCESSING_ALLOWANCE = 30.0
 # Time allowed for one read of a streamed download before it counts as stalled.
 STREAM_READ_TIMEOUT = 30.0
+
+# Whether the running call's request reached Telegram whole: None until its
+# body starts out (or where no socket is traced: a mocked transport), False
+# while it is being written, True once it all was. Only a request Telegram
+# has whole can still be carried out after the call is cut short
+# (app.telegram.attempts reads it then, in the same task).
+REQUEST_SENT: ContextVar[bool | None] = ContextVar("request_sent", default=None)
+
+
+async def _trace_sending(event: str, info: dict[str, Any]) -> None:
+    """httpcore's trace of a call: follows its body's writing."""
+    if event.endswith("send_request_body.started"):
+        REQUEST_SENT.set(False)
+    elif event.endswith("send_request_body.complete"):
+        REQUEST_SENT.set(True)
 
 
 class _ChunkReader(SeekableBody):
@@ -404,8 +420,15 @@ class BotClient:
             # stop Telegram from finishing a request it already has, so the
             # error says so (CallAbandoned) and the dispatcher keeps the token
             # out of use for a while.
+            REQUEST_SENT.set(None)
             async with asyncio.timeout(budget):
-                response = await self._http.post(url, data=data, files=files, timeout=timeout)
+                response = await self._http.post(
+                    url,
+                    data=data,
+                    files=files,
+                    timeout=timeout,
+                    extensions={"trace": _trace_sending},
+                )
         except (TimeoutError, httpx.TimeoutException) as exc:
             if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
                 # Nothing reached Telegram: an ordinary transient failure.

@@ -6,8 +6,11 @@ so two uploads landed on one bot, and those waits made `docker push` fail.
 
 How it works (see shared/reference/per-bot-queue-design.md, made better):
 
-* Every bot has a worker that runs **one call at a time**, so no token ever has
-  two calls in flight.
+* Every bot has a worker that runs **one upload at a time** (and one call at
+  a time with `small_lane` off); beside it, its small-call lane runs one small
+  call at a time (getFile, deleteMessage...: `SMALL_CALLS` in
+  app/telegram/worker.py), so a read's getFile does not wait behind an
+  upload. Every call on a bot, its getMe check included, goes through them.
 * A job goes to the least loaded bot that can run it, and an idle bot takes
   waiting work from busy ones (app/telegram/routing.py).
 * What an attempt's outcome does, from a 429 to a revoked token, is in
@@ -18,9 +21,10 @@ How it works (see shared/reference/per-bot-queue-design.md, made better):
   for every bot before it starts. A bot is admitted for the storage chats where
   it may post; sends go only there.
 * Several instances on one database (`require_leases`): a bot works only while
-  this instance holds its lease (`grant`, from app.store.leases) and never
-  starts a call past the lease's end; `revoke` stops it, moving its queue to
-  other bots and waiting for its running call, before the lease moves on.
+  this instance holds its lease (`grant`, from app.store.leases), never
+  starts a call past the lease's end and cuts a call that would outlast it;
+  `revoke` stops it, moving its queue to other bots and waiting for its
+  running calls, before the lease moves on.
 
 This module is the facade the rest of the service uses: the public calls
 and the workers' lifecycle. Who is in the pool (the getMe check's admissions,
@@ -28,7 +32,7 @@ each bot's chats, the leases of several instances) is in
 app/telegram/pool_membership.py; the views for /ready and /metrics, which only
 read the pool, are in app/telegram/pool_views.py.
 
-Only Bot API *method* calls go through the workers. Downloading a file's bytes
+Only Bot API *method* calls go through the lanes. Downloading a file's bytes
 (`/file/bot<token>/...`, or a local server's file on its disk) is not a method
 call and is not rate-limited the same way; it uses the bot's client directly
 (`client_for`), so a long download does not stall that bot's uploads. getFile
@@ -62,7 +66,15 @@ from app.telegram.pool_membership import PoolMembership
 from app.telegram.pool_views import PoolViews
 from app.telegram.routing import Router
 from app.telegram.types import DocumentBody, StoredDocument
-from app.telegram.worker import PACING_WINDOW, BotStatus, BotWorker, Job, ReplicaGroup
+from app.telegram.worker import (
+    PACING_WINDOW,
+    SMALL_CALLS,
+    BotStatus,
+    BotWorker,
+    Job,
+    Lane,
+    ReplicaGroup,
+)
 
 __all__ = ["BotStatus", "BotWorker", "Dispatcher", "Job"]
 
@@ -93,17 +105,20 @@ class Dispatcher(PoolMembership, PoolViews):
         abandoned_hold: float = ABANDONED_CALL_HOLD,
         checked: bool = True,
         leased: bool = False,
+        small_lane: bool = True,
         chat_message_limit: int = 0,
     ) -> None:
         """`checked=False`: every bot waits outside the pool until `admit`
         (after its getMe check passed) or `reject`. `leased=True`: a bot
-        works only while its lease is granted (`require_leases`)."""
+        works only while its lease is granted (`require_leases`).
+        `small_lane=False`: every call of a bot takes its one lane."""
         if not clients:
             raise ValueError("the dispatcher needs at least one bot")
         if not chat_ids:
             raise ValueError("the dispatcher needs at least one storage chat")
         self.chat_ids = list(chat_ids)
         self._clock = clock
+        self.small_lane = small_lane
         self.workers: dict[int, BotWorker] = {
             c.bot_id: BotWorker(c, index, set(self.chat_ids)) for index, c in enumerate(clients)
         }
@@ -184,14 +199,20 @@ class Dispatcher(PoolMembership, PoolViews):
         self._accepting = True
         for worker in self.workers.values():
             if worker.usable:
-                self._start_worker(worker)
+                self._start_lanes(worker)
 
-    def _start_worker(self, worker: BotWorker) -> None:
-        if worker.task is not None and not worker.task.done():
-            return  # back in the pool before its loop saw it leave: it goes on
-        worker.task = asyncio.create_task(
-            self._worker_loop(worker), name=f"bot-worker-{worker.bot_id}"
-        )
+    def _start_lanes(self, worker: BotWorker) -> None:
+        """Run the bot's lanes (until `stop`), unless they run already: from
+        the start for a bot in the pool, from its first check for the others.
+        What a lane may run is routing's to say (`Router.next_job`)."""
+        if not self._accepting:
+            return
+        lanes = [(worker, "worker"), (worker.small, "small-calls")]
+        for lane, name in lanes if self.small_lane else lanes[:1]:
+            if lane.task is None or lane.task.done():
+                lane.task = asyncio.create_task(
+                    self._lane_loop(worker, lane), name=f"bot-{name}-{worker.bot_id}"
+                )
 
     async def stop(self, grace: float = 30.0) -> None:
         """Two-phase stop: take no new jobs, let queued and running ones finish
@@ -204,14 +225,15 @@ class Dispatcher(PoolMembership, PoolViews):
         closed = DispatcherClosed("the dispatcher stopped before the job could run")
         for job in self._router.cancel_delayed():
             job.fail(closed)
-        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        lanes = [lane for w in self.workers.values() for lane in (w, w.small)]
+        tasks = [lane.task for lane in lanes if lane.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for worker in self.workers.values():
-            for job in worker.queue:
+        for lane in lanes:
+            for job in lane.queue:
                 job.fail(closed)
-            worker.queue.clear()
+            lane.queue.clear()
         await self.close_clients()
         log.info("dispatcher_stopped", workers=len(tasks))
 
@@ -316,10 +338,20 @@ class Dispatcher(PoolMembership, PoolViews):
         *,
         priority: bool = False,
     ) -> T:
-        """Run a call that must use one particular bot (getFile, deleteMessage...).
+        """Run a call that must use one particular bot (getFile, deleteMessage...):
+        in its small-call lane if it is a small call (`SMALL_CALLS`).
         `priority`: a reader waits for it; it goes ahead of queued uploads."""
         return await self._submit(
             kind, lambda client, _chat: run(client), pinned_bot=bot_id, priority=priority
+        )
+
+    async def check(self, bot_id: int, kind: str, run: Callable[[BotClient], Awaitable[T]]) -> T:
+        """A call of the bot's check (getMe, getChatMember: app.telegram.probe),
+        through its lanes like any other, but also before it is admitted to
+        the pool. Raises NotHeldHere while another instance holds the bot."""
+        self._start_lanes(self.workers[bot_id])
+        return await self._submit(
+            kind, lambda client, _chat: run(client), pinned_bot=bot_id, check=True
         )
 
     def client_for(self, bot_id: int) -> BotClient | None:
@@ -362,6 +394,7 @@ class Dispatcher(PoolMembership, PoolViews):
         priority: bool = False,
         chat_id: int | None = None,
         replicas: ReplicaGroup | None = None,
+        check: bool = False,
     ) -> T:
         if not self._accepting:
             raise DispatcherClosed("the dispatcher is not accepting jobs")
@@ -378,19 +411,21 @@ class Dispatcher(PoolMembership, PoolViews):
             tried=set(exclude or ()),
             enqueued_at=self._clock(),
             replicas=replicas,
+            small=self.small_lane and pinned_bot is not None and kind in SMALL_CALLS,
+            check=check,
         )
         self._router.route(job)
         # If our caller is cancelled, awaiting the future cancels it, and a job
         # that has not started is then dropped by the worker.
         return await future
 
-    async def _worker_loop(self, worker: BotWorker) -> None:
-        while worker.usable:
-            worker.wake.clear()
-            job, wait = self._router.next_job(worker)
+    async def _lane_loop(self, worker: BotWorker, lane: Lane) -> None:
+        while True:
+            lane.wake.clear()
+            job, wait = self._router.next_job(worker, lane)
             if job is None:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
-                        await worker.wake.wait()
+                        await lane.wake.wait()
                 continue
             await self._attempts.run(worker, job)

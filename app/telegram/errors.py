@@ -68,6 +68,12 @@ class BotUnusable(TelegramError):
         self.status = status
 
 
+class NotHeldHere(BotUnusable):
+    """A call of the bot's check, while this instance does not hold its
+    lease: another instance may be calling with it. Nothing is wrong with
+    the bot; its check waits for the lease to come back."""
+
+
 class ChatForbidden(BotUnusable):
     """The bot may not act in one chat: a 403 on a call into it (kicked, not a
     member), or a 400 that says so (`CHAT_REFUSALS`).

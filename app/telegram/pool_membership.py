@@ -10,6 +10,8 @@ runs the work.
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Callable, Sequence
 
 from app.telegram.routing import Router
@@ -23,10 +25,9 @@ class PoolMembership:
     chat_ids: list[int]
     _clock: Callable[[], float]
     _leasing: bool
-    _accepting: bool
     _router: Router
 
-    def _start_worker(self, worker: BotWorker) -> None:
+    def _start_lanes(self, worker: BotWorker) -> None:
         raise NotImplementedError  # the dispatcher's
 
     def admit(self, bot_id: int, chats: Sequence[int] | None = None) -> None:
@@ -41,8 +42,7 @@ class PoolMembership:
             self._router.last_refusal.pop(chat, None)
         worker.probing = False
         worker.usable = True
-        if self._accepting:
-            self._start_worker(worker)
+        self._start_lanes(worker)
         self._router.wake_all()
 
     def chats_to_recheck(self) -> dict[int, list[int]]:
@@ -71,8 +71,7 @@ class PoolMembership:
             self._router.last_refusal.pop(chat, None)
         if not worker.usable and worker.chats:
             worker.usable = True
-            if self._accepting:
-                self._start_worker(worker)
+            self._start_lanes(worker)
         self._router.wake_all()
 
     def note_check_problem(self, bot_id: int, problem: str) -> None:
@@ -97,26 +96,52 @@ class PoolMembership:
             worker.leased = False
             worker.lease_until = 0.0
 
-    def grant(self, bot_id: int, until: float, cooldown_until: float) -> None:
+    def grant(
+        self, bot_id: int, until: float, cooldown_until: float, *, cut_at: float = math.inf
+    ) -> None:
         """This instance holds the bot's lease: it may start calls until
-        `until` (monotonic), not before `cooldown_until` (a 429 on the lease)."""
+        `until` (monotonic), not before `cooldown_until` (a 429 on the lease),
+        and a call still running at `cut_at` is cut (the lease would end)."""
         worker = self.workers[bot_id]
         newly = not worker.leased
         worker.leased = True
         worker.lease_until = until
+        worker.cut_at = cut_at
         worker.cooldown_until = max(worker.cooldown_until, cooldown_until)
+        self._reschedule_cuts(worker)
         worker.changed.set()
         if newly:
             self._router.wake_all()
 
-    async def revoke(self, bot_id: int) -> None:
-        """Stop the bot before its lease moves: no new call, its queue to
-        other bots, and back once its running call (or check) has ended."""
+    def _reschedule_cuts(self, worker: BotWorker) -> None:
+        """The running calls' cuts move with the lease."""
+        for lane in (worker, worker.small):
+            if lane.deadline is not None and not lane.deadline.expired():
+                left = worker.cut_at - self._clock()
+                loop_time = asyncio.get_running_loop().time()
+                lane.deadline.reschedule(None if math.isinf(left) else loop_time + left)
+
+    def extend_cut(self, bot_id: int, cut_at: float) -> None:
+        """The lease of a bot being handed over was renewed: its running
+        calls may go on until `cut_at` (it starts no new one)."""
+        worker = self.workers[bot_id]
+        worker.cut_at = cut_at
+        self._reschedule_cuts(worker)
+
+    def withdraw(self, bot_id: int) -> None:
+        """No new call with the bot from now on, its queues to other bots:
+        the first half of `revoke`, at once."""
         worker = self.workers[bot_id]
         worker.leased = False
         worker.lease_until = 0.0
         self._router.move_queue_away(worker, include_pinned=True)
-        while worker.running is not None or worker.checking:
+
+    async def revoke(self, bot_id: int) -> None:
+        """Stop the bot before its lease moves (`withdraw`), and return once
+        its running calls have ended."""
+        self.withdraw(bot_id)
+        worker = self.workers[bot_id]
+        while worker.busy:
             worker.changed.clear()
             await worker.changed.wait()
 

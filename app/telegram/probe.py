@@ -16,26 +16,24 @@ may still add it. The reads and deletes of chunks it already stored are
 pinned to it whatever the chat (they need its file_id), and fall back as
 usual if Telegram refuses them.
 
-The check calls the bot's client directly: until it is admitted no worker
-runs for that token, so it is the only call on it (one call per token). With
-several instances it also waits until this one holds the bot's lease, and a
-lease is not handed on while a check runs (`BotWorker.checking`).
+The check's calls go through the bot's lanes like every other call
+(`Dispatcher.check`), also before the bot is admitted: so they never overlap
+its other calls, honour its cooldown, and with several instances run only
+while this one holds the bot's lease (a lease is handed on only once they
+have ended). Until it holds the lease, a check waits for it.
 
 Chats refuse bots later too (an admin kicks one or takes its rights: the
 dispatcher then takes it out of that chat, or out of the pool if it was its
 last). Every `RECHECK_INTERVAL` each bot that is out of some chat is asked
 again (getChatMember) about those chats and goes back into the ones that
-take it now (`Dispatcher.rejoin`). A bot in the pool is asked through its
-own worker, as any pinned call, so the question never overlaps its uploads;
-a bot every chat refused has no worker running and is asked directly, as at
-its first check, only while this instance holds its lease.
+take it now (`Dispatcher.rejoin`), asked through its lanes as at its first
+check, by the instance that holds its lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -43,7 +41,13 @@ from app.kit import jitter
 from app.kit.periodic import Periodic
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import BotUnusable, PermanentError, RateLimited, TelegramError
+from app.telegram.errors import (
+    BotUnusable,
+    NotHeldHere,
+    PermanentError,
+    RateLimited,
+    TelegramError,
+)
 from app.telegram.types import BotInfo, ChatMemberInfo
 
 log = structlog.get_logger("app.telegram.probe")
@@ -111,7 +115,9 @@ class BotProber:
                 await worker.changed.wait()
             attempt += 1
             try:
-                info, chats, refusals = await self._check(worker.client, bot_id)
+                info, chats, refusals = await self._check(bot_id)
+            except NotHeldHere:
+                continue  # the lease moved on meanwhile: wait for it again
             except (BotUnusable, PermanentError) as exc:
                 # A wrong or revoked token: checking again cannot help.
                 log.error("bot_check_failed", bot_id=bot_id, error=str(exc))
@@ -152,23 +158,22 @@ class BotProber:
                 self._on_admitted(info)
             return
 
-    async def _check(self, client: BotClient, bot_id: int) -> tuple[BotInfo, list[int], list[str]]:
+    async def _check(self, bot_id: int) -> tuple[BotInfo, list[int], list[str]]:
         """getMe, then the bot's rights in every storage chat (`_chats_of`).
         A refused getMe (wrong or revoked token) raises BotUnusable or
         PermanentError; a passing failure raises: check again later."""
-        async with self._checking(bot_id):
-            info = await client.get_me()
-            chats, refusals = await self._chats_of(client, bot_id)
+        info = await self._dispatcher.check(bot_id, "getMe", _get_me)
+        chats, refusals = await self._chats_of(bot_id)
         return info, chats, refusals
 
-    async def _chats_of(self, client: BotClient, bot_id: int) -> tuple[list[int], list[str]]:
+    async def _chats_of(self, bot_id: int) -> tuple[list[int], list[str]]:
         """The storage chats where the bot is an admin that may post, and why
         each other chat refused it. A passing failure (5xx, 429, timeout) is
         raised: check again later."""
         unpinning: list[int] = []
 
         async def member_of(chat_id: int) -> ChatMemberInfo:
-            member = await client.get_chat_member(chat_id, bot_id)
+            member = await self._member_of(bot_id, chat_id)
             if member.is_admin and member.can_post_messages and not member.can_edit_messages:
                 unpinning.append(chat_id)
             return member
@@ -200,6 +205,8 @@ class BotProber:
         for chat_id in chat_ids:
             try:
                 member = await member_of(chat_id)
+            except NotHeldHere:
+                raise  # not the chat's answer: the check waits for the lease
             except (BotUnusable, PermanentError) as exc:
                 refusal = exc.description
             else:
@@ -220,20 +227,14 @@ class BotProber:
         """Ask again about the chats that refused the bot; back into those
         that take it now."""
         worker = self._dispatcher.workers[bot_id]
+        if not self._dispatcher.lease_left(bot_id):
+            return  # its lease is elsewhere: the holder re-checks it
         try:
-            if worker.usable:
-                chats, refused = await self._standing(
-                    bot_id, chat_ids, lambda chat: self._ask_worker(bot_id, chat)
-                )
-            elif worker.running is None and self._dispatcher.lease_left(bot_id):
-                async with self._checking(bot_id):
-                    chats, refused = await self._standing(
-                        bot_id,
-                        chat_ids,
-                        lambda chat: worker.client.get_chat_member(chat, bot_id),
-                    )
-            else:
-                return  # its lease is elsewhere: the holder re-checks it
+            chats, refused = await self._standing(
+                bot_id, chat_ids, lambda chat: self._member_of(bot_id, chat)
+            )
+        except NotHeldHere:
+            return  # its lease moved on: the next holder re-checks it
         except TelegramError as exc:
             log.warning("bot_recheck_failed", bot_id=bot_id, error=str(exc))
             return
@@ -248,19 +249,11 @@ class BotProber:
             in_pool=worker.usable,
         )
 
-    async def _ask_worker(self, bot_id: int, chat_id: int) -> ChatMemberInfo:
-        return await self._dispatcher.call(
+    async def _member_of(self, bot_id: int, chat_id: int) -> ChatMemberInfo:
+        return await self._dispatcher.check(
             bot_id, "getChatMember", lambda client: client.get_chat_member(chat_id, bot_id)
         )
 
-    @contextlib.asynccontextmanager
-    async def _checking(self, bot_id: int) -> AsyncIterator[None]:
-        """A check call is running on the bot: a lease hand-over waits for it
-        (`Dispatcher.revoke`), so the token never has two calls at once."""
-        worker = self._dispatcher.workers[bot_id]
-        worker.checking = True
-        try:
-            yield
-        finally:
-            worker.checking = False
-            worker.changed.set()
+
+def _get_me(client: BotClient) -> Awaitable[BotInfo]:
+    return client.get_me()

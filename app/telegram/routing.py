@@ -29,8 +29,8 @@ from typing import Any
 import structlog
 
 from app.kit import jitter
-from app.telegram.errors import BotUnusable, NoUsableBot, TelegramError
-from app.telegram.worker import BotWorker, Job
+from app.telegram.errors import BotUnusable, NotHeldHere, NoUsableBot, TelegramError
+from app.telegram.worker import BotWorker, Job, Lane
 
 # The dispatcher's logger: its events keep the name they always had.
 log = structlog.get_logger("app.telegram.dispatcher")
@@ -96,14 +96,22 @@ class Router:
             return
         if job.pinned_bot is not None:
             worker = self.workers.get(job.pinned_bot)
-            if worker is None or not worker.serving(self._clock()):
+            now = self._clock()
+            if worker is not None and (worker.held(now) if job.check else worker.serving(now)):
+                self.enqueue(worker, job)
+            elif worker is not None and job.check:
+                # Not the bot's fault: another instance may call with it now.
+                job.fail(
+                    NotHeldHere(
+                        f"bot {worker.bot_id} is not held here", status=0, bot_id=worker.bot_id
+                    )
+                )
+            else:
                 job.fail(
                     BotUnusable(
                         f"bot {job.pinned_bot} is not usable", status=0, bot_id=job.pinned_bot
                     ),
                 )
-                return
-            self.enqueue(worker, job)
             return
         usable = [w for w in self.workers.values() if w.usable]
         if not usable:
@@ -171,16 +179,19 @@ class Router:
         job.fail(error)
 
     def enqueue(self, worker: BotWorker, job: Job[Any], *, front: bool = False) -> None:
-        worker.last_assigned = next(self._assignments)
+        """Queue the job in the lane of `worker` that runs it."""
+        lane = worker.lane_of(job)
+        if not job.small:
+            worker.last_assigned = next(self._assignments)
         if job.replicas is not None:
             job.replicas.bots[job.id] = worker.bot_id
         if front:
-            worker.queue.appendleft(job)
+            lane.queue.appendleft(job)
         elif job.priority:
-            ahead = sum(1 for _ in itertools.takewhile(lambda q: q.priority, worker.queue))
-            worker.queue.insert(ahead, job)
+            ahead = sum(1 for _ in itertools.takewhile(lambda q: q.priority, lane.queue))
+            lane.queue.insert(ahead, job)
         else:
-            worker.queue.append(job)
+            lane.queue.append(job)
         self.wake_all()
 
     def route_later(self, job: Job[Any], delay: float) -> None:
@@ -198,15 +209,18 @@ class Router:
         self.update_idle()
 
     def move_queue_away(self, worker: BotWorker, *, include_pinned: bool = False) -> None:
-        """Re-route the waiting jobs of a bot that cannot serve them now."""
+        """Re-route the waiting jobs of a bot that cannot serve them now
+        (with `include_pinned`, its small calls too: every one is pinned)."""
+        lanes = [worker, worker.small] if include_pinned else [worker]
+        for lane in lanes:
+            self._move_away(lane, lambda job: job.pinned_bot is None or include_pinned)
+
+    def _move_away(self, lane: Lane, moves: Callable[[Job[Any]], bool]) -> None:
         staying: deque[Job[Any]] = deque()
         moving: list[Job[Any]] = []
-        for job in worker.queue:
-            if job.pinned_bot is None or include_pinned:
-                moving.append(job)
-            else:
-                staying.append(job)
-        worker.queue = staying
+        for job in lane.queue:
+            (moving if moves(job) else staying).append(job)
+        lane.queue = staying
         for job in moving:
             self.route(job)
 
@@ -222,6 +236,7 @@ class Router:
     def wake_all(self) -> None:
         for worker in self.workers.values():
             worker.wake.set()
+            worker.small.wake.set()
         self.update_idle()
 
     def update_idle(self) -> None:
@@ -231,7 +246,7 @@ class Router:
             self.idle.clear()
 
     def pending_jobs(self) -> int:
-        queued = sum(w.load for w in self.workers.values())
+        queued = sum(w.load + w.small_load for w in self.workers.values())
         return queued + len(self._delayed_jobs)
 
     def seconds_until_free(self) -> float:
@@ -248,18 +263,24 @@ class Router:
 
     # --- a bot to a job -----------------------------------------------------------
 
-    def next_job(self, worker: BotWorker) -> tuple[Job[Any] | None, float | None]:
-        """The job this worker should run now, or how long to wait for one
-        (None: until something changes)."""
+    def next_job(self, worker: BotWorker, lane: Lane) -> tuple[Job[Any] | None, float | None]:
+        """The job this lane of the worker should run now, or how long to
+        wait for one (None: until something changes)."""
         now = self._clock()
-        if not worker.serving(now):
+        if not worker.held(now):
             # Not leased here (or the lease ran out unrenewed): no new call.
             self.move_queue_away(worker, include_pinned=True)
             return None, None if not worker.leased else 0.5
         if worker.cooling(now):
             # Jitter so that bots freed at the same moment do not all fire at once.
             return None, worker.cooldown_until - now + jitter.uniform(0, 0.1)
-        worker.drop_abandoned()
+        worker.drop_abandoned(lane)
+        if not worker.usable:
+            # Not in the pool (yet, or any more): only its check's calls run.
+            self._move_away(lane, lambda job: not job.check)
+            return self._first(lane), None
+        if lane is worker.small:
+            return self._first(lane), None
         pacing: float | None = None  # the shortest wait of a queued send
         for job in worker.queue:
             delay = self.send_delay(worker, job, now)
@@ -270,6 +291,10 @@ class Router:
         if pacing is not None:
             return None, pacing
         return self.steal_for(worker), None
+
+    @staticmethod
+    def _first(lane: Lane) -> Job[Any] | None:
+        return lane.queue.popleft() if lane.queue else None
 
     def steal_for(self, thief: BotWorker) -> Job[Any] | None:
         """Take the oldest waiting, unpinned, not-yet-tried job from another bot."""

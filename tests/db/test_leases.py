@@ -1,6 +1,6 @@
 """Bot lease rows (app/db/leases.py) on both backends: one holder at a time,
-takeover after expiry or once the holder's instance row is gone, release, and
-the cooldown that travels with a lease."""
+takeover after expiry or release only (not when the holder's instance row is
+gone), and the cooldown that travels with a lease."""
 
 from __future__ import annotations
 
@@ -89,17 +89,22 @@ async def test_instances_racing_for_a_free_lease_get_it_once(sessionmaker: Sessi
         assert sum(r is not None for r in results) == 1
 
 
-async def test_a_lease_of_an_instance_whose_row_is_gone_is_free_at_once(
+async def test_a_lease_of_an_instance_whose_row_is_gone_is_held_until_it_expires(
     sessionmaker: Sessions,
 ) -> None:
-    """A dead instance's row is deleted when a live one claims it (or it
-    stopped cleanly): its leases need not wait to expire."""
-    await register(sessionmaker, "dead", "b")
-    assert await take(sessionmaker, "dead", T0) is not None
-    assert await take(sessionmaker, "b", T0 + timedelta(seconds=1)) is None
+    """An instance's row can be claimed while it lives (taken for dead by
+    one that registered beside it) and its calls go on meanwhile: its
+    leases pass only when they expire or it releases them (issue 56)."""
+    await register(sessionmaker, "claimed", "b")
+    assert await take(sessionmaker, "claimed", T0) is not None
     async with session_scope(sessionmaker) as session:
-        await InstanceRepository(session).remove("dead")
-    assert await take(sessionmaker, "b", T0 + timedelta(seconds=2)) is not None
+        await InstanceRepository(session).remove("claimed")
+    assert await take(sessionmaker, "b", T0 + timedelta(seconds=2)) is None
+    # Its holder renews it still.
+    assert await take(sessionmaker, "claimed", T0 + timedelta(seconds=3)) is not None
+    assert await take(sessionmaker, "b", T0 + timedelta(seconds=17)) is None
+    # Unrenewed for a whole lease: free.
+    assert await take(sessionmaker, "b", T0 + timedelta(seconds=18)) is not None
     async with session_scope(sessionmaker) as session:
         (row,) = await LeaseRepository(session).all()
     assert (row.owner, row.owner_registered) == ("b", True)

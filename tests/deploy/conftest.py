@@ -9,7 +9,8 @@ then SIGKILL if it does not exit within a few seconds.
 The simulator is shared by the session, but each test gets it with fresh
 statistics, and with getFile capped at the CHUNK_SIZE of the service it
 starts. At teardown, once the test's processes have stopped, no bot token may
-have had two Bot API calls in flight at once.
+have had two calls of one lane in flight at once (one upload-lane call and
+one small call beside it: app/telegram/worker.py).
 
 `database_url` runs a test on SQLite and on Postgres through pgbouncer.
 """
@@ -35,7 +36,7 @@ import pytest
 from app.config.settings import Settings
 from tests.conftest import BACKENDS, empty_tables
 from tests.db.helpers import Database
-from tests.running_service import assert_one_call_per_token, parse_metrics
+from tests.running_service import assert_one_call_per_lane, parse_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 TELEUPLOADER = REPO / ".venv" / "bin" / "teleuploader"
@@ -303,19 +304,17 @@ def configure_sim(sim: Simulator, **knobs: Any) -> None:
     httpx.post(f"{sim.url}/_sim/config", json=knobs, timeout=10).raise_for_status()
 
 
-def check_one_call_per_token(url: str) -> None:
-    """The simulator at `url` saw no token with two Bot API calls at once."""
-    stats = httpx.get(f"{url}/_sim/stats", timeout=10).json()
-    assert_one_call_per_token(
-        {bot_id: bot["max_concurrent_calls"] for bot_id, bot in stats["bots"].items()}
-    )
+def check_one_call_per_lane(url: str) -> None:
+    """The simulator at `url` saw no token with two calls of one lane at once
+    (tests.running_service.assert_one_call_per_lane)."""
+    assert_one_call_per_lane(httpx.get(f"{url}/_sim/stats", timeout=10).json()["bots"])
 
 
 @pytest.fixture
 def telegram_sim(telegram_sim_process: Simulator, processes: Processes) -> Iterator[Simulator]:
     """The session's simulator for one test: no call in flight and fresh
     statistics at the start; at the end, after this test's processes have
-    stopped, no token had two calls in flight at once."""
+    stopped, no token had two calls of one lane in flight at once."""
     sim = telegram_sim_process
     wait_for(
         lambda: all(bot["calls_in_flight"] == 0 for bot in sim_stats(sim)["bots"].values()),
@@ -326,7 +325,7 @@ def telegram_sim(telegram_sim_process: Simulator, processes: Processes) -> Itera
     httpx.post(f"{sim.url}/_sim/reset-stats", timeout=10).raise_for_status()
     yield sim
     processes.stop_all()
-    check_one_call_per_token(sim.url)
+    check_one_call_per_lane(sim.url)
 
 
 # --- databases ------------------------------------------------------------------------------

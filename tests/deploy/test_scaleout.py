@@ -4,8 +4,9 @@ pgbouncer, transaction mode) and one Telegram simulator with six bots
 when an instance dies by kill -9, and a file uploaded through one instance
 downloads through any other.
 
-The simulator is this module's own (six bots, one call per token enforced);
-at the end of each test no token may have had two calls in flight at once.
+The simulator is this module's own (six bots, one call per lane and token
+enforced); at the end of each test no token may have had two calls of one
+lane in flight at once (one upload-lane call, one small call beside it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from sqlalchemy import func, select
 
 from app.cli.demo import create_api_key
 from app.db.engine import create_engine
-from app.db.models import BotLease, Chunk, GcEntry, SharedFilePath
+from app.db.models import BotLease, Chunk, GcEntry, Instance, SharedFilePath
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (
@@ -38,15 +39,16 @@ from tests.deploy.conftest import (
     _healthy,
     base_env,
     caddy_env,
-    check_one_call_per_token,
+    check_one_call_per_lane,
     configure_sim,
     free_port,
     metrics,
     serve_command,
     sim_process,
+    sim_stats,
     wait_for,
 )
-from tests.running_service import payload
+from tests.running_service import assert_one_call_per_lane, payload
 
 pytestmark = [pytest.mark.postgres, pytest.mark.postgres_only]
 
@@ -66,13 +68,13 @@ def six_bots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
 
 @pytest.fixture
 def sim(six_bots: Simulator, processes: Processes) -> Iterator[Simulator]:
-    configure_sim(six_bots, max_getfile_bytes=CHUNK, latency=0.0)
+    configure_sim(six_bots, max_getfile_bytes=CHUNK, latency=0.0, upload_bandwidth=None)
     httpx.post(f"{six_bots.url}/_sim/reset-stats", timeout=10).raise_for_status()
     yield six_bots
     processes.stop_all()
     httpx.post(f"{six_bots.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
     configure_sim(six_bots, latency=0.0)
-    check_one_call_per_token(six_bots.url)
+    check_one_call_per_lane(six_bots.url)
 
 
 @pytest.fixture
@@ -88,9 +90,12 @@ Starter = Callable[..., Service]
 def start(sim: Simulator, database: Database, processes: Processes, tmp_path: Path) -> Starter:
     key = run_async(lambda: create_api_key(database.url, name="scaleout"))
 
-    def start_one(port: int | None = None) -> Service:
+    def start_one(
+        port: int | None = None, *, wait: bool = True, env: dict[str, str] | None = None
+    ) -> Service:
+        """An instance on `port`; `wait`: return once it answers /ready."""
         port = port or free_port()
-        env = base_env(
+        settings = base_env(
             tmp_path,
             BOT_TOKENS=",".join(sim.tokens),
             STORAGE_CHAT_ID=str(sim.chat_id),
@@ -105,18 +110,26 @@ def start(sim: Simulator, database: Database, processes: Processes, tmp_path: Pa
             SPOOL_DIR=str(tmp_path / f"spool-{port}"),
             PYTHONPATH=str(REPO),
         )
+        settings.update(env or {})
         command = serve_command({"bot_lease_seconds": LEASE, "heartbeat_seconds": HEARTBEAT})
-        proc = processes.start("teleuploader-serve", command, env=env)
-        service = Service(proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=env, key=key)
-        wait_for(
-            lambda: _healthy(service.url),
-            within=START_TIMEOUT,
-            what="teleuploader serve to answer /ready",
-            proc=proc,
+        proc = processes.start("teleuploader-serve", command, env=settings)
+        service = Service(
+            proc=proc, url=f"http://127.0.0.1:{port}", port=port, env=settings, key=key
         )
+        if wait:
+            wait_ready(service)
         return service
 
     return start_one
+
+
+def wait_ready(service: Service, within: float = START_TIMEOUT) -> None:
+    wait_for(
+        lambda: _healthy(service.url),
+        within=within,
+        what="teleuploader serve to answer /ready",
+        proc=service.proc,
+    )
 
 
 def query(database: Database, statement: object) -> list[tuple[object, ...]]:
@@ -198,6 +211,110 @@ def test_three_instances_share_six_bots_and_read_each_others_files(
     shared = query(database, select(func.count()).select_from(SharedFilePath))
     assert shared[0][0] > 0
     # (The fixture checks that no token had two calls in flight at once.)
+
+
+REPETITIONS = 2
+
+
+def held_calls(sim: Simulator) -> int:
+    """sendDocument calls waiting at the simulator's hold (holding them)."""
+    response = httpx.post(f"{sim.url}/_sim/hold/sendDocument", timeout=10)
+    response.raise_for_status()
+    held: int = response.json()["held"]
+    return held
+
+
+def refusals(sim: Simulator) -> int:
+    """429s the simulator has answered (a second call of a lane on a token)."""
+    return sum(int(bot["rate_limited"]) for bot in sim_stats(sim)["bots"].values())
+
+
+def instance_of(database: Database, service: Service) -> str:
+    """The id the service registered under (its row, found by its pid)."""
+    rows = query(database, select(Instance.id).where(Instance.pid == service.proc.pid))
+    return str(rows[0][0])
+
+
+def test_instances_started_together_never_run_two_calls_of_a_lane_on_one_token(
+    start: Starter, sim: Simulator, processes: Processes, database: Database
+) -> None:
+    """Issue 56: three instances started together; a large upload into one
+    while the others are idle, and the bots move to it; that instance stops
+    (a rolling deploy) while Telegram is still working on its uploads; load
+    goes to the other two, which take its bots. Again, on fresh processes,
+    REPETITIONS times. At the simulator, no token ever had two upload-lane
+    calls (uploads, forwards, pins) in flight at once, nor two small calls:
+    its lanes hold across the fleet (app/telegram/worker.py)."""
+    settings = {
+        # The large upload keeps 4 chunks at once: 4 bots move to it.
+        "UPLOAD_BUFFER_CHUNKS": "4",
+        "SHUTDOWN_GRACE_SECONDS": "1",
+        "SHUTDOWN_DELAY_SECONDS": "0",
+    }
+    for repetition in range(REPETITIONS):
+        first, busy, third = [start(wait=False, env=settings) for _ in range(3)]
+        for service in (first, busy, third):
+            # Three start at once, each with a third of the CPUs.
+            wait_ready(service, within=3 * START_TIMEOUT)
+        busy_id = instance_of(database, busy)
+        # Telegram works on every upload from now until the release below.
+        assert held_calls(sim) == 0
+        big = threading.Thread(
+            target=upload,
+            args=(busy, f"big-{repetition}.bin", payload(40 * CHUNK, seed=repetition), {}),
+        )
+        big.start()
+
+        def moved() -> bool:
+            # Its 4 chunks at once want 4 bots: 4 move to it, each of the
+            # others keeps one, and each of the 4 has an upload at Telegram.
+            held = Counter(lease_owners(database).values())
+            return held[busy_id] == 4 and sorted(held.values()) == [1, 1, 4]  # noqa: B023
+
+        wait_for(
+            lambda: held_calls(sim) >= 4 and moved(),
+            within=60,
+            what="4 bots to move to the busy instance, each with an upload at Telegram",
+        )
+        refused = refusals(sim)
+        # It stops: its drain ends before Telegram has answered, its leases go.
+        busy.proc.signal(signal.SIGTERM)
+        assert busy.proc.wait(30) == 0
+        wait_for(
+            lambda: (
+                len(lease_owners(database)) == BOTS
+                and busy_id not in lease_owners(database).values()  # noqa: B023
+            ),
+            within=60,
+            what="the other two instances to take its bots",
+        )
+        # Load on the other two, while its uploads are still at Telegram.
+        spread = [
+            (service, f"r{repetition}-i{index}-f{n}.bin", payload(3 * CHUNK + n, seed=n))
+            for index, service in enumerate((first, third))
+            for n in range(2)
+        ]
+        outcomes: dict[str, object] = {}
+        threads = [threading.Thread(target=upload, args=(*job, outcomes)) for job in spread]
+        for thread in threads:
+            thread.start()
+        # Its uploads still at Telegram, and one of theirs (or a token
+        # refusing a second upload: a 429).
+        wait_for(
+            lambda: held_calls(sim) >= 5 or refusals(sim) > refused,  # noqa: B023
+            within=60,
+            what="their uploads at Telegram",
+        )
+        httpx.post(f"{sim.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
+        for thread in threads:
+            thread.join(120)
+        big.join(120)
+        assert all(isinstance(o, tuple) and o[0] == 201 for o in outcomes.values()), outcomes
+        processes.stop_all()
+
+    bots = sim_stats(sim)["bots"]
+    assert_one_call_per_lane(bots)
+    assert all(stats["max_concurrent_uploads"] == 1 for stats in bots.values())
 
 
 def test_kill_9_of_an_instance_mid_upload_hands_its_bots_over_and_ledgers_its_chunks(

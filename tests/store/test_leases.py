@@ -17,10 +17,12 @@ from datetime import datetime
 from typing import TypeVar
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config.settings import BotToken
 from app.db.leases import LeaseRepository, LeaseRow
+from app.db.models import BotLease
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
@@ -28,6 +30,7 @@ from app.store.blocks import READABLE
 from app.store.leases import BotLeases, shares
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
+from app.telegram.errors import DispatcherClosed
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 from tests.running_service import eventually
@@ -458,3 +461,95 @@ async def test_a_bot_every_chat_refused_stays_leased_so_its_holder_rechecks_it(
     await eventually(lambda: len(second.leases.held) == BOTS // 2, 10)
     holders = [m for m in (first, second) if refused in m.leases.held]
     assert len(holders) == 1
+
+
+async def test_a_call_that_would_outlast_its_lease_is_cut_before_the_lease_can_pass(
+    sim: TelegramSimulator, fleet: Fleet, sessionmaker: Sessions
+) -> None:
+    """Renewals stop (the database is away): a call still running is cut
+    before the lease expires, so it never runs on into the calls of the
+    instance that takes the bot next (issue 56)."""
+    member = await fleet("a")
+    await member.leases.loop.stop()  # no renewal from now on
+    cut_at: list[datetime] = []
+
+    def observe(bot_id: int, method: str, outcome: str, seconds: float) -> None:
+        if outcome == "abandoned":
+            cut_at.append(utcnow())
+
+    member.dispatcher.on_attempt = observe
+    with sim.holding("sendDocument"):
+        send = asyncio.ensure_future(member.dispatcher.send_document(chunk(1), "long"))
+        try:
+            async with asyncio.timeout(10):
+                await sim.wait_held("sendDocument")
+            (worker,) = [w for w in member.dispatcher.workers.values() if w.running is not None]
+            await eventually(lambda: bool(cut_at), 10)
+            # Cut while the lease was still this instance's: no one else
+            # could have called with the bot before the call ended here.
+            row = (await lease_rows(sessionmaker))[worker.bot_id]
+            assert row.owner == "a"
+            assert cut_at[0] < row.expires_at
+            assert worker.running is None
+            # Telegram may still be finishing it: the token cools down.
+            assert worker.cooldown_until > time.monotonic() + 30
+        finally:
+            send.cancel()
+
+
+async def test_a_call_cut_by_a_stop_leaves_its_cooldown_on_the_released_lease(
+    sim: TelegramSimulator, fleet: Fleet
+) -> None:
+    """A stop cuts a call whose end it cannot wait for, and releases the
+    lease at once: the next holder must not call with the bot while
+    Telegram may still be working on that call."""
+    first = await fleet("a")
+    with sim.holding("sendDocument"):
+        send = asyncio.ensure_future(first.dispatcher.send_document(chunk(2), "cut"))
+        async with asyncio.timeout(10):
+            await sim.wait_held("sendDocument")
+        (bot_id,) = [w.bot_id for w in first.dispatcher.workers.values() if w.running is not None]
+        first.stopped = True
+        await first.dispatcher.stop(grace=0)
+        await first.leases.stop()
+        async with session_scope(first.sessionmaker) as session:
+            await InstanceRepository(session).remove("a")
+        with pytest.raises(DispatcherClosed):
+            await send
+        second = await fleet("b")
+        assert bot_id in second.leases.held
+        assert second.dispatcher.workers[bot_id].cooldown_until > time.monotonic() + 30
+        assert second.dispatcher.pick_bot(exclude=set(second.leases.held) - {bot_id}) is None
+
+
+@pytest.mark.postgres_only
+async def test_a_renewal_held_up_on_one_lease_renews_the_others_meanwhile(
+    fleet: Fleet, sessionmaker: Sessions
+) -> None:
+    """Each lease is renewed in a transaction of its own. In one transaction
+    for all, a round that waits on one row (another instance's round locked
+    it, taking it) renewed none until then; two such rounds locking rows in
+    different orders deadlocked, and Postgres aborted one: nothing renewed."""
+    member = await fleet("a")
+    await member.leases.loop.stop()  # rounds by hand from now on
+    bots = sorted(member.leases.held)
+    before = await lease_rows(sessionmaker)
+    for bot_id in bots:  # a cooldown to write: every lease is due for renewal
+        member.dispatcher.workers[bot_id].cooldown_until = time.monotonic() + 1
+    async with sessionmaker() as other:
+        # Another instance's transaction holds the last lease's row (the
+        # round renews in the bots' order: the others come first).
+        await other.execute(select(BotLease).where(BotLease.bot_id == bots[-1]).with_for_update())
+        renewal = asyncio.ensure_future(member.leases.round())
+        try:
+
+            async def others_renewed() -> bool:
+                rows = await lease_rows(sessionmaker)
+                return all(rows[b].expires_at > before[b].expires_at for b in bots[:-1])
+
+            await eventually(others_renewed, 10)
+            assert not renewal.done()
+        finally:
+            await other.rollback()
+    await renewal
+    assert (await lease_rows(sessionmaker))[bots[-1]].expires_at > before[bots[-1]].expires_at

@@ -700,7 +700,9 @@ async def test_get_file_for_a_download_goes_ahead_of_queued_uploads(
         return httpx.Response(200, json={"ok": True, "result": result})
 
     mock_api.post(f"{API}/bot{token(1).value}/getFile").mock(side_effect=get_file)
-    dispatcher, _ = await make_dispatcher([1])
+    # One lane: with the small-call lane on, the reads would not wait at all
+    # (the next test).
+    dispatcher, _ = await make_dispatcher([1], small_lane=False)
     stopper.append(dispatcher)
     worker = dispatcher.workers[1]
 
@@ -736,3 +738,53 @@ async def test_get_file_for_a_download_goes_ahead_of_queued_uploads(
         "upload1",
         "upload2",
     ]
+
+
+async def test_small_calls_run_one_at_a_time_beside_a_running_upload(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    """The small-call lane: a read's getFile does not wait for the bot's
+    upload to end, and small calls still take turns among themselves."""
+    fake = FakeTelegram(mock_api, [1])
+    upload_gate = asyncio.Event()
+    fake.bots[1].gate = upload_gate
+    read_gate = asyncio.Event()
+    arrived: list[str] = []
+    small_in_flight = [0, 0]  # now, most
+
+    async def get_file(request: httpx.Request) -> httpx.Response:
+        file_id = request.content.decode().partition("file_id=")[2]
+        arrived.append(file_id)
+        small_in_flight[0] += 1
+        small_in_flight[1] = max(small_in_flight)
+        try:
+            await read_gate.wait()
+        finally:
+            small_in_flight[0] -= 1
+        fake.order.append((1, f"getFile {file_id}"))
+        result = {"file_id": file_id, "file_unique_id": "u", "file_path": f"documents/{file_id}"}
+        return httpx.Response(200, json={"ok": True, "result": result})
+
+    mock_api.post(f"{API}/bot{token(1).value}/getFile").mock(side_effect=get_file)
+    dispatcher, _ = await make_dispatcher([1])
+    stopper.append(dispatcher)
+    worker = dispatcher.workers[1]
+
+    upload = asyncio.create_task(dispatcher.send_document(b"x" * 8, "c", caption="upload0"))
+    await fake.bots[1].called.wait()  # the upload runs, held by Telegram
+    reads = [asyncio.create_task(dispatcher.file_path(1, file_id)) for file_id in ("a", "b")]
+    for _ in range(1000):
+        if arrived and worker.small.queue:
+            break
+        await asyncio.sleep(0)
+    # The first read's getFile runs beside the upload; the second waits its turn.
+    assert arrived == ["a"]
+    assert len(worker.small.queue) == 1
+    read_gate.set()
+    assert await asyncio.gather(*reads) == ["documents/a", "documents/b"]
+    assert not upload.done()
+    upload_gate.set()
+    await upload
+    assert [what for _, what in fake.order] == ["getFile a", "getFile b", "upload0"]
+    assert small_in_flight[1] == 1
+    assert fake.bots[1].max_in_flight == 1

@@ -5,6 +5,7 @@ counted, not timed)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -139,6 +140,39 @@ async def test_bots_join_the_pool_as_they_pass_and_a_rejected_one_stays_out(
     assert slow.calls == 3
     status = {s.bot_id: s for s in dispatcher.status()}
     assert not status[REVOKED].usable and not status[REVOKED].probing
+
+
+async def test_a_check_goes_through_the_bots_lanes_and_waits_out_its_cooldown() -> None:
+    """A bot's getMe check is a call like any other (issue 56): it waits for
+    the lease, honours the cooldown the lease brought (a 429, or a call the
+    last holder abandoned that Telegram may still be running), and runs in
+    the bot's lanes, so nothing else is ever sent beside it."""
+    clients = [BotClient(token(bot_id), api_base=API) for bot_id in (SLOW, LATE)]
+    pool = Dispatcher(clients, chat_ids=[-1001], checked=False, leased=True)
+    await pool.start()
+    cooled = GetMe(LATE)
+    try:
+        with respx.mock(assert_all_called=False) as router:
+            admin_everywhere(router)
+            router.post(f"{API}/bot{token(SLOW).value}/getMe").mock(return_value=me(SLOW))
+            router.post(f"{API}/bot{token(LATE).value}/getMe").mock(side_effect=cooled)
+            prober = BotProber(pool, first_pause=0, max_pause=0)
+            prober.start()
+            try:
+                now = time.monotonic()
+                # Both leases come: one bot free, the other still cooling down.
+                pool.grant(LATE, now + 60, now + 60)
+                pool.grant(SLOW, now + 60, 0.0)
+                async with asyncio.timeout(10):
+                    await prober.one_admitted.wait()
+                assert pool.usable_bots() == [SLOW]
+                # Checked through its lanes, the cooling bot was not asked.
+                assert cooled.calls == 0
+                assert pool.probing_bots() == [LATE]
+            finally:
+                await prober.stop()
+    finally:
+        await pool.stop(grace=0)
 
 
 async def test_a_bot_that_may_post_but_not_pin_is_admitted_and_named(

@@ -331,19 +331,37 @@ async def test_two_concurrent_uploads_on_one_token_collide(
     assert sim.message_count(CHAT_ID) == 1
 
 
-async def test_any_method_collides_with_a_call_in_flight(
+async def test_a_small_call_runs_beside_an_upload_and_collides_only_with_a_small_one(
     sim: TelegramSimulator, bots: list[BotClient]
 ) -> None:
+    """The limit counts small calls (SMALL_METHODS) and the others apart: the
+    dispatcher's promise of one upload-lane call and one small call at once
+    per token (the official server spaces only same-size uploads)."""
     document = await bots[0].send_document(CHAT_ID, payload(1000, 1), "a.bin")
-    with sim.holding("sendDocument"):
+    with sim.holding("sendDocument"), sim.holding("getFile"):
         upload = asyncio.create_task(bots[0].send_document(CHAT_ID, payload(50_000, 2), "b.bin"))
         async with asyncio.timeout(10):
             await sim.wait_held("sendDocument")
+            # Beside the upload, a getFile runs...
+            read = asyncio.create_task(bots[0].get_file(document.file_id))
+            await sim.wait_held("getFile")
+            # ...and a second small call, or a second upload-lane call, collides.
             with pytest.raises(RateLimited):
-                await bots[0].get_file(document.file_id)
+                await bots[0].delete_message(CHAT_ID, document.message_id)
+            with pytest.raises(RateLimited):
+                await bots[0].forward_message(CHAT_ID, CHAT_ID, document.message_id)
     await upload
+    assert (await read).file_id == document.file_id
 
-    assert sim.stats()[bots[0].bot_id].max_concurrent_calls == 2
+    stats = sim.stats()[bots[0].bot_id]
+    assert (stats.max_concurrent_calls, stats.max_concurrent_uploads) == (3, 1)
+    assert (stats.max_concurrent_small_calls, stats.max_concurrent_posting_calls) == (2, 2)
+    # What overlapped what, as a test that finds two calls at once reports it.
+    assert [overlap.partition(" (")[0] for overlap in stats.overlaps] == [
+        "getFile during sendDocument",
+        "deleteMessage during sendDocument, getFile",
+        "forwardMessage during sendDocument, getFile",
+    ]
 
 
 async def test_an_upload_abandoned_after_its_body_still_posts_and_stays_in_flight(

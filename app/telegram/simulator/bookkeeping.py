@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable, Iterator
 
-from app.telegram.simulator.config import SimulatorConfig
-from app.telegram.simulator.model import ApiError, _Call
+from app.telegram.simulator.config import SMALL_METHODS, SimulatorConfig
+from app.telegram.simulator.model import OVERLAPS_KEPT, ApiError, _Call
 from app.telegram.simulator.rules import TelegramRules
 
 
@@ -61,14 +62,31 @@ class CallBookkeeping(TelegramRules):
         bot = self._bots[bot_id]
         stats = bot.stats
         stats.calls[method] = stats.calls.get(method, 0) + 1
-        call = _Call(bot_id, method)
+        call = _Call(bot_id, method, arrived=time.monotonic())
         # Decided when the call arrives, before its body is read: that is when
-        # Telegram sees two calls on one token. Any method counts, and so does
-        # a call whose client has given up but whose work is still running.
+        # Telegram sees two calls on one token. Small calls and the others
+        # are counted apart (config.max_concurrent_calls_per_bot), and a call
+        # whose client has given up but whose work is still running counts.
+        small = method in SMALL_METHODS
+        alike = (
+            bot.small_calls_in_flight if small else bot.calls_in_flight - bot.small_calls_in_flight
+        )
         limit = self.config.max_concurrent_calls_per_bot
-        call.collided = limit is not None and bot.calls_in_flight >= limit
+        call.collided = limit is not None and alike >= limit
+        if bot.running and len(stats.overlaps) < OVERLAPS_KEPT:
+            others = ", ".join(other.method for other in bot.running)
+            into = call.arrived - bot.running[0].arrived
+            stats.overlaps.append(f"{method} during {others} ({into:.3f} s into it)")
+        bot.running.append(call)
         bot.calls_in_flight += 1
         stats.max_concurrent_calls = max(stats.max_concurrent_calls, bot.calls_in_flight)
+        if small:
+            bot.small_calls_in_flight += 1
+        small_calls = bot.small_calls_in_flight
+        stats.max_concurrent_small_calls = max(stats.max_concurrent_small_calls, small_calls)
+        stats.max_concurrent_posting_calls = max(
+            stats.max_concurrent_posting_calls, bot.calls_in_flight - small_calls
+        )
         self._wake_call_waiters(bot_id)
         uploading = method == "sendDocument"
         if uploading:
@@ -77,7 +95,10 @@ class CallBookkeeping(TelegramRules):
         try:
             yield call
         finally:
+            bot.running.remove(call)
             bot.calls_in_flight -= 1
+            if small:
+                bot.small_calls_in_flight -= 1
             if uploading:
                 bot.uploads_in_flight -= 1
             self._wake_if_idle()

@@ -21,6 +21,15 @@ MIN_PACED_PIECE = 1024
 # Bot API methods random faults strike (getMe and getChatMember stay clean so
 # that startup checks are deterministic), and the rates a method may override.
 FAULTABLE_METHODS = ("sendDocument", "getFile", "deleteMessage", "forwardMessage")
+# Calls that carry no file and post nothing. The official Bot API server
+# neither throttles nor spaces them: its only per-bot guard is a spacing of
+# uploads of the same size (tdlib/telegram-bot-api, Client.cpp, on_cmd), and
+# nothing else serialises one token's calls. The dispatcher runs them in a
+# lane of their own beside a bot's uploads (app/telegram/worker.py), so the
+# simulator counts them apart (`BotStats.max_concurrent_small_calls`).
+SMALL_METHODS = frozenset(
+    {"getMe", "getFile", "deleteMessage", "getChatMember", "getChat", "editMessageCaption"}
+)
 METHOD_FAULT_KINDS = ("fault_5xx_rate", "fault_429_rate", "fault_drop_rate")
 
 MUTABLE_KNOBS = frozenset(
@@ -62,7 +71,12 @@ class SimulatorConfig:
 
     tokens: list[str]
     chat_ids: list[int]
-    # None means no limit. Telegram answers concurrent calls on one token with 429.
+    # None means no limit. Calls on one token beyond it are answered with a
+    # 429, counted apart for small calls (SMALL_METHODS) and every other
+    # method (uploads, forwards, pins): not Telegram's rule (the official
+    # server refuses only bursts of same-size uploads, see SMALL_METHODS) but
+    # the dispatcher's own promise, made loud: at most one upload-lane call
+    # and one small call at once per token.
     max_concurrent_calls_per_bot: int | None = 1
     collision_retry_after: int = 30
     # Per bot per chat, over a sliding minute (Telegram: about 20 into one channel).

@@ -194,7 +194,7 @@ class _BotApiEndpoint:
         if body.too_large:
             raise ApiError(413, "Request Entity Too Large")
         if call.collided:
-            log.warning("sim_concurrent_upload_refused", bot_id=call.bot_id)
+            log.warning("sim_concurrent_call_refused", bot_id=call.bot_id, method=call.method)
             raise ApiError.too_many_requests(config.collision_retry_after)
         if method.upload and (files := body.files_size()):
             # Once the whole query is in, as telegram-bot-api's on_cmd does.

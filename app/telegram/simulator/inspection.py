@@ -25,6 +25,7 @@ class SimulatorInspection(CallBookkeeping):
     def _snapshot_of(bot: _Bot) -> BotStats:
         stats = copy.deepcopy(bot.stats)
         stats.calls_in_flight = bot.calls_in_flight
+        stats.uploads_in_flight = bot.uploads_in_flight
         stats.downloads_in_flight = bot.downloads_in_flight
         return stats
 
@@ -33,6 +34,8 @@ class SimulatorInspection(CallBookkeeping):
             bot.stats = BotStats(
                 max_concurrent_calls=bot.calls_in_flight,
                 max_concurrent_uploads=bot.uploads_in_flight,
+                max_concurrent_small_calls=bot.small_calls_in_flight,
+                max_concurrent_posting_calls=bot.calls_in_flight - bot.small_calls_in_flight,
                 max_concurrent_downloads=bot.downloads_in_flight,
             )
         self._posts.clear()

@@ -36,6 +36,9 @@ class SimulatedDrop(Exception):
     """Raised mid-response so that the server closes the connection (a fault)."""
 
 
+OVERLAPS_KEPT = 20
+
+
 @dataclass
 class BotStats:
     """What one bot's token has been asked and answered since the last reset."""
@@ -45,6 +48,15 @@ class BotStats:
     bytes_sent: int = 0  # file bytes served by downloads
     max_concurrent_calls: int = 0  # Bot API method calls in flight at once, any method
     max_concurrent_uploads: int = 0  # sendDocument calls in flight at once
+    # Of the calls in flight at once, the small ones (config.SMALL_METHODS),
+    # and all the others (uploads, forwards, pins): the dispatcher runs at
+    # most one of each per token.
+    max_concurrent_small_calls: int = 0
+    max_concurrent_posting_calls: int = 0
+    # Each call that arrived while another ran on the token, as "method
+    # during method(s) (seconds into the oldest)", the first OVERLAPS_KEPT:
+    # what a test that finds two calls at once says they were.
+    overlaps: list[str] = field(default_factory=list)
     rate_limited: int = 0  # 429s given, for any reason
     faults_injected: int = 0  # random 5xx, 429 and drops
     errors: dict[int, int] = field(default_factory=dict)  # error responses by status
@@ -58,6 +70,7 @@ class BotStats:
     spacing_wait_seconds: float = 0.0
     # Gauges, as of the snapshot: what is running right now.
     calls_in_flight: int = 0
+    uploads_in_flight: int = 0
     downloads_in_flight: int = 0
 
 
@@ -82,7 +95,10 @@ class _Bot:
     revoked: bool = False
     calls_in_flight: int = 0
     uploads_in_flight: int = 0
+    small_calls_in_flight: int = 0
     downloads_in_flight: int = 0
+    # The calls in flight now, with when each arrived (for `BotStats.overlaps`).
+    running: list[_Call] = field(default_factory=list)
     stats: BotStats = field(default_factory=BotStats)
 
     def info(self) -> dict[str, Any]:
@@ -223,3 +239,4 @@ class _Call:
     bot_id: int
     method: str
     collided: bool = False  # arrived while the token had its limit of calls in flight
+    arrived: float = 0.0  # on the simulator's monotonic clock

@@ -12,7 +12,15 @@ import httpx
 import pytest
 
 from app.store.chunk_size import plan_chunk_size
-from tests.running_service import CHUNK, INLINE, Service, ServiceFactory, eventually, payload
+from tests.running_service import (
+    CHUNK,
+    INLINE,
+    Service,
+    ServiceFactory,
+    assert_one_call_per_lane,
+    eventually,
+    payload,
+)
 
 
 async def put(service: Service, name: str, data: bytes) -> dict[str, object]:
@@ -120,7 +128,7 @@ async def test_chunks_of_one_file_go_to_several_bots_one_call_at_a_time(
     stats = service.sim.stats()
     senders = [bot_id for bot_id, s in stats.items() if s.calls.get("sendDocument", 0) > 0]
     assert len(senders) >= 2
-    assert all(s.max_concurrent_calls <= 1 for s in stats.values())
+    assert_one_call_per_lane(stats)
 
 
 async def test_concurrent_uploads_all_come_back_intact(service: Service) -> None:
@@ -130,7 +138,7 @@ async def test_concurrent_uploads_all_come_back_intact(service: Service) -> None
 
     for (_name, data), body in zip(files.items(), results, strict=True):
         assert (await download(service, str(body["public_id"]))).content == data
-    assert all(s.max_concurrent_calls <= 1 for s in service.sim.stats().values())
+    assert_one_call_per_lane(service.sim.stats())
 
 
 # --- ranges and conditional requests --------------------------------------------------

@@ -6,7 +6,14 @@ from __future__ import annotations
 import asyncio
 import re
 
-from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
+from tests.running_service import (
+    CHUNK,
+    Service,
+    ServiceFactory,
+    assert_one_call_per_lane,
+    eventually,
+    payload,
+)
 
 
 def gauge(metrics: str, name: str, label: str | None = None) -> float:
@@ -63,4 +70,4 @@ async def test_more_clients_than_buffers_wait_their_turn_and_all_succeed(
     assert gauge(after, "teleuploader_upload_buffers", "size") == 2
     assert gauge(after, "teleuploader_upload_buffers", "in_use") == 0
     assert gauge(after, "teleuploader_upload_buffer_waiters") == 0
-    assert all(bot.max_concurrent_calls <= 1 for bot in service.sim.stats().values())
+    assert_one_call_per_lane(service.sim.stats())

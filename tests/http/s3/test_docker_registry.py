@@ -40,7 +40,7 @@ from app.db.engine import create_engine
 from app.db.models import GcEntry
 from tests.conftest import BACKENDS, empty_tables, run_async
 from tests.db.helpers import Database
-from tests.deploy.conftest import Processes, base_env, check_one_call_per_token, wait_for
+from tests.deploy.conftest import Processes, base_env, check_one_call_per_lane, wait_for
 from tests.http.s3.registry import (
     CHAT_ID,
     REGISTRY,
@@ -109,7 +109,7 @@ def stack(request: pytest.FixtureRequest, processes: Processes, tmp_path: Path) 
     for proc in reversed(processes.started):
         if proc is not started.sim:
             proc.stop()
-    check_one_call_per_token(started.sim_url)
+    check_one_call_per_lane(started.sim_url)
 
 
 @contextlib.contextmanager
