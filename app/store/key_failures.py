@@ -19,9 +19,12 @@ in windows of WINDOW_SECONDS that begin at a failure:
   checks are refused and no longer counted (no more writes); a key that
   passes still passes.
 
-Only failures write (an upsert: app/db/key_failures.py). A key that passes
-costs a look into this process's memory of limited clients, empty unless
-someone is being limited. Each instance learns a client is limited from the
+Only failures write (an upsert: app/db/key_failures.py), and only up to the
+limit: this process counts each failure in memory before it asks the
+database, so a burst of failures at once (or a database too busy to count
+them) is refused past the limit all the same, with no more writes. A key
+that passes costs a look into this process's memory of limited clients,
+empty unless someone is being limited. Each instance learns a client is limited from the
 count its own failure returns: across N instances a limited client gets at
 most N - 1 more checks per window. Web sessions (cookies) are not counted:
 their tokens are the service's own 256 random bits, and a failure is
@@ -108,12 +111,18 @@ class KeyFailures:
         self._limited: OrderedDict[tuple[str, str], datetime] = OrderedDict()
         # client -> until when its failures are refused uncounted.
         self._flooding: OrderedDict[str, datetime] = OrderedDict()
+        # (client, credential or _ANY) -> (window start, failures) seen by
+        # this process: counted before the database is asked, so that a
+        # burst of failures at once, or a database too busy to count them,
+        # cannot pass the limit here.
+        self._seen: OrderedDict[tuple[str, str], tuple[datetime, int]] = OrderedDict()
         self._swept_at: datetime | None = None
 
     @property
     def remembered(self) -> int:
-        """Limited clients and pairs this process remembers (tests of the bound)."""
-        return len(self._limited) + len(self._flooding)
+        """Limited clients and pairs, and counts of failures, this process
+        remembers (tests of the bound)."""
+        return len(self._limited) + len(self._flooding) + len(self._seen)
 
     def check(self, address: str, credential: str) -> None:
         """TooManyFailedChecks if checks of `credential` from `address` are
@@ -132,6 +141,17 @@ class KeyFailures:
             until = _still(self._flooding, client, now)
             if until is not None:
                 raise self._refusal(until, "with any key")
+        # This process's own count first: past a limit here, the failure is
+        # refused without a write (the database's count is past it already,
+        # or will be once the writes under way land).
+        pair_seen, pair_seen_since = self._see((client, credential), now)
+        total_seen, total_seen_since = self._see((client, _ANY), now)
+        if pair_seen > FAILURES_PER_CREDENTIAL:
+            self._remember(self._limited, (client, credential), pair_seen_since + self._window)
+            raise self._refusal(pair_seen_since + self._window, "with this key")
+        if total_seen > FAILURES_PER_CLIENT:
+            self._remember(self._flooding, client, total_seen_since + self._window)
+            raise self._refusal(total_seen_since + self._window, "with any key")
         try:
             async with session_scope(self._sessionmaker) as session:
                 failures = KeyFailureRepository(session)
@@ -160,6 +180,18 @@ class KeyFailures:
             raise self._refusal(pair_since + self._window, "with this key")
         if total > FAILURES_PER_CLIENT:
             raise self._refusal(total_since + self._window, "with any key")
+
+    def _see(self, name: tuple[str, str], now: datetime) -> tuple[int, datetime]:
+        """One more failure of `name` in this process's count: (failures in
+        its window, the window's start)."""
+        since, failures = self._seen.get(name, (now, 0))
+        if now - since >= self._window:
+            since, failures = now, 0
+        self._seen[name] = (since, failures + 1)
+        self._seen.move_to_end(name)
+        while len(self._seen) > self._max_remembered:
+            self._seen.popitem(last=False)
+        return failures + 1, since
 
     def _remember(self, memory: OrderedDict[K, datetime], name: K, until: datetime) -> None:
         memory[name] = until

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.api_keys import ApiKeyRepository
@@ -161,7 +162,8 @@ async def test_what_a_process_remembers_is_bounded(sessionmaker: Sessions) -> No
     for n in range(5):
         for _ in range(FAILURES_PER_CREDENTIAL):
             await failures.failed(f"198.51.100.{n}", GUESS)
-    assert failures.remembered == 3
+    # Three limited pairs, and three counts of failures: each memory at its bound.
+    assert failures.remembered == 6
     failures.check("198.51.100.0", GUESS)  # forgotten here; still in the database
     assert await fail(failures, "198.51.100.0", GUESS) is not None
 
@@ -183,3 +185,22 @@ async def test_a_key_that_passes_writes_nothing(sessionmaker: Sessions) -> None:
     assert await access.verify_key("tu_" + "b" * 43, "203.0.113.7") is None
     assert len(await rows(sessionmaker)) == 2
     await access.close()
+
+
+async def test_a_burst_is_limited_even_when_the_database_cannot_count_it(
+    sessionmaker: Sessions,
+) -> None:
+    """Failures at once, and a database too busy to take their counts
+    ("database is locked" on a loaded SQLite): this process's own count still
+    refuses every one past the limit."""
+
+    def busy() -> object:
+        raise OperationalError("UPSERT", {}, Exception("database is locked"))
+
+    failures = KeyFailures(busy)  # type: ignore[arg-type]
+    outcomes = await asyncio.gather(
+        *(fail(failures, "198.51.100.9", GUESS) for _ in range(3 * FAILURES_PER_CREDENTIAL))
+    )
+    assert outcomes.count(None) == FAILURES_PER_CREDENTIAL
+    with pytest.raises(TooManyFailedChecks):
+        failures.check("198.51.100.9", GUESS)
