@@ -77,6 +77,13 @@ REPAIRS_PER_ROUND = 20
 # Copies a full pass reads from the database at a time.
 PASS_BATCH = 1000
 DAY = 86400.0
+# How long a full pass waits for this instance's bots to pass their checks
+# before it starts. Right after a start they are still being checked, and
+# after a kill -9 a dead holder's leases pass only once they expire
+# (BOT_LEASE_SECONDS, 15 s by default, 300 s at most); a pass that started
+# at once would skip every copy of those bots and repair nothing.
+BOTS_WAIT = 120.0
+BOTS_POLL = 0.2
 # A check's verdict on a copy Telegram could not serve this time.
 Verdict = BadState | Literal["unavailable"]
 
@@ -275,6 +282,7 @@ class Scrub:
         """Every copy this instance may ask about checked (and read whole,
         `deep`), then every short chunk repaired."""
         report = into if into is not None else PassReport()
+        await self._await_bots()
         async with self._lock:
             after = 0
             while True:
@@ -292,6 +300,27 @@ class Scrub:
             await self._count(report)
         log.info("scrub_pass_done", deep=deep, **asdict(report))
         return report
+
+    def _bots_on_their_way(self) -> list[int]:
+        """Bots not yet checked here that no live instance holds: they serve
+        this instance once their lease comes and their check passes. (Not one
+        whose check failed already: it may stay out for good.)"""
+        elsewhere = self._dispatcher.held_elsewhere
+        return [
+            worker.bot_id
+            for worker in self._dispatcher.workers.values()
+            if worker.probing and worker.check_problem is None and worker.bot_id not in elsewhere
+        ]
+
+    async def _await_bots(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BOTS_WAIT
+        waited = False
+        while self._bots_on_their_way() and loop.time() < deadline:
+            if not waited:
+                log.info("scrub_pass_waits_for_bots", bots=self._bots_on_their_way())
+                waited = True
+            await asyncio.sleep(BOTS_POLL)
 
     # --- the background rounds -----------------------------------------------------------
 
@@ -426,6 +455,10 @@ class Scrub:
 
     async def _repairs(self, report: PassReport, *, limit: int) -> int:
         """Repair up to `limit` short chunks; how many were repaired."""
+        if not self._dispatcher.usable_bots():
+            # A repair reads and uploads through bots: with none here yet
+            # (still being checked) it would take every chunk for lost.
+            return 0
         async with session_scope(self._sessionmaker) as session:
             short = await CopyRepository(session).needing_repair(self.replicas, limit)
         repaired = 0

@@ -61,6 +61,14 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+# A killed process's bot leases pass to the next one only once they expire
+# (app/store/leases.py: a holder taken for dead may still be calling), 15 s
+# by default: crash tests shorten the lease, and wait for work that needs the
+# bots (a flush, a repair) that long beyond the work itself, on a loaded CI.
+CRASH_TUNING: dict[str, Any] = {"bot_lease_seconds": 5.0}
+SETTLE_WITHIN = 60.0
+
+
 def serve_command(tuning: Mapping[str, Any] | None = None) -> list[str]:
     """`teleuploader serve`, or, to shorten its timers (app/config/tuning.py: not
     settings), the same through tests/serve_tuned.py (needs PYTHONPATH=REPO)."""

@@ -196,7 +196,10 @@ def _ready(url: str) -> bool:
 
 def _scraped(stack: Stack) -> bool:
     try:
-        return bool(stack.query('up{job="teleuploader"} == 1'))
+        # Prometheus answers 503 "Service Unavailable" (not JSON) until its
+        # storage is open: not yet.
+        starting = httpx.get(f"{stack.prometheus}/-/ready", timeout=5).status_code != 200
+        return not starting and bool(stack.query('up{job="teleuploader"} == 1'))
     except httpx.HTTPError:
         return False
 

@@ -26,6 +26,7 @@ from app.db.models import ChunkCopy
 from tests.conftest import run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (
+    CRASH_TUNING,
     TELEUPLOADER,
     ServiceStarter,
     Simulator,
@@ -35,6 +36,9 @@ from tests.deploy.conftest import (
 
 CHUNK = 128 * 1024
 FILES = 3
+# Each taken-down copy is asked about again after 0.5, 1 and 2 s before a
+# forward settles it (app/store/locator.py): a tenth of that here.
+TUNING = {**CRASH_TUNING, "read_retry_seconds": 0.05}
 
 
 def stored_copies(database: Database) -> list[tuple[int, int, str]]:
@@ -81,7 +85,7 @@ def test_a_repair_cut_by_kill_9_loses_nothing_and_the_cli_finishes_it(
         "SCRUB_PERIOD_SECONDS": "0",  # only the passes asked for
         "SPOOL_DIR": str(tmp_path / "spool"),
     }
-    first = start_service(tmp_path / "unused.db", env=env)
+    first = start_service(tmp_path / "unused.db", env=env, tuning=TUNING)
     admin = run_cli(["keys", "create", "operator", "--scope", "admin"], env=first.env, cwd=tmp_path)
     admin = admin.strip()
     files = {}
@@ -115,7 +119,7 @@ def test_a_repair_cut_by_kill_9_loses_nothing_and_the_cli_finishes_it(
     first.proc.popen.wait(10)
     httpx.post(f"{telegram_sim.url}/_sim/release/sendDocument", timeout=10).raise_for_status()
 
-    second = start_service(tmp_path / "unused.db", env=env)
+    second = start_service(tmp_path / "unused.db", env=env, tuning=TUNING)
     scrub = subprocess.run(
         [TELEUPLOADER, "scrub", "--wait", "--json", "--url", second.url, "--key", admin],
         capture_output=True,

@@ -24,7 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.db.engine import create_engine
 from app.db.models import Chunk, SpooledPart
 from tests.db.helpers import Database
-from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.deploy.conftest import (
+    CRASH_TUNING,
+    SETTLE_WITHIN,
+    Service,
+    ServiceStarter,
+    Simulator,
+    wait_for,
+)
 from tests.running_service import eventually
 
 CHUNK = 256 * 1024
@@ -75,7 +82,7 @@ async def test_acknowledged_parts_survive_kill_9(
         "S3_CREDENTIALS": f"{ACCESS_KEY}:{SECRET_KEY}",
     }
     # Parts this small are the point (they wait in the spool together).
-    tuning = {"s3_min_part_size": 0}
+    tuning = {**CRASH_TUNING, "s3_min_part_size": 0}
     before = live_messages(telegram_sim)
     parts = [os.urandom(PART) for _ in range(3)]
 
@@ -117,7 +124,7 @@ async def test_acknowledged_parts_survive_kill_9(
     async def flushed() -> bool:
         return await count(database, SpooledPart) == 0
 
-    await eventually(flushed, within=15)
+    await eventually(flushed, within=SETTLE_WITHIN)
     # One message for the three parts (cut across them), and no other.
     assert await count(database, Chunk) == 1
     wait_for(

@@ -28,7 +28,14 @@ from tusclient.client import TusClient
 from app.db.engine import create_engine
 from app.db.models import MultipartUpload, Piece, SpooledPart
 from tests.db.helpers import Database
-from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.deploy.conftest import (
+    CRASH_TUNING,
+    SETTLE_WITHIN,
+    Service,
+    ServiceStarter,
+    Simulator,
+    wait_for,
+)
 from tests.deploy.test_complete_crash import gate
 from tests.running_service import eventually
 
@@ -129,11 +136,11 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     acknowledged = 600 * 1024
     sent = acknowledged + 2 * 1024 * 1024
 
-    first = start_service(tmp_path / "unused.db", env=env, api_key=True)
+    first = start_service(tmp_path / "unused.db", env=env, api_key=True, tuning=CRASH_TUNING)
     path = create_and_acknowledge(first, data, acknowledged)
     kill_mid_patch(first, path, data, acknowledged, sent)
 
-    second = start_service(tmp_path / "unused.db", env=env)
+    second = start_service(tmp_path / "unused.db", env=env, tuning=CRASH_TUNING)
     second.key = first.key
     offset = offset_of(second, path)
     # Every acknowledged byte, and nothing that was not made durable.
@@ -147,9 +154,9 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     async def flushed() -> bool:
         return await count(database, SpooledPart) == 0
 
-    await eventually(flushed, within=15)
+    await eventually(flushed, within=SETTLE_WITHIN)
     # The dead process's half-written segment was swept, every flushed file deleted.
-    wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")
+    wait_for(lambda: not files(spool, "*"), within=SETTLE_WITHIN, what="the spool to be empty")
 
 
 async def test_a_final_upload_acknowledged_from_the_spool_survives_kill_9(
@@ -170,7 +177,7 @@ async def test_a_final_upload_acknowledged_from_the_spool_survives_kill_9(
 
     gate(telegram_sim, "hold")
     try:
-        first = start_service(tmp_path / "unused.db", env=env, api_key=True)
+        first = start_service(tmp_path / "unused.db", env=env, api_key=True, tuning=CRASH_TUNING)
         final = concatenate(first, [create_partial(first, piece) for piece in pieces])
         assert final.status_code == 201, final.text
         public_id = final.headers["x-file-id"]
@@ -183,7 +190,7 @@ async def test_a_final_upload_acknowledged_from_the_spool_survives_kill_9(
     finally:
         gate(telegram_sim, "release")
 
-    second = start_service(tmp_path / "unused.db", env=env)
+    second = start_service(tmp_path / "unused.db", env=env, tuning=CRASH_TUNING)
     second.key = first.key
     assert read(second, public_id) == whole
     assert read(second, public_id, across) == whole[across[0] : across[1] + 1]
@@ -195,8 +202,8 @@ async def test_a_final_upload_acknowledged_from_the_spool_survives_kill_9(
             and await count(database, Piece) > 0
         )
 
-    await eventually(settled, within=15)
-    wait_for(lambda: not files(spool, "*"), within=15, what="the spool to be empty")
+    await eventually(settled, within=SETTLE_WITHIN)
+    wait_for(lambda: not files(spool, "*"), within=SETTLE_WITHIN, what="the spool to be empty")
     # From its chunks in Telegram now.
     assert read(second, public_id) == whole
     assert read(second, public_id, across) == whole[across[0] : across[1] + 1]
