@@ -19,9 +19,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.telegram.simulator.bodies import _pace, _read_body
 from app.telegram.simulator.config import DOWNLOAD_PIECE, MIN_PACED_PIECE, MUTABLE_KNOBS
+from app.telegram.simulator.methods import _METHODS, _canonical_method
 from app.telegram.simulator.model import ApiError, SimulatedDrop, _Call
 from app.telegram.simulator.ranges import Span, Unsatisfiable, requested_span
-from app.telegram.simulator.rules import _METHODS, FILE_UNAVAILABLE, _canonical_method
+from app.telegram.simulator.rules import FILE_UNAVAILABLE
 from app.telegram.simulator.state import TelegramSimulator
 
 log = structlog.get_logger("app.telegram.simulator.http")

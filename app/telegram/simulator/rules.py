@@ -9,14 +9,10 @@ the hooks for tests on top of that.
 
 from __future__ import annotations
 
-import math
 import posixpath
 import random
 import secrets
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,8 @@ from app.telegram.simulator.bodies import (
     _message_id_param,
     _received_file,
 )
-from app.telegram.simulator.config import FAULTABLE_METHODS, SimulatorConfig
+from app.telegram.simulator.config import SimulatorConfig
+from app.telegram.simulator.flood import FloodRules
 from app.telegram.simulator.local_disk import LocalDisk
 from app.telegram.simulator.losses import Losses
 from app.telegram.simulator.model import (
@@ -53,11 +50,6 @@ FILE_UNAVAILABLE = "Bad Request: wrong file_id or the file is temporarily unavai
 # server's default), with 300 s more for an edit already begun.
 EDIT_TIME_LIMIT = 2 * 86400.0
 EDIT_GRACE = 300.0
-# telegram-bot-api's Client.cpp, on_cmd: the same-size upload spacing.
-SPACED_UPLOAD_MIN_BYTES = 100_000
-SPACING_BURST = 1.0  # max_bucket_volume
-SPACING_AHEAD_LIMIT = 5.0
-SPACING_RETRY_AFTER = 60
 
 
 class TelegramRules:
@@ -90,10 +82,7 @@ class TelegramRules:
         self._file_paths: dict[str, _FileRef] = {}
         self._current_path: dict[tuple[int, str], str] = {}  # (bot_id, unique_id) -> path
         self._path_counter = 0
-        self._sends: dict[tuple[int, int], deque[float]] = {}  # (bot_id, chat_id) -> times
-        # Per bot: the time the next upload of each total file size may run
-        # (`_space_upload`).
-        self._upload_slots: dict[int, dict[int, float]] = {}
+        self._flood = FloodRules(config)
         self._posts: list[Post] = []
         self._clock_offset = 0.0
         # A `--local` server's disk, and where each path it gave has its bytes.
@@ -357,49 +346,13 @@ class TelegramRules:
             raise ApiError(400, "Bad Request: message can't be edited")
 
     def _space_upload(self, bot_id: int, files_size: int) -> float:
-        """Seconds an upload of files totalling `files_size` bytes waits
-        before Telegram takes it, or a 429 once that wait runs too far ahead.
-
-        telegram-bot-api's Client.cpp, `on_cmd`: per bot, a query with files
-        over 100,000 bytes in all is spaced from the previous one of the
-        *same* total size by clamp(size * 1e-7, 0.2, 0.9) s, with a second
-        of burst; when the next slot for that size is more than 5 s ahead
-        the query fails with "retry after 60" (`fail_query_flood_limit_
-        exceeded`, which answers after 3 s; the simulator answers at once).
-        Only queries on one token at once can push the slot that far: one
-        call at a time is spaced, never refused. The server skips the rule
-        with --local."""
-        if (
-            not self.config.upload_spacing
-            or self.config.local
-            or files_size <= SPACED_UPLOAD_MIN_BYTES
-        ):
-            return 0.0
-        now = self._now()
-        slots = self._upload_slots.setdefault(bot_id, {})
-        spacing = min(max(files_size * 1e-7, 0.2), 0.9)
-        slot = slots.get(files_size, 0.0)
-        if slot > now + SPACING_AHEAD_LIMIT:
-            raise ApiError.too_many_requests(SPACING_RETRY_AFTER)
-        slot = max(slot + spacing, now - SPACING_BURST)
-        slots[files_size] = slot
-        # The server forgets a size once its slot is that far behind.
-        for size in [s for s, at in slots.items() if at < now - SPACING_BURST - 0.9]:
-            del slots[size]
-        return max(0.0, slot - now)
+        """Seconds an upload waits before Telegram takes it (`FloodRules`)."""
+        if not self.config.upload_spacing or self.config.local:
+            return 0.0  # the server skips the rule with --local
+        return self._flood.space_upload(bot_id, files_size, self._now())
 
     def _check_send_budget(self, bot_id: int, chat_id: int) -> None:
-        budget = self.config.sends_per_minute
-        if budget is None:
-            return
-        now = self._now()
-        sends = self._sends.setdefault((bot_id, chat_id), deque())
-        window = self.config.send_window
-        while sends and sends[0] <= now - window:
-            sends.popleft()
-        if len(sends) >= budget:
-            raise ApiError.too_many_requests(max(1, math.ceil(sends[0] + window - now)))
-        sends.append(now)
+        self._flood.check_send_budget(bot_id, chat_id, self._now())
 
     def _issue_file_id(self, bot_id: int, file: _StoredFile, chat_id: int) -> str:
         # Opaque, like Telegram's: nothing in it says which bot or file it is.
@@ -520,48 +473,3 @@ ADMIN_RIGHTS: dict[str, Any] = {
     "can_edit_stories": False,
     "can_delete_stories": False,
 }
-
-
-# --- the Bot API method table ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Method:
-    name: str
-    # The TelegramRules method that carries it out, looked up on the
-    # simulator at each call so that a subclass may extend it (the demo's
-    # simulator records what changed: app/telegram/simulator/persistent.py).
-    attribute: str
-    upload: bool = False
-
-    @property
-    def faultable(self) -> bool:
-        """Whether random faults strike this method."""
-        return self.name in FAULTABLE_METHODS
-
-    def handler(self, rules: TelegramRules, bot_id: int, params: _Params) -> Any:
-        run: Callable[[int, _Params], Any] = getattr(rules, self.attribute)
-        return run(bot_id, params)
-
-
-_METHODS = {
-    method.name.lower(): method
-    for method in (
-        _Method("getMe", "_get_me"),
-        _Method("sendDocument", "_send_document", upload=True),
-        _Method("getFile", "_get_file"),
-        _Method("deleteMessage", "_delete_message"),
-        _Method("forwardMessage", "_forward_message"),
-        _Method("getChatMember", "_get_chat_member"),
-        _Method("pinChatMessage", "_pin_chat_message"),
-        _Method("unpinChatMessage", "_unpin_chat_message"),
-        _Method("getChat", "_get_chat"),
-        _Method("editMessageCaption", "_edit_message_caption"),
-    )
-}
-
-
-def _canonical_method(name: str) -> str:
-    # Bot API method names are case-insensitive.
-    method = _METHODS.get(name.lower())
-    return method.name if method else name

@@ -23,7 +23,7 @@ import structlog
 
 from app.telegram.simulator.config import MUTABLE_KNOBS, SimulatorConfig
 from app.telegram.simulator.damage import SimulatedDamage
-from app.telegram.simulator.rules import _canonical_method
+from app.telegram.simulator.methods import _canonical_method
 
 log = structlog.get_logger("app.telegram.simulator.state")
 
