@@ -255,6 +255,9 @@ class BotLeases:
         backlogs[self.instance_id] = backlog
         self.fleet_size = len(backlogs)
         self._dispatcher.in_fleet = len(backlogs) > 1
+        self._dispatcher.bots_expected = any(
+            r.owner not in backlogs and r.expires_at > now for r in rows
+        )
         self._dispatcher.held_elsewhere = frozenset(
             r.bot_id
             for r in rows

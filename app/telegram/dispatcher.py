@@ -193,6 +193,16 @@ class Dispatcher(PoolMembership, PoolViews):
     def in_fleet(self, value: bool) -> None:
         self._router.in_fleet = value
 
+    @property
+    def bots_expected(self) -> bool:
+        """Leases of a dead instance pass here or to another live one once
+        they expire (set by app.store.leases): jobs wait for those bots."""
+        return self._router.bots_expected
+
+    @bots_expected.setter
+    def bots_expected(self, value: bool) -> None:
+        self._router.bots_expected = value
+
     # --- lifecycle ------------------------------------------------------------
 
     async def start(self) -> None:

@@ -62,6 +62,9 @@ class Router:
         self._clock = clock
         # Other live instances share the bots (set by app.store.leases).
         self.in_fleet = False
+        # Leases held by an instance no longer alive (killed) pass when they
+        # expire: their bots come to the live ones then (app.store.leases).
+        self.bots_expected = False
         # Whether a chat holds CHAT_MESSAGE_LIMIT messages: a send that may
         # choose its chat avoids it (set by the dispatcher: its ChatFill).
         self.is_full: Callable[[int], bool] = lambda chat_id: False
@@ -157,11 +160,13 @@ class Router:
     def _no_usable_bot(self, job: Job[Any]) -> None:
         """No bot is in the pool: wait for one the fleet brings, or fail."""
         probing = [w for w in self.workers.values() if w.probing]
-        if self.in_fleet and probing:
+        if (self.in_fleet or self.bots_expected) and probing:
             # Bots other instances hold (and checked) come here with the
-            # work once this backlog is published, and are checked here
-            # on arrival: wait for one. (Alone, every bot is held here:
-            # the caller hears at once that none passed its check yet.)
+            # work once this backlog is published, and a dead instance's
+            # once its leases expire (BOT_LEASE_SECONDS; a restart after
+            # kill -9 meets this); each is checked here on arrival: wait for
+            # one. (Otherwise every bot is held here: the caller hears at
+            # once that none passed its check yet.)
             self.route_later(job, LEASE_WAIT)
             return
         if probing:

@@ -136,12 +136,21 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     acknowledged = 600 * 1024
     sent = acknowledged + 2 * 1024 * 1024
 
-    first = start_service(tmp_path / "unused.db", env=env, api_key=True, tuning=CRASH_TUNING)
+    # The default lease (15 s): the second process starts well within it.
+    first = start_service(tmp_path / "unused.db", env=env, api_key=True)
     path = create_and_acknowledge(first, data, acknowledged)
     kill_mid_patch(first, path, data, acknowledged, sent)
 
-    second = start_service(tmp_path / "unused.db", env=env, tuning=CRASH_TUNING)
+    second = start_service(tmp_path / "unused.db", env=env)
     second.key = first.key
+    # The dead process's bot leases pass only once they expire: an upload
+    # that comes meanwhile waits for the bots, it is not refused.
+    fresh = os.urandom(3 * CHUNK)
+    put = httpx.put(
+        f"{second.url}/api/files/after-restart.bin", content=fresh, headers=second.auth, timeout=120
+    )
+    assert put.status_code == 201, put.text
+    assert httpx.get(f"{second.url}/f/{put.json()['public_id']}", timeout=60).content == fresh
     offset = offset_of(second, path)
     # Every acknowledged byte, and nothing that was not made durable.
     assert acknowledged <= offset <= sent
