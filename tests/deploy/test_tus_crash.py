@@ -101,6 +101,14 @@ def kill_mid_patch(service: Service, path: str, data: bytes, start: int, end: in
         service.proc.wait(10)
 
 
+def put_and_read_back(service: Service, name: str, data: bytes) -> bytes:
+    put = httpx.put(
+        f"{service.url}/api/files/{name}", content=data, headers=service.auth, timeout=120
+    )
+    assert put.status_code == 201, put.text
+    return httpx.get(f"{service.url}/f/{put.json()['public_id']}", timeout=60).content
+
+
 def offset_of(service: Service, path: str) -> int:
     looked = httpx.head(f"{service.url}{path}", headers={**service.auth, **TUS})
     assert looked.status_code == 200, looked.text
@@ -146,11 +154,7 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     # The dead process's bot leases pass only once they expire: an upload
     # that comes meanwhile waits for the bots, it is not refused.
     fresh = os.urandom(3 * CHUNK)
-    put = httpx.put(
-        f"{second.url}/api/files/after-restart.bin", content=fresh, headers=second.auth, timeout=120
-    )
-    assert put.status_code == 201, put.text
-    assert httpx.get(f"{second.url}/f/{put.json()['public_id']}", timeout=60).content == fresh
+    assert put_and_read_back(second, "after-restart.bin", fresh) == fresh
     offset = offset_of(second, path)
     # Every acknowledged byte, and nothing that was not made durable.
     assert acknowledged <= offset <= sent
