@@ -240,10 +240,14 @@ async def _park_objects(
 
 
 async def pinned_snapshot(session: AsyncSession) -> tuple[datetime, list[Manifest]] | None:
-    """The newest snapshot whose manifests are recorded (a failed snapshot's
-    rows are forgotten), with its manifest message in each chat."""
+    """The newest snapshot whose pin stands (`pinned_at`), with its manifest
+    message in each chat. Not merely the newest recorded: one cut off between
+    recording its manifests and pinning them (a kill at a stop) is one a
+    restore never finds, and batches chained onto it would be lost."""
     taken_at = await session.scalar(
-        select(func.max(SnapshotMessage.taken_at)).where(SnapshotMessage.kind == "manifest")
+        select(func.max(SnapshotMessage.taken_at)).where(
+            SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None)
+        )
     )
     if taken_at is None:
         return None

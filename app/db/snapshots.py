@@ -25,6 +25,7 @@ from sqlalchemy import (
     TypeDecorator,
     and_,
     delete,
+    exists,
     func,
     insert,
     or_,
@@ -42,6 +43,7 @@ from app.db.models import (
     Chunk,
     ChunkCopy,
     GcEntry,
+    Instance,
     SnapshotLease,
     SnapshotMessage,
     StoredObject,
@@ -192,6 +194,7 @@ class SnapshotMessageSpec:
     message_id: int
     file_unique_id: str
     detail: str | None = None  # a journal batch's (app/db/journal.py)
+    pinned_at: datetime | None = None  # a manifest's, once pinned (a restore's are)
 
 
 async def sample_copies(session: AsyncSession, count: int) -> list[tuple[int, str]]:
@@ -215,6 +218,7 @@ async def record_messages(
             "message_id": m.message_id,
             "file_unique_id": m.file_unique_id,
             "detail": m.detail,
+            "pinned_at": m.pinned_at,
             # Recorded once Telegram answered its post: posted by now.
             "posted_at": utcnow(),
         }
@@ -224,11 +228,22 @@ async def record_messages(
         await session.execute(insert(SnapshotMessage), rows)
 
 
+async def mark_pinned(session: AsyncSession, taken_at: datetime) -> None:
+    """The snapshot taken at `taken_at` is pinned in every chat it went to."""
+    await session.execute(
+        update(SnapshotMessage)
+        .where(SnapshotMessage.taken_at == taken_at, SnapshotMessage.kind == "manifest")
+        .values(pinned_at=utcnow())
+    )
+
+
 async def prune(session: AsyncSession, keep: int) -> int:
-    """Ledger the messages of every snapshot but the newest `keep` and forget
+    """Ledger the messages of every snapshot older than the newest `keep`
+    pinned ones (a snapshot cut off before its pin among them) and forget
     them; how many messages went to the GC ledger."""
     kept = (
         select(SnapshotMessage.taken_at)
+        .where(SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None))
         .distinct()
         .order_by(SnapshotMessage.taken_at.desc())
         .limit(keep)
@@ -261,8 +276,9 @@ async def prune(session: AsyncSession, keep: int) -> int:
 
 async def take_lease(session: AsyncSession, holder: str, until: datetime) -> bool:
     """Whether `holder` now writes snapshots until `until`: the lease was
-    free, expired, or its own. One conditional UPDATE, so two instances
-    cannot both win."""
+    free, expired, its own, or held by an instance that has no row (it
+    stopped, or died and was claimed: its 30 minutes would stop the journal
+    for nothing). One conditional UPDATE, so two instances cannot both win."""
     now = utcnow()
     result = await session.execute(
         update(SnapshotLease)
@@ -272,6 +288,7 @@ async def take_lease(session: AsyncSession, holder: str, until: datetime) -> boo
                 SnapshotLease.holder.is_(None),
                 SnapshotLease.holder == holder,
                 and_(SnapshotLease.until.is_not(None), SnapshotLease.until < now),
+                ~exists().where(Instance.id == SnapshotLease.holder),
             ),
         )
         .values(holder=holder, until=until)

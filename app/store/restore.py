@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import journal as journal_rows
 from app.db import snapshots
 from app.db.session import session_scope
+from app.db.types import utcnow
 from app.store import journal
 from app.store.encryption import Encryption
 from app.store.snapshot import MANIFEST_FORMAT
@@ -348,7 +349,12 @@ def _own_messages(found: _Found) -> list[snapshots.SnapshotMessageSpec]:
     ]
     manifests = [
         snapshots.SnapshotMessageSpec(
-            "manifest", found.finder, d.chat_id, d.message_id, d.file_unique_id
+            "manifest",
+            found.finder,
+            d.chat_id,
+            d.message_id,
+            d.file_unique_id,
+            pinned_at=utcnow(),  # found pinned
         )
         for d in found.documents
     ]

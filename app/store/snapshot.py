@@ -153,6 +153,8 @@ class Snapshots:
             ]
             for document in manifests:
                 await self._pin(document, pinners[document.chat_id])
+            async with session_scope(self._sessionmaker) as session:
+                await snapshots.mark_pinned(session, taken_at)
         except BaseException:
             # Deleting a pinned manifest unpins it: every chat falls back to
             # the previous snapshot's.
