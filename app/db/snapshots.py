@@ -12,6 +12,7 @@ wrong passwords (their shares are kept).
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -195,6 +196,61 @@ class SnapshotMessageSpec:
     file_unique_id: str
     detail: str | None = None  # a journal batch's (app/db/journal.py)
     pinned_at: datetime | None = None  # a manifest's, once pinned (a restore's are)
+
+
+def manifest_detail(sealing: dict[str, Any] | None) -> str:
+    """A manifest row's detail: the master key its snapshot is sealed under
+    (null: plaintext), which a restore needs (`seal_use`)."""
+    return json.dumps({"key_id": sealing["key_id"] if sealing else None})
+
+
+@dataclass(frozen=True, slots=True)
+class SealUse:
+    """The master keys a restore needs now: the pinned snapshot's and its
+    journal batches'. A key id None is plaintext."""
+
+    taken_at: datetime
+    snapshot_key: str | None
+    snapshot_key_known: bool  # False: recorded before the key was (it may be any)
+    batch_keys: dict[str | None, int]
+
+    def needs(self, key_id: str) -> bool:
+        return (
+            not self.snapshot_key_known or self.snapshot_key == key_id or key_id in self.batch_keys
+        )
+
+
+async def seal_use(session: AsyncSession) -> SealUse | None:
+    """What the newest pinned snapshot and its journal batches are sealed
+    under; None: no snapshot is pinned."""
+    taken_at = await session.scalar(
+        select(func.max(SnapshotMessage.taken_at)).where(
+            SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None)
+        )
+    )
+    if taken_at is None:
+        return None
+    rows = await session.execute(
+        select(SnapshotMessage.kind, SnapshotMessage.detail).where(
+            SnapshotMessage.taken_at == taken_at,
+            SnapshotMessage.kind.in_(("manifest", "journal")),
+        )
+    )
+    snapshot_key: str | None = None
+    known = False
+    batches_seen: dict[int, str | None] = {}
+    for kind, detail in rows.all():
+        found = json.loads(detail) if detail else None
+        if kind == "manifest":
+            if isinstance(found, dict) and "key_id" in found:
+                snapshot_key, known = found["key_id"], True
+        elif isinstance(found, dict):
+            sealing = found.get("sealing") or {}
+            batches_seen[int(found["seq"])] = sealing.get("key_id")
+    batch_keys: dict[str | None, int] = {}
+    for key_id in batches_seen.values():
+        batch_keys[key_id] = batch_keys.get(key_id, 0) + 1
+    return SealUse(taken_at, snapshot_key, known, batch_keys)
 
 
 async def sample_copies(session: AsyncSession, count: int) -> list[tuple[int, str]]:

@@ -354,6 +354,7 @@ def _own_messages(found: _Found) -> list[snapshots.SnapshotMessageSpec]:
             d.chat_id,
             d.message_id,
             d.file_unique_id,
+            snapshots.manifest_detail(found.manifest.get("sealing")),
             pinned_at=utcnow(),  # found pinned
         )
         for d in found.documents

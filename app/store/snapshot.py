@@ -147,8 +147,12 @@ class Snapshots:
                 counts=counts,
             )
             body = json.dumps(manifest, separators=(",", ":")).encode()
+            # The master key a restore needs for it, where `encryption status` reads it.
+            seal = snapshots.manifest_detail(manifest["sealing"])
             manifests = [
-                await self._send(body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent)
+                await self._send(
+                    body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent, detail=seal
+                )
                 for chat in chats
             ]
             for document in manifests:
@@ -314,6 +318,8 @@ class Snapshots:
         taken_at: datetime,
         chat_id: int,
         sent: list[StoredDocument],
+        *,
+        detail: str | None = None,
     ) -> StoredDocument:
         kind = "manifest" if filename.startswith("manifest-") else "piece"
         document = await send_recorded(
@@ -329,6 +335,7 @@ class Snapshots:
                 document.chat_id,
                 document.message_id,
                 document.file_unique_id,
+                detail,
             ),
             taken_at,
             sent,

@@ -15,9 +15,11 @@ from app.db.snapshots import (
     SnapshotMessageSpec,
     encode_rows,
     load_rows,
+    manifest_detail,
     mark_pinned,
     prune,
     record_messages,
+    seal_use,
     take_lease,
 )
 from app.db.spool import InstanceRepository
@@ -124,3 +126,25 @@ async def test_a_lease_whose_holder_has_no_instance_row_is_free(
         assert (await session.get(SnapshotLease, "snapshot")) is not None
         # A live holder's lease still holds.
         assert not await take_lease(session, "another", later)
+
+
+async def test_the_keys_a_restore_needs_are_the_pinned_snapshots_and_its_batches(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    taken = utcnow()
+    batch = '{"seq":%d,"sealing":{"key_id":"%s"}}'
+    async with session_scope(sessionmaker) as session:
+        manifest = SnapshotMessageSpec(
+            "manifest", 7, -1001, 10, "m", manifest_detail({"key_id": "new"})
+        )
+        batches = [
+            SnapshotMessageSpec("journal", 7, -1001, 11 + n, f"j{n}", batch % (n, key))
+            for n, key in enumerate(("old", "new", "new"))
+        ]
+        await record_messages(session, taken, [manifest, *batches])
+        await mark_pinned(session, taken)
+        use = await seal_use(session)
+
+    assert use is not None and use.snapshot_key == "new"
+    assert use.batch_keys == {"old": 1, "new": 2}
+    assert use.needs("old") and use.needs("new") and not use.needs("older")

@@ -25,7 +25,7 @@ from tests.conftest import empty_tables
 from tests.db.helpers import Database
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
 from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
-from tests.store.test_encryption import K1
+from tests.store.test_encryption import K1, K2, run_cli
 
 HOUR = 3600
 
@@ -294,3 +294,32 @@ async def test_the_pins_service_message_is_counted_wherever_its_id_falls(
     assert audit is not None
     assert audit.watermark < foreign < audit.probe_id
     assert audit.foreign == 1
+
+
+async def test_a_key_the_pinned_snapshot_is_sealed_under_is_not_called_removable(
+    launcher: ServiceLauncher,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rotation re-wraps chunks only: the pinned snapshot (and its journal)
+    stay sealed under the key they were sent under, and a restore needs it.
+    `status` called the old key free once no chunk used it; removed, the
+    restore refused the pinned snapshot."""
+    settings = {"snapshot_interval_seconds": HOUR, "journal_seconds": HOUR}
+    first = await launcher.start(encryption_keys=K1, **settings)
+    await put_file(first, "a.bin", payload(CHUNK + 1, seed=1))
+    await launcher.stop(first)  # its final snapshot is sealed under k1
+    both = await launcher.start(sim=first.sim, encryption_keys=f"{K2},{K1}", **settings)
+    keys = f"{K2},{K1}"
+    capsys.readouterr()
+
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "rotate") == 0
+    assert "keep k1: the pinned snapshot" in capsys.readouterr().err
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "status") == 0
+    status = capsys.readouterr().out
+    assert "k1: NOT removable" in status and "sealed under k1" in status
+
+    await take_snapshot(both)  # under k2, with the chunks re-wrapped
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "status") == 0
+    status = capsys.readouterr().out
+    assert "k1: removable" in status and "sealed under k2" in status
