@@ -21,8 +21,12 @@ from app.db.models import JournalEntry, SnapshotMessage
 from app.db.snapshots import SNAPSHOT_TABLES, decode_row, encode_row, settled_only, table_of
 
 # Every table a snapshot carries but its own messages (a restore records
-# those itself), in the order inserts need: parents first.
-JOURNAL_TABLES: tuple[str, ...] = tuple(t for t in SNAPSHOT_TABLES if t != "snapshot_messages")
+# those itself) and the chats' watermarks (no trigger: a restore wants the
+# snapshot's, older, so that reconciliation covers the lost window), in the
+# order inserts need: parents first.
+JOURNAL_TABLES: tuple[str, ...] = tuple(
+    t for t in SNAPSHOT_TABLES if t not in ("snapshot_messages", "chat_watermarks")
+)
 _IN_BATCH = 500  # keys in one IN (...) list
 KIND = "journal"  # snapshot_messages.kind of a journal batch
 

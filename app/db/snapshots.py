@@ -41,10 +41,12 @@ from app.db.models import (
     ApiKey,
     Base,
     Bucket,
+    ChatWatermark,
     Chunk,
     ChunkCopy,
     GcEntry,
     Instance,
+    Piece,
     SnapshotLease,
     SnapshotMessage,
     StoredObject,
@@ -62,6 +64,10 @@ SNAPSHOT_TABLES: tuple[str, ...] = (
     "pieces",
     "trash",
     "shares",
+    # How far each chat is known reconciled: restored (and marked unclean),
+    # reconciliation covers what the lost database knew and the snapshot
+    # does not, from there to the chat's newest message.
+    "chat_watermarks",
     "snapshot_messages",
 )
 # A restore refuses a database holding any of these rows.
@@ -169,6 +175,21 @@ async def load_rows(session: AsyncSession, name: str, rows: Sequence[dict[str, A
     for batch in batches(decoded, _READ_BATCH):
         await session.execute(insert(table), list(batch))
     return len(decoded)
+
+
+async def unreferenced_chunks(session: AsyncSession) -> list[int]:
+    """The ids of chunks no piece references: in a restored database, those
+    of objects that were pending (left out of snapshots and the journal) and
+    of unfinished uploads (not restored). Nothing else will ever release them."""
+    found = await session.scalars(
+        select(Chunk.id).where(~exists().where(Piece.chunk_id == Chunk.id)).order_by(Chunk.id)
+    )
+    return list(found)
+
+
+async def restored_chats(session: AsyncSession) -> list[int]:
+    """The chats whose watermarks a restore loaded."""
+    return list(await session.scalars(select(ChatWatermark.chat_id)))
 
 
 async def reset_id_sequences(session: AsyncSession) -> None:

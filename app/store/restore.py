@@ -33,6 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import journal as journal_rows
 from app.db import snapshots
+from app.db.chunks import ChunkRepository
+from app.db.intents import WatermarkRepository
 from app.db.session import session_scope
 from app.db.types import utcnow
 from app.store import journal
@@ -63,6 +65,9 @@ class RestoreReport:
     journal_deleted: int = 0
     # The newest change the restore saw: its last batch's time, else the snapshot's.
     last_change_at: datetime | None = None
+    # Chunks no restored object references (pending objects', unfinished
+    # uploads'): released, their messages to the GC ledger.
+    released: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,13 @@ async def restore(
                 report.journal_upserted += upserted
                 report.journal_deleted += deleted
                 report.last_change_at = datetime.fromisoformat(applied.header["shipped_at"])
+            report.released = await ChunkRepository(session).release(
+                await snapshots.unreferenced_chunks(session), "orphaned"
+            )
+            # Whatever the lost database learnt after the snapshot (chunks
+            # sent, then lost with it) is above the restored marks: the
+            # next reconciliation ledgers what no restored row holds.
+            await WatermarkRepository(session).mark_unclean(await snapshots.restored_chats(session))
             await snapshots.reset_id_sequences(session)
             await snapshots.record_messages(
                 session, taken_at, _own_messages(found) + _batch_messages(batches)
