@@ -10,9 +10,10 @@ then asked of Telegram (getFile), so that the report says whether the
 chunks the rows point at are still there.
 
 The journal after the snapshot (app/store/journal.py) is found through the
-pinned manifest's caption (the newest pointer across the chats): the newest
-batch names its predecessors, so they are downloaded, checked and applied
-in order, in the same transaction. A batch that cannot be had ends the
+pinned manifest's caption (the newest pointer across the chats): the chain
+is walked back from the newest batch (each names its predecessor, and a few
+further back), and the batches are checked and applied in order, in the
+same transaction. A batch that cannot be had ends the
 journal there (the later ones would apply over a gap), and the report says
 so.
 """
@@ -316,17 +317,48 @@ async def _download_journal(
             f"the newest journal batch cannot be had: the restore ends at batch "
             f"{newest.entry['seq']} ({'; '.join(errors)})"
         )
-    batches: list[_Batch] = []
-    for entry in newest.header.get("predecessors", []):
+    return await _walk_back(newest, by_bot, encryption, problems)
+
+
+async def _walk_back(
+    newest: _Batch, by_bot: dict[int, BotClient], encryption: Encryption, problems: list[str]
+) -> list[_Batch]:
+    """Batches 1 to the newest, in order, found by walking the chain back
+    from the newest: each names its predecessor (and a few further back,
+    which step over one that cannot be had). A batch of the first format
+    names every predecessor. Up to the first that cannot be had (reported)."""
+    last = int(newest.entry["seq"])
+    fetched = {last: newest}
+    known: dict[int, dict[str, Any]] = {}
+
+    def learn(batch: _Batch) -> None:
+        named = batch.header.get("previous", batch.header.get("predecessors", []))
+        for entry in named:
+            known.setdefault(int(entry["seq"]), entry)
+
+    learn(newest)
+    failed: dict[int, str] = {}
+    for seq in range(last - 1, 0, -1):
+        entry = known.get(seq)
+        if entry is None:
+            failed[seq] = "no batch after it that could be had names it"
+            continue
         try:
-            batches.append(await _fetch_batch(entry, entry["copies"], by_bot, encryption))
+            fetched[seq] = await _fetch_batch(entry, entry["copies"], by_bot, encryption)
         except ValueError as exc:
+            failed[seq] = str(exc)
+            continue
+        learn(fetched[seq])
+    batches: list[_Batch] = []
+    for seq in range(1, last + 1):
+        if seq in failed:
             problems.append(
-                f"journal batch {entry['seq']} cannot be had ({exc}): the batches after it "
-                f"are not applied; the restore ends at batch {int(entry['seq']) - 1}"
+                f"journal batch {seq} cannot be had ({failed[seq]}): the batches after it "
+                f"are not applied; the restore ends at batch {seq - 1}"
             )
-            return batches
-    return [*batches, newest]
+            break
+        batches.append(fetched[seq])
+    return batches
 
 
 def _batch_messages(batches: list[_Batch]) -> list[snapshots.SnapshotMessageSpec]:
