@@ -51,7 +51,7 @@ def run_scrub(
     return {
         **{
             name: done.get(name, 0)
-            for name in ("checked", "missing", "corrupt", "unavailable", "repaired")
+            for name in ("checked", "missing", "corrupt", "unavailable", "repaired", "skipped")
         },
         "degraded_objects": status["degraded_objects"],
         "lost_objects": status["lost_objects"],

@@ -14,6 +14,8 @@ from app.config.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from app.db.snapshots import SealUse
+
 T = TypeVar("T")
 
 
@@ -71,14 +73,17 @@ def cmd_new_key(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from app.db.sealing import KeyCount, SealingRepository
     from app.db.session import session_scope
+    from app.db.snapshots import seal_use
 
-    async def run(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> list[KeyCount]:
+    async def run(
+        settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    ) -> tuple[list[KeyCount], SealUse | None]:
         async with session_scope(sessions) as session:
-            return await SealingRepository(session).counts()
+            return await SealingRepository(session).counts(), await seal_use(session)
 
-    settings, counts = with_database(run)
+    settings, (counts, use) = with_database(run)
     keyring = settings.keyring()
-    configured = set() if keyring is None else set(keyring.ids)
+    configured = [] if keyring is None else list(keyring.ids)
     current = None if keyring is None else keyring.current.id
     print(f"{'key id':<34} {'chunks':>10} {'objects':>10}  state")
     for count in counts:
@@ -94,10 +99,51 @@ def cmd_status(args: argparse.Namespace) -> int:
                 else "NOT CONFIGURED: unreadable"
             )
         print(f"{name:<34} {count.chunks:>10} {count.objects:>10}  {state}")
+    for line in _restore_lines(use, configured):
+        print(line)
+    with_chunks = {count.key_id for count in counts}
+    for key_id in configured:
+        if key_id == current:
+            continue
+        if key_id in with_chunks:
+            print(f"{key_id}: in use by chunks (run `teleuploader encryption rotate`)")
+        elif use is not None and use.needs(key_id):
+            print(f"{key_id}: NOT removable: {_snapshot_needs(use)}")
+        else:
+            print(f"{key_id}: removable: no chunk, pinned snapshot or journal batch uses it")
     return 0
 
 
+def _restore_lines(use: SealUse | None, configured: list[str]) -> list[str]:
+    """What `restore` would open now: the pinned snapshot's key and its
+    journal batches' (app.db.snapshots.SealUse)."""
+    if use is None:
+        return ["restore: no snapshot is pinned"]
+
+    def named(key_id: str | None) -> str:
+        if key_id is None:
+            return "(plaintext)"
+        return key_id if key_id in configured else f"{key_id} (NOT CONFIGURED: unreadable)"
+
+    snapshot = named(use.snapshot_key) if use.snapshot_key_known else "(not recorded)"
+    batches = ", ".join(f"{named(k)} x{n}" for k, n in sorted(use.batch_keys.items(), key=str))
+    return [
+        f"restore: the pinned snapshot of {use.taken_at.isoformat()} is sealed under {snapshot}",
+        f"restore: its journal batches: {batches or 'none'}",
+    ]
+
+
+def _snapshot_needs(use: SealUse) -> str:
+    return (
+        f"the pinned snapshot of {use.taken_at.isoformat()} or its journal batches need it "
+        "(`teleuploader restore` opens them with it); once a snapshot is taken under the "
+        "current key (`teleuploader snapshot`), it is not"
+    )
+
+
 def cmd_rotate(args: argparse.Namespace) -> int:
+    from app.db.session import session_scope
+    from app.db.snapshots import seal_use
     from app.store.key_rotation import Rotation, rotate
 
     def progress(done: Rotation) -> None:
@@ -107,7 +153,15 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         keyring = settings.keyring()
         if keyring is None:
             raise CliError("no master key: set ENCRYPTION_KEYS or ENCRYPTION_KEYS_FILE")
-        return await rotate(sessions, keyring, batch=max(1, args.batch), on_progress=progress)
+        done = await rotate(sessions, keyring, batch=max(1, args.batch), on_progress=progress)
+        async with session_scope(sessions) as session:
+            use = await seal_use(session)
+        # Rotation re-wraps chunks' data keys only: the snapshot and journal
+        # batches already in the chats stay sealed as they were sent.
+        for key_id in keyring.ids:
+            if key_id != keyring.current.id and use is not None and use.needs(key_id):
+                print(f"rotate: keep {key_id}: {_snapshot_needs(use)}", file=sys.stderr)
+        return done
 
     settings, done = with_database(run)
     keyring = settings.keyring()

@@ -361,7 +361,9 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_scrub(args: argparse.Namespace) -> int:
-    """Exit 0 only when no object is lost (1 when one is)."""
+    """Exit 0 only when no object is lost (1 when one is) and, with --wait,
+    the pass checked every copy (3: copies of bots other instances hold
+    were left to them)."""
     import json
 
     from rich.console import Console
@@ -380,7 +382,17 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     else:
         for name, value in report.items():
             print(f"{name}: {value}")
-    return 1 if report["lost_objects"] else 0
+    if report["lost_objects"]:
+        return 1
+    if args.wait and report["skipped"]:
+        print(
+            f"scrub: {report['skipped']} copies were not checked: other instances hold "
+            "their bots (one call per token across the fleet); run the pass on each "
+            "instance (--url of each) to check them all",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
 
 
 # --- simulator / demo -------------------------------------------------------------------

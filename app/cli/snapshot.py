@@ -136,6 +136,7 @@ async def _restore(settings: Any) -> dict[str, Any]:
         "journal_batches": report.journal_batches,
         "journal_upserted": report.journal_upserted,
         "journal_deleted": report.journal_deleted,
+        "chunks_released": report.released,
         "last_change_at": report.last_change_at.isoformat() if report.last_change_at else None,
     }
 

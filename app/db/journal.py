@@ -21,8 +21,12 @@ from app.db.models import JournalEntry, SnapshotMessage
 from app.db.snapshots import SNAPSHOT_TABLES, decode_row, encode_row, settled_only, table_of
 
 # Every table a snapshot carries but its own messages (a restore records
-# those itself), in the order inserts need: parents first.
-JOURNAL_TABLES: tuple[str, ...] = tuple(t for t in SNAPSHOT_TABLES if t != "snapshot_messages")
+# those itself) and the chats' watermarks (no trigger: a restore wants the
+# snapshot's, older, so that reconciliation covers the lost window), in the
+# order inserts need: parents first.
+JOURNAL_TABLES: tuple[str, ...] = tuple(
+    t for t in SNAPSHOT_TABLES if t not in ("snapshot_messages", "chat_watermarks")
+)
 _IN_BATCH = 500  # keys in one IN (...) list
 KIND = "journal"  # snapshot_messages.kind of a journal batch
 
@@ -177,6 +181,8 @@ async def _upsert(session: AsyncSession, table: Table, encoded: list[dict[str, A
     updates = [row for row, key in zip(rows, keys, strict=True) if key in present]
     inserts = [row for row, key in zip(rows, keys, strict=True) if key not in present]
     connection = await session.connection()
+    if table.name == "objects":
+        await _park_objects(connection, table, rows, updates)
     if updates:
         # Keys as "_key_<column>" parameters: the other names set the columns.
         where = [column == bindparam(f"_key_{column.name}") for column in _key_columns(table)]
@@ -192,11 +198,60 @@ async def _upsert(session: AsyncSession, table: Table, encoded: list[dict[str, A
     return len(rows)
 
 
+# Where an object row waits while a batch moves names between rows: a bucket
+# of the service's own ("_" first, no bucket row), its key and public id
+# made of its id, so no two parked rows collide.
+PARKED_BUCKET = "_parked"
+
+
+async def _park_objects(
+    connection: Any, table: Table, rows: list[dict[str, Any]], updates: list[dict[str, Any]]
+) -> None:
+    """Free every (bucket, key) and public id that the batch's object rows
+    take, before any takes one: park, then place. A batch can move a key
+    from one row to another (delete the live version, restore the old one
+    from the trash: docs/trash.md), and row by row the first to take it would
+    find the other still holding it. A row outside the batch that holds one
+    (its own change shipped in a later batch) is parked too: the next batch
+    places it."""
+    ids = {row["id"] for row in updates}
+    names = [(row["bucket"], row["key"]) for row in rows if "bucket" in row and "key" in row]
+    public_ids = [row["public_id"] for row in rows if row.get("public_id") is not None]
+    inserted = {row["id"] for row in rows} - ids
+    for batch in batches(names, _IN_BATCH):
+        found = await connection.execute(
+            select(table.c.id).where(tuple_(table.c.bucket, table.c.key).in_(batch))
+        )
+        ids.update(found_id for (found_id,) in found.all() if found_id not in inserted)
+    for batch in batches(public_ids, _IN_BATCH):
+        found = await connection.execute(select(table.c.id).where(table.c.public_id.in_(batch)))
+        ids.update(found_id for (found_id,) in found.all() if found_id not in inserted)
+    if not ids:
+        return
+    statement = (
+        update(table)
+        .where(table.c.id == bindparam("_park_id"))
+        .values(
+            bucket=PARKED_BUCKET, key=bindparam("_park_key"), public_id=bindparam("_park_public")
+        )
+    )
+    params = [
+        {"_park_id": i, "_park_key": f"{i:020d}", "_park_public": f"{PARKED_BUCKET}{i}"}
+        for i in sorted(ids)
+    ]
+    for chunk in batches(params, _IN_BATCH):
+        await connection.execute(statement, list(chunk))
+
+
 async def pinned_snapshot(session: AsyncSession) -> tuple[datetime, list[Manifest]] | None:
-    """The newest snapshot whose manifests are recorded (a failed snapshot's
-    rows are forgotten), with its manifest message in each chat."""
+    """The newest snapshot whose pin stands (`pinned_at`), with its manifest
+    message in each chat. Not merely the newest recorded: one cut off between
+    recording its manifests and pinning them (a kill at a stop) is one a
+    restore never finds, and batches chained onto it would be lost."""
     taken_at = await session.scalar(
-        select(func.max(SnapshotMessage.taken_at)).where(SnapshotMessage.kind == "manifest")
+        select(func.max(SnapshotMessage.taken_at)).where(
+            SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None)
+        )
     )
     if taken_at is None:
         return None

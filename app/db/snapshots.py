@@ -12,6 +12,7 @@ wrong passwords (their shares are kept).
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     and_,
     delete,
+    exists,
     func,
     insert,
     or_,
@@ -39,9 +41,12 @@ from app.db.models import (
     ApiKey,
     Base,
     Bucket,
+    ChatWatermark,
     Chunk,
     ChunkCopy,
     GcEntry,
+    Instance,
+    Piece,
     SnapshotLease,
     SnapshotMessage,
     StoredObject,
@@ -59,6 +64,10 @@ SNAPSHOT_TABLES: tuple[str, ...] = (
     "pieces",
     "trash",
     "shares",
+    # How far each chat is known reconciled: restored (and marked unclean),
+    # reconciliation covers what the lost database knew and the snapshot
+    # does not, from there to the chat's newest message.
+    "chat_watermarks",
     "snapshot_messages",
 )
 # A restore refuses a database holding any of these rows.
@@ -168,6 +177,21 @@ async def load_rows(session: AsyncSession, name: str, rows: Sequence[dict[str, A
     return len(decoded)
 
 
+async def unreferenced_chunks(session: AsyncSession) -> list[int]:
+    """The ids of chunks no piece references: in a restored database, those
+    of objects that were pending (left out of snapshots and the journal) and
+    of unfinished uploads (not restored). Nothing else will ever release them."""
+    found = await session.scalars(
+        select(Chunk.id).where(~exists().where(Piece.chunk_id == Chunk.id)).order_by(Chunk.id)
+    )
+    return list(found)
+
+
+async def restored_chats(session: AsyncSession) -> list[int]:
+    """The chats whose watermarks a restore loaded."""
+    return list(await session.scalars(select(ChatWatermark.chat_id)))
+
+
 async def reset_id_sequences(session: AsyncSession) -> None:
     """After ids were inserted as they were: new rows take ids above them
     (Postgres sequences do not follow explicit ids; SQLite's AUTOINCREMENT does)."""
@@ -192,6 +216,62 @@ class SnapshotMessageSpec:
     message_id: int
     file_unique_id: str
     detail: str | None = None  # a journal batch's (app/db/journal.py)
+    pinned_at: datetime | None = None  # a manifest's, once pinned (a restore's are)
+
+
+def manifest_detail(sealing: dict[str, Any] | None) -> str:
+    """A manifest row's detail: the master key its snapshot is sealed under
+    (null: plaintext), which a restore needs (`seal_use`)."""
+    return json.dumps({"key_id": sealing["key_id"] if sealing else None})
+
+
+@dataclass(frozen=True, slots=True)
+class SealUse:
+    """The master keys a restore needs now: the pinned snapshot's and its
+    journal batches'. A key id None is plaintext."""
+
+    taken_at: datetime
+    snapshot_key: str | None
+    snapshot_key_known: bool  # False: recorded before the key was (it may be any)
+    batch_keys: dict[str | None, int]
+
+    def needs(self, key_id: str) -> bool:
+        return (
+            not self.snapshot_key_known or self.snapshot_key == key_id or key_id in self.batch_keys
+        )
+
+
+async def seal_use(session: AsyncSession) -> SealUse | None:
+    """What the newest pinned snapshot and its journal batches are sealed
+    under; None: no snapshot is pinned."""
+    taken_at = await session.scalar(
+        select(func.max(SnapshotMessage.taken_at)).where(
+            SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None)
+        )
+    )
+    if taken_at is None:
+        return None
+    rows = await session.execute(
+        select(SnapshotMessage.kind, SnapshotMessage.detail).where(
+            SnapshotMessage.taken_at == taken_at,
+            SnapshotMessage.kind.in_(("manifest", "journal")),
+        )
+    )
+    snapshot_key: str | None = None
+    known = False
+    batches_seen: dict[int, str | None] = {}
+    for kind, detail in rows.all():
+        found = json.loads(detail) if detail else None
+        if kind == "manifest":
+            if isinstance(found, dict) and "key_id" in found:
+                snapshot_key, known = found["key_id"], True
+        elif isinstance(found, dict):
+            sealing = found.get("sealing") or {}
+            batches_seen[int(found["seq"])] = sealing.get("key_id")
+    batch_keys: dict[str | None, int] = {}
+    for key_id in batches_seen.values():
+        batch_keys[key_id] = batch_keys.get(key_id, 0) + 1
+    return SealUse(taken_at, snapshot_key, known, batch_keys)
 
 
 async def sample_copies(session: AsyncSession, count: int) -> list[tuple[int, str]]:
@@ -215,6 +295,7 @@ async def record_messages(
             "message_id": m.message_id,
             "file_unique_id": m.file_unique_id,
             "detail": m.detail,
+            "pinned_at": m.pinned_at,
             # Recorded once Telegram answered its post: posted by now.
             "posted_at": utcnow(),
         }
@@ -224,11 +305,22 @@ async def record_messages(
         await session.execute(insert(SnapshotMessage), rows)
 
 
+async def mark_pinned(session: AsyncSession, taken_at: datetime) -> None:
+    """The snapshot taken at `taken_at` is pinned in every chat it went to."""
+    await session.execute(
+        update(SnapshotMessage)
+        .where(SnapshotMessage.taken_at == taken_at, SnapshotMessage.kind == "manifest")
+        .values(pinned_at=utcnow())
+    )
+
+
 async def prune(session: AsyncSession, keep: int) -> int:
-    """Ledger the messages of every snapshot but the newest `keep` and forget
+    """Ledger the messages of every snapshot older than the newest `keep`
+    pinned ones (a snapshot cut off before its pin among them) and forget
     them; how many messages went to the GC ledger."""
     kept = (
         select(SnapshotMessage.taken_at)
+        .where(SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None))
         .distinct()
         .order_by(SnapshotMessage.taken_at.desc())
         .limit(keep)
@@ -261,8 +353,9 @@ async def prune(session: AsyncSession, keep: int) -> int:
 
 async def take_lease(session: AsyncSession, holder: str, until: datetime) -> bool:
     """Whether `holder` now writes snapshots until `until`: the lease was
-    free, expired, or its own. One conditional UPDATE, so two instances
-    cannot both win."""
+    free, expired, its own, or held by an instance that has no row (it
+    stopped, or died and was claimed: its 30 minutes would stop the journal
+    for nothing). One conditional UPDATE, so two instances cannot both win."""
     now = utcnow()
     result = await session.execute(
         update(SnapshotLease)
@@ -272,6 +365,7 @@ async def take_lease(session: AsyncSession, holder: str, until: datetime) -> boo
                 SnapshotLease.holder.is_(None),
                 SnapshotLease.holder == holder,
                 and_(SnapshotLease.until.is_not(None), SnapshotLease.until < now),
+                ~exists().where(Instance.id == SnapshotLease.holder),
             ),
         )
         .values(holder=holder, until=until)

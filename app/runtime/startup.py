@@ -26,12 +26,15 @@ from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import check_schema
 from app.db.single_statements import single_statements_for
 from app.runtime.parts import Parts, build_parts
+from app.runtime.stop_budget import StopBudget
 from app.store.cloud_cap import chunks_above_cloud_cap, cloud_refusal
+from app.store.flusher import Flusher
 from app.store.journal import Journal
 from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
 from app.store.snapshot import Snapshots
 from app.store.upkeep_metrics import SnapshotStatus
+from app.telegram.dispatcher import Dispatcher
 
 # The name these events were logged under before start_services moved here
 # from app/services.py: the lines stay as they were for whoever searches them.
@@ -152,7 +155,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     stack.push_async_callback(parts.gc.stop)
     parts.chat_fill.start()
     stack.push_async_callback(parts.chat_fill.stop)  # after the drain's last posts
-    stack.push_async_callback(parts.dispatcher.stop, grace=settings.shutdown_grace_seconds)
+    budget = StopBudget(settings.shutdown_grace_seconds)
+    stack.push_async_callback(_drain_dispatcher, parts.dispatcher, budget)
     parts.shared_paths.start()
     stack.push_async_callback(parts.shared_paths.stop)
     # Its checks and repairs go through the dispatcher.
@@ -163,15 +167,15 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     parts.journal.start()
     if settings.snapshot_interval_seconds > 0:
         # Runs before the dispatcher drains (it needs it), after the loop stops.
-        stack.push_async_callback(_final_snapshot, parts.snapshots, settings.shutdown_grace_seconds)
+        stack.push_async_callback(_final_snapshot, parts.snapshots, budget)
     if parts.journal.enabled:
         # Before the final snapshot (callbacks run last in, first out): should
         # that one fail, the changes since the previous one are in the chats.
-        stack.push_async_callback(_final_journal, parts.journal, settings.shutdown_grace_seconds)
+        stack.push_async_callback(_final_journal, parts.journal, budget)
     # Before the final journal: the parts its last sends commit are in it.
     # Sends of spooled parts need the dispatcher; what they leave stays in
     # the spool for the next start.
-    stack.push_async_callback(parts.flusher.stop, grace=settings.shutdown_grace_seconds)
+    stack.push_async_callback(_stop_flusher, parts.flusher, budget)
     stack.push_async_callback(_cancel_all, parts.background)
     stack.push_async_callback(parts.snapshots.stop)
     stack.push_async_callback(parts.journal.stop)
@@ -181,6 +185,8 @@ async def _start_in_order(parts: Parts, settings: Settings, stack: AsyncExitStac
     stack.push_async_callback(parts.throughput.stop)
     parts.resumable.start()
     stack.push_async_callback(parts.resumable.stop)
+    # Runs first: the steps above that wait on Telegram share one grace from here.
+    stack.callback(budget.start)
 
 
 def _announce(parts: Parts, settings: Settings) -> None:
@@ -235,22 +241,31 @@ def _watch(parts: Parts, engine: AsyncEngine) -> None:
     )
 
 
-async def _final_journal(journal: Journal, grace: float) -> None:
+async def _stop_flusher(flusher: Flusher, budget: StopBudget) -> None:
+    await flusher.stop(grace=budget.flush())
+
+
+async def _drain_dispatcher(dispatcher: Dispatcher, budget: StopBudget) -> None:
+    await dispatcher.stop(grace=budget.drain())
+
+
+async def _final_journal(journal: Journal, budget: StopBudget) -> None:
     """What is pending at a clean stop goes to the chats, best effort
-    within the shutdown grace."""
+    within its share of the shutdown grace."""
     try:
-        async with asyncio.timeout(grace):
+        async with asyncio.timeout(budget.journal()):
             while (await journal.ship()).full:
                 pass
     except Exception as exc:
         log.warning("final_journal_failed", error=f"{type(exc).__name__}: {exc}")
 
 
-async def _final_snapshot(snapshots: Snapshots, grace: float) -> None:
-    """A snapshot at a clean stop, best effort within the shutdown grace:
-    the database as it stands at the end goes to the chats."""
+async def _final_snapshot(snapshots: Snapshots, budget: StopBudget) -> None:
+    """A snapshot at a clean stop, best effort within what the grace has
+    left but the dispatcher's reserve: the database as it stands at the end
+    goes to the chats. Cut off, it pins nothing (the previous one stays)."""
     try:
-        async with asyncio.timeout(grace):
+        async with asyncio.timeout(budget.snapshot()):
             await snapshots.take()
     except Exception as exc:
         log.warning("final_snapshot_failed", error=f"{type(exc).__name__}: {exc}")

@@ -14,8 +14,12 @@ Nothing pending, nothing sent.
 A restore finds the batches with the Bot API alone: after each batch, the
 caption of the snapshot's pinned manifest in each chat is edited (an edit
 posts no service message, unlike a pin) to a small JSON pointer to that
-chat's newest batch; each batch names its predecessors since the snapshot,
-so one download tells the whole chain. A new snapshot starts a new chain.
+chat's newest batch. Each batch names its predecessor, and a few further
+back (2, 4, 8 ... batches back: `back_refs`), never the whole chain: a
+batch stays the size of its changes (it grew by every batch before it, to
+57 KB within the hour). A restore walks the chain back from the newest; a
+batch it cannot have is stepped over through the longer references, so
+the batches before it are still found. A new snapshot starts a new chain.
 
 Batch messages are recorded as the snapshot's (`snapshot_messages`, with
 its taken_at), so the snapshot's pruning deletes them too. One writer at a
@@ -55,14 +59,16 @@ from app.telegram.types import CAPTION_LIMIT, StoredDocument
 log = structlog.get_logger("app.store.journal")
 
 FORMAT = "teleuploader-journal"
-VERSION = 1
+# 2: a batch names `previous` (back_refs), not every predecessor (1's
+# `predecessors`, still read by restore).
+VERSION = 2
 # Journal rows one batch ships at most; more pending: another round at once.
 BATCH_ROWS = 5000
 # A round holds the writers' lease this long at most; a dead shipper's lapses.
 LEASE = timedelta(minutes=5)
-# What names one message of a batch (in its pointer, its predecessors' lists).
+# What names one message of a batch (in its pointer, its successors' references).
 COPY_KEYS = ("bot_id", "chat_id", "message_id", "file_id", "file_unique_id")
-# What a batch's entry in its successor's list holds, besides its copies.
+# What a batch's entry in its successors' references holds, besides its copies.
 ENTRY_KEYS = ("seq", "sha256", "size", "sealing", "shipped_at")
 # With the journal off here, its rows are still written (by triggers): a
 # round this often deletes those older than STALE_AFTER. Not younger ones: an
@@ -201,7 +207,7 @@ class Journal:
             chain = _chain(previous)
             seq = (chain[-1]["seq"] if chain else 0) + 1
             changes = await journal.current_state(self._sessionmaker, pending.keys)
-            plain = _document(taken_at, seq, shipped_at, chain, changes)
+            plain = _document(taken_at, seq, shipped_at, back_refs(chain, seq), changes)
             if len(plain) <= self._max_bytes or limit == 1:
                 break
             # Documents go up to the chunk size (Telegram's limit leaves
@@ -323,11 +329,25 @@ def _chain(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [by_seq[seq] for seq in sorted(by_seq)]
 
 
+def back_refs(chain: list[dict[str, Any]], seq: int) -> list[dict[str, Any]]:
+    """The batches batch `seq` names: 1, 2, 4, 8 ... back (log2 of the
+    chain's length of them). The first is its predecessor, what a restore
+    walks; the others step over a batch that cannot be had."""
+    by_seq = {int(batch["seq"]): batch for batch in chain}
+    refs: list[dict[str, Any]] = []
+    distance = 1
+    while seq - distance >= 1:
+        if (found := by_seq.get(seq - distance)) is not None:
+            refs.append(found)
+        distance *= 2
+    return refs
+
+
 def _document(
     taken_at: datetime,
     seq: int,
     shipped_at: datetime,
-    chain: list[dict[str, Any]],
+    previous: list[dict[str, Any]],
     changes: list[journal.TableChanges],
 ) -> bytes:
     out = io.BytesIO()
@@ -338,7 +358,7 @@ def _document(
             "taken_at": taken_at.isoformat(),
             "seq": seq,
             "shipped_at": shipped_at.isoformat(),
-            "predecessors": chain,
+            "previous": previous,
         }
         lines.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
         for change in changes:

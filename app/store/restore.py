@@ -10,9 +10,10 @@ then asked of Telegram (getFile), so that the report says whether the
 chunks the rows point at are still there.
 
 The journal after the snapshot (app/store/journal.py) is found through the
-pinned manifest's caption (the newest pointer across the chats): the newest
-batch names its predecessors, so they are downloaded, checked and applied
-in order, in the same transaction. A batch that cannot be had ends the
+pinned manifest's caption (the newest pointer across the chats): the chain
+is walked back from the newest batch (each names its predecessor, and a few
+further back), and the batches are checked and applied in order, in the
+same transaction. A batch that cannot be had ends the
 journal there (the later ones would apply over a gap), and the report says
 so.
 """
@@ -33,7 +34,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import journal as journal_rows
 from app.db import snapshots
+from app.db.chunks import ChunkRepository
+from app.db.intents import WatermarkRepository
 from app.db.session import session_scope
+from app.db.types import utcnow
 from app.store import journal
 from app.store.encryption import Encryption
 from app.store.snapshot import MANIFEST_FORMAT
@@ -62,6 +66,9 @@ class RestoreReport:
     journal_deleted: int = 0
     # The newest change the restore saw: its last batch's time, else the snapshot's.
     last_change_at: datetime | None = None
+    # Chunks no restored object references (pending objects', unfinished
+    # uploads'): released, their messages to the GC ledger.
+    released: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,13 @@ async def restore(
                 report.journal_upserted += upserted
                 report.journal_deleted += deleted
                 report.last_change_at = datetime.fromisoformat(applied.header["shipped_at"])
+            report.released = await ChunkRepository(session).release(
+                await snapshots.unreferenced_chunks(session), "orphaned"
+            )
+            # Whatever the lost database learnt after the snapshot (chunks
+            # sent, then lost with it) is above the restored marks: the
+            # next reconciliation ledgers what no restored row holds.
+            await WatermarkRepository(session).mark_unclean(await snapshots.restored_chats(session))
             await snapshots.reset_id_sequences(session)
             await snapshots.record_messages(
                 session, taken_at, _own_messages(found) + _batch_messages(batches)
@@ -303,17 +317,48 @@ async def _download_journal(
             f"the newest journal batch cannot be had: the restore ends at batch "
             f"{newest.entry['seq']} ({'; '.join(errors)})"
         )
-    batches: list[_Batch] = []
-    for entry in newest.header.get("predecessors", []):
+    return await _walk_back(newest, by_bot, encryption, problems)
+
+
+async def _walk_back(
+    newest: _Batch, by_bot: dict[int, BotClient], encryption: Encryption, problems: list[str]
+) -> list[_Batch]:
+    """Batches 1 to the newest, in order, found by walking the chain back
+    from the newest: each names its predecessor (and a few further back,
+    which step over one that cannot be had). A batch of the first format
+    names every predecessor. Up to the first that cannot be had (reported)."""
+    last = int(newest.entry["seq"])
+    fetched = {last: newest}
+    known: dict[int, dict[str, Any]] = {}
+
+    def learn(batch: _Batch) -> None:
+        named = batch.header.get("previous", batch.header.get("predecessors", []))
+        for entry in named:
+            known.setdefault(int(entry["seq"]), entry)
+
+    learn(newest)
+    failed: dict[int, str] = {}
+    for seq in range(last - 1, 0, -1):
+        entry = known.get(seq)
+        if entry is None:
+            failed[seq] = "no batch after it that could be had names it"
+            continue
         try:
-            batches.append(await _fetch_batch(entry, entry["copies"], by_bot, encryption))
+            fetched[seq] = await _fetch_batch(entry, entry["copies"], by_bot, encryption)
         except ValueError as exc:
+            failed[seq] = str(exc)
+            continue
+        learn(fetched[seq])
+    batches: list[_Batch] = []
+    for seq in range(1, last + 1):
+        if seq in failed:
             problems.append(
-                f"journal batch {entry['seq']} cannot be had ({exc}): the batches after it "
-                f"are not applied; the restore ends at batch {int(entry['seq']) - 1}"
+                f"journal batch {seq} cannot be had ({failed[seq]}): the batches after it "
+                f"are not applied; the restore ends at batch {seq - 1}"
             )
-            return batches
-    return [*batches, newest]
+            break
+        batches.append(fetched[seq])
+    return batches
 
 
 def _batch_messages(batches: list[_Batch]) -> list[snapshots.SnapshotMessageSpec]:
@@ -348,7 +393,13 @@ def _own_messages(found: _Found) -> list[snapshots.SnapshotMessageSpec]:
     ]
     manifests = [
         snapshots.SnapshotMessageSpec(
-            "manifest", found.finder, d.chat_id, d.message_id, d.file_unique_id
+            "manifest",
+            found.finder,
+            d.chat_id,
+            d.message_id,
+            d.file_unique_id,
+            snapshots.manifest_detail(found.manifest.get("sealing")),
+            pinned_at=utcnow(),  # found pinned
         )
         for d in found.documents
     ]

@@ -32,7 +32,8 @@ repaired from a good copy.
   copies every round it has time for: one Telegram had only "temporarily
   unavailable" may come back.
 
-With several instances, each checks the copies of the bots it holds; any
+With several instances, each checks the copies of the bots it holds (a
+full pass reports the copies it left to the others: `skipped`); any
 repairs a chunk it finds short (a repair adds a copy only while the chunk is
 short of REPLICAS, under its row's lock).
 """
@@ -52,6 +53,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
+from app.db.copy_counts import live_copies_of
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
 from app.kit.periodic import Periodic
@@ -103,6 +105,10 @@ class PassReport:
     read_bytes: int = 0
     degraded_objects: int = 0
     lost_objects: int = 0
+    # Copies a full pass left unchecked: their bots are held by other
+    # instances (one call per token across the fleet), which check them in
+    # their own rounds or passes. Not 0: the pass did not check everything.
+    skipped: int = 0
 
     def add(self, other: PassReport) -> None:
         for name in (
@@ -285,10 +291,11 @@ class Scrub:
         await self._await_bots()
         async with self._lock:
             after = 0
+            elsewhere = self._dispatcher.held_elsewhere  # as the pass began
             while True:
                 async with session_scope(self._sessionmaker) as session:
                     copy_ids = await CopyRepository(session).copy_ids(
-                        after, PASS_BATCH, not_by=self._dispatcher.held_elsewhere
+                        after, PASS_BATCH, not_by=elsewhere
                     )
                 if not copy_ids:
                     break
@@ -298,6 +305,9 @@ class Scrub:
             while await self._repairs(report, limit=REPAIRS_PER_ROUND):
                 pass
             await self._count(report)
+            if elsewhere:
+                async with session_scope(self._sessionmaker) as session:
+                    report.skipped = await live_copies_of(session, elsewhere)
         log.info("scrub_pass_done", deep=deep, **asdict(report))
         return report
 

@@ -147,12 +147,18 @@ class Snapshots:
                 counts=counts,
             )
             body = json.dumps(manifest, separators=(",", ":")).encode()
+            # The master key a restore needs for it, where `encryption status` reads it.
+            seal = snapshots.manifest_detail(manifest["sealing"])
             manifests = [
-                await self._send(body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent)
+                await self._send(
+                    body, f"manifest-{_stamp(taken_at)}.json", taken_at, chat, sent, detail=seal
+                )
                 for chat in chats
             ]
             for document in manifests:
                 await self._pin(document, pinners[document.chat_id])
+            async with session_scope(self._sessionmaker) as session:
+                await snapshots.mark_pinned(session, taken_at)
         except BaseException:
             # Deleting a pinned manifest unpins it: every chat falls back to
             # the previous snapshot's.
@@ -312,6 +318,8 @@ class Snapshots:
         taken_at: datetime,
         chat_id: int,
         sent: list[StoredDocument],
+        *,
+        detail: str | None = None,
     ) -> StoredDocument:
         kind = "manifest" if filename.startswith("manifest-") else "piece"
         document = await send_recorded(
@@ -327,6 +335,7 @@ class Snapshots:
                 document.chat_id,
                 document.message_id,
                 document.file_unique_id,
+                detail,
             ),
             taken_at,
             sent,

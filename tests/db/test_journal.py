@@ -167,3 +167,47 @@ async def test_a_change_that_commits_after_a_later_numbered_one_is_still_shipped
         await slow.commit()
 
     assert await journaled(sessionmaker) == {("buckets", ("slow",))}
+
+
+async def test_a_batch_that_hands_a_key_from_one_row_to_another_applies(
+    sessionmaker: Sessions,
+) -> None:
+    """docs/trash.md's flow, delete the live version and restore the old one,
+    in one batch: the old row takes the key the live row gives up. Applied
+    row by row in key order, the first update hit UNIQUE(bucket, key) and the
+    whole restore rolled back."""
+    trash.configure(sessionmaker, 3600)
+    async with session_scope(sessionmaker) as session:
+        await BucketRepository(session).create("bucket")
+        await ObjectRepository(session).put(spec("k", inline_data=b"old"))
+    async with session_scope(sessionmaker) as session:
+        live = await ObjectRepository(session).put(spec("k", inline_data=b"new"))
+    async with session_scope(sessionmaker) as session:
+        [old] = await trash.TrashRepository(session).list()
+    await journaled(sessionmaker)
+    named = {"objects": {(live.id,), (old.row.id,)}}
+    before = await journal.current_state(sessionmaker, named)
+
+    async with session_scope(sessionmaker) as session:
+        assert await ObjectRepository(session).delete("bucket", "k")
+    async with session_scope(sessionmaker) as session:
+        assert await trash.TrashRepository(session).restore(old.row.public_id) is not None
+    after = await journal.current_state(sessionmaker, named)
+
+    async def holder_of_k() -> bytes | None:
+        async with session_scope(sessionmaker) as session:
+            return await session.scalar(
+                select(StoredObject.inline_data).where(
+                    StoredObject.bucket == "bucket", StoredObject.key == "k"
+                )
+            )
+
+    assert await holder_of_k() == b"old"
+    # Back to the state before (the key moves from the old row to the live
+    # one), then forward again as a restore applies the batch.
+    async with session_scope(sessionmaker) as session:
+        assert await journal.apply(session, before) == (2, 0)
+    assert await holder_of_k() == b"new"
+    async with session_scope(sessionmaker) as session:
+        assert await journal.apply(session, after) == (2, 0)
+    assert await holder_of_k() == b"old"

@@ -52,7 +52,7 @@ TELEUPLOADER = str(Path(sys.executable).parent / "teleuploader")
 
 def test_migration_scripts_are_found_next_to_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
-    assert head_revision() == "0028"
+    assert head_revision() == "0029"
 
 
 def test_the_head_the_schema_check_reads_is_alembics() -> None:
@@ -146,7 +146,7 @@ async def test_empty_database_fails_check_then_passes_after_upgrade(
         with pytest.raises(SchemaOutOfDate) as raised:
             await check_schema(engine)
         assert str(raised.value) == (
-            "database schema is at nothing (no tables), code needs 0028: run `teleuploader migrate`"
+            "database schema is at nothing (no tables), code needs 0029: run `teleuploader migrate`"
         )
 
         await asyncio.to_thread(upgrade, empty_database.migration_url)

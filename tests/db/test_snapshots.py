@@ -1,4 +1,5 @@
-"""Snapshot rows (app/db/snapshots.py) from an earlier schema."""
+"""Snapshot rows (app/db/snapshots.py): from an earlier schema, pinned or
+not, and the writers' lease."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import Chunk, GcEntry
+from app.db import journal
+from app.db.models import Chunk, GcEntry, SnapshotLease
 from app.db.session import session_scope
 from app.db.snapshots import (
     SnapshotMessageSpec,
     encode_rows,
     load_rows,
+    manifest_detail,
+    mark_pinned,
     prune,
     record_messages,
+    seal_use,
+    take_lease,
 )
+from app.db.spool import InstanceRepository
 from app.db.types import utcnow
 from app.store.blocks import SHA256, block_hashes, digest_of
 
@@ -57,7 +64,8 @@ async def test_pruned_snapshot_messages_reach_the_ledger_with_their_posting_time
     start = utcnow()
     for age, kind in ((3, "piece"), (2, "journal"), (1, "manifest"), (0, "manifest")):
         async with session_scope(sessionmaker) as session:
-            spec = SnapshotMessageSpec(kind, 7, -1001, 100 - age, f"u{age}")
+            pinned = start if kind == "manifest" else None
+            spec = SnapshotMessageSpec(kind, 7, -1001, 100 - age, f"u{age}", pinned_at=pinned)
             await record_messages(session, start - age * hour, [spec])
 
     async with session_scope(sessionmaker) as session:
@@ -70,3 +78,73 @@ async def test_pruned_snapshot_messages_reach_the_ledger_with_their_posting_time
         # Recorded just now, as they were sent: posted by then.
         assert entry.posted_at is not None
         assert start <= entry.posted_at <= utcnow()
+
+
+async def test_the_journal_chains_onto_the_newest_pinned_snapshot_not_one_cut_off_before_its_pin(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """A snapshot killed between recording its manifest and pinning it is
+    one a restore never finds (the chat still pins the previous one): the
+    journal's batches must keep going to the previous one's chain."""
+    start = utcnow()
+    older, cut_off = start - timedelta(hours=1), start
+    async with session_scope(sessionmaker) as session:
+        await record_messages(session, older, [SnapshotMessageSpec("manifest", 7, -1001, 10, "a")])
+        await mark_pinned(session, older)
+        await record_messages(
+            session, cut_off, [SnapshotMessageSpec("manifest", 7, -1001, 20, "b")]
+        )
+
+    async with session_scope(sessionmaker) as session:
+        pinned = await journal.pinned_snapshot(session)
+    assert pinned is not None
+    taken_at, [manifest] = pinned
+    assert (taken_at, manifest.message_id) == (older, 10)
+
+    # Nor does the cut-off one count among the snapshots pruning keeps.
+    async with session_scope(sessionmaker) as session:
+        await record_messages(session, start + timedelta(hours=1), [])
+        assert await prune(session, keep=1) == 0
+
+
+async def test_a_lease_whose_holder_has_no_instance_row_is_free(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """A holder killed mid-snapshot leaves a lease of 30 minutes; once its
+    instance row is gone (claimed, or stopped), nobody writes snapshots or
+    ships the journal for it, and the lease is free at once."""
+    later = utcnow() + timedelta(minutes=30)
+    async with session_scope(sessionmaker) as session:
+        await InstanceRepository(session).register("alive", "host", 1, block_digests="sha256")
+        await InstanceRepository(session).register("dead", "host", 2, block_digests="sha256")
+        assert await take_lease(session, "dead", later)
+        assert not await take_lease(session, "alive", later)
+        await InstanceRepository(session).remove("dead")
+
+    async with session_scope(sessionmaker) as session:
+        assert await take_lease(session, "alive", later)
+        assert (await session.get(SnapshotLease, "snapshot")) is not None
+        # A live holder's lease still holds.
+        assert not await take_lease(session, "another", later)
+
+
+async def test_the_keys_a_restore_needs_are_the_pinned_snapshots_and_its_batches(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    taken = utcnow()
+    batch = '{"seq":%d,"sealing":{"key_id":"%s"}}'
+    async with session_scope(sessionmaker) as session:
+        manifest = SnapshotMessageSpec(
+            "manifest", 7, -1001, 10, "m", manifest_detail({"key_id": "new"})
+        )
+        batches = [
+            SnapshotMessageSpec("journal", 7, -1001, 11 + n, f"j{n}", batch % (n, key))
+            for n, key in enumerate(("old", "new", "new"))
+        ]
+        await record_messages(session, taken, [manifest, *batches])
+        await mark_pinned(session, taken)
+        use = await seal_use(session)
+
+    assert use is not None and use.snapshot_key == "new"
+    assert use.batch_keys == {"old": 1, "new": 2}
+    assert use.needs("old") and use.needs("new") and not use.needs("older")

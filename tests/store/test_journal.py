@@ -197,3 +197,46 @@ async def test_an_instance_with_the_journal_off_deletes_only_rows_nobody_shipped
     assert await journal.purge() > 0  # an hour on, nobody shipped them
     await put_file(service, "later.txt", b"written after the first look")
     assert await journal.purge() == 0  # rows younger than an hour stay
+
+
+async def test_a_batch_names_a_few_batches_before_it_not_the_whole_chain(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each batch listed every batch since the snapshot with its copies, so
+    the batches grew by ~160 bytes each (57 KB within the hour). Now a batch
+    names its predecessor and a few further back (2, 4, 8 ... batches), and a
+    restore walks the chain; a batch it cannot have is stepped over to find
+    the ones before it."""
+    service = await launcher.start(shutdown_grace_seconds=1, **ON_DEMAND)
+    journal = journal_of(service)
+    await take_snapshot(service)
+    await journal.ship()  # the snapshot request's own changes: batch 1
+    messages: dict[int, int] = {}
+    for n in range(2, 10):
+        before = set(service.live_messages())
+        await put_file(service, f"f{n}.txt", b"%d" % n)
+        assert (await journal.ship()).seq == n
+        [messages[n]] = set(service.live_messages()) - before
+
+    header, _rows = newest_batch(service)
+    previous: list[dict[str, object]] = header["previous"]  # type: ignore[assignment]
+    assert [entry["seq"] for entry in previous] == [8, 7, 5, 1]
+    assert "predecessors" not in header
+
+    # Batch 8 is gone from the chat: the restore still has 1 to 7 through
+    # batch 9's reference to 7, and says where it ends.
+    service.sim.take_down(CHAT_ID, messages[8])
+    for bot_id in service.sim.bot_ids:
+        service.sim.demote(bot_id, CHAT_ID)
+    await launcher.stop(service)
+    await lose_the_database(database)
+
+    code, out, err = await restore(service, monkeypatch, capsys, "--json")
+
+    assert code == 1, out + err  # restored, with a problem to read
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["journal_batches"] == 7
+    assert [p for p in report["problems"] if "journal batch 8 cannot be had" in p]

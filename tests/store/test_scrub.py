@@ -5,9 +5,20 @@ do_get_file: the whole file is fetched before the answer)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from app.cli.main import main
+from app.db.models import ChunkCopy
+from app.db.session import session_scope
 from app.store.locator import ChunkLocator
 from app.store.scrub import DAY, Scrub
 from app.store.services import Services
+from app.telegram.dispatcher import Dispatcher
 from tests.running_service import CHUNK, Service, ServiceFactory, payload
 
 COPIES = 6
@@ -95,3 +106,50 @@ async def test_a_scrub_with_no_bytes_a_day_asks_telegram_nothing(
     await scrub.loop.run_once()
 
     assert getfiles(service) == 0
+
+
+class HeldElsewhere:
+    """The service's dispatcher as an instance sees it whose fleet holds
+    `bots` elsewhere (their calls are another instance's to make)."""
+
+    def __init__(self, dispatcher: Dispatcher, bots: set[int]) -> None:
+        self._dispatcher = dispatcher
+        self.held_elsewhere = frozenset(bots)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dispatcher, name)
+
+
+async def test_scrub_wait_says_what_other_instances_hold_and_exits_non_zero(
+    start_service: ServiceFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A full pass checks the copies of the bots this instance holds only:
+    with several instances, `scrub --wait` exited 0 having checked a part."""
+    service = await start_service(bots=2)
+    for n in range(4):
+        async with service.client() as http:
+            answer = await http.put(
+                f"/api/files/f{n}.bin", content=payload(CHUNK + n, seed=n), headers=service.auth
+            )
+        assert answer.status_code == 201, answer.text
+    services = services_of(service)
+    async with session_scope(services.sessionmaker) as session:
+        bots = list(await session.scalars(select(ChunkCopy.bot_id)))
+    elsewhere = bots[0]
+    assert 0 < bots.count(elsewhere) < len(bots)
+    monkeypatch.setattr(
+        services.scrub, "_dispatcher", HeldElsewhere(services.dispatcher, {elsewhere})
+    )
+    capsys.readouterr()
+
+    argv = ["scrub", "--wait", "--json", "--shallow", "--url", service.url, "--key", service.key]
+    code = await asyncio.to_thread(main, argv)
+
+    out, err = capsys.readouterr()
+    report = json.loads(out.splitlines()[-1])
+    assert code == 3, err
+    assert report["skipped"] == bots.count(elsewhere)
+    assert report["checked"] == len(bots) - bots.count(elsewhere)
+    assert "were not checked: other instances hold their bots" in err

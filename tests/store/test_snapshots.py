@@ -24,8 +24,8 @@ from app.telegram.client import BotClient
 from tests.conftest import empty_tables
 from tests.db.helpers import Database
 from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
-from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, payload
-from tests.store.test_encryption import K1
+from tests.running_service import CHAT_ID, CHUNK, Service, ServiceLauncher, eventually, payload
+from tests.store.test_encryption import K1, K2, run_cli
 
 HOUR = 3600
 
@@ -294,3 +294,90 @@ async def test_the_pins_service_message_is_counted_wherever_its_id_falls(
     assert audit is not None
     assert audit.watermark < foreign < audit.probe_id
     assert audit.foreign == 1
+
+
+async def test_a_key_the_pinned_snapshot_is_sealed_under_is_not_called_removable(
+    launcher: ServiceLauncher,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rotation re-wraps chunks only: the pinned snapshot (and its journal)
+    stay sealed under the key they were sent under, and a restore needs it.
+    `status` called the old key free once no chunk used it; removed, the
+    restore refused the pinned snapshot."""
+    settings: dict[str, Any] = {"snapshot_interval_seconds": HOUR, "journal_seconds": HOUR}
+    first = await launcher.start(encryption_keys=K1, **settings)
+    await put_file(first, "a.bin", payload(CHUNK + 1, seed=1))
+    await launcher.stop(first)  # its final snapshot is sealed under k1
+    both = await launcher.start(sim=first.sim, encryption_keys=f"{K2},{K1}", **settings)
+    keys = f"{K2},{K1}"
+    capsys.readouterr()
+
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "rotate") == 0
+    assert "keep k1: the pinned snapshot" in capsys.readouterr().err
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "status") == 0
+    status = capsys.readouterr().out
+    assert "k1: NOT removable" in status and "sealed under k1" in status
+
+    await take_snapshot(both)  # under k2, with the chunks re-wrapped
+    assert await asyncio.to_thread(run_cli, monkeypatch, both, keys, "status") == 0
+    status = capsys.readouterr().out
+    assert "k1: removable" in status and "sealed under k2" in status
+
+
+# Both backends: the release takes row locks (FOR UPDATE) in the restore's
+# transaction, and the watermarks are rows of their own there.
+@pytest.mark.both_backends
+async def test_a_restore_releases_what_unsettled_uploads_left_and_reconciles_the_lost_window(
+    launcher: ServiceLauncher,
+    database: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A snapshot leaves out what is not settled (a pending object, an
+    unfinished multipart upload) but not the chunks already sent for it:
+    restored, they came back referenced by nothing and were never released.
+    And what was sent after the snapshot (no journal here) was above
+    watermarks the restore did not bring back: never reconciled, never
+    deleted."""
+    settings: dict[str, Any] = {
+        "snapshot_interval_seconds": HOUR,
+        "journal_seconds": 0,
+        "shutdown_grace_seconds": 1,
+        "s3_credentials": {ACCESS_KEY: SECRET},
+    }
+    service = await launcher.start(**settings)
+    kept = payload(CHUNK + 1, seed=1)
+    kept_id = await put_file(service, "kept.bin", kept)
+    s3 = S3(service)
+    await s3("create_bucket", Bucket="box")
+    before = set(service.live_messages())
+    upload = await s3("create_multipart_upload", Bucket="box", Key="unfinished")
+    await s3(
+        "upload_part",
+        Bucket="box",
+        Key="unfinished",
+        UploadId=upload["UploadId"],
+        PartNumber=1,
+        Body=payload(CHUNK, seed=2),
+    )
+    await eventually(lambda: bool(set(service.live_messages()) - before), within=60)
+    unfinished = set(service.live_messages()) - before
+    await take_snapshot(service)
+    before = set(service.live_messages())
+    await put_file(service, "lost.bin", payload(CHUNK + 3, seed=3))
+    lost = set(service.live_messages()) - before
+    assert lost
+    # The database is lost before another snapshot: none at the stop either.
+    with service.sim.holding("sendDocument"):
+        await launcher.stop(service)
+    await lose_the_database(database)
+
+    code, out, err = await restore(service, monkeypatch, capsys)
+    assert code == 0, out + err
+    back = await launcher.start(sim=service.sim, **settings)
+    back.key = service.key
+
+    assert await get_link(back, kept_id) == kept
+    await eventually(lambda: not (unfinished | lost) & set(back.live_messages()), within=60)
+    assert await get_link(back, kept_id) == kept

@@ -41,6 +41,9 @@ class SnapshotMessage(Base):
     # When Telegram posted it, at the latest (the service's clock as it was
     # recorded), for the 48 h delete window; None: recorded before 0028.
     posted_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
+    # A manifest's, once its snapshot's pin stands in every chat: the journal
+    # chains only onto a pinned snapshot (a restore finds no other).
+    pinned_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True, default=None)
 
 
 class SnapshotLease(Base):

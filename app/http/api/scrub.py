@@ -40,6 +40,8 @@ class ScrubPass(BaseModel):
     read_bytes: int
     degraded_objects: int
     lost_objects: int
+    # Copies this instance did not check: other instances hold their bots.
+    skipped: int = 0
 
 
 class ScrubStatus(BaseModel):
