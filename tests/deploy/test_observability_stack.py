@@ -206,7 +206,11 @@ def _scraped(stack: Stack) -> bool:
 
 def test_three_alerts_fire_and_every_panel_has_data(stack: Stack) -> None:
     auth = {"Authorization": f"Bearer {stack.key}"}
-    http = httpx.Client(base_url=stack.service, headers=auth, timeout=30)
+    with httpx.Client(base_url=stack.service, headers=auth, timeout=30) as http:
+        _alerts_fire_and_panels_have_data(stack, http)
+
+
+def _alerts_fire_and_panels_have_data(stack: Stack, http: httpx.Client) -> None:
     # Files of several chunks, spread over both chats.
     bodies = {f"f{index}.bin": payload(3 * CHUNK, seed=index) for index in range(4)}
     for name, body in bodies.items():
@@ -215,6 +219,15 @@ def test_three_alerts_fire_and_every_panel_has_data(stack: Stack) -> None:
         assert http.get(f"/f/{stored.json()['public_id']}").content == body
     assert http.get("/f/no-such-file").status_code == 404
     assert http.post("/api/admin/snapshot").status_code == 200
+    # A change after the snapshot goes out in a journal batch (JOURNAL_SECONDS=1)
+    # while sendDocument still runs: the journal's age panel has its series.
+    later = http.put("/api/files/after-snapshot.bin", content=payload(CHUNK, seed=7))
+    assert later.status_code == 201, later.text
+    wait_for(
+        lambda: bool(stack.query("teleuploader_journal_last_batch_timestamp_seconds")),
+        within=ALERT_TIMEOUT,
+        what="a journal batch after the snapshot",
+    )
 
     # Each alert fires because of its condition, not before it.
     quiet = stack.alerts_firing()
@@ -259,7 +272,6 @@ def test_three_alerts_fire_and_every_panel_has_data(stack: Stack) -> None:
     assert "TeleUploaderNoUsableBot" not in stack.alerts_firing()
     stack.sim_proc.stop()
     stack.wait_firing("TeleUploaderNoUsableBot")
-    http.close()
 
 
 def _panels_without_data(stack: Stack) -> list[str]:
