@@ -30,9 +30,9 @@ from app.runtime.stop_budget import StopBudget
 from app.store.cloud_cap import chunks_above_cloud_cap, cloud_refusal
 from app.store.flusher import Flusher
 from app.store.journal import Journal
-from app.store.metrics import UploadBudgetUse
 from app.store.services import Services
 from app.store.snapshot import Snapshots
+from app.store.state_metrics import UploadBudgetUse
 from app.store.upkeep_metrics import SnapshotStatus
 from app.telegram.dispatcher import Dispatcher
 
