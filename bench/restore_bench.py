@@ -13,17 +13,26 @@ of steady uploads at JOURNAL_SECONDS=10 is 360 batches), then
 
     .venv/bin/python bench/restore_bench.py --objects 100000
     .venv/bin/python bench/restore_bench.py --objects 1000 --batches 20 --json out.json
+    .venv/bin/python bench/restore_bench.py --backend postgres   # through pgbouncer
+
+With `--backend postgres`, both databases are new ones on the local Postgres
+(127.0.0.1:5432, trust auth), reached through pgbouncer (127.0.0.1:6432,
+scripts/pgbouncer-test.sh start) as production reaches them, and dropped after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +55,8 @@ from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_toke
 CHAT_ID = -1001000000042
 TARGET_SECONDS = 120.0  # issue 36: 100,000 objects restored within 2 minutes
 BATCH = 5000
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+POSTGRES_POOLED = "postgresql://postgres@127.0.0.1:6432/{name}"
 
 
 def object_row(i: int, key: str, now: datetime, *, chunked: bool) -> dict[str, Any]:
@@ -149,9 +160,30 @@ async def changes(url: str, first_id: int, count: int) -> None:
         await engine.dispose()
 
 
-async def run(objects: int, batches: int, per_batch: int, work: Path) -> dict[str, Any]:
-    source = f"sqlite+aiosqlite:///{work / 'source.db'}"
-    target = f"sqlite+aiosqlite:///{work / 'target.db'}"
+def _psql(sql: str) -> None:
+    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def databases(backend: str, work: Path) -> Iterator[tuple[str, str]]:
+    """The (source, target) database URLs, new and empty, for `backend`."""
+    if backend == "sqlite":
+        sqlite = "sqlite+aiosqlite:///{}"
+        yield sqlite.format(work / "source.db"), sqlite.format(work / "target.db")
+        return
+    names = [f"restore_bench_{side}_{os.getpid()}" for side in ("source", "target")]
+    for name in names:
+        _psql(f'CREATE DATABASE "{name}"')
+    try:
+        yield POSTGRES_POOLED.format(name=names[0]), POSTGRES_POOLED.format(name=names[1])
+    finally:
+        for name in names:
+            _psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def run(
+    objects: int, batches: int, per_batch: int, work: Path, source: str, target: str
+) -> dict[str, Any]:
     await asyncio.to_thread(upgrade, source)
     await asyncio.to_thread(upgrade, target)
     await fill(source, objects)
@@ -230,10 +262,17 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=360, help="journal batches after it")
     parser.add_argument("--changes", type=int, default=50, help="new objects per batch")
     parser.add_argument("--json", type=Path, help="write the numbers here too")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args()
     configure_logging("WARNING", "console", sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="restore-bench-") as directory:
-        result = asyncio.run(run(args.objects, args.batches, args.changes, Path(directory)))
+    with (
+        tempfile.TemporaryDirectory(prefix="restore-bench-") as directory,
+        databases(args.backend, Path(directory)) as (source, target),
+    ):
+        result = asyncio.run(
+            run(args.objects, args.batches, args.changes, Path(directory), source, target)
+        )
+    print(f"backend: {args.backend}")
     print(
         "| objects | snapshot bytes | bytes/object | pieces | snapshot s "
         "| journal batches x changes | journal bytes (last batch) | restore s |"
