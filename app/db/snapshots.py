@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.locking import batches
+from app.db.locking import batches, lock_database_for_write
 from app.db.models import (
     ApiKey,
     Base,
@@ -318,6 +318,10 @@ async def prune(session: AsyncSession, keep: int) -> int:
     """Ledger the messages of every snapshot older than the newest `keep`
     pinned ones (a snapshot cut off before its pin among them) and forget
     them; how many messages went to the GC ledger."""
+    # It reads, then writes: on SQLite, an upload committing in between
+    # would make the writes fail at once (a stale view), and the snapshot
+    # with them.
+    await lock_database_for_write(session)
     kept = (
         select(SnapshotMessage.taken_at)
         .where(SnapshotMessage.kind == "manifest", SnapshotMessage.pinned_at.is_not(None))

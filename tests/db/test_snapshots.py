@@ -3,10 +3,13 @@ not, and the writers' lease."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db import journal
 from app.db.models import Chunk, GcEntry, SnapshotLease
@@ -78,6 +81,51 @@ async def test_pruned_snapshot_messages_reach_the_ledger_with_their_posting_time
         # Recorded just now, as they were sent: posted by then.
         assert entry.posted_at is not None
         assert start <= entry.posted_at <= utcnow()
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_pruning_is_not_refused_by_a_write_that_lands_between_its_reads_and_its_writes(
+    engine: AsyncEngine, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    """SQLite refuses at once ("database is locked", no busy wait) a
+    transaction that read and then writes after another connection wrote:
+    its view is stale. A snapshot's prune read the old messages, then
+    ledgered them, so an upload committing in between failed the whole
+    snapshot with a 503 (bench/snapshot_writers_bench.py, 4 writers: one
+    run in three). Pruning takes the write lock before it reads."""
+    start = utcnow()
+    for age in (2, 1, 0):
+        async with session_scope(sessionmaker) as session:
+            spec = SnapshotMessageSpec("manifest", 7, -1001, 100 - age, f"u{age}", pinned_at=start)
+            await record_messages(session, start - age * timedelta(hours=1), [spec])
+
+    path = engine.url.database
+    assert path is not None
+    landed: list[bool] = []
+
+    def another_writer(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        # Once, just before prune's first write: an upload's commit.
+        if landed or not statement.lstrip().upper().startswith(("INSERT", "DELETE")):
+            return
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute(
+                "INSERT INTO api_keys (name, prefix, key_hash, scope, created_at)"
+                " VALUES ('upload', 'tu_x', 'h', 'write', '2026-01-01 00:00:00')"
+            )
+            landed.append(True)
+        except sqlite3.OperationalError:  # this transaction holds the write lock
+            landed.append(False)
+        finally:
+            other.close()
+
+    event.listen(engine.sync_engine, "before_cursor_execute", another_writer)
+    try:
+        async with session_scope(sessionmaker) as session:
+            assert await prune(session, keep=1) == 2
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", another_writer)
+    assert landed == [False]  # the other writer waited for this one
 
 
 async def test_the_journal_chains_onto_the_newest_pinned_snapshot_not_one_cut_off_before_its_pin(
