@@ -44,6 +44,8 @@ from app.config.settings import BotToken, Settings
 from app.db.engine import create_engine, create_sessionmaker
 from app.db.migrations import upgrade
 from app.db.models import Chunk, ChunkCopy, JournalEntry, Piece, StoredObject
+from app.db.session import session_scope
+from app.db.snapshots import reset_id_sequences
 from app.db.types import utcnow
 from app.kit.logging import configure_logging
 from app.runtime.startup import start_services
@@ -139,6 +141,10 @@ async def fill(url: str, objects: int) -> None:
             # The rows stand for the history before the snapshot, which holds
             # them: nothing for the journal to ship.
             await connection.execute(delete(JournalEntry))
+        async with session_scope(create_sessionmaker(engine)) as session:
+            # The rows came with their ids: Postgres's sequences start past
+            # them, as after a restore (SQLite's do by themselves).
+            await reset_id_sequences(session)
     finally:
         await engine.dispose()
 
