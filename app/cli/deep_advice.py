@@ -4,15 +4,12 @@ suggestions for the settings and as tables an operator reads."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.deep_report import DeepReport, DocumentTrial, Suggestion
 from app.config.settings import MAX_CHUNK_SIZE, Settings
-
-if TYPE_CHECKING:
-    from app.cli.deep_check import DeepReport, DocumentTrial, Suggestion
 
 MiB = 1024 * 1024
 #: A chunk's upload should take about this long at most: a chunk holds its
@@ -26,8 +23,6 @@ SENDS_PER_MINUTE = 20
 
 
 def advise(report: DeepReport, settings: Settings) -> list[Suggestion]:
-    from app.cli.deep_check import Suggestion
-
     suggestions = [
         _chunk_size(report, settings),
         _sends_per_minute(report),
@@ -58,8 +53,6 @@ def _trials(report: DeepReport) -> list[DocumentTrial]:
 
 
 def _chunk_size(report: DeepReport, settings: Settings) -> Suggestion | None:
-    from app.cli.deep_check import Suggestion
-
     rates = [bot.upload_bandwidth for bot in report.bots if bot.upload_bandwidth]
     if not rates:
         return None
@@ -81,8 +74,6 @@ def _chunk_size(report: DeepReport, settings: Settings) -> Suggestion | None:
 
 
 def _sends_per_minute(report: DeepReport) -> Suggestion:
-    from app.cli.deep_check import Suggestion
-
     waits = [
         limit.retry_after
         for bot in report.bots
@@ -104,8 +95,6 @@ def _sends_per_minute(report: DeepReport) -> Suggestion:
 
 
 def _replicas(report: DeepReport, settings: Settings) -> Suggestion:
-    from app.cli.deep_check import Suggestion
-
     working = [bot for bot in report.bots if not bot.problems]
     if len(settings.chat_ids) >= 2 and len(working) >= 2:
         return Suggestion(
@@ -123,8 +112,6 @@ def _replicas(report: DeepReport, settings: Settings) -> Suggestion:
 
 
 def _stall_seconds(report: DeepReport, settings: Settings) -> Suggestion | None:
-    from app.cli.deep_check import Suggestion
-
     getfiles = [
         trial.getfile_seconds
         for bot in report.bots

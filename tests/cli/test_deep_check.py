@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.cli.deep_check import DeepReport, measure
+from app.cli.deep_check import measure
+from app.cli.deep_report import DeepReport
 from app.cli.main import main
 from app.config.settings import BotToken, Settings
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
