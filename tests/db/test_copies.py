@@ -3,16 +3,17 @@ intact copies and the lost mark follow every change, on both backends."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.copies import CopyRepository
 from app.db.models import Chunk, ChunkCopy, GcEntry
 from app.db.repositories import ChunkRepository, ObjectRepository
 from app.db.session import session_scope
-from tests.db.helpers import document, spec
+from tests.db.helpers import LockWaits, document, spec
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -151,3 +152,61 @@ async def test_health_says_when_the_copy_checked_longest_ago_was_checked(
         await session.execute(update(Chunk).where(Chunk.id == chunk_id).values(state="pending"))
     async with session_scope(sessionmaker) as session:
         assert (await CopyRepository(session).health(replicas=2)).oldest_check is None
+
+
+async def test_one_gone_copy_reported_by_two_reads_at_once_counts_once(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
+    """Two pieces of one read find the same copy gone, each in a session of
+    its own. The second read the copy as intact while the first had not
+    committed yet, and counted it again: the chunk showed lost with a copy
+    intact, and stayed in the repair queue for good."""
+    chunk_id, (first, _second) = await two_copy_object(sessionmaker)
+    waits = LockWaits(engine)
+    async with sessionmaker() as reporting:
+        assert await CopyRepository(reporting).mark_bad(first, "missing")
+
+        async def report_again() -> bool:
+            async with session_scope(sessionmaker) as session:
+                return await CopyRepository(session).mark_bad(first, "missing")
+
+        again = asyncio.create_task(report_again())
+        # Blocked on the copy's row (Postgres) or the database (SQLite).
+        await waits.wait()
+        await reporting.commit()
+        counted = await asyncio.gather(again)
+    assert counted == [False]
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        assert await CopyRepository(session).object_damage(1, 2) == "degraded"
+
+
+async def test_two_repairs_finding_one_copy_intact_again_count_it_once(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
+    """Two instances repairing one chunk both read a copy taken for missing
+    and find it whole. Counted twice, the chunk had two intact copies with
+    one: never repaired, and `retire_bad` would drop its other copy."""
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        await repo.mark_bad(first, "missing")
+        await repo.mark_bad(second, "missing")
+    assert await state(sessionmaker, chunk_id) == (0, True)
+    waits = LockWaits(engine)
+    async with sessionmaker() as repairing:
+        await CopyRepository(repairing).mark_checked(first, verified=True)
+
+        async def repair_too() -> None:
+            async with session_scope(sessionmaker) as session:
+                await CopyRepository(session).mark_checked(first, verified=True)
+
+        too = asyncio.create_task(repair_too())
+        await waits.wait()
+        await repairing.commit()
+        await too
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        assert await repo.needing_repair(2, 10) == [chunk_id]
+        assert await repo.retire_bad(chunk_id, keep=2) == 0  # the other copy stays
