@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, case, delete, distinct, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    case,
+    delete,
+    distinct,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, copy_values, ledger_values
@@ -60,6 +71,16 @@ class ChunkRow:
     # Sealed: the master key id and the wrapped data key (None: plaintext).
     seal_key_id: str | None = None
     sealed_data_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShortChunk:
+    """A chunk short of intact copies, where the repairs' order has it."""
+
+    copies_ok: int
+    id: int
+    # Since when it has had no intact copy (None: it has some).
+    lost_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,17 +195,42 @@ class CopyRepository:
             query = query.where(ChunkCopy.bot_id.not_in(skipped))
         return list(await self._session.scalars(query))
 
-    async def needing_repair(self, replicas: int, limit: int) -> list[int]:
-        """Live chunks with fewer intact copies than `replicas`, fewest first
-        (the lost ones too: a copy may turn out intact after all)."""
-        return list(
-            await self._session.scalars(
-                select(Chunk.id)
-                .where(Chunk.state == "live", Chunk.copies_ok < replicas)
-                .order_by(Chunk.copies_ok, Chunk.id)
-                .limit(limit)
-            )
+    async def needing_repair(
+        self,
+        replicas: int,
+        limit: int,
+        *,
+        after: ShortChunk | None = None,
+        key_ids: Iterable[str] = (),
+    ) -> list[ShortChunk]:
+        """Live chunks with fewer intact copies than `replicas`, fewest first,
+        past `after` (the last of the page before): a cursor, so that those
+        whose repair fails do not hold the others back. Lost ones too (a
+        copy taken for bad may be read after all). Not the sealed ones whose
+        data key cannot be opened here: under a customer key (SSE-C: never
+        kept) or a master key not among `key_ids`."""
+        query = select(Chunk.copies_ok, Chunk.id, Chunk.lost_at).where(
+            Chunk.state == "live",
+            Chunk.copies_ok < replicas,
+            or_(Chunk.seal_key_id.is_(None), Chunk.seal_key_id.in_(sorted(set(key_ids)))),
         )
+        if after is not None:
+            query = query.where(
+                or_(
+                    Chunk.copies_ok > after.copies_ok,
+                    and_(Chunk.copies_ok == after.copies_ok, Chunk.id > after.id),
+                )
+            )
+        rows = await self._session.execute(query.order_by(Chunk.copies_ok, Chunk.id).limit(limit))
+        return [ShortChunk(int(ok), int(chunk_id), lost_at) for ok, chunk_id, lost_at in rows]
+
+    async def lost_since(self, chunk_id: int) -> datetime | None:
+        """Since when the chunk has had no intact copy (None: it has one, or
+        it is gone)."""
+        lost_at: datetime | None = await self._session.scalar(
+            select(Chunk.lost_at).where(Chunk.id == chunk_id)
+        )
+        return lost_at
 
     async def copy(self, copy_id: int) -> tuple[int, CopyRow] | None:
         """A copy and its chunk's id; None if it is gone."""

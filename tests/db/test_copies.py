@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.db.copies import CopyRepository
+from app.db.copies import CopyRepository, ShortChunk
 from app.db.models import Chunk, ChunkCopy, GcEntry
 from app.db.repositories import ChunkRepository, ObjectRepository
 from app.db.session import session_scope
+from app.sealing import CUSTOMER_KEY_ID
 from tests.db.helpers import LockWaits, document, spec
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -104,7 +105,6 @@ async def test_bad_copies_stay_until_enough_good_ones_exist(sessionmaker: Sessio
         await repo.mark_bad(first, "missing")
         await repo.mark_bad(second, "missing")
         assert await repo.retire_bad(chunk_id, keep=2) == 0
-        assert await repo.needing_repair(2, 10) == [chunk_id]
         assert await repo.object_damage(1, 2) == "lost"
     async with session_scope(sessionmaker) as session:
         assert len(list(await session.scalars(select(ChunkCopy.id)))) == 2
@@ -208,5 +208,41 @@ async def test_two_repairs_finding_one_copy_intact_again_count_it_once(
     assert await state(sessionmaker, chunk_id) == (1, False)
     async with session_scope(sessionmaker) as session:
         repo = CopyRepository(session)
-        assert await repo.needing_repair(2, 10) == [chunk_id]
+        assert await repo.needing_repair(2, 10) == [ShortChunk(1, chunk_id)]
         assert await repo.retire_bad(chunk_id, keep=2) == 0  # the other copy stays
+
+
+async def test_repairs_page_through_the_short_chunks_fewest_copies_first(
+    sessionmaker: Sessions,
+) -> None:
+    """A cursor, so that the chunks a repair fails on do not hold the others
+    back; SSE-C chunks and those under a key not configured here are left
+    out, lost ones are not (a bad copy may read after all)."""
+    made = [await two_copy_object(sessionmaker, key=f"k{n}") for n in range(6)]
+    lost, customer, unknown, known, plain, one = (chunk_id for chunk_id, _ in made)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        for copy_id in made[0][1]:
+            await repo.mark_bad(copy_id, "missing")
+        await repo.mark_bad(made[5][1][0], "corrupt")
+        for chunk_id, key_id in [(customer, CUSTOMER_KEY_ID), (unknown, "gone"), (known, "k2")]:
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk_id).values(seal_key_id=key_id)
+            )
+        lost_at = await repo.lost_since(lost)
+    assert lost_at is not None
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        every = await repo.needing_repair(3, 10, key_ids=["k1", "k2"])
+        first = await repo.needing_repair(3, 2, key_ids=["k1", "k2"])
+        rest = await repo.needing_repair(3, 2, after=first[-1], key_ids=["k1", "k2"])
+        last = await repo.needing_repair(3, 2, after=rest[-1], key_ids=["k1", "k2"])
+        plaintext_only = await repo.needing_repair(3, 10)
+    assert every == [
+        ShortChunk(0, lost, lost_at),
+        ShortChunk(1, one),
+        ShortChunk(2, known),
+        ShortChunk(2, plain),
+    ]
+    assert (first, rest, last) == (every[:2], every[2:], [])
+    assert [short.id for short in plaintext_only] == [lost, one, plain]
