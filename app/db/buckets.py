@@ -67,7 +67,8 @@ class BucketRepository:
     async def delete(self, name: str) -> bool:
         """Delete an empty bucket; False if there is none.
 
-        Raises BucketNotEmpty while any object or multipart upload is in it.
+        Raises BucketNotEmpty while any object or multipart upload in
+        progress is in it.
         The bucket row is locked for the check, so concurrent deletes queue;
         objects do not reference the row, so a put racing the delete is not
         stopped by it (on Postgres): callers check the bucket exists first.
@@ -79,7 +80,15 @@ class BucketRepository:
         if found is None:
             return False
         has_object = select(literal(1)).where(StoredObject.bucket == name).limit(1)
-        has_upload = select(literal(1)).where(MultipartUpload.bucket == name).limit(1)
+        # A completed upload is no upload of the bucket's: it only holds the
+        # bytes of a pending object until their flush, and that object, if
+        # still live here, holds the bucket itself. Deleted (in the trash,
+        # or gone while a copy still needs its bytes), it must not.
+        has_upload = (
+            select(literal(1))
+            .where(MultipartUpload.bucket == name, MultipartUpload.completed_at.is_(None))
+            .limit(1)
+        )
         if (
             await self._session.scalar(has_object) is not None
             or await self._session.scalar(has_upload) is not None

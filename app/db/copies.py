@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import and_, case, delete, distinct, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    case,
+    delete,
+    distinct,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import PostedDocument, copy_values, ledger_values
@@ -60,6 +71,16 @@ class ChunkRow:
     # Sealed: the master key id and the wrapped data key (None: plaintext).
     seal_key_id: str | None = None
     sealed_data_key: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShortChunk:
+    """A chunk short of intact copies, where the repairs' order has it."""
+
+    copies_ok: int
+    id: int
+    # Since when it has had no intact copy (None: it has some).
+    lost_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,17 +195,42 @@ class CopyRepository:
             query = query.where(ChunkCopy.bot_id.not_in(skipped))
         return list(await self._session.scalars(query))
 
-    async def needing_repair(self, replicas: int, limit: int) -> list[int]:
-        """Live chunks with fewer intact copies than `replicas`, fewest first
-        (the lost ones too: a copy may turn out intact after all)."""
-        return list(
-            await self._session.scalars(
-                select(Chunk.id)
-                .where(Chunk.state == "live", Chunk.copies_ok < replicas)
-                .order_by(Chunk.copies_ok, Chunk.id)
-                .limit(limit)
-            )
+    async def needing_repair(
+        self,
+        replicas: int,
+        limit: int,
+        *,
+        after: ShortChunk | None = None,
+        key_ids: Iterable[str] = (),
+    ) -> list[ShortChunk]:
+        """Live chunks with fewer intact copies than `replicas`, fewest first,
+        past `after` (the last of the page before): a cursor, so that those
+        whose repair fails do not hold the others back. Lost ones too (a
+        copy taken for bad may be read after all). Not the sealed ones whose
+        data key cannot be opened here: under a customer key (SSE-C: never
+        kept) or a master key not among `key_ids`."""
+        query = select(Chunk.copies_ok, Chunk.id, Chunk.lost_at).where(
+            Chunk.state == "live",
+            Chunk.copies_ok < replicas,
+            or_(Chunk.seal_key_id.is_(None), Chunk.seal_key_id.in_(sorted(set(key_ids)))),
         )
+        if after is not None:
+            query = query.where(
+                or_(
+                    Chunk.copies_ok > after.copies_ok,
+                    and_(Chunk.copies_ok == after.copies_ok, Chunk.id > after.id),
+                )
+            )
+        rows = await self._session.execute(query.order_by(Chunk.copies_ok, Chunk.id).limit(limit))
+        return [ShortChunk(int(ok), int(chunk_id), lost_at) for ok, chunk_id, lost_at in rows]
+
+    async def lost_since(self, chunk_id: int) -> datetime | None:
+        """Since when the chunk has had no intact copy (None: it has one, or
+        it is gone)."""
+        lost_at: datetime | None = await self._session.scalar(
+            select(Chunk.lost_at).where(Chunk.id == chunk_id)
+        )
+        return lost_at
 
     async def copy(self, copy_id: int) -> tuple[int, CopyRow] | None:
         """A copy and its chunk's id; None if it is gone."""
@@ -251,48 +297,56 @@ class CopyRepository:
 
     async def mark_bad(self, copy_id: int, state: BadState) -> bool:
         """The copy is missing or corrupt; True if it was counted intact until
-        now (the chunk lost one). A chunk left with no intact copy is lost."""
+        now (the chunk lost one). A chunk left with no intact copy is lost.
+
+        Each state change is conditional on the state it changes, and only
+        the one that matched counts: two sessions reporting one copy at once
+        (two pieces of one read) count it once. On Postgres the second waits
+        for the first's row lock, then finds the copy bad already."""
         await lock_database_for_write(self._session)
-        found = await self.copy(copy_id)
-        if found is None:
-            return False
-        chunk_id, copy = found
-        await self._session.execute(
-            update(ChunkCopy)
-            .where(ChunkCopy.id == copy_id)
-            .values(state=state, checked_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        if not copy.ok:
-            return False
-        await self._count(chunk_id, -1)
-        return True
+        now = utcnow()
+        while True:
+            chunk_id = await self._set_state(copy_id, ChunkCopy.state == "ok", state, now)
+            if chunk_id is not None:
+                await self._count(chunk_id, -1)
+                return True
+            if await self._set_state(copy_id, ChunkCopy.state != "ok", state, now) is not None:
+                return False  # bad already (now corrupt, maybe): no second count
+            # Neither: gone, or found intact again between the two statements.
+            if await self.copy(copy_id) is None:
+                return False
 
     async def mark_checked(self, copy_id: int, *, verified: bool = False) -> None:
         """Telegram holds the copy (and, `verified`, its bytes are right): an
-        intact copy again if it had been taken for a bad one."""
+        intact copy again if it had been taken for a bad one.
+
+        Conditional as `mark_bad`: two repairs finding one copy whole again
+        count it once, not as two intact copies."""
         await lock_database_for_write(self._session)
-        found = await self.copy(copy_id)
-        if found is None:
-            return
-        chunk_id, copy = found
         now = utcnow()
         values: dict[str, object] = {"checked_at": now}
         if verified:
             values["verified_at"] = now
-        # Present is not enough for a copy known to hold wrong bytes. The
-        # state is set only when it changes: a check that changes nothing
-        # else keeps the journal's triggers quiet (migration 0019).
-        if not copy.ok and (verified or copy.state != "corrupt"):
-            values["state"] = "ok"
+        # Present is not enough for a copy known to hold wrong bytes.
+        revivable = ChunkCopy.state != "ok" if verified else ChunkCopy.state == "missing"
+        chunk_id = await self._session.scalar(
+            update(ChunkCopy)
+            .where(ChunkCopy.id == copy_id, revivable)
+            .values(state="ok", **values)
+            .returning(ChunkCopy.chunk_id)
+            .execution_options(synchronize_session=False)
+        )
+        if chunk_id is not None:
+            await self._count(chunk_id, +1)
+            return
+        # The state is set only when it changes: a check that changes
+        # nothing else keeps the journal's triggers quiet (migration 0019).
         await self._session.execute(
             update(ChunkCopy)
             .where(ChunkCopy.id == copy_id)
             .values(**values)
             .execution_options(synchronize_session=False)
         )
-        if not copy.ok and values.get("state") == "ok":
-            await self._count(chunk_id, +1)
 
     async def add_copy(
         self, chunk_id: int, document: PostedDocument, *, at_most: int, salt: bytes | None = None
@@ -364,6 +418,19 @@ class CopyRepository:
             .values(block_hashes=block_hashes, sha256=sha256, block_digest=None)
             .execution_options(synchronize_session=False)
         )
+
+    async def _set_state(
+        self, copy_id: int, condition: ColumnElement[bool], state: BadState, now: datetime
+    ) -> int | None:
+        """Set the copy's state if `condition` holds; its chunk's id if it did."""
+        chunk_id = await self._session.scalar(
+            update(ChunkCopy)
+            .where(ChunkCopy.id == copy_id, condition)
+            .values(state=state, checked_at=now)
+            .returning(ChunkCopy.chunk_id)
+            .execution_options(synchronize_session=False)
+        )
+        return None if chunk_id is None else int(chunk_id)
 
     async def _count(self, chunk_id: int, change: int) -> None:
         """copies_ok += change; lost_at set when it reaches 0, cleared above."""

@@ -79,6 +79,11 @@ class Encryption:
         return self._keyring is not None or customer_key_given()
 
     @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the configured master keys (none: encryption is off)."""
+        return () if self._keyring is None else self._keyring.ids
+
+    @property
     def current_key_id(self) -> str | None:
         return None if self._keyring is None else self._keyring.current.id
 

@@ -28,9 +28,14 @@ repaired from a good copy.
 * **Lost.** A chunk none of whose copies is intact is lost, and so are the
   objects made of it: they are answered as damaged, never served, and
   counted (`Health`) on /metrics, the status page, `teleuploader check` and
-  the object's own API answer. The scrub asks again about a lost chunk's
-  copies every round it has time for: one Telegram had only "temporarily
-  unavailable" may come back.
+  the object's own API answer. A repair asks about a lost chunk's copies
+  once more (one taken for bad may read after all); found unreadable, the
+  chunk waits for a check that finds a copy intact again, as every copy is
+  checked: one Telegram had only "temporarily unavailable" may come back.
+* **Which repairs.** Each round takes the next REPAIRS_PER_ROUND short
+  chunks, fewest intact copies first, on from where the round before
+  stopped, so chunks whose repair keeps failing never hold the others back;
+  those it cannot repair are left out (app/store/repair_queue.py).
 
 With several instances, each checks the copies of the bots it holds (a
 full pass reports the copies it left to the others: `skipped`); any
@@ -52,7 +57,7 @@ from typing import Any, Literal
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health
+from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health, ShortChunk
 from app.db.copy_counts import live_copies_of
 from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
@@ -64,6 +69,7 @@ from app.store.encryption import Encryption
 from app.store.errors import EncryptionKeyUnavailable, pass_failure
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, copy_ref
+from app.store.repair_queue import RepairQueue
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, WholeCopy, read_whole
 from app.telegram.dispatcher import Dispatcher
@@ -191,6 +197,7 @@ class Scrub:
         self.full_pass: FullPass | None = None
         self._full_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # one pass or round at a time
+        self._queue = RepairQueue(sessionmaker, replicas=replicas, key_ids=self._encryption.key_ids)
 
     def start(self) -> None:
         if self._period > 0:
@@ -302,8 +309,11 @@ class Scrub:
                 for copy_id in copy_ids:
                     await self._check(copy_id, deep=deep, report=report)
                 after = copy_ids[-1]
-            while await self._repairs(report, limit=REPAIRS_PER_ROUND):
-                pass
+            short: ShortChunk | None = None
+            while True:  # every short chunk once
+                short, _ = await self._repair_page(report, short, REPAIRS_PER_ROUND)
+                if short is None:
+                    break
             await self._count(report)
             if elsewhere:
                 async with session_scope(self._sessionmaker) as session:
@@ -464,21 +474,30 @@ class Scrub:
     # --- repairs ---------------------------------------------------------------------------
 
     async def _repairs(self, report: PassReport, *, limit: int) -> int:
-        """Repair up to `limit` short chunks; how many were repaired."""
+        """Repair the next `limit` short chunks (app/store/repair_queue.py);
+        how many were repaired."""
+        self._queue.cursor, repaired = await self._repair_page(report, self._queue.cursor, limit)
+        return repaired
+
+    async def _repair_page(
+        self, report: PassReport, after: ShortChunk | None, limit: int
+    ) -> tuple[ShortChunk | None, int]:
+        """Repair up to `limit` short chunks past `after`; where the next
+        page starts (None: this one reached the end), and how many were
+        repaired."""
         if not self._dispatcher.usable_bots():
             # A repair reads and uploads through bots: with none here yet
             # (still being checked) it would take every chunk for lost.
-            return 0
-        async with session_scope(self._sessionmaker) as session:
-            short = await CopyRepository(session).needing_repair(self.replicas, limit)
+            return None, 0
+        chunk_ids, after = await self._queue.take(limit, after)
         repaired = 0
-        for chunk_id in short:
+        for chunk_id in chunk_ids:
             try:
                 if await self.repair(chunk_id, report=report):
                     repaired += 1
             except (TelegramError, EncryptionKeyUnavailable) as exc:
                 log.warning("chunk_repair_failed", chunk_id=chunk_id, error=str(exc))
-        return repaired
+        return after, repaired
 
     async def repair(self, chunk_id: int, *, report: PassReport | None = None) -> bool:
         """Bring the chunk back to REPLICAS intact copies; True if a copy was
@@ -497,6 +516,7 @@ class Scrub:
                 data = await self._read_intact(chunk, [c for c in chunk.copies if not c.ok])
                 if data is None:
                     log.error("chunk_lost", chunk_id=chunk_id, copies=len(chunk.copies))
+                    await self._queue.found_unreadable(chunk_id)
                     return False
                 good = [c for c in chunk.copies if c.ok]
             added = await self._store_copies(chunk, good, data, self.replicas - len(good))

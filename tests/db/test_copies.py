@@ -3,16 +3,18 @@ intact copies and the lost mark follow every change, on both backends."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from app.db.copies import CopyRepository
+from app.db.copies import CopyRepository, ShortChunk
 from app.db.models import Chunk, ChunkCopy, GcEntry
 from app.db.repositories import ChunkRepository, ObjectRepository
 from app.db.session import session_scope
-from tests.db.helpers import document, spec
+from app.sealing import CUSTOMER_KEY_ID
+from tests.db.helpers import LockWaits, document, spec
 
 Sessions = async_sessionmaker[AsyncSession]
 
@@ -103,7 +105,6 @@ async def test_bad_copies_stay_until_enough_good_ones_exist(sessionmaker: Sessio
         await repo.mark_bad(first, "missing")
         await repo.mark_bad(second, "missing")
         assert await repo.retire_bad(chunk_id, keep=2) == 0
-        assert await repo.needing_repair(2, 10) == [chunk_id]
         assert await repo.object_damage(1, 2) == "lost"
     async with session_scope(sessionmaker) as session:
         assert len(list(await session.scalars(select(ChunkCopy.id)))) == 2
@@ -151,3 +152,97 @@ async def test_health_says_when_the_copy_checked_longest_ago_was_checked(
         await session.execute(update(Chunk).where(Chunk.id == chunk_id).values(state="pending"))
     async with session_scope(sessionmaker) as session:
         assert (await CopyRepository(session).health(replicas=2)).oldest_check is None
+
+
+async def test_one_gone_copy_reported_by_two_reads_at_once_counts_once(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
+    """Two pieces of one read find the same copy gone, each in a session of
+    its own. The second read the copy as intact while the first had not
+    committed yet, and counted it again: the chunk showed lost with a copy
+    intact, and stayed in the repair queue for good."""
+    chunk_id, (first, _second) = await two_copy_object(sessionmaker)
+    waits = LockWaits(engine)
+    async with sessionmaker() as reporting:
+        assert await CopyRepository(reporting).mark_bad(first, "missing")
+
+        async def report_again() -> bool:
+            async with session_scope(sessionmaker) as session:
+                return await CopyRepository(session).mark_bad(first, "missing")
+
+        again = asyncio.create_task(report_again())
+        # Blocked on the copy's row (Postgres) or the database (SQLite).
+        await waits.wait()
+        await reporting.commit()
+        counted = await asyncio.gather(again)
+    assert counted == [False]
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        assert await CopyRepository(session).object_damage(1, 2) == "degraded"
+
+
+async def test_two_repairs_finding_one_copy_intact_again_count_it_once(
+    sessionmaker: Sessions, engine: AsyncEngine
+) -> None:
+    """Two instances repairing one chunk both read a copy taken for missing
+    and find it whole. Counted twice, the chunk had two intact copies with
+    one: never repaired, and `retire_bad` would drop its other copy."""
+    chunk_id, (first, second) = await two_copy_object(sessionmaker)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        await repo.mark_bad(first, "missing")
+        await repo.mark_bad(second, "missing")
+    assert await state(sessionmaker, chunk_id) == (0, True)
+    waits = LockWaits(engine)
+    async with sessionmaker() as repairing:
+        await CopyRepository(repairing).mark_checked(first, verified=True)
+
+        async def repair_too() -> None:
+            async with session_scope(sessionmaker) as session:
+                await CopyRepository(session).mark_checked(first, verified=True)
+
+        too = asyncio.create_task(repair_too())
+        await waits.wait()
+        await repairing.commit()
+        await too
+    assert await state(sessionmaker, chunk_id) == (1, False)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        assert await repo.needing_repair(2, 10) == [ShortChunk(1, chunk_id)]
+        assert await repo.retire_bad(chunk_id, keep=2) == 0  # the other copy stays
+
+
+async def test_repairs_page_through_the_short_chunks_fewest_copies_first(
+    sessionmaker: Sessions,
+) -> None:
+    """A cursor, so that the chunks a repair fails on do not hold the others
+    back; SSE-C chunks and those under a key not configured here are left
+    out, lost ones are not (a bad copy may read after all)."""
+    made = [await two_copy_object(sessionmaker, key=f"k{n}") for n in range(6)]
+    lost, customer, unknown, known, plain, one = (chunk_id for chunk_id, _ in made)
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        for copy_id in made[0][1]:
+            await repo.mark_bad(copy_id, "missing")
+        await repo.mark_bad(made[5][1][0], "corrupt")
+        for chunk_id, key_id in [(customer, CUSTOMER_KEY_ID), (unknown, "gone"), (known, "k2")]:
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk_id).values(seal_key_id=key_id)
+            )
+        lost_at = await repo.lost_since(lost)
+    assert lost_at is not None
+    async with session_scope(sessionmaker) as session:
+        repo = CopyRepository(session)
+        every = await repo.needing_repair(3, 10, key_ids=["k1", "k2"])
+        first = await repo.needing_repair(3, 2, key_ids=["k1", "k2"])
+        rest = await repo.needing_repair(3, 2, after=first[-1], key_ids=["k1", "k2"])
+        last = await repo.needing_repair(3, 2, after=rest[-1], key_ids=["k1", "k2"])
+        plaintext_only = await repo.needing_repair(3, 10)
+    assert every == [
+        ShortChunk(0, lost, lost_at),
+        ShortChunk(1, one),
+        ShortChunk(2, known),
+        ShortChunk(2, plain),
+    ]
+    assert (first, rest, last) == (every[:2], every[2:], [])
+    assert [short.id for short in plaintext_only] == [lost, one, plain]

@@ -10,11 +10,13 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.cli.main import main
-from app.db.models import ChunkCopy
+from app.db.copies import CopyRepository
+from app.db.models import Chunk, ChunkCopy
 from app.db.session import session_scope
+from app.sealing import CUSTOMER_KEY_ID
 from app.store.locator import ChunkLocator
 from app.store.scrub import DAY, Scrub
 from app.store.services import Services
@@ -40,7 +42,9 @@ class Clock:
         return self.now
 
 
-def scrub_of(service: Service, bytes_per_day: float, clock: Clock | None = None) -> Scrub:
+def scrub_of(
+    service: Service, bytes_per_day: float, clock: Clock | None = None, *, replicas: int = 1
+) -> Scrub:
     """A scrub of the service's parts whose period makes every copy due
     each round, and whose budget is `bytes_per_day`."""
     services = services_of(service)
@@ -50,7 +54,7 @@ def scrub_of(service: Service, bytes_per_day: float, clock: Clock | None = None)
         services.gc,
         ChunkLocator(services.dispatcher, services.gc),
         services.buffers,
-        replicas=1,
+        replicas=replicas,
         period=ROUND,
         read_bytes_per_day=int(bytes_per_day),
         round_seconds=ROUND,
@@ -153,3 +157,46 @@ async def test_scrub_wait_says_what_other_instances_hold_and_exits_non_zero(
     assert report["skipped"] == bots.count(elsewhere)
     assert report["checked"] == len(bots) - bots.count(elsewhere)
     assert "were not checked: other instances hold their bots" in err
+
+
+async def test_chunks_a_repair_cannot_read_hold_back_no_other_repair(
+    start_service: ServiceFactory,
+) -> None:
+    """REPLICAS raised to 2 with 21 chunks first in the repairs' order that
+    this instance cannot repair: 7 lost, 7 under a customer key (SSE-C), 7
+    under a master key not configured. Before, every round took the same 20
+    of them, fewest copies first, and the chunk after them was never
+    repaired; the lost ones were asked about again every round."""
+    service = await start_service()
+    async with service.client() as http:
+        for n in range(22):
+            answer = await http.put(
+                f"/api/files/f{n}.bin", content=payload(CHUNK, seed=n), headers=service.auth
+            )
+            assert answer.status_code == 201, answer.text
+    services = services_of(service)
+    async with session_scope(services.sessionmaker) as session:
+        stored = list(await session.scalars(select(ChunkCopy).order_by(ChunkCopy.chunk_id)))
+        *unrepairable, repairable = [copy.chunk_id for copy in stored]
+        for copy in stored[:7]:
+            service.sim.take_down(copy.chat_id, copy.message_id)
+            await CopyRepository(session).mark_bad(copy.id, "missing")
+        for chunk_id, key_id in zip(
+            unrepairable[7:], [CUSTOMER_KEY_ID] * 7 + ["gone"] * 7, strict=True
+        ):
+            await session.execute(
+                update(Chunk).where(Chunk.id == chunk_id).values(seal_key_id=key_id)
+            )
+    scrub = scrub_of(service, 0, replicas=2)
+
+    await scrub.loop.run_once()
+    asked = getfiles(service)
+    await scrub.loop.run_once()  # the lost ones were found unreadable: not asked again
+
+    async with session_scope(services.sessionmaker) as session:
+        rows = await session.execute(select(Chunk.id, Chunk.copies_ok))
+        copies_ok = {chunk_id: count for chunk_id, count in rows}
+    assert copies_ok[repairable] == 2
+    assert [copies_ok[chunk_id] for chunk_id in unrepairable] == [0] * 7 + [1] * 14
+    assert getfiles(service) == asked
+    assert scrub.loop.failures == 0

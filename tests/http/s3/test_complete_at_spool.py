@@ -14,6 +14,7 @@ from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from app.config.settings import Settings
 from tests.http.s3.test_write_behind import spool_files, upload_parts
 from tests.running_service import CHUNK, Service, ServiceFactory, eventually, payload
 
@@ -223,3 +224,45 @@ async def test_a_pending_object_copied_onto_its_own_key_keeps_its_bytes(
     head = await call(client, "head_object", Bucket="box", Key="blob")
     assert head["Metadata"] == {"state": "replaced"}
     assert await read(client) == b"".join(parts)
+
+
+@pytest.mark.parametrize(
+    "retention",
+    [Settings.model_fields["trash_retention_seconds"].default, 0],
+    ids=["trash", "final"],
+)
+async def test_a_bucket_whose_pending_object_was_deleted_is_deleted_at_once(
+    start_service: ServiceFactory, retention: float
+) -> None:
+    """What `aws s3 rb --force`, `rclone purge` and every test-suite teardown
+    do, with boto3's defaults: complete, delete the object, delete the bucket,
+    before the flush. The deleted object's upload (in the trash with it, or
+    kept for a copy's bytes when deletes are final) held the bucket until
+    the flush: BucketNotEmpty. The flush then finishes as before."""
+    service = await start_service(
+        s3_credentials={ACCESS_KEY: SECRET}, s3_min_part_size=0, trash_retention_seconds=retention
+    )
+    client = boto3.client(  # no Config: boto3's defaults, retries included
+        "s3",
+        endpoint_url=service.url,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    parts = [payload(PART, seed=n) for n in range(PARTS)]
+    with service.sim.holding("sendDocument"):
+        async with asyncio.timeout(20):
+            await complete_upload(client, parts)
+            await call(client, "create_bucket", Bucket="kept")
+            # A copy elsewhere needs the deleted object's bytes.
+            await call(client, "copy_object", Bucket="kept", Key="copy", CopySource="box/blob")
+            await call(client, "delete_object", Bucket="box", Key="blob")
+            await call(client, "delete_bucket", Bucket="box")
+            buckets = await call(client, "list_buckets")
+        assert [b["Name"] for b in buckets["Buckets"]] == ["kept"]
+
+    await eventually(lambda: not spool_files(service), within=20)
+    answer = await call(client, "get_object", Bucket="kept", Key="copy")
+    assert await asyncio.to_thread(answer["Body"].read) == b"".join(parts)
+    # Sent once, for the copy (and the trashed object, sharing its chunks).
+    assert len(service.live_messages()) <= -(-PART * PARTS // CHUNK) + 1
