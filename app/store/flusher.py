@@ -355,15 +355,24 @@ class Flusher:
         }
 
     async def _drop_vanished(self, queue: deque[_Part], current: set[int]) -> None:
-        """Parts whose rows went before any of their bytes were cut (their
-        pending object deleted or replaced, their upload aborted): not
-        sent, and their files deleted, which their deleter cannot do (the
-        row went with an object row, in SQL)."""
+        """Parts that are no longer this instance's to send, before any of
+        their bytes were cut. A row that went (its pending object deleted or
+        replaced, its upload aborted): its file is deleted, which its deleter
+        cannot do (the row went with an object row, in SQL). A row another
+        instance adopted (this one was taken for dead during a stall): its
+        file is the adopter's to flush now, and stays."""
         gone = [part for part in queue if part.cut == 0 and part.row_id not in current]
+        if not gone:
+            return
         for part in gone:
             queue.remove(part)
-        if gone:
-            await self._spool.delete(part.path for part in gone)
+        async with session_scope(self._sessionmaker) as session:
+            adopted = await SpoolRepository(session).existing(part.row_id for part in gone)
+        if adopted:
+            log.warning("spool_parts_adopted_elsewhere", parts=len(adopted))
+            # The adopter counts them in its spool from now on.
+            self._spool.unreserve(sum(part.size for part in gone if part.row_id in adopted))
+        await self._spool.delete(part.path for part in gone if part.row_id not in adopted)
 
     async def _read(self, flush: _UploadFlush, segments: list[_Segment]) -> bytearray:
         """The chunk's bytes from the parts' files, each through its part's
