@@ -62,10 +62,13 @@ class InstanceRepository:
             )
         return found
 
-    async def heartbeat(self, instance_id: str) -> None:
-        await self._session.execute(
+    async def heartbeat(self, instance_id: str) -> bool:
+        """Whether the instance's row is still there (another instance may
+        have taken it for dead and deleted it)."""
+        result = await self._session.execute(
             update(Instance).where(Instance.id == instance_id).values(heartbeat_at=utcnow())
         )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def remove(self, instance_id: str) -> None:
         await self._session.execute(delete(Instance).where(Instance.id == instance_id))

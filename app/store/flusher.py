@@ -54,6 +54,7 @@ from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.chunk_size import short_chunks
+from app.store.errors import InstanceFenced
 from app.store.gc import GarbageCollector
 from app.store.spool import Spool
 from app.store.writer import ChunkWriter
@@ -435,9 +436,11 @@ class Flusher:
             piece = await self._writer.store_chunk(
                 data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
             )
-        except (TelegramError, OSError) as exc:
+        except (TelegramError, OSError, InstanceFenced) as exc:
             # Raised below, outside this block: a traceback keeps the frames of
-            # the send alive, and with them the chunk's bytes.
+            # the send alive, and with them the chunk's bytes. (Fenced: the
+            # part is retried once this instance has registered anew, if it
+            # is still its own.)
             final = isinstance(exc, NoUsableBot | PermanentError)
             failure = FlushFailed(str(exc), final=final)
         finally:
