@@ -88,6 +88,17 @@ class SealRecord:
     salts: Sequence[bytes]  # one per copy, in the order of its documents
 
 
+class InstanceGone(Exception):
+    """The chunk's owner has no instance row: another instance took it for
+    dead (a stall past the heartbeat) and claimed what it left. Its sends'
+    intents are gone, so reconciliation may have ledgered their messages:
+    the chunk must not be recorded."""
+
+    def __init__(self, owner: str) -> None:
+        super().__init__(f"instance {owner} was taken for dead by another instance")
+        self.owner = owner
+
+
 class ChunksMissing(Exception):
     """Chunks an object was to reference no longer exist (released or collected)."""
 
@@ -109,6 +120,7 @@ class ChunkRepository:
         block_hashes: bytes | None = None,
         block_digest: str | None = None,
         seal: SealRecord | None = None,
+        owner_registered: bool = False,
     ) -> Chunk:
         """Record a freshly uploaded chunk: its copies, one document each (or
         its one document). It stays 'pending' until `mark_live`; `owner` is
@@ -120,6 +132,18 @@ class ChunkRepository:
         )
         if not documents:
             raise ValueError("a chunk has at least one copy")
+        if owner is not None and owner_registered:
+            # FOR KEY SHARE: a claim's DELETE of the row waits for this commit
+            # (the chunk is then a row reconciliation sees), the owner's own
+            # heartbeat does not. Raises InstanceGone if the row went.
+            await lock_database_for_write(self._session)
+            alive = await self._session.scalar(
+                select(Instance.id)
+                .where(Instance.id == owner)
+                .with_for_update(read=True, key_share=True)
+            )
+            if alive is None:
+                raise InstanceGone(owner)
         now = utcnow()
         chunk = Chunk(
             owner=owner,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.intents import WatermarkRepository
 from app.db.locking import lock_database_for_write
-from app.db.models import GcEntry, GcReason, LeftMessage, LeftWhy
+from app.db.models import ChunkCopy, GcEntry, GcReason, LeftMessage, LeftWhy, SnapshotMessage
 from app.db.types import utcnow
 
 # How long entries handed out by `due` stay invisible to other workers. The
@@ -24,6 +24,8 @@ _MAX_ERROR_LENGTH = 2000
 class GcRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
+        # Entries the last `due` dropped: a row holds their message.
+        self.held_dropped = 0
 
     async def add(
         self,
@@ -63,7 +65,14 @@ class GcRepository:
         FOR UPDATE SKIP LOCKED keeps concurrent workers (several instances)
         from claiming the same rows; the claim itself is the pushed-back
         `next_attempt_at`, so it survives the transaction.
+
+        An entry whose message a chunk copy or a snapshot row holds is never
+        handed out: its entry is dropped instead (`held_dropped` counts them).
+        Reconciliation can ledger a message that a stalled instance, taken
+        for dead, records afterwards; deleting it would lose acknowledged
+        bytes. Whoever retires that row later ledgers the message again.
         """
+        self.held_dropped = 0
         if limit <= 0:
             return []
         now = now or utcnow()
@@ -77,10 +86,39 @@ class GcRepository:
                 .with_for_update(skip_locked=True)
             )
         )
+        held = await self._held([entry.id for entry in entries])
+        if held:
+            await self._session.execute(
+                delete(GcEntry)
+                .where(GcEntry.id.in_(held))
+                .execution_options(synchronize_session=False)
+            )
+            self.held_dropped = len(held)
+            for entry in entries:
+                if entry.id in held:
+                    self._session.expunge(entry)
+            entries = [entry for entry in entries if entry.id not in held]
         for entry in entries:
             entry.next_attempt_at = now + lease
         await self._session.flush()
         return entries
+
+    async def _held(self, entry_ids: list[int]) -> set[int]:
+        """Which of the entries name a message a row still holds."""
+        if not entry_ids:
+            return set()
+        holds = or_(
+            exists().where(
+                ChunkCopy.chat_id == GcEntry.chat_id, ChunkCopy.message_id == GcEntry.message_id
+            ),
+            exists().where(
+                SnapshotMessage.chat_id == GcEntry.chat_id,
+                SnapshotMessage.message_id == GcEntry.message_id,
+            ),
+        )
+        return set(
+            await self._session.scalars(select(GcEntry.id).where(GcEntry.id.in_(entry_ids), holds))
+        )
 
     async def done(self, entry_id: int) -> None:
         """The message is deleted (or Telegram says it is already gone, or

@@ -15,7 +15,7 @@ whose heartbeat went stale has died; `adopt` hands its rows to a live one.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, exists, insert, select, update
@@ -62,10 +62,13 @@ class InstanceRepository:
             )
         return found
 
-    async def heartbeat(self, instance_id: str) -> None:
-        await self._session.execute(
+    async def heartbeat(self, instance_id: str) -> bool:
+        """Whether the instance's row is still there (another instance may
+        have taken it for dead and deleted it)."""
+        result = await self._session.execute(
             update(Instance).where(Instance.id == instance_id).values(heartbeat_at=utcnow())
         )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def remove(self, instance_id: str) -> None:
         await self._session.execute(delete(Instance).where(Instance.id == instance_id))
@@ -204,6 +207,15 @@ class SpoolRepository:
                 select(SpooledPart.path).where(SpooledPart.upload_id == upload_id)
             )
         )
+
+    async def existing(self, spool_ids: Iterable[int]) -> set[int]:
+        """Which of these rows exist, whoever owns them."""
+        found: set[int] = set()
+        for batch in batches(sorted(set(spool_ids))):
+            found.update(
+                await self._session.scalars(select(SpooledPart.id).where(SpooledPart.id.in_(batch)))
+            )
+        return found
 
     async def all_paths(self) -> set[str]:
         return set(await self._session.scalars(select(SpooledPart.path)))

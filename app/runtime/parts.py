@@ -173,10 +173,22 @@ def build_parts(
         inline_threshold=settings.inline_threshold,
         replicas=settings.replicas,
         owner=spool.instance_id,
+        owner_registered=True,
         on_bytes=metrics.count_uploaded,
         encryption=encryption,
     )
     flusher = Flusher(spool, writer, sessionmaker, gc, chunk_size=settings.chunk_size)
+
+    async def on_fenced(fenced: bool) -> None:
+        # Taken for dead after a stall: nothing under way may record a chunk
+        # (its intents were claimed); once registered anew, the spool rows
+        # that are still this instance's are flushed again.
+        if fenced:
+            writer.fence()
+            return
+        writer.unfence()
+        await resume_adopted()
+
     instance = InstanceHeartbeat(
         sessionmaker,
         spool,
@@ -188,6 +200,7 @@ def build_parts(
         on_adopted=resume_adopted,
         running_since=writer.oldest_running,
         on_block_digest=writer.use_block_digest,
+        on_fenced=on_fenced,
         interval=tuning.heartbeat_seconds,
     )
     leases = BotLeases(

@@ -50,6 +50,19 @@ class DownloadStalled(ContentUnavailable):
     download connection busy): the download is aborted."""
 
 
+class InstanceFenced(StoreError):
+    """Another instance took this one for dead (it stalled past the
+    heartbeat) and took over its work: what it had under way is refused
+    until it has registered anew. Retry after `retry_after` seconds."""
+
+    def __init__(self, *, retry_after: int) -> None:
+        super().__init__(
+            "this instance was taken for dead by another one after a stall and "
+            "is registering anew; the upload was not stored, retry it"
+        )
+        self.retry_after = retry_after
+
+
 class ContentPending(StoreError):
     """The object's bytes are still in another instance's spool, on their way
     to Telegram (app.store.pending): retry after `retry_after` seconds."""

@@ -16,6 +16,17 @@ upload is completed (`seal`, `flushed`) or has been idle for `idle_flush`
 seconds. The commit of a pending object's last part finalises the object
 (app.db.pending).
 
+The bytes a part's chunks carry are checked against the MD5 recorded when
+its file was written: they are read in part order, through the part's own
+hash, and the hash is compared when the part's last byte has been read,
+before the chunk carrying it is sent (so before the part can be committed).
+The chunks' block hashes are computed from the bytes read, so a damaged file
+flushed would be served as a 200 with wrong bytes for good. A damaged part
+is never committed: it stays in the spool, where a read of its object fails
+(502), is logged (`spool_part_damaged`) and counted (`damaged`), and the
+chunks already sent with its bytes go to the GC ledger with the round's
+uncommitted ones.
+
 Failures: the bytes are on disk, so a failed send loses nothing. The round of
 work is wound up (chunks that no committed part uses go to the GC ledger) and
 started again from the database after `retry_delay`. A crash leaves the rows
@@ -27,9 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -41,6 +54,7 @@ from app.db.retry import in_transaction
 from app.db.session import session_scope
 from app.db.spool import SpoolRepository
 from app.store.chunk_size import short_chunks
+from app.store.errors import InstanceFenced
 from app.store.gc import GarbageCollector
 from app.store.spool import Spool
 from app.store.writer import ChunkWriter
@@ -78,9 +92,14 @@ class _Part:
     part_number: int
     path: str
     size: int
+    md5: str | None  # hex, as written (None: a row from before 0020 recorded none)
     cut: int = 0  # bytes handed to chunks so far
     stored: int = 0  # bytes of those in stored chunks
     pieces: dict[int, PieceSpec] = field(default_factory=dict)  # by offset in the part
+    # The bytes read so far (cut and read in part order): checked against
+    # `md5` once the last one is.
+    read: Any = field(default_factory=lambda: hashlib.md5(usedforsecurity=False))
+    damaged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +142,14 @@ class Flusher:
         self._retry_delay = retry_delay
         self._uploads: dict[str, _UploadFlush] = {}
         self._stopping = False
+        # Spool rows (by id) whose file does not match its MD5: never sent,
+        # and looked at once per process.
+        self._damaged: set[int] = set()
+
+    @property
+    def damaged(self) -> int:
+        """Spooled parts found damaged (not sent) since this process started."""
+        return len(self._damaged)
 
     # --- what the store calls ---------------------------------------------------
 
@@ -166,6 +193,12 @@ class Flusher:
                 waiting = await SpoolRepository(session).pending_parts(upload_id, part_numbers)
             if not waiting:
                 return
+            if self._damaged and (damaged := await self._damaged_of(upload_id, waiting)):
+                raise FlushFailed(
+                    f"spooled part(s) {sorted(damaged)} do not match their MD5: "
+                    "the bytes on disk are damaged, upload the part again",
+                    final=True,
+                )
             self.notify(upload_id)
             flush = self._uploads.get(upload_id)
             if flush is None:
@@ -267,12 +300,15 @@ class Flusher:
                 for row in rows:
                     if row.id not in known:
                         known.add(row.id)
-                        queue.append(_Part(row.id, row.part_number, row.path, row.size))
+                        if row.id not in self._damaged:
+                            queue.append(
+                                _Part(row.id, row.part_number, row.path, row.size, row.md5)
+                            )
                 await self._drop_vanished(queue, {row.id for row in rows})
                 _raise_failed(sends)
                 ready = sum(part.size - part.cut for part in queue)
                 if not ready and not sends:
-                    return not known or not await self._load(flush.upload_id)
+                    return not known or not await self._load(flush.upload_id, damaged=False)
                 if ready >= self._chunk_size or (ready and (flush.sealed or tail)):
                     tail = False
                     await lanes.acquire()
@@ -280,9 +316,16 @@ class Flusher:
                     # Past the first few, a few bytes short, differing chunk to chunk.
                     segments = _cut(queue, plan.length(cuts))
                     cuts += 1
+                    try:
+                        data = [await self._read(flush, segments)]
+                    except BaseException:
+                        self._writer.buffers.release()
+                        lanes.release()
+                        raise
                     task = asyncio.create_task(
-                        self._send(flush, segments, chunk_ids, lanes), name="spool-chunk"
+                        self._send(flush, data, segments, chunk_ids, lanes), name="spool-chunk"
                     )
+                    del data  # the task's now: its bytes go when it is done
                     sends.add(task)
                     task.add_done_callback(lambda _: flush.wake.set())
                     continue
@@ -304,42 +347,100 @@ class Flusher:
             if chunk_ids:
                 await self._gc.release_chunks(chunk_ids, reason="failed_upload")
 
+    async def _damaged_of(self, upload_id: str, part_numbers: set[int]) -> set[int]:
+        """Which of these spooled parts of the upload were found damaged."""
+        return {
+            row.part_number
+            for row in await self._load(upload_id)
+            if row.id in self._damaged and row.part_number in part_numbers
+        }
+
     async def _drop_vanished(self, queue: deque[_Part], current: set[int]) -> None:
-        """Parts whose rows went before any of their bytes were cut (their
-        pending object deleted or replaced, their upload aborted): not
-        sent, and their files deleted, which their deleter cannot do (the
-        row went with an object row, in SQL)."""
+        """Parts that are no longer this instance's to send, before any of
+        their bytes were cut. A row that went (its pending object deleted or
+        replaced, its upload aborted): its file is deleted, which its deleter
+        cannot do (the row went with an object row, in SQL). A row another
+        instance adopted (this one was taken for dead during a stall): its
+        file is the adopter's to flush now, and stays."""
         gone = [part for part in queue if part.cut == 0 and part.row_id not in current]
+        if not gone:
+            return
         for part in gone:
             queue.remove(part)
-        if gone:
-            await self._spool.delete(part.path for part in gone)
+        async with session_scope(self._sessionmaker) as session:
+            adopted = await SpoolRepository(session).existing(part.row_id for part in gone)
+        if adopted:
+            log.warning("spool_parts_adopted_elsewhere", parts=len(adopted))
+            # The adopter counts them in its spool from now on.
+            self._spool.unreserve(sum(part.size for part in gone if part.row_id in adopted))
+        await self._spool.delete(part.path for part in gone if part.row_id not in adopted)
+
+    async def _read(self, flush: _UploadFlush, segments: list[_Segment]) -> bytearray:
+        """The chunk's bytes from the parts' files, each through its part's
+        hash (segments come in part order: `_cut` hands them out so, and
+        chunks are read one after another); a part read to its end is
+        checked against its MD5 here, before the chunk is sent."""
+        failure: FlushFailed | None = None
+        data = bytearray(sum(segment.length for segment in segments))
+        view = memoryview(data)
+        try:
+            at = 0
+            for segment in segments:
+                target = view[at : at + segment.length]
+                await self._spool.read_into(segment.part.path, segment.offset, target)
+                part = segment.part
+                # hashlib lets go of the GIL for large updates: off the loop.
+                await asyncio.to_thread(part.read.update, target)
+                if segment.offset + segment.length == part.size:
+                    self._check(flush, part)
+                at += segment.length
+        except FileNotFoundError as exc:
+            failure = _PartsGone(str(exc), {segment.part.row_id for segment in segments})
+        except OSError as exc:
+            failure = FlushFailed(str(exc), final=False)
+        finally:
+            view.release()
+        if failure is not None:
+            raise failure
+        return data
+
+    def _check(self, flush: _UploadFlush, part: _Part) -> None:
+        """The part has been read whole: mark it damaged unless its bytes
+        match the MD5 recorded as its file was written."""
+        actual = part.read.hexdigest()
+        if part.md5 is None or actual == part.md5:
+            return
+        part.damaged = True
+        self._damaged.add(part.row_id)
+        log.error(
+            "spool_part_damaged",
+            upload_id=flush.upload_id,
+            part_number=part.part_number,
+            path=part.path,
+            expected_md5=part.md5,
+            actual_md5=actual,
+            detail="not stored: reads of its object fail until the part is uploaded again",
+        )
 
     async def _send(
         self,
         flush: _UploadFlush,
+        holder: list[bytearray],
         segments: list[_Segment],
         chunk_ids: list[int],
         lanes: asyncio.Semaphore,
     ) -> None:
         failure: FlushFailed | None = None
+        data = holder.pop()
         try:
-            data = bytearray(sum(segment.length for segment in segments))
-            view = memoryview(data)
-            at = 0
-            for segment in segments:
-                target = view[at : at + segment.length]
-                await self._spool.read_into(segment.part.path, segment.offset, target)
-                at += segment.length
-            view.release()
             piece = await self._writer.store_chunk(
                 data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
             )
-        except FileNotFoundError as exc:
-            failure = _PartsGone(str(exc), {segment.part.row_id for segment in segments})
-        except (TelegramError, OSError) as exc:
+        except (TelegramError, OSError, InstanceFenced) as exc:
             # Raised below, outside this block: a traceback keeps the frames of
-            # the send alive, and with them the chunk's bytes.
+            # the send alive, and with them the chunk's bytes. (Fenced: the
+            # part is retried once this instance has registered anew, if it
+            # is still its own.)
             final = isinstance(exc, NoUsableBot | PermanentError)
             failure = FlushFailed(str(exc), final=final)
         finally:
@@ -355,7 +456,7 @@ class Flusher:
             part.pieces[segment.offset] = PieceSpec(piece.chunk_id, at, segment.length)
             part.stored += segment.length
             at += segment.length
-            if part.stored == part.size:
+            if part.stored == part.size and not part.damaged:
                 await self._commit(flush, part)
 
     async def _commit(self, flush: _UploadFlush, part: _Part) -> None:
@@ -377,9 +478,12 @@ class Flusher:
         )
         flush.changed.set()
 
-    async def _load(self, upload_id: str) -> list[SpooledPart]:
+    async def _load(self, upload_id: str, *, damaged: bool = True) -> list[SpooledPart]:
+        """The upload's spooled parts this instance owns (`damaged`: with
+        those found damaged, which are never sent)."""
         async with session_scope(self._sessionmaker) as session:
-            return await SpoolRepository(session).owned(self._spool.instance_id, upload_id)
+            rows = await SpoolRepository(session).owned(self._spool.instance_id, upload_id)
+        return rows if damaged else [row for row in rows if row.id not in self._damaged]
 
 
 def _cut(queue: deque[_Part], size: int) -> list[_Segment]:

@@ -215,6 +215,7 @@ class GarbageCollector:
         A message past its 48 hours gets no call: it is left in the channel."""
         now = datetime.now(UTC)
         async with session_scope(self._sessionmaker) as session:
+            ledger = GcRepository(session)
             entries = [
                 _Due(
                     e.id,
@@ -224,8 +225,16 @@ class GarbageCollector:
                     e.attempts,
                     e.posted_at or e.enqueued_at,
                 )
-                for e in await GcRepository(session).due(self._batch, now)
+                for e in await ledger.due(self._batch, now)
             ]
+            held = ledger.held_dropped
+        if held:
+            log.warning(
+                "gc_skipped_held_messages",
+                messages=held,
+                detail="ledgered messages that a chunk copy or snapshot row holds "
+                "were kept, and their entries dropped",
+            )
         if not entries:
             return 0
         expired = [e for e in entries if now - e.posted_at >= DELETE_WINDOW]

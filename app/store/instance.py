@@ -65,6 +65,7 @@ class InstanceHeartbeat:
         on_adopted: Callable[[], Awaitable[None]] | None = None,
         running_since: Callable[[], datetime | None] | None = None,
         on_block_digest: Callable[[str], None] | None = None,
+        on_fenced: Callable[[bool], Awaitable[None]] | None = None,
         interval: float,
         stale_after: float = STALE_AFTER_SECONDS,
     ) -> None:
@@ -79,6 +80,10 @@ class InstanceHeartbeat:
         # Told at registration and at every beat which block digest new
         # chunks may get (app.store.blocks.digest_for_new_chunks).
         self.on_block_digest = on_block_digest
+        # Told True when a beat finds this instance's row gone (taken for
+        # dead: stop storing), then False once it has registered anew.
+        self.on_fenced = on_fenced
+        self.fences = 0  # since the start
         self.reconciler = reconciler
         self._reconcile_requests = 0  # since the last sweep that marked the chat
         self._reconciling: asyncio.Task[None] | None = None
@@ -211,10 +216,38 @@ class InstanceHeartbeat:
     async def _beat(self) -> None:
         self._beats += 1
         async with session_scope(self._sessionmaker) as session:
-            await InstanceRepository(session).heartbeat(self.instance_id)
-            await self._tell_block_digest(session)
+            present = await InstanceRepository(session).heartbeat(self.instance_id)
+            if present:
+                await self._tell_block_digest(session)
+        if not present:
+            await self._fence()
         if self._beats % SWEEP_EVERY_BEATS == 0:
             await self.adopt()
+
+    async def _fence(self) -> None:
+        """This instance's row is gone: another instance took it for dead
+        (a stall past `stale_after`: a VM pause, a database failover), and has
+        claimed its send intents, adopted its spooled parts and may have
+        ledgered its unrecorded messages. Stop storing (what was under way
+        fails, 503), then register anew: the work from then on is its own."""
+        self.fences += 1
+        log.error(
+            "instance_taken_for_dead",
+            instance_id=self.instance_id,
+            detail="another instance claimed this one after a stall; uploads under way "
+            "fail (503) and it registers anew",
+        )
+        if self.on_fenced is not None:
+            await self.on_fenced(True)
+        async with session_scope(self._sessionmaker) as session:
+            await InstanceRepository(session).register(
+                self.instance_id, self._host, os.getpid(), block_digests=READABLE
+            )
+        # Its own spool rows written since the claim are this instance's
+        # again; those the claimer adopted are the claimer's.
+        if self.on_fenced is not None:
+            await self.on_fenced(False)
+        log.warning("instance_registered_anew", instance_id=self.instance_id)
 
     async def _tell_block_digest(self, session: AsyncSession) -> None:
         if self.on_block_digest is not None:

@@ -21,6 +21,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,13 @@ WRITE_BATCH = 1024 * 1024
 # it has at once. Memory stays bounded per process however many clients
 # stream into the spool (small writes are the price, only under that load).
 GATHER_BUDGET = 8 * WRITE_BATCH
+# A file no row names, in the directory of an instance taken for dead, is
+# removed only once it is this old (its last write). That instance may only be
+# stalled (a VM pause, a database failover) between publishing a part's file
+# and writing its row: once it resumes, the row names the file and the part
+# is acknowledged. No stall outlasts an hour; a dead writer's leftovers wait
+# that long for a later sweep.
+UNNAMED_FILE_AGE_SECONDS = 3600.0
 
 
 class SpoolFull(Exception):
@@ -175,12 +183,23 @@ class Spool:
         for path in paths:
             self.unreserve(await asyncio.to_thread(_unlink_counted, self.root / path))
 
-    async def remove_unreferenced(self, referenced: set[str], live_owners: set[str]) -> int:
-        """Delete files no row names, in directories of instances that are not
-        running (their writes under way died with them); return how many."""
-        return await asyncio.to_thread(self._remove_unreferenced, referenced, live_owners)
+    async def remove_unreferenced(
+        self,
+        referenced: set[str],
+        live_owners: set[str],
+        *,
+        min_age: float = UNNAMED_FILE_AGE_SECONDS,
+    ) -> int:
+        """Delete files no row names, last written `min_age` seconds ago or
+        more, in directories of instances that are not running (their writes
+        under way died with them); return how many."""
+        return await asyncio.to_thread(
+            self._remove_unreferenced, referenced, live_owners, time.time() - min_age
+        )
 
-    def _remove_unreferenced(self, referenced: set[str], live_owners: set[str]) -> int:
+    def _remove_unreferenced(
+        self, referenced: set[str], live_owners: set[str], written_before: float
+    ) -> int:
         removed = 0
         if not self.root.is_dir():
             return 0
@@ -188,10 +207,13 @@ class Spool:
             if not directory.is_dir() or directory.name in live_owners:
                 continue
             for file in directory.iterdir():
-                if f"{directory.name}/{file.name}" not in referenced:
-                    with contextlib.suppress(FileNotFoundError):
-                        file.unlink()
-                        removed += 1
+                if f"{directory.name}/{file.name}" in referenced:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if file.stat().st_mtime >= written_before:
+                        continue  # its instance may be stalled, its row still to come
+                    file.unlink()
+                    removed += 1
             with contextlib.suppress(OSError):
                 directory.rmdir()  # only when empty
         return removed

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.chunks import ChunkRepository, SealRecord
+from app.db.chunks import ChunkRepository, InstanceGone, SealRecord
 from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
@@ -50,6 +50,7 @@ from app.db.types import utcnow
 from app.store.blocks import SHA256, ChunkDigests, block_hashes_off_loop, hashes_root
 from app.store.chunk_size import plan_chunks
 from app.store.encryption import ChunkKeys, Encryption, customer_key_given
+from app.store.errors import InstanceFenced
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
 from app.store.upload_buffers import UploadBuffers
@@ -60,6 +61,10 @@ from app.telegram.worker import ReplicaGroup
 
 log = structlog.get_logger("app.store.writer")
 T = TypeVar("T")
+
+# Retry-After of an upload refused while fenced: registering anew takes a
+# beat of the heartbeat (a few seconds).
+FENCED_RETRY_AFTER = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,7 @@ class ChunkWriter:
         inline_threshold: int,
         replicas: int = 1,
         owner: str | None = None,
+        owner_registered: bool = False,
         on_bytes: Callable[[int], None] | None = None,
         encryption: Encryption | None = None,
     ) -> None:
@@ -97,6 +103,13 @@ class ChunkWriter:
         # Copies of every chunk, each an upload of its own (REPLICAS).
         self.replicas = replicas
         self._owner = owner
+        # Whether `owner` has an instance row the chunk's record must find
+        # (a running service's writer; tests of the writer alone have none).
+        self._owner_registered = owner_registered
+        # Fenced: this instance was taken for dead (`fence`). `_epoch` counts
+        # fences: a chunk whose sends began before one is not recorded.
+        self.fenced = False
+        self._epoch = 0
         self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
         self._gc = gc
@@ -123,6 +136,21 @@ class ChunkWriter:
             yield
         finally:
             del self._running[key]
+
+    def fence(self) -> None:
+        """Another instance took this one for dead and claimed its work (its
+        send intents are gone: their messages may be ledgered): refuse new
+        chunks, and record none whose sends began before now."""
+        self.fenced = True
+        self._epoch += 1
+
+    def unfence(self) -> None:
+        """Registered anew: chunks may be stored again."""
+        self.fenced = False
+
+    def _refuse_if_fenced(self, epoch: int) -> None:
+        if self.fenced or epoch != self._epoch:
+            raise InstanceFenced(retry_after=FENCED_RETRY_AFTER)
 
     def use_block_digest(self, kind: str) -> None:
         if kind != self.block_digest:
@@ -293,6 +321,8 @@ class ChunkWriter:
         only with all its copies: one that fails fails the chunk, and the
         copies sent meanwhile go to the GC. `hashed`: a HashingReader's
         hashing of `data`, which made its block digests on the way."""
+        epoch = self._epoch
+        self._refuse_if_fenced(epoch)
         with self.running():
             keys: ChunkKeys | None = None
             hashes: ChunkDigests | None = None
@@ -341,17 +371,20 @@ class ChunkWriter:
                 seal = SealRecord(len(data), keys.key_id, keys.wrapped, salts)
             # Shielded: a cancellation arriving while the commit is on its way
             # cannot tell whether the row was written; the commit's own end can.
-            recording = self._detach(self._record(documents, hashes, intents, seal))
+            recording = self._detach(self._record(documents, hashes, intents, seal, epoch))
             try:
                 chunk_id = await asyncio.shield(recording)
             except asyncio.CancelledError:
                 await self._abandon_recording(recording, documents, intents)
                 raise
-            except BaseException:
+            except BaseException as exc:
                 # Telegram has them but the database does not: they must not stay.
                 for document, intent, _ in copies:
                     self._gc.enqueue_document(document, reason="failed_upload")
                     await self._resolve_intent(intent)
+                if isinstance(exc, InstanceGone):
+                    log.error("chunk_refused_instance_taken_for_dead", owner=exc.owner)
+                    raise InstanceFenced(retry_after=FENCED_RETRY_AFTER) from None
                 raise
             return PieceSpec(chunk_id=chunk_id, offset=0, length=len(data))
 
@@ -410,9 +443,11 @@ class ChunkWriter:
         hashes: ChunkDigests | None,
         intents: list[int | None],
         seal: SealRecord | None,
+        epoch: int,
     ) -> int:
         """The chunk row with its copies, and the intents resolved, in one
-        transaction."""
+        transaction; refused if this instance was fenced since `epoch`."""
+        self._refuse_if_fenced(epoch)
         async with session_scope(self._sessionmaker) as session:
             chunk = await ChunkRepository(session).add_pending(
                 documents,
@@ -421,6 +456,7 @@ class ChunkWriter:
                 block_hashes=None if hashes is None else hashes.hashes,
                 block_digest=None if hashes is None or hashes.kind == SHA256 else hashes.kind,
                 seal=seal,
+                owner_registered=self._owner_registered,
             )
             for intent in intents:
                 if intent is not None:

@@ -4,12 +4,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import GcEntry
+from app.db.models import ChunkCopy, GcEntry, SnapshotMessage
 from app.db.repositories import GcRepository
 from app.db.session import session_scope
-from tests.db.helpers import document
+from tests.db.helpers import add_chunks, count, document
 
 Sessions = async_sessionmaker[AsyncSession]
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -106,3 +107,39 @@ async def test_concurrent_workers_never_claim_the_same_entry(sessionmaker: Sessi
     results = await asyncio.gather(*(worker() for _ in range(6)))
     everything = [entry_id for claimed in results for entry_id in claimed]
     assert len(everything) == len(set(everything)) == 40
+
+
+async def test_a_ledgered_message_that_a_chunk_copy_or_snapshot_holds_is_never_handed_out(
+    sessionmaker: Sessions,
+) -> None:
+    # Reconciliation can ledger a message that an instance taken for dead
+    # records as a chunk copy afterwards (issue 49): deleting it would lose
+    # acknowledged bytes. Postgres too: the rows come from several instances.
+    (chunk,) = await add_chunks(sessionmaker, [100])
+    free, held_by_chunk, held_by_snapshot = await _add(sessionmaker, T0, T0, T0)
+    async with session_scope(sessionmaker) as session:
+        await session.execute(
+            update(GcEntry)
+            .where(GcEntry.id == held_by_chunk.id)
+            .values(chat_id=chunk.chat_id, message_id=chunk.message_id)
+        )
+        session.add(
+            SnapshotMessage(
+                taken_at=T0,
+                kind="piece",
+                bot_id=held_by_snapshot.bot_id,
+                chat_id=held_by_snapshot.chat_id,
+                message_id=held_by_snapshot.message_id,
+                file_unique_id=held_by_snapshot.file_unique_id,
+            )
+        )
+    async with session_scope(sessionmaker) as session:
+        repo = GcRepository(session)
+        due = await repo.due(10, T0)
+        assert [e.id for e in due] == [free.id]
+        assert repo.held_dropped == 2
+    async with session_scope(sessionmaker) as session:
+        # The held entries are gone from the ledger; their rows are intact.
+        assert await GcRepository(session).backlog() == 1
+        assert await count(session, ChunkCopy) == 1
+        assert await count(session, SnapshotMessage) == 1

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from structlog.testing import capture_logs
 
@@ -171,3 +171,42 @@ async def test_a_part_aborted_while_it_is_flushed_ends_the_flush_quietly(
         ledgered = (await session.execute(select(GcEntry.message_id, GcEntry.reason))).all()
     assert [tuple(row) for row in ledgered] == [(1, "failed_upload")]
     await flusher.stop(grace=1)
+
+
+async def test_a_part_adopted_by_another_instance_keeps_its_file_for_the_adopter(
+    sessionmaker: Sessions, spool: Spool
+) -> None:
+    # This instance stalled and was taken for dead (issue 49): another one
+    # adopted its rows. Deleting the file of a row that moved owner lost the
+    # part; the adopter retried it forever and its object never settled.
+    telegram = FakeTelegram(bots=1)  # one lane: the third chunk waits for the first
+    telegram.gate.clear()
+    parts = [random.Random(n).randbytes(3000) for n in range(4)]
+    upload_id = await spooled_upload(sessionmaker, spool, parts)
+    flusher = flusher_for(telegram, sessionmaker, spool)
+    flusher.notify(upload_id)
+    await eventually(lambda: telegram.in_flight > 0)
+    # Part 4 is not cut yet: another instance takes it over.
+    async with session_scope(sessionmaker) as session:
+        await session.execute(
+            update(SpooledPart)
+            .where(SpooledPart.upload_id == upload_id, SpooledPart.part_number == 4)
+            .values(owner="other")
+        )
+        path = await session.scalar(select(SpooledPart.path).where(SpooledPart.owner == "other"))
+    assert path is not None
+    telegram.gate.set()
+    async with asyncio.timeout(10):
+        await flusher.flushed(upload_id, [1, 2, 3])
+    await flusher.stop(grace=1)
+    assert (spool.root / path).exists()
+    assert spool.used == 0  # the adopter counts it now
+
+    # The adopter reads it from the stalled instance's directory.
+    adopter_spool = Spool(spool.root, max_bytes=10**6, instance_id="other")
+    adopter = flusher_for(telegram, sessionmaker, adopter_spool)
+    async with asyncio.timeout(10):
+        await adopter.flushed(upload_id, [4])
+    await adopter.stop(grace=1)
+    assert await part_bytes(sessionmaker, telegram, upload_id) == parts
+    assert list(spool.root.rglob("*.part")) == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import os
+import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -102,12 +104,31 @@ async def test_only_dead_instances_lose_their_unreferenced_files(spool: Spool) -
     for owner, name in [("me", "a"), ("alive", "b"), ("dead", "kept"), ("dead", "stray")]:
         (spool.root / owner).mkdir(exist_ok=True)
         (spool.root / owner / f"{name}.part").write_bytes(b"x")
+    age(spool.root / "dead" / "stray.part", spool_module.UNNAMED_FILE_AGE_SECONDS + 60)
 
     removed = await spool.remove_unreferenced({"dead/kept.part"}, {"me", "alive"})
 
     assert removed == 1
     left = sorted(str(p.relative_to(spool.root)) for p in spool.root.rglob("*.part"))
     assert left == ["alive/b.part", "dead/kept.part", "me/a.part"]
+
+
+async def test_a_young_unnamed_file_of_an_instance_taken_for_dead_stays(spool: Spool) -> None:
+    # The instance may only be stalled (issue 49) between publishing the
+    # file and writing its row: once it resumes, the part is acknowledged.
+    (spool.root / "stalled").mkdir()
+    young = spool.root / "stalled" / "just-published.part"
+    young.write_bytes(b"x")
+    age(young, 60)  # a stall of a minute
+
+    assert await spool.remove_unreferenced(set(), {"me"}) == 0
+    assert young.exists()
+
+
+def age(path: Path, seconds: float) -> None:
+    """Make the file's last write `seconds` ago."""
+    when = time.time() - seconds
+    os.utime(path, (when, when))
 
 
 async def test_many_slow_writers_hold_one_budget_not_a_batch_each(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from app.store.errors import (
     CustomerKeyRequired,
     DispatcherClosed,
     EncryptionKeyUnavailable,
+    InstanceFenced,
     NoUsableBot,
     ObjectDamaged,
     ObjectNotFound,
@@ -152,6 +153,8 @@ def _store_failure(exc: StoreError, path: str) -> Failure:
             str(exc),
             KEY_RETRY_AFTER,
         )
+    if isinstance(exc, InstanceFenced):
+        return Failure(503, "instance_fenced", "ServiceUnavailable", str(exc), exc.retry_after)
     if isinstance(exc, ContentPending):
         return Failure(503, "content_pending", "SlowDown", str(exc), exc.retry_after)
     if isinstance(exc, TooManyFailedChecks):

@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.client import BaseClient
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ResponseStreamingError
 
 from app.config.settings import Settings
 from tests.http.s3.test_write_behind import spool_files, upload_parts
@@ -266,3 +266,32 @@ async def test_a_bucket_whose_pending_object_was_deleted_is_deleted_at_once(
     assert await asyncio.to_thread(answer["Body"].read) == b"".join(parts)
     # Sent once, for the copy (and the trashed object, sharing its chunks).
     assert len(service.live_messages()) <= -(-PART * PARTS // CHUNK) + 1
+
+
+async def test_a_spool_file_damaged_before_its_flush_is_never_served(service: Service) -> None:
+    # The flusher cut the damaged bytes into chunks, hashed them block by
+    # block and finalised the object: a 200 with wrong bytes, for good.
+    client = s3_client(service)
+    parts = [payload(PART, seed=n) for n in range(8)]
+    flusher = service.app.state.services.flusher
+    with service.sim.holding("sendDocument"):
+        await complete_upload(client, parts)
+        # The last part's: the held sends (one per bot, 3 x 64 KiB) hold
+        # the flusher before it reads that far.
+        damaged = max(spool_files(service), key=lambda file: file.stat().st_mtime_ns)
+        data = bytearray(damaged.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        damaged.write_bytes(bytes(data))
+
+    # Settled either way: the flusher found the damage, or flushed it all.
+    await eventually(lambda: getattr(flusher, "damaged", 0) or not spool_files(service), within=20)
+    # Parts 1 to 7 come from Telegram, then the damaged one's check fails:
+    # the answer is cut off, never ended with wrong bytes.
+    with pytest.raises((ClientError, ResponseStreamingError)):
+        await read(client)
+    with pytest.raises(ClientError) as caught:
+        await read(client, Range=f"bytes={7 * PART}-{7 * PART + 9}")
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+    # The other parts were flushed; the damaged one stays, unsent.
+    await eventually(lambda: spool_files(service) == [damaged], within=20)
+    assert await read(client, Range=f"bytes=0-{PART - 1}") == parts[0]

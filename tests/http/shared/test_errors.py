@@ -13,7 +13,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from app.http.api.errors import failure_response
 from app.http.s3.errors import s3_error_for
 from app.http.shared.errors import failure_for
-from app.store.errors import ContentUnavailable, ObjectNotFound
+from app.store.errors import ContentUnavailable, InstanceFenced, ObjectNotFound
 from app.telegram.errors import (
     DispatcherClosed,
     NoUsableBot,
@@ -134,3 +134,10 @@ def test_both_apis_render_the_same_decision(
 def test_errors_of_other_layers_are_left_to_the_api() -> None:
     assert failure_for(ValueError("a bug")) is None
     assert s3_error_for(KeyError("a bug")) is None
+
+
+def test_an_upload_refused_by_a_fenced_instance_is_a_503_that_says_why() -> None:
+    failure = failure_for(InstanceFenced(retry_after=5))
+    assert failure is not None
+    assert (failure.status, failure.s3_code, failure.retry_after) == (503, "ServiceUnavailable", 5)
+    assert "taken for dead" in failure.message and "retry" in failure.message
