@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import traceback
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -325,13 +326,7 @@ class Flusher:
         failure: FlushFailed | None = None
         try:
             data = bytearray(sum(segment.length for segment in segments))
-            view = memoryview(data)
-            at = 0
-            for segment in segments:
-                target = view[at : at + segment.length]
-                await self._spool.read_into(segment.part.path, segment.offset, target)
-                at += segment.length
-            view.release()
+            await self._read_segments(segments, data)
             piece = await self._writer.store_chunk(
                 data, label=f"upload {flush.upload_id[:8]}", index=len(chunk_ids)
             )
@@ -342,6 +337,10 @@ class Flusher:
             # the send alive, and with them the chunk's bytes.
             final = isinstance(exc, NoUsableBot | PermanentError)
             failure = FlushFailed(str(exc), final=final)
+            # The error's own traceback holds the writer's frames, each with the
+            # chunk, in a cycle (the frame that re-raised it names it) that
+            # only a full collection frees: their locals go now.
+            traceback.clear_frames(exc.__traceback__)
         finally:
             data = bytearray()
             self._writer.buffers.release()
@@ -357,6 +356,21 @@ class Flusher:
             at += segment.length
             if part.stored == part.size:
                 await self._commit(flush, part)
+
+    async def _read_segments(self, segments: list[_Segment], data: bytearray) -> None:
+        """Fill `data` with the segments' bytes from the spool.
+
+        Each view of `data` is released as soon as it is filled: a slice of
+        a memoryview holds the buffer by itself, even once the view it was
+        cut from is released. Left in a frame that a failed send's traceback
+        keeps until the next full collection of the cyclic GC, such a slice
+        kept the whole chunk alive with it: +92 MiB of chunk buffers in 3
+        minutes of a soak (issue 55)."""
+        at = 0
+        for segment in segments:
+            with memoryview(data)[at : at + segment.length] as target:
+                await self._spool.read_into(segment.part.path, segment.offset, target)
+            at += segment.length
 
     async def _commit(self, flush: _UploadFlush, part: _Part) -> None:
         pieces = [part.pieces[offset] for offset in sorted(part.pieces)]
