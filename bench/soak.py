@@ -461,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()
             sim.configure(fault_5xx_rate=0.0, fault_429_rate=0.0, fault_drop_rate=0.0)
             stored, referenced, backlog = drain(svc, sim, args.drain_seconds)
+            print(f"unreferenced messages, possible causes: {soak_setup.leftovers(svc.database)}")
             max_calls = soak_setup.most_calls_per_lane(sim.stats()["bots"])
     print(f"load average at the end of the clients: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
     if args.tracemalloc is not None:

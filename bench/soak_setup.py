@@ -224,6 +224,16 @@ def garbage_backlog(db: Database) -> int:
     return ledger + pending
 
 
+def leftovers(db: Database) -> str:
+    """What may explain messages no row references: those the service left
+    for good (`left_messages`), sends whose outcome is unknown (`send_intents`,
+    for reconciliation), copies not in state ok."""
+    left = db.query("SELECT count(*) FROM left_messages")
+    intents = db.query("SELECT count(*) FROM send_intents")
+    not_ok = db.query("SELECT count(*) FROM chunk_copies WHERE state <> 'ok'")
+    return f"left_messages {left}, send_intents {intents}, copies not ok {not_ok}"
+
+
 def most_calls_per_lane(bots: dict[str, dict[str, object]]) -> int:
     """The most calls of one lane one token had in flight at once: uploads
     and posts in one lane, small calls (getFile, deleteMessage...) in the
