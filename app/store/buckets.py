@@ -23,11 +23,20 @@ from app.db.single_statements import AsyncStatements, SingleStatements
 from app.store import listing
 from app.store.listing import Listing, UploadListing
 
-__all__ = ["BUCKET_CACHE_SECONDS", "BucketInfo", "BucketNotEmpty", "BucketStore"]
+__all__ = [
+    "BUCKETS_REMEMBERED",
+    "BUCKET_CACHE_SECONDS",
+    "BucketInfo",
+    "BucketNotEmpty",
+    "BucketStore",
+]
 
 # How long a process trusts that a bucket it saw still exists; bounds how
 # long another process's DeleteBucket can go unnoticed here.
 BUCKET_CACHE_SECONDS = 10.0
+# Buckets remembered at most, the least recently seen forgotten first: one
+# process may serve any number of buckets (issue 55: every cache is bounded).
+BUCKETS_REMEMBERED = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,7 @@ class BucketStore:
         sessionmaker: async_sessionmaker[AsyncSession],
         *,
         clock: Callable[[], float] = time.monotonic,
+        remembered: int = BUCKETS_REMEMBERED,
         statements: SingleStatements | None = None,
     ) -> None:
         self._sessionmaker = sessionmaker
@@ -53,9 +63,10 @@ class BucketStore:
             statements = self._owned = AsyncStatements(engine, engine)
         self._statements: SingleStatements = statements
         self._clock = clock
-        # Bucket name -> when this process last saw it exist. Bounded by the
-        # number of buckets, which only clients with credentials create.
+        # Bucket name -> when this process last saw it exist, least recent
+        # first; at most `remembered` of them.
         self._seen: dict[str, float] = {}
+        self._remembered = remembered
 
     async def close(self) -> None:
         if self._owned is not None:
@@ -76,11 +87,15 @@ class BucketStore:
     async def exists(self, name: str) -> bool:
         seen = self._seen.get(name)
         if seen is not None and self._clock() - seen < BUCKET_CACHE_SECONDS:
+            self._seen[name] = self._seen.pop(name)  # the most recently used now
             return True
         async with session_scope(self._sessionmaker) as session:
             found = await BucketRepository(session).exists(name)
         if found:
+            self._seen.pop(name, None)  # to the end: the most recent
             self._seen[name] = self._clock()
+            while len(self._seen) > self._remembered:
+                del self._seen[next(iter(self._seen))]
         else:
             self._seen.pop(name, None)
         return found

@@ -47,6 +47,17 @@ _FIRST_BYTE_BUCKETS = (0.005, 0.01, 0.025, *_LATENCY_BUCKETS)
 #: layer for each request: the object bytes it moves are counted under it.
 REQUEST_API: ContextVar[str] = ContextVar("teleuploader_request_api", default="other")
 
+#: The methods the APIs serve (HTTP, WebDAV); any other is labelled OTHER. A
+#: method is any token a client sends, and each new one was a label set kept
+#: for good, in the registry and in the children's cache (issue 55).
+KNOWN_METHODS = frozenset(
+    {
+        *("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH"),
+        *("PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"),
+    }
+)
+OTHER_METHOD = "OTHER"
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -58,7 +69,7 @@ class Metrics:
             registry=self.registry,
         )
         # (route, method, status) -> its children of the two above; routes are
-        # templates and statuses few, so this stays small.
+        # templates, methods KNOWN_METHODS and statuses few: it stays small.
         self._request_children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self.http_duration = Histogram(
             "teleuploader_http_request_duration_seconds",
@@ -141,6 +152,8 @@ class Metrics:
         """One HTTP request. The labelled children are looked up once per
         label set and kept: `labels()` validates and locks on every call,
         about 2 % of a small HEAD's CPU for the two of them."""
+        if method not in KNOWN_METHODS:
+            method = OTHER_METHOD
         key = (route, method, status)
         children = self._request_children.get(key)
         if children is None:

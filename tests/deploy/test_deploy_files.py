@@ -76,3 +76,24 @@ def test_caddy_closes_its_idle_upstream_connections_before_the_service_does() ->
     assert not others
     caddy_seconds = int(value) * (60 if unit == "m" else 1)
     assert caddy_seconds < KEEP_ALIVE_SECONDS
+
+
+def _final_stage_env(containerfile: str) -> dict[str, str]:
+    """The ENV of the Containerfile's last stage (what the service runs with)."""
+    last = containerfile.rsplit("\nFROM ", 1)[1]
+    env: dict[str, str] = {}
+    for instruction in re.findall(r"^ENV ((?:.*\\\n)*.*)$", last, re.MULTILINE):
+        for pair in instruction.replace("\\\n", " ").split():
+            name, _, value = pair.partition("=")
+            env[name] = value
+    return env
+
+
+def test_the_unit_and_the_image_run_with_two_malloc_arenas() -> None:
+    # glibc's per-thread arenas kept the memory the service's threads freed:
+    # the RSS of a soak crept minute by minute (issue 55, bench/README.md).
+    unit = (DEPLOY / "teleuploader.service").read_text()
+    assert re.findall(r"^Environment=MALLOC_ARENA_MAX=(\S+)$", unit, re.MULTILINE) == ["2"]
+    image = _final_stage_env((REPO / "Containerfile").read_text())
+    assert image.get("MALLOC_ARENA_MAX") == "2"
+    assert "MALLOC_ARENA_MAX=2" in GUIDE

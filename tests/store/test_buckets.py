@@ -48,3 +48,25 @@ async def test_an_existing_bucket_is_remembered_and_forgotten_on_delete(
     # Listings on Postgres keep driver connections of their own.
     await here.close()
     await elsewhere.close()
+
+
+async def test_the_memory_of_buckets_is_bounded_least_recent_first(
+    sessionmaker: Sessions,
+) -> None:
+    here = BucketStore(sessionmaker, remembered=3)
+    for name in ("b1", "b2", "b3", "b4"):
+        assert await here.create(name)
+        assert await here.exists(name)
+    assert await here.exists("b2")  # used again: the most recent now
+    assert await here.exists("b5") is False
+    assert await here.create("b5")
+    assert await here.exists("b5")
+    # b1 went when b4 came, b3 when b5 came; b2 was used again and stays.
+    with statements() as seen:
+        for name in ("b2", "b4", "b5"):
+            assert await here.exists(name)
+    assert seen == []
+    with statements() as seen:
+        assert await here.exists("b3")
+    assert any("FROM buckets" in statement for statement in seen)  # asked again
+    await here.close()
