@@ -17,14 +17,8 @@ repaired from a good copy.
   lasts). A round gives way to user traffic: it stops when the bots have
   work queued.
 * **Repairs.** A chunk with fewer intact copies than REPLICAS (a bad copy
-  found by a check or by a read, or REPLICAS raised) is read whole from an
-  intact copy, checked, and stored again as a new, independent copy, in a
-  chat (and by a bot) none of its intact copies uses where there is one. The
-  new copy is recorded, and only then the bad ones' messages go to the GC
-  ledger. A crash in between loses nothing: the good copies were never
-  touched, and a copy sent but not recorded is an orphan reconciliation
-  deletes. A repair holds one upload buffer (of the process-wide budget)
-  for the chunk's bytes.
+  found by a check or by a read, or REPLICAS raised) gets new copies from an
+  intact one (app/store/repairs.py).
 * **Lost.** A chunk none of whose copies is intact is lost, and so are the
   objects made of it: they are answered as damaged, never served, and
   counted (`Health`) on /metrics, the status page, `teleuploader check` and
@@ -50,7 +44,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -59,7 +53,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow, Health, ShortChunk
 from app.db.copy_counts import live_copies_of
-from app.db.intents import ANY_CHAT, IntentRepository
 from app.db.session import session_scope
 from app.kit.periodic import Periodic
 from app.sealing import CUSTOMER_KEY_ID
@@ -70,12 +63,12 @@ from app.store.errors import EncryptionKeyUnavailable, pass_failure
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator, copy_ref
 from app.store.repair_queue import RepairQueue
+from app.store.repairs import Repairs
+from app.store.scrub_report import FullPass, PassReport
 from app.store.upload_buffers import UploadBuffers
-from app.store.whole_copy import CopyBad, WholeCopy, read_whole
+from app.store.whole_copy import CopyBad, WholeCopy
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import BotUnusable, TelegramError
-from app.telegram.types import StoredDocument
-from app.telegram.worker import ReplicaGroup
 
 log = structlog.get_logger("app.store.scrub")
 
@@ -94,60 +87,6 @@ BOTS_WAIT = 120.0
 BOTS_POLL = 0.2
 # A check's verdict on a copy Telegram could not serve this time.
 Verdict = BadState | Literal["unavailable"]
-
-
-@dataclass
-class PassReport:
-    """What one pass (a round, or a full pass asked for) found and did."""
-
-    checked: int = 0
-    missing: int = 0
-    corrupt: int = 0
-    # Copies Telegram could not serve this time (counted, asked again).
-    unavailable: int = 0
-    repaired: int = 0
-    # Whole copies read and checked (deep), and their bytes.
-    read: int = 0
-    read_bytes: int = 0
-    degraded_objects: int = 0
-    lost_objects: int = 0
-    # Copies a full pass left unchecked: their bots are held by other
-    # instances (one call per token across the fleet), which check them in
-    # their own rounds or passes. Not 0: the pass did not check everything.
-    skipped: int = 0
-
-    def add(self, other: PassReport) -> None:
-        for name in (
-            "checked",
-            "missing",
-            "corrupt",
-            "unavailable",
-            "repaired",
-            "read",
-            "read_bytes",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-@dataclass
-class FullPass:
-    """A full pass run on request (`teleuploader scrub`)."""
-
-    deep: bool
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    finished_at: datetime | None = None
-    report: PassReport = field(default_factory=PassReport)
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "running": self.finished_at is None,
-            "deep": self.deep,
-            "started_at": self.started_at.isoformat(),
-            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
-            "error": self.error,
-            **asdict(self.report),
-        }
 
 
 class Scrub:
@@ -192,12 +131,29 @@ class Scrub:
         self._round_seconds = round_seconds
         # Reports of reads and checks, written in the background.
         self._background: set[asyncio.Task[None]] = set()
-        self.repaired = 0  # since the start (a metric)
         self.last_health: Health | None = None
         self.full_pass: FullPass | None = None
         self._full_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # one pass or round at a time
         self._queue = RepairQueue(sessionmaker, replicas=replicas, key_ids=self._encryption.key_ids)
+        self._repairs_of = Repairs(
+            dispatcher,
+            sessionmaker,
+            gc,
+            locator,
+            buffers,
+            self._queue,
+            self._encryption,
+            replicas=replicas,
+            owner=owner,
+            mark_bad=self._mark_bad,
+            count_failure=self._count_failure,
+        )
+
+    @property
+    def repaired(self) -> int:
+        """Copies added by repairs since the start (a metric)."""
+        return self._repairs_of.repaired
 
     def start(self) -> None:
         if self._period > 0:
@@ -500,130 +456,9 @@ class Scrub:
         return after, repaired
 
     async def repair(self, chunk_id: int, *, report: PassReport | None = None) -> bool:
-        """Bring the chunk back to REPLICAS intact copies; True if a copy was
-        added. A chunk with no intact copy left is lost (counted)."""
+        """Bring the chunk back to REPLICAS intact copies (app/store/repairs.py);
+        True if a copy was added."""
         report = report if report is not None else PassReport()
-        async with session_scope(self._sessionmaker) as session:
-            chunk = (await CopyRepository(session).chunks([chunk_id])).get(chunk_id)
-        if chunk is None:
-            return False
-        good = [copy for copy in chunk.copies if copy.ok]
-        await self._buffers.acquire()
-        try:
-            data = await self._read_intact(chunk, good)
-            if data is None:
-                # None intact: ask about the others again (they may be back).
-                data = await self._read_intact(chunk, [c for c in chunk.copies if not c.ok])
-                if data is None:
-                    log.error("chunk_lost", chunk_id=chunk_id, copies=len(chunk.copies))
-                    await self._queue.found_unreadable(chunk_id)
-                    return False
-                good = [c for c in chunk.copies if c.ok]
-            added = await self._store_copies(chunk, good, data, self.replicas - len(good))
-        finally:
-            data = None
-            self._buffers.release()
-        async with session_scope(self._sessionmaker) as session:
-            retired = await CopyRepository(session).retire_bad(chunk_id, keep=self.replicas)
-        if retired:
-            self._gc.wake()
-        if added:
-            self.repaired += added
-            report.repaired += added
-            log.info("chunk_repaired", chunk_id=chunk_id, copies_added=added, bad_retired=retired)
+        added = await self._repairs_of.repair(chunk_id)
+        report.repaired += added
         return added > 0
-
-    async def _read_intact(self, chunk: ChunkRow, copies: list[CopyRow]) -> bytes | None:
-        """The chunk's bytes from the first of `copies` that gives them whole
-        and right (the others found bad on the way are marked so)."""
-        for copy in copies:
-            try:
-                data = await read_whole(self._locator, chunk, copy, self._encryption)
-            except CopyBad:
-                await self._mark_bad(copy.id, "corrupt")
-                continue
-            except TelegramError as exc:
-                if is_gone(exc):
-                    await self._mark_bad(copy.id, "missing")
-                elif is_unavailable(exc):
-                    await self._count_failure(copy.id)
-                else:
-                    log.warning("copy_read_failed", copy_id=copy.id, error=str(exc))
-                continue
-            worker = self._dispatcher.workers.get(copy.bot_id)
-            if not copy.ok and worker is not None and worker.usable:
-                # Taken for a bad copy, but whole and right: intact again
-                # (not one whose bot is gone: it is read, and replaced).
-                async with session_scope(self._sessionmaker) as session:
-                    await CopyRepository(session).mark_checked(copy.id, verified=True)
-            return data
-        return None
-
-    async def _store_copies(
-        self, chunk: ChunkRow, good: list[CopyRow], data: bytes, wanted: int
-    ) -> int:
-        """Up to `wanted` new copies, in chats and by bots the intact ones do
-        not use where possible; how many were recorded."""
-        if wanted <= 0:
-            return 0
-        taken = {copy.chat_id for copy in good}
-        chats = [
-            chat
-            for chat in self._dispatcher.replica_chats(len(taken) + wanted)
-            if chat not in taken
-        ]
-        chats = (chats + [None] * wanted)[:wanted]
-        group = ReplicaGroup({-(index + 1): copy.bot_id for index, copy in enumerate(good)})
-        added = 0
-        data_key = None
-        if chunk.seal_key_id is not None and chunk.sealed_data_key is not None:
-            data_key = self._encryption.data_key(chunk.id, chunk.seal_key_id, chunk.sealed_data_key)
-        for chat in chats:
-            # A sealed chunk's new copy: a salt (so a copy key) of its own.
-            salt, body = (
-                (None, None) if data_key is None else self._encryption.seal_copy(data_key, data)
-            )
-            intent = await self._open_intent()
-            try:
-                document = await self._dispatcher.send_document(
-                    data if body is None else body,
-                    f"repair-{chunk.id}.bin",
-                    chat_id=chat,
-                    replicas=group,
-                )
-            except TelegramError as exc:
-                await self._resolve_intent(intent)
-                log.warning("chunk_repair_send_failed", chunk_id=chunk.id, error=str(exc))
-                continue
-            finally:
-                if body is not None:
-                    body.close()
-            if not await self._record_copy(chunk.id, document, intent, salt):
-                self._gc.enqueue_document(document, reason="orphaned")
-                continue
-            added += 1
-        return added
-
-    async def _record_copy(
-        self, chunk_id: int, document: StoredDocument, intent: int | None, salt: bytes | None
-    ) -> bool:
-        async with session_scope(self._sessionmaker) as session:
-            copy_id = await CopyRepository(session).add_copy(
-                chunk_id, document, at_most=self.replicas, salt=salt
-            )
-            if intent is not None:
-                await IntentRepository(session).resolve(intent)
-        return copy_id is not None
-
-    async def _open_intent(self) -> int | None:
-        if self._owner is None:
-            return None
-        async with session_scope(self._sessionmaker) as session:
-            return await IntentRepository(session).open(self._owner, ANY_CHAT)
-
-    async def _resolve_intent(self, intent: int | None) -> None:
-        if intent is None:
-            return
-        with contextlib.suppress(Exception):
-            async with session_scope(self._sessionmaker) as session:
-                await IntentRepository(session).resolve(intent)
