@@ -159,6 +159,8 @@ async def test_scrub_wait_says_what_other_instances_hold_and_exits_non_zero(
     assert "were not checked: other instances hold their bots" in err
 
 
+# Postgres too: the repairs' cursor and what the query leaves out.
+@pytest.mark.both_backends
 async def test_chunks_a_repair_cannot_read_hold_back_no_other_repair(
     start_service: ServiceFactory,
 ) -> None:
