@@ -271,9 +271,10 @@ async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_
     # k2 first, k1 still there: rotation runs while uploads are in flight.
     both = await restart(without, f"{K2},{K1}")
     s3 = S3(both)
+    before = set(await chunks_under(both, "k2"))
     sim.hold("sendDocument")
     try:
-        # Three chunks each: the first two are sent (two bots) and recorded,
+        # Three chunks or four each: the first two are sent (two bots) and recorded,
         # the third waits at the gate. Held from their first send, the
         # uploads had no chunk row yet: the rotation raced nothing.
         uploads = [
@@ -296,7 +297,11 @@ async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_
         sim.release("sendDocument")
         sim.hold("sendDocument")  # the sends just let go go on; the next ones wait
         await eventually(lambda: sim.held_calls("sendDocument") > 0)
-        await eventually(lambda: chunks_under(both, "k2"))
+
+        async def recorded_during() -> bool:
+            return bool(set(await chunks_under(both, "k2")) - before)
+
+        await eventually(recorded_during)
         # Rows the rotation re-wraps under uploads in flight: the part's.
         under_k1 = await chunks_under(both, "k1")
         assert len(under_k1) >= 2
