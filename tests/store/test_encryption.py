@@ -18,7 +18,7 @@ from app.db.models import Chunk, ChunkCopy, Piece, SpooledPart
 from app.db.session import session_scope
 from app.sealing.layout import FRAME_SIZE, sealed_size
 from app.store.services import Services
-from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET
+from tests.http.s3.test_api_boto3 import ACCESS_KEY, S3, SECRET, read
 from tests.running_service import Service, ServiceFactory, ServiceLauncher, eventually
 
 # Three frames a chunk: a Range read can start and end inside a chunk.
@@ -202,6 +202,11 @@ async def test_swapped_stored_chunks_are_refused_never_served(
     assert second.status_code == 502
 
 
+async def chunks_under(service: Service, key_id: str) -> list[int]:
+    async with session_scope(services_of(service).sessionmaker) as session:
+        return list(await session.scalars(select(Chunk.id).where(Chunk.seal_key_id == key_id)))
+
+
 def run_cli(monkeypatch: pytest.MonkeyPatch, service: Service, keys: str, *argv: str) -> int:
     monkeypatch.setenv("DATABASE_URL", service.settings.database_url)
     monkeypatch.setenv("ENCRYPTION_KEYS", keys)
@@ -231,6 +236,26 @@ async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_
     sealed_data = marked(2 * CHUNK, seed=4)
     sealed_id = await put(first, "under-k1.bin", sealed_data)
     files[sealed_id] = sealed_data
+    # A multipart upload under way across the restarts: its first part's
+    # chunks are sealed under k1, and its last part is sent while the
+    # rotation re-wraps them.
+    s3 = S3(first)
+    await s3("create_bucket", Bucket="box")
+    parts = [marked(2 * CHUNK, seed=5), marked(CHUNK + 3, seed=6)]
+    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="mp"))["UploadId"]
+    etags = [
+        (
+            await s3(
+                "upload_part",
+                Bucket="box",
+                Key="mp",
+                UploadId=upload_id,
+                PartNumber=1,
+                Body=parts[0],
+            )
+        )["ETag"]
+    ]
+    await eventually(lambda: nothing_spooled(first))
 
     # k1 gone: its objects are a clear error, to both APIs; plaintext still reads.
     without = await restart(first, K2)
@@ -239,23 +264,64 @@ async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_
     assert refused.json()["error"] == "encryption_key_unavailable"
     assert "k1" in refused.json()["detail"] and K1[3:] not in refused.text
     s3 = S3(without)
-    await s3("create_bucket", Bucket="box")
     await s3("put_object", Bucket="box", Key="k", Body=b"x" * (CHUNK + 1))
     plain_id = next(iter(files))
     assert (await get(without, plain_id)).content == files[plain_id]
 
     # k2 first, k1 still there: rotation runs while uploads are in flight.
     both = await restart(without, f"{K2},{K1}")
-    with sim.holding("sendDocument"):
+    s3 = S3(both)
+    before = set(await chunks_under(both, "k2"))
+    sim.hold("sendDocument")
+    try:
+        # Three chunks or four each: the first two are sent (two bots) and recorded,
+        # the third waits at the gate. Held from their first send, the
+        # uploads had no chunk row yet: the rotation raced nothing.
         uploads = [
-            asyncio.create_task(put(both, f"during-{n}.bin", marked(CHUNK + 7 * n, seed=10 + n)))
+            asyncio.create_task(
+                put(both, f"during-{n}.bin", marked(3 * CHUNK + 7 * n, seed=10 + n))
+            )
             for n in range(3)
         ]
+        last_part = asyncio.create_task(
+            s3(
+                "upload_part",
+                Bucket="box",
+                Key="mp",
+                UploadId=upload_id,
+                PartNumber=2,
+                Body=parts[1],
+            )
+        )
+        await eventually(lambda: sim.held_calls("sendDocument") >= 2)
+        sim.release("sendDocument")
+        sim.hold("sendDocument")  # the sends just let go go on; the next ones wait
         await eventually(lambda: sim.held_calls("sendDocument") > 0)
+
+        async def recorded_during() -> bool:
+            return bool(set(await chunks_under(both, "k2")) - before)
+
+        await eventually(recorded_during)
+        # Rows the rotation re-wraps under uploads in flight: the part's.
+        under_k1 = await chunks_under(both, "k1")
+        assert len(under_k1) >= 2
         rotated = await asyncio.to_thread(run_cli, monkeypatch, both, f"{K2},{K1}", "rotate")
         assert rotated == 0, capsys.readouterr().err
+    finally:
+        sim.release("sendDocument")
     for n, upload in enumerate(uploads):
-        files[await upload] = marked(CHUNK + 7 * n, seed=10 + n)
+        files[await upload] = marked(3 * CHUNK + 7 * n, seed=10 + n)
+    etags.append((await last_part)["ETag"])
+    listed = [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, start=1)]
+    await s3(
+        "complete_multipart_upload",
+        Bucket="box",
+        Key="mp",
+        UploadId=upload_id,
+        MultipartUpload={"Parts": listed},
+    )
+    await eventually(lambda: nothing_spooled(both))
+    assert not set(under_k1) & set(await chunks_under(both, "k1"))
     assert "re-wrapped under k2" in capsys.readouterr().out
     assert await asyncio.to_thread(run_cli, monkeypatch, both, f"{K2},{K1}", "status") == 0
     status = capsys.readouterr().out
@@ -266,6 +332,7 @@ async def test_keys_added_removed_rotated_during_uploads_and_plaintext_migrated_
     for public_id, data in files.items():
         response = await get(after, public_id)
         assert response.status_code == 200 and response.content == data, public_id
+    assert await read(S3(after), "box", "mp") == b"".join(parts)
 
     # The plaintext chunks sealed through the running service; their
     # plaintext messages deleted from Telegram.

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.db.models import Chunk, ChunkCopy, Piece
+from app.db.models import Chunk, ChunkCopy, Piece, StoredObject
 from app.db.session import session_scope
 from app.store.services import Services
 from app.telegram.errors import TelegramError
@@ -187,6 +187,9 @@ async def test_a_chat_that_another_call_found_gone_is_repaired_by_the_next_scrub
     assert await readable(service, files) == FILES
 
 
+# Postgres too: reads report bad copies in the background while the pass
+# marks, repairs and retires them (conditional state changes, row locks).
+@pytest.mark.both_backends
 async def test_taken_down_messages_flipped_bytes_and_a_revoked_bot_lose_nothing(
     start_service: ServiceFactory,
 ) -> None:
@@ -221,6 +224,8 @@ async def test_taken_down_messages_flipped_bytes_and_a_revoked_bot_lose_nothing(
     assert await readable(service, files) == FILES
 
 
+# Postgres too: a read's report and the repair change one chunk's copies.
+@pytest.mark.both_backends
 async def test_a_read_reports_a_bad_copy_and_the_scrub_replaces_it(
     start_service: ServiceFactory,
 ) -> None:
@@ -250,6 +255,8 @@ async def test_a_read_reports_a_bad_copy_and_the_scrub_replaces_it(
     assert info["damage"] is None
 
 
+# Postgres too: the repairs page through every chunk (a cursor in SQL).
+@pytest.mark.both_backends
 async def test_replicas_raised_on_a_running_deployment_are_brought_up_by_the_scrub(
     launcher: ServiceLauncher,
 ) -> None:
@@ -362,33 +369,62 @@ async def test_s3_clients_hear_a_damaged_object_as_object_damaged(
     assert head["ContentLength"] == 2 * CHUNK
 
 
+# Postgres too: the spool's rows, and the copies the flush records.
+@pytest.mark.both_backends
 async def test_spooled_multipart_parts_are_flushed_as_two_copies_too(
     start_service: ServiceFactory,
 ) -> None:
+    """Parts answered from the spool, completed before any reached Telegram
+    (so nothing was sent before), then flushed: every chunk of the object
+    has its two copies, in two chats. Before, the check ran before the flush
+    and held by construction."""
     service = await start(start_service, replicas=2, s3_credentials={ACCESS_KEY: SECRET})
     s3 = S3(service)
     await s3("create_bucket", Bucket="box")
     parts = [payload(CHUNK, seed=n) for n in range(4)]
-    upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
-    etags = [
-        (
-            await s3(
-                "upload_part", Bucket="box", Key="m", UploadId=upload_id, PartNumber=n, Body=part
+    with service.sim.holding("sendDocument"):
+        upload_id = (await s3("create_multipart_upload", Bucket="box", Key="m"))["UploadId"]
+        etags = [
+            (
+                await s3(
+                    "upload_part",
+                    Bucket="box",
+                    Key="m",
+                    UploadId=upload_id,
+                    PartNumber=n,
+                    Body=part,
+                )
+            )["ETag"]
+            for n, part in enumerate(parts, start=1)
+        ]
+        await s3(
+            "complete_multipart_upload",
+            Bucket="box",
+            Key="m",
+            UploadId=upload_id,
+            MultipartUpload={
+                "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, start=1)]
+            },
+        )
+        assert await copies(service) == []  # all of it in the spool
+
+    async def object_chunks() -> set[int]:
+        async with session_scope(services_of(service).sessionmaker) as session:
+            return set(
+                await session.scalars(
+                    select(Piece.chunk_id)
+                    .join(StoredObject, StoredObject.id == Piece.object_id)
+                    .where(StoredObject.bucket == "box", StoredObject.key == "m")
+                )
             )
-        )["ETag"]
-        for n, part in enumerate(parts, start=1)
-    ]
-    await s3(
-        "complete_multipart_upload",
-        Bucket="box",
-        Key="m",
-        UploadId=upload_id,
-        MultipartUpload={
-            "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, start=1)]
-        },
-    )
+
+    # Flushed: the object has its pieces (until then it is read from the spool).
+    await eventually(object_chunks, within=30)
     stored = await copies(service)
-    assert stored and set(Counter(copy.chunk_id for copy in stored).values()) == {2}
+    assert {copy.chunk_id for copy in stored} == await object_chunks()
+    for chunk_id, count in Counter(copy.chunk_id for copy in stored).items():
+        assert count == 2
+        assert len({c.chat_id for c in stored if c.chunk_id == chunk_id}) == 2
     response = await s3("get_object", Bucket="box", Key="m")
     body = await asyncio.to_thread(response["Body"].read)
     assert body == b"".join(parts)
