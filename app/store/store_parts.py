@@ -89,7 +89,9 @@ class StoreParts:
             if new_id is None:
                 return None
             row_id = new_id
-        return ObjectInfo.from_row(inserted_row(row_id, values), with_content=False)
+        # With its content, which is in hand anyway: whoever asks what the
+        # object is sealed with (S3's PUT answer) then needs no query.
+        return ObjectInfo.from_row(inserted_row(row_id, values))
 
     def _trash_move(self, bucket: str, key: str, reason: str, now: datetime) -> TrashMove:
         assert self._trash_retention is not None

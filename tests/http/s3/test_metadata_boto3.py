@@ -97,6 +97,20 @@ async def test_small_objects_do_not_ask_for_the_bucket_and_a_new_key_is_one_inse
     assert (await s3("head_object", Bucket="box", Key="new"))["ContentLength"] == 1
 
 
+async def test_a_small_put_asks_nothing_about_the_object_it_wrote(s3: S3) -> None:
+    """Its answer names how the object is sealed (x-amz-server-side-encryption);
+    a small object's bytes are in its row, sealed by nothing, so the PUT needs
+    no query of its chunks' seals or of whether it is still pending."""
+    await s3("put_object", Bucket="box", Key="warm", Body=b"w")
+    for key in ("new", "new"):  # a new key, then over an inline object
+        with statements() as seen:
+            answer = await s3("put_object", Bucket="box", Key=key, Body=b"x" * INLINE)
+        assert "ServerSideEncryption" not in answer
+        reads = [sql for sql in seen if sql.startswith("SELECT")]
+        asked = [sql for sql in reads if "pieces.object_id" in sql or "completed_object_id" in sql]
+        assert asked == [], asked
+
+
 async def test_pages_of_one_with_another_delimiter_and_unicode_keys(s3: S3) -> None:
     keys = ["a-1", "a-2-x", "b", "é-1", "é-2", "ü+ key", "😀-x"]
     for key in keys:
