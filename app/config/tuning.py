@@ -19,6 +19,9 @@ class Tuning:
     # How often an instance says it is alive; every 12th beat it also takes
     # over what dead instances left (app/store/instance.py).
     heartbeat_seconds: float = 5.0
+    # An instance that has not beaten for this long is taken for dead, and
+    # another one takes over its work (app/store/instance.py).
+    instance_stale_seconds: float = 30.0
     # How often expired tus uploads are looked for and deleted.
     tus_cleanup_interval_seconds: float = 60.0
     # How long an unknown or revoked API key is refused from memory, without
@@ -41,6 +44,8 @@ class Tuning:
             raise ValueError("bot_lease_seconds is 3-300")
         if not 0.1 <= self.heartbeat_seconds <= 60.0:
             raise ValueError("heartbeat_seconds is 0.1-60")
+        if not 2 * self.heartbeat_seconds <= self.instance_stale_seconds <= 600.0:
+            raise ValueError("instance_stale_seconds is twice heartbeat_seconds to 600")
         if self.tus_cleanup_interval_seconds <= 0:
             raise ValueError("tus_cleanup_interval_seconds must be positive")
         if not 0.0 <= self.refused_key_cache_seconds <= 60.0:

@@ -22,7 +22,8 @@ from sqlalchemy import delete, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.chunks import ChunkRepository
-from app.db.locking import batches, lock_database_for_write, lock_upload_part
+from app.db.dialects import upsert_insert
+from app.db.locking import batches, dialect_name, lock_database_for_write, lock_upload_part
 from app.db.models import Instance, MultipartUpload, PartPiece, SpooledPart, UploadPart
 from app.db.multipart_errors import UploadMissing
 from app.db.object_rows import PieceSpec
@@ -50,6 +51,25 @@ class InstanceRepository:
             )
         )
         await self._session.flush()
+
+    async def register_again(
+        self, instance_id: str, host: str, pid: int, *, block_digests: str
+    ) -> None:
+        """`register`, unless the row is there (another part of the same
+        process, which also found it gone, has registered it meanwhile)."""
+        now = utcnow()
+        await self._session.execute(
+            upsert_insert(dialect_name(self._session), Instance)
+            .values(
+                id=instance_id,
+                host=host,
+                pid=pid,
+                started_at=now,
+                heartbeat_at=now,
+                block_digests=block_digests,
+            )
+            .on_conflict_do_nothing()
+        )
 
     async def block_digests(self, ids: set[str]) -> list[str]:
         """What each of the given instances can check (`instances.block_digests`)."""

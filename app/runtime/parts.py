@@ -202,6 +202,7 @@ def build_parts(
         on_block_digest=writer.use_block_digest,
         on_fenced=on_fenced,
         interval=tuning.heartbeat_seconds,
+        stale_after=tuning.instance_stale_seconds,
     )
     leases = BotLeases(
         dispatcher,
@@ -212,6 +213,8 @@ def build_parts(
         lease_seconds=tuning.bot_lease_seconds,
         host=socket.gethostname()[:255],
         pid=os.getpid(),
+        # Found gone by a lease round: fenced as when a beat finds it.
+        on_row_lost=instance.row_lost,
     )
     shared_paths = SharedPaths(dispatcher, sessionmaker)
     budget = DownloadBudget(

@@ -84,6 +84,7 @@ class InstanceHeartbeat:
         # dead: stop storing), then False once it has registered anew.
         self.on_fenced = on_fenced
         self.fences = 0  # since the start
+        self._fencing = asyncio.Lock()
         self.reconciler = reconciler
         self._reconcile_requests = 0  # since the last sweep that marked the chat
         self._reconciling: asyncio.Task[None] | None = None
@@ -220,9 +221,18 @@ class InstanceHeartbeat:
             if present:
                 await self._tell_block_digest(session)
         if not present:
-            await self._fence()
+            await self.row_lost()
         if self._beats % SWEEP_EVERY_BEATS == 0:
             await self.adopt()
+
+    async def row_lost(self) -> None:
+        """This instance's row was found gone (by a beat, or by the lease
+        round): fence and register anew, once however many found it."""
+        if self._fencing.locked():
+            async with self._fencing:
+                return
+        async with self._fencing:
+            await self._fence()
 
     async def _fence(self) -> None:
         """This instance's row is gone: another instance took it for dead
@@ -240,7 +250,7 @@ class InstanceHeartbeat:
         if self.on_fenced is not None:
             await self.on_fenced(True)
         async with session_scope(self._sessionmaker) as session:
-            await InstanceRepository(session).register(
+            await InstanceRepository(session).register_again(
                 self.instance_id, self._host, os.getpid(), block_digests=READABLE
             )
         # Its own spool rows written since the claim are this instance's

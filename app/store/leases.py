@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -120,8 +120,12 @@ class BotLeases:
         host: str = "",
         pid: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        on_row_lost: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """`tokens`: bot id -> token, for the lease keys (only hashes are kept)."""
+        """`tokens`: bot id -> token, for the lease keys (only hashes are kept);
+        `on_row_lost`: what registers the instance again when its row is
+        found gone (the heartbeat's fence), instead of registering here."""
+        self._on_row_lost = on_row_lost
         self._dispatcher = dispatcher
         self._sessionmaker = sessionmaker
         self.instance_id = instance_id
@@ -472,8 +476,11 @@ class BotLeases:
         released, whatever became of the instance's row. Register again;
         the renewals go on."""
         log.error("instance_row_lost", instance_id=self.instance_id, bots=len(self.held))
+        if self._on_row_lost is not None:
+            await self._on_row_lost()
+            return
         async with session_scope(self._sessionmaker) as session:
-            await InstanceRepository(session).register(
+            await InstanceRepository(session).register_again(
                 self.instance_id, self._host, self._pid, block_digests=READABLE
             )
 
