@@ -174,6 +174,10 @@ class Attempts:
                 # drops such a request, nothing of it goes on.
                 raise TransientError(what, bot_id=worker.bot_id) from None
             raise CallAbandoned(what, bot_id=worker.bot_id) from None
+        finally:
+            # The call is over: a lease round must not move its deadline
+            # (a finished Timeout refuses it) while the job backs off.
+            lane.deadline = None
 
     def _observe(self, worker: BotWorker, job: Job[Any], outcome: str, started: float) -> None:
         seconds = self._clock() - started

@@ -31,6 +31,7 @@ from app.telegram.errors import (
     TransientError,
 )
 from app.telegram.types import StoredDocument
+from tests.running_service import eventually
 
 API = "https://api.telegram.org"
 CHAT_ID = -1001
@@ -788,3 +789,28 @@ async def test_small_calls_run_one_at_a_time_beside_a_running_upload(
     assert [what for _, what in fake.order] == ["getFile a", "getFile b", "upload0"]
     assert small_in_flight[1] == 1
     assert fake.bots[1].max_in_flight == 1
+
+
+async def test_a_lease_renewed_while_a_failed_call_backs_off_is_renewed(
+    mock_api: respx.MockRouter, stopper: list[Dispatcher]
+) -> None:
+    """A lease round moves the cut of each call running on its bots (grant).
+    A call that had ended with a transient error, its job backing off before
+    its next try, still named its finished deadline: moving that raised
+    'Cannot change state of finished Timeout', and the whole lease round
+    failed (bot_lease_round_failed, in a soak's log). The retry then goes on
+    under the renewed lease."""
+    fake = FakeTelegram(mock_api, [1])
+    fake.bots[1].script = [lambda: error(502, "Bad Gateway")]
+    dispatcher, _ = await make_dispatcher([1], transient_backoff=2.0)
+    stopper.append(dispatcher)
+    sending = asyncio.ensure_future(send(dispatcher, 1))
+    worker = dispatcher.workers[1]
+    await eventually(lambda: worker.errors.get("transient", 0) == 1, within=10)
+
+    now = time.monotonic()
+    dispatcher.grant(1, now + 60, 0.0, cut_at=now + 55)
+
+    (doc,) = await sending
+    assert doc.bot_id == 1
+    assert fake.bots[1].calls == 2
