@@ -263,10 +263,11 @@ async def _final_journal(journal: Journal, budget: StopBudget) -> None:
 async def _final_snapshot(snapshots: Snapshots, budget: StopBudget) -> None:
     """A snapshot at a clean stop, best effort within what the grace has
     left but the dispatcher's reserve: the database as it stands at the end
-    goes to the chats. Cut off, it pins nothing (the previous one stays)."""
+    goes to the chats. Cut off, it pins nothing (the previous one stays).
+    Flat out: the requests it would give way to are over."""
     try:
         async with asyncio.timeout(budget.snapshot()):
-            await snapshots.take()
+            await snapshots.take(paced=False)
     except Exception as exc:
         log.warning("final_snapshot_failed", error=f"{type(exc).__name__}: {exc}")
 
