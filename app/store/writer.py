@@ -461,7 +461,10 @@ class ChunkWriter:
             for intent in intents:
                 if intent is not None:
                     await IntentRepository(session).resolve(intent)
-            for document in documents:
+            # In the chats' order: two chunks recording copies in the same new
+            # chats in different orders waited for each other's watermark
+            # insert (Postgres: deadlock detected, a 500 on a first upload).
+            for document in sorted(documents, key=lambda d: d.chat_id):
                 if intents[0] is not None and document.chat_id not in self._watermarks_known:
                     await WatermarkRepository(session).ensure(document.chat_id, document.message_id)
         if intents[0] is not None:
