@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MiB = 1024 * 1024
+# See Tuning.unnamed_spool_file_age_seconds.
+UNNAMED_SPOOL_FILE_AGE_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,10 @@ class Tuning:
     # An instance that has not beaten for this long is taken for dead, and
     # another one takes over its work (app/store/instance.py).
     instance_stale_seconds: float = 30.0
+    # How old a spool file no row names must be before the instance that
+    # took over a dead one's work deletes it (app/store/spool.py: the other
+    # may only be stalled, its row still to come).
+    unnamed_spool_file_age_seconds: float = UNNAMED_SPOOL_FILE_AGE_SECONDS
     # How often expired tus uploads are looked for and deleted.
     tus_cleanup_interval_seconds: float = 60.0
     # How long an unknown or revoked API key is refused from memory, without
@@ -46,6 +52,8 @@ class Tuning:
             raise ValueError("heartbeat_seconds is 0.1-60")
         if not 2 * self.heartbeat_seconds <= self.instance_stale_seconds <= 600.0:
             raise ValueError("instance_stale_seconds is twice heartbeat_seconds to 600")
+        if self.unnamed_spool_file_age_seconds < 0:
+            raise ValueError("unnamed_spool_file_age_seconds must not be negative")
         if self.tus_cleanup_interval_seconds <= 0:
             raise ValueError("tus_cleanup_interval_seconds must be positive")
         if not 0.0 <= self.refused_key_cache_seconds <= 60.0:

@@ -203,6 +203,7 @@ def build_parts(
         on_fenced=on_fenced,
         interval=tuning.heartbeat_seconds,
         stale_after=tuning.instance_stale_seconds,
+        unnamed_file_age=tuning.unnamed_spool_file_age_seconds,
     )
     leases = BotLeases(
         dispatcher,

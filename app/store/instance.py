@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.config.tuning import UNNAMED_SPOOL_FILE_AGE_SECONDS
 from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
@@ -68,6 +69,7 @@ class InstanceHeartbeat:
         on_fenced: Callable[[bool], Awaitable[None]] | None = None,
         interval: float,
         stale_after: float = STALE_AFTER_SECONDS,
+        unnamed_file_age: float = UNNAMED_SPOOL_FILE_AGE_SECONDS,
     ) -> None:
         self._sessionmaker = sessionmaker
         self._spool = spool
@@ -91,6 +93,7 @@ class InstanceHeartbeat:
         self.instance_id = spool.instance_id
         self._host = socket.gethostname()[:255]
         self._stale_after = stale_after
+        self._unnamed_file_age = unnamed_file_age
         self._beats = 0
         self.loop = Periodic("instance_heartbeat", self._beat, interval=interval)
 
@@ -132,7 +135,9 @@ class InstanceHeartbeat:
         self._reconcile_requests -= requested  # marked (those since wait for the next sweep)
         self._spool.account(sizes)
         adopted = len(sizes)
-        removed = await self._spool.remove_unreferenced(referenced, live | {self.instance_id})
+        removed = await self._spool.remove_unreferenced(
+            referenced, live | {self.instance_id}, min_age=self._unnamed_file_age
+        )
         if adopted or removed:
             log.info("spool_adopted", parts=adopted, unreferenced_files_removed=removed)
         await self._gc.sweep_orphans(before=self.started_at, live_owners=live)

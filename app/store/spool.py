@@ -43,8 +43,7 @@ GATHER_BUDGET = 8 * WRITE_BATCH
 # stalled (a VM pause, a database failover) between publishing a part's file
 # and writing its row: once it resumes, the row names the file and the part
 # is acknowledged. No stall outlasts an hour; a dead writer's leftovers wait
-# that long for a later sweep.
-UNNAMED_FILE_AGE_SECONDS = 3600.0
+# that long for a later sweep (Tuning.unnamed_spool_file_age_seconds).
 
 
 class SpoolFull(Exception):
@@ -188,7 +187,7 @@ class Spool:
         referenced: set[str],
         live_owners: set[str],
         *,
-        min_age: float = UNNAMED_FILE_AGE_SECONDS,
+        min_age: float,
     ) -> int:
         """Delete files no row names, last written `min_age` seconds ago or
         more, in directories of instances that are not running (their writes

@@ -145,11 +145,14 @@ async def test_an_upload_resumes_after_kill_9_mid_patch(
     sent = acknowledged + 2 * 1024 * 1024
 
     # The default lease (15 s): the second process starts well within it.
-    first = start_service(tmp_path / "unused.db", env=env, api_key=True)
+    # A dead instance's spool file that no row names is swept once it is this
+    # old (an hour by default: the instance might only have stalled).
+    tuning = {"unnamed_spool_file_age_seconds": 1.0}
+    first = start_service(tmp_path / "unused.db", env=env, api_key=True, tuning=tuning)
     path = create_and_acknowledge(first, data, acknowledged)
     kill_mid_patch(first, path, data, acknowledged, sent)
 
-    second = start_service(tmp_path / "unused.db", env=env)
+    second = start_service(tmp_path / "unused.db", env=env, tuning=tuning)
     second.key = first.key
     # The dead process's bot leases pass only once they expire: an upload
     # that comes meanwhile waits for the bots, it is not refused.

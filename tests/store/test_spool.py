@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app.config.tuning import UNNAMED_SPOOL_FILE_AGE_SECONDS
 from app.store import spool as spool_module
 from app.store.errors import UploadTooLarge
 from app.store.spool import Spool, SpoolFull
@@ -104,9 +105,11 @@ async def test_only_dead_instances_lose_their_unreferenced_files(spool: Spool) -
     for owner, name in [("me", "a"), ("alive", "b"), ("dead", "kept"), ("dead", "stray")]:
         (spool.root / owner).mkdir(exist_ok=True)
         (spool.root / owner / f"{name}.part").write_bytes(b"x")
-    age(spool.root / "dead" / "stray.part", spool_module.UNNAMED_FILE_AGE_SECONDS + 60)
+    age(spool.root / "dead" / "stray.part", UNNAMED_SPOOL_FILE_AGE_SECONDS + 60)
 
-    removed = await spool.remove_unreferenced({"dead/kept.part"}, {"me", "alive"})
+    removed = await spool.remove_unreferenced(
+        {"dead/kept.part"}, {"me", "alive"}, min_age=UNNAMED_SPOOL_FILE_AGE_SECONDS
+    )
 
     assert removed == 1
     left = sorted(str(p.relative_to(spool.root)) for p in spool.root.rglob("*.part"))
@@ -121,7 +124,9 @@ async def test_a_young_unnamed_file_of_an_instance_taken_for_dead_stays(spool: S
     young.write_bytes(b"x")
     age(young, 60)  # a stall of a minute
 
-    assert await spool.remove_unreferenced(set(), {"me"}) == 0
+    assert (
+        await spool.remove_unreferenced(set(), {"me"}, min_age=UNNAMED_SPOOL_FILE_AGE_SECONDS) == 0
+    )
     assert young.exists()
 
 
