@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import ssl
@@ -530,6 +531,29 @@ def quantity_table(names: Sequence[str], rows: Sequence[tuple[str, Sequence[obje
         f"| {label} | " + " | ".join(str(cell) for cell in cells) + " |" for label, cells in rows
     ]
     return "\n".join(lines)
+
+
+# The local Postgres (trust auth), and a database through pgbouncer
+# (scripts/pgbouncer-test.sh start), as production reaches it.
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+POSTGRES_POOLED = "postgresql://postgres@127.0.0.1:6432/{name}"
+
+
+def psql(sql: str) -> None:
+    """Run one statement as the local Postgres's superuser."""
+    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def postgres_database(prefix: str) -> Iterator[str]:
+    """A new, empty database on the local Postgres, as its URL through
+    pgbouncer; dropped on the way out."""
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
+    psql(f'CREATE DATABASE "{name}"')
+    try:
+        yield POSTGRES_POOLED.format(name=name)
+    finally:
+        psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_main(main: Callable[[], int]) -> None:

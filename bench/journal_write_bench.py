@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import os
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import run_main
+from common import postgres_database, run_main
 from sqlalchemy import text
 
 from app.cli.demo import create_api_key
@@ -46,7 +43,6 @@ from app.runtime.main import create_app
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 
 CHAT_ID = -1001000000043
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = b"x" * 1024
 
 
@@ -129,22 +125,13 @@ async def measure(url: str, puts: int, rounds: int, work: Path) -> dict[str, lis
     return times
 
 
-def _postgres(sql: str) -> None:
-    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
-
-
 def run_backend(backend: str, puts: int, rounds: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory(prefix="journal-write-bench-") as directory:
         work = Path(directory)
         if backend == "sqlite":
             return asyncio.run(measure(f"sqlite:///{work / 'bench.db'}", puts, rounds, work))
-        name = f"journal_write_{os.getpid()}_{secrets.token_hex(4)}"
-        _postgres(f'CREATE DATABASE "{name}"')
-        try:
-            url = f"postgresql://postgres@127.0.0.1:6432/{name}"
+        with postgres_database("journal_write") as url:
             return asyncio.run(measure(url, puts, rounds, work))
-        finally:
-            _postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> int:

@@ -60,8 +60,10 @@ from pathlib import Path
 from typing import Any
 
 from common import (
+    POSTGRES_POOLED,
     REPO,
     extract,
+    psql,
     run_main,
 )
 
@@ -69,7 +71,6 @@ ACCESS_KEY, SECRET = "bench", "bench-secret-0123456789"
 BUCKET = "bench"
 OBJECT_SIZE = 2048
 KINDS = ("HEAD", "GET", "PUT", "REPLACE", "DELETE")
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 # --- one measurement (a child process) ---------------------------------------------------------
@@ -265,23 +266,19 @@ def child_main(database_url: str, ops: int, log_level: str, callgrind_out: str) 
 # --- the rounds (this process) -----------------------------------------------------------------
 
 
-def _postgres(sql: str) -> None:
-    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
-
-
 def _database_url(backend: str, work: Path) -> str:
     if backend == "sqlite":
         path = work / f"{secrets.token_hex(4)}.db"
         return f"sqlite:///{path}"
     name = f"request_cpu_{os.getpid()}_{secrets.token_hex(4)}"
-    _postgres(f'CREATE DATABASE "{name}"')
-    return f"postgresql://postgres@127.0.0.1:6432/{name}"
+    psql(f'CREATE DATABASE "{name}"')
+    return POSTGRES_POOLED.format(name=name)
 
 
 def _drop(url: str) -> None:
     if url.startswith("postgresql"):
         name = url.rsplit("/", 1)[1]
-        _postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _one(

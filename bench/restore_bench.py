@@ -26,9 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import secrets
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import run_main
+from common import postgres_database, run_main
 from sqlalchemy import delete, insert
 
 from app.config.settings import BotToken, Settings
@@ -57,8 +55,6 @@ from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_toke
 CHAT_ID = -1001000000042
 TARGET_SECONDS = 120.0  # issue 36: 100,000 objects restored within 2 minutes
 BATCH = 5000
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-POSTGRES_POOLED = "postgresql://postgres@127.0.0.1:6432/{name}"
 
 
 def object_row(i: int, key: str, now: datetime, *, chunked: bool) -> dict[str, Any]:
@@ -166,10 +162,6 @@ async def changes(url: str, first_id: int, count: int) -> None:
         await engine.dispose()
 
 
-def _psql(sql: str) -> None:
-    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
-
-
 @contextlib.contextmanager
 def databases(backend: str, work: Path) -> Iterator[tuple[str, str]]:
     """The (source, target) database URLs, new and empty, for `backend`."""
@@ -177,14 +169,11 @@ def databases(backend: str, work: Path) -> Iterator[tuple[str, str]]:
         sqlite = "sqlite+aiosqlite:///{}"
         yield sqlite.format(work / "source.db"), sqlite.format(work / "target.db")
         return
-    names = [f"restore_bench_{side}_{os.getpid()}" for side in ("source", "target")]
-    for name in names:
-        _psql(f'CREATE DATABASE "{name}"')
-    try:
-        yield POSTGRES_POOLED.format(name=names[0]), POSTGRES_POOLED.format(name=names[1])
-    finally:
-        for name in names:
-            _psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with (
+        postgres_database("restore_bench_source") as source,
+        postgres_database("restore_bench_target") as target,
+    ):
+        yield source, target
 
 
 async def run(

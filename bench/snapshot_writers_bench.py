@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import run_main
+from common import postgres_database, run_main
 from restore_bench import fill
 
 from app.cli.demo import create_api_key
@@ -50,7 +48,6 @@ from app.runtime.main import create_app
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 
 CHAT_ID = -1001000000044
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BODY = b"x" * 1024
 
 Latencies = list[float]
@@ -148,23 +145,14 @@ async def _snapshot(http: httpx.AsyncClient) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def _psql(sql: str) -> None:
-    subprocess.run(["psql", "-q", POSTGRES_ADMIN, "-c", sql], check=True, capture_output=True)
-
-
 def run_backend(backend: str, objects: int, writers: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="snapshot-writers-bench-") as directory:
         work = Path(directory)
         if backend == "sqlite":
             url = f"sqlite+aiosqlite:///{work / 'bench.db'}"
             return asyncio.run(measure(url, objects, writers, rounds, work))
-        name = f"snapshot_writers_{os.getpid()}"
-        _psql(f'CREATE DATABASE "{name}"')
-        try:
-            url = f"postgresql://postgres@127.0.0.1:6432/{name}"
+        with postgres_database("snapshot_writers") as url:
             return asyncio.run(measure(url, objects, writers, rounds, work))
-        finally:
-            _psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> int:
