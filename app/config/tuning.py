@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MiB = 1024 * 1024
-# See Tuning.unnamed_spool_file_age_seconds.
+# See Tuning.instance_stale_seconds and Tuning.unnamed_spool_file_age_seconds.
+INSTANCE_STALE_SECONDS = 30.0
 UNNAMED_SPOOL_FILE_AGE_SECONDS = 3600.0
 
 
@@ -23,7 +24,7 @@ class Tuning:
     heartbeat_seconds: float = 5.0
     # An instance that has not beaten for this long is taken for dead, and
     # another one takes over its work (app/store/instance.py).
-    instance_stale_seconds: float = 30.0
+    instance_stale_seconds: float = INSTANCE_STALE_SECONDS
     # How old a spool file no row names must be before the instance that
     # took over a dead one's work deletes it (app/store/spool.py: the other
     # may only be stalled, its row still to come).

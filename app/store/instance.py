@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.config.tuning import UNNAMED_SPOOL_FILE_AGE_SECONDS
+from app.config.tuning import INSTANCE_STALE_SECONDS, UNNAMED_SPOOL_FILE_AGE_SECONDS
 from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.session import session_scope
 from app.db.spool import InstanceRepository, SpoolRepository
@@ -42,8 +42,6 @@ from app.store.spool import Spool
 
 log = structlog.get_logger("app.store.instance")
 
-# An instance that has not beaten for this long is taken for dead.
-STALE_AFTER_SECONDS = 30.0
 # Every this many beats, take over what instances that died left behind.
 SWEEP_EVERY_BEATS = 12
 # An upload's chunks are committed moments after its last chunk is stored; the
@@ -68,7 +66,7 @@ class InstanceHeartbeat:
         on_block_digest: Callable[[str], None] | None = None,
         on_fenced: Callable[[bool], Awaitable[None]] | None = None,
         interval: float,
-        stale_after: float = STALE_AFTER_SECONDS,
+        stale_after: float = INSTANCE_STALE_SECONDS,
         unnamed_file_age: float = UNNAMED_SPOOL_FILE_AGE_SECONDS,
     ) -> None:
         self._sessionmaker = sessionmaker
