@@ -12,6 +12,8 @@ MiB = 1024 * 1024
 # See Tuning.instance_stale_seconds and Tuning.unnamed_spool_file_age_seconds.
 INSTANCE_STALE_SECONDS = 30.0
 UNNAMED_SPOOL_FILE_AGE_SECONDS = 3600.0
+# See Tuning.abandoned_call_hold_seconds.
+ABANDONED_CALL_HOLD_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,13 @@ class Tuning:
     # took over a dead one's work deletes it (app/store/spool.py: the other
     # may only be stalled, its row still to come).
     unnamed_spool_file_age_seconds: float = UNNAMED_SPOOL_FILE_AGE_SECONDS
+    # How long a token stays out of use after a call on it was abandoned (cut
+    # by a timeout, a lease's end or a stop): Telegram may still be storing
+    # the upload (it gets the server allowance of the budget, 30 s) and
+    # answers a second call meanwhile with a 30-60 s wait. The hold goes with
+    # the lease to the next holder. Tests whose simulator ends such calls at
+    # once shorten it.
+    abandoned_call_hold_seconds: float = ABANDONED_CALL_HOLD_SECONDS
     # How often expired tus uploads are looked for and deleted.
     tus_cleanup_interval_seconds: float = 60.0
     # How long an unknown or revoked API key is refused from memory, without
@@ -55,6 +64,8 @@ class Tuning:
             raise ValueError("instance_stale_seconds is twice heartbeat_seconds to 600")
         if self.unnamed_spool_file_age_seconds < 0:
             raise ValueError("unnamed_spool_file_age_seconds must not be negative")
+        if not 0.0 <= self.abandoned_call_hold_seconds <= 600.0:
+            raise ValueError("abandoned_call_hold_seconds is 0-600")
         if self.tus_cleanup_interval_seconds <= 0:
             raise ValueError("tus_cleanup_interval_seconds must be positive")
         if not 0.0 <= self.refused_key_cache_seconds <= 60.0:

@@ -158,6 +158,7 @@ def build_parts(
         on_orphan=on_orphan,
         on_attempt=on_attempt,
         on_abandoned_send=metrics.observe_abandoned_send,
+        abandoned_hold=tuning.abandoned_call_hold_seconds,
         chat_message_limit=settings.chat_message_limit,
     )
     chat_fill = ChatFillSync(dispatcher.fill, sessionmaker)

@@ -60,9 +60,10 @@ INTENT_POLL_SECONDS = 1.0
 # again with a new probe).
 INTENT_WAIT_SECONDS = 600.0
 # Telegram finishes a send whose body it had even after its client died, for
-# up to about the server's allowance of a call (as ABANDONED_CALL_HOLD in the
-# dispatcher): a round probing sooner after a death may miss a late post, so
-# the chat stays marked for another round (the next sweep's).
+# up to about the server's allowance of a call (as the dispatcher's hold of
+# a token after an abandoned call, Tuning.abandoned_call_hold_seconds): a
+# round probing sooner after a death may miss a late post, so the chat stays
+# marked for another round (the next sweep's).
 LATE_POSTS_ALLOWANCE = timedelta(seconds=60)
 
 

@@ -67,10 +67,6 @@ log = structlog.get_logger("app.telegram.dispatcher")
 
 TRANSIENT_TRIES_PER_BOT = 3
 TRANSIENT_BACKOFF_BASE = 0.5
-# How long a token stays out of use after a call on it was abandoned: Telegram
-# may still be storing the upload (it gets the server allowance of the budget,
-# 30 s) and answers a second call meanwhile with a 30-60 s wait.
-ABANDONED_CALL_HOLD = 60.0
 
 OrphanHandler = Callable[[StoredDocument], None]
 # (bot_id, method, outcome, seconds) after every attempt, for metrics.

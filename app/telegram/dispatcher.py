@@ -50,8 +50,8 @@ from typing import TypeVar
 
 import structlog
 
+from app.config.tuning import ABANDONED_CALL_HOLD_SECONDS
 from app.telegram.attempts import (
-    ABANDONED_CALL_HOLD,
     TRANSIENT_BACKOFF_BASE,
     AbandonedSendHandler,
     AttemptObserver,
@@ -102,7 +102,7 @@ class Dispatcher(PoolMembership, PoolViews):
         transient_backoff: float = TRANSIENT_BACKOFF_BASE,
         all_failed_pause: float = ALL_FAILED_PAUSE,
         pacing_window: float = PACING_WINDOW,
-        abandoned_hold: float = ABANDONED_CALL_HOLD,
+        abandoned_hold: float = ABANDONED_CALL_HOLD_SECONDS,
         checked: bool = True,
         leased: bool = False,
         small_lane: bool = True,
