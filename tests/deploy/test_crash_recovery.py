@@ -21,7 +21,7 @@ from app.db.engine import create_engine
 from app.db.models import Chunk
 from tests.conftest import run_async
 from tests.db.helpers import Database
-from tests.deploy.conftest import Service, ServiceStarter, Simulator, wait_for
+from tests.deploy.conftest import CRASH_TUNING, Service, ServiceStarter, Simulator, wait_for
 from tests.deploy.test_orphans_crash import stored_messages
 from tests.deploy.test_shutdown import live_messages
 
@@ -84,7 +84,7 @@ def test_chunks_left_pending_by_kill_9_are_collected_at_the_next_start(
     before = live_messages(telegram_sim)
     before_ids = stored_messages(telegram_sim)
     key = run_async(lambda: create_api_key(database.url, name="crash-test"))
-    service = start_service(database.url, env=env)
+    service = start_service(database.url, env=env, tuning=CRASH_TUNING)
     service.key = key
     go_on = threading.Event()
     thread, outcome = gated_upload(service, go_on)
@@ -110,7 +110,7 @@ def test_chunks_left_pending_by_kill_9_are_collected_at_the_next_start(
     # By id, not by count: the simulator's chat is shared with earlier tests.
     crashed = stored_messages(telegram_sim) - before_ids
     assert len(crashed) == STORED_BEFORE_CRASH
-    restarted = start_service(database.url, env=env)
+    restarted = start_service(database.url, env=env, tuning=CRASH_TUNING)
 
     wait_for(
         lambda: not crashed & stored_messages(telegram_sim),

@@ -24,7 +24,14 @@ from app.cli.demo import create_api_key
 from app.db.engine import create_engine
 from app.db.models import ChunkCopy, Piece
 from tests.conftest import run_async
-from tests.deploy.conftest import Service, ServiceStarter, Simulator, configure_sim, wait_for
+from tests.deploy.conftest import (
+    CRASH_TUNING,
+    Service,
+    ServiceStarter,
+    Simulator,
+    configure_sim,
+    wait_for,
+)
 from tests.running_service import payload
 
 CHUNK = 256 * 1024
@@ -82,7 +89,7 @@ def test_no_message_outlives_a_kill_9_during_concurrent_uploads(
     env = {"CHUNK_SIZE": str(CHUNK)}
     before = stored_messages(telegram_sim)  # earlier tests' leftovers, not ours to judge
     key = run_async(lambda: create_api_key(database_url, name="orphans-test"))
-    service = start_service(database_url, env=env)
+    service = start_service(database_url, env=env, tuning=CRASH_TUNING)
     service.key = key
     kept: dict[str, object] = {}
     for index in range(STORED_BEFORE):
@@ -141,7 +148,7 @@ def test_no_message_outlives_a_kill_9_during_concurrent_uploads(
     left_behind = stored_messages(telegram_sim) - before - referenced_messages(database_url)
     assert left_behind, "the crash left no message behind: the test proves nothing"
 
-    restarted = start_service(database_url, env=env)
+    restarted = start_service(database_url, env=env, tuning=CRASH_TUNING)
 
     wait_for(
         lambda: stored_messages(telegram_sim) - before == referenced_messages(database_url),

@@ -28,6 +28,7 @@ from app.cli.demo import create_api_key
 from tests.conftest import empty_tables, run_async
 from tests.db.helpers import Database
 from tests.deploy.conftest import (
+    CRASH_TUNING,
     Service,
     ServiceStarter,
     Simulator,
@@ -120,7 +121,7 @@ def test_after_kill_9_and_the_loss_of_database_and_spool_the_journal_brings_back
 ) -> None:
     database = empty_database
     key = run_async(lambda: create_api_key(database.url, name="rpo"))
-    service = start_service(database.url, env=settings(tmp_path))
+    service = start_service(database.url, env=settings(tmp_path), tuning=CRASH_TUNING)
     service.key = key
     in_snapshot = put_file(service, "before.txt", b"in the snapshot")
     take_snapshot(service)
@@ -161,7 +162,7 @@ def test_after_kill_9_and_the_loss_of_database_and_spool_the_journal_brings_back
 
     assert report["problems"] == [] and report["journal_batches"] >= 1, report
     assert report["last_change_at"] > report["taken_at"]
-    back = start_service(database.url, env=settings(tmp_path))
+    back = start_service(database.url, env=settings(tmp_path), tuning=CRASH_TUNING)
     back.key = key  # the old key works
     assert link(back, in_snapshot).content == b"in the snapshot"
     assert link(back, small_id).content == small
@@ -185,7 +186,7 @@ def test_a_snapshot_cut_short_by_kill_9_leaves_the_previous_one_usable(
     key = run_async(lambda: create_api_key(database.url, name="cut-short"))
     # No journal: what is restored is the previous snapshot, no more.
     env = settings(tmp_path, JOURNAL_SECONDS="0")
-    service = start_service(database.url, env=env)
+    service = start_service(database.url, env=env, tuning=CRASH_TUNING)
     service.key = key
     kept = put_file(service, "kept.txt", b"in the first snapshot")
     first = take_snapshot(service)
@@ -212,7 +213,7 @@ def test_a_snapshot_cut_short_by_kill_9_leaves_the_previous_one_usable(
 
     assert report["taken_at"] == first["taken_at"].replace("Z", "+00:00")
     assert report["restored"]["objects"] == 1 and report["problems"] == []
-    back = start_service(database.url, env=env)
+    back = start_service(database.url, env=env, tuning=CRASH_TUNING)
     assert link(back, kept).content == b"in the first snapshot"
     assert link(back, lost).status_code == 404
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from tests.deploy.conftest import ServiceStarter
+from tests.deploy.conftest import CRASH_TUNING, ServiceStarter
 
 FILES = 40
 WRITERS = 8
@@ -25,7 +25,7 @@ def body(n: int) -> bytes:
 def test_acknowledged_small_objects_survive_kill_9(
     start_service: ServiceStarter, database_url: str
 ) -> None:
-    service = start_service(database_url, api_key=True)
+    service = start_service(database_url, api_key=True, tuning=CRASH_TUNING)
 
     def upload(n: int) -> str:
         response = httpx.put(
@@ -44,7 +44,7 @@ def test_acknowledged_small_objects_survive_kill_9(
     os.kill(service.proc.pid, signal.SIGKILL)
     assert service.proc.wait(10) == -signal.SIGKILL
 
-    restarted = start_service(database_url)
+    restarted = start_service(database_url, tuning=CRASH_TUNING)
     for n, public_id in enumerate(public_ids):
         download = httpx.get(f"{restarted.url}/f/{public_id}", timeout=30)
         assert download.status_code == 200, (n, download.text)
