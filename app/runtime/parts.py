@@ -286,6 +286,7 @@ def build_parts(
         sessionmaker,
         encryption,
         snapshots,
+        gc,
         owner=spool.instance_id,
         interval=settings.journal_seconds,
         max_bytes=settings.chunk_size,

@@ -51,6 +51,7 @@ from app.db.session import session_scope
 from app.db.types import utcnow
 from app.kit.periodic import Periodic
 from app.store.encryption import Encryption
+from app.store.gc import GarbageCollector
 from app.store.snapshot import Snapshots, send_recorded
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
@@ -102,6 +103,7 @@ class Journal:
         sessionmaker: async_sessionmaker[AsyncSession],
         encryption: Encryption,
         writer: Snapshots,
+        gc: GarbageCollector,
         *,
         owner: str,
         interval: float,
@@ -116,6 +118,7 @@ class Journal:
         self._sessionmaker = sessionmaker
         self._encryption = encryption
         self._snapshots = writer
+        self._gc = gc
         self._owner = owner
         self._max_bytes = max_bytes
         # Shipping needs snapshots to chain onto; without them, only purging.
@@ -222,20 +225,33 @@ class Journal:
             "shipped_at": shipped_at.isoformat(),
         }
         sent: list[StoredDocument] = []
+        recorded = 0
         name = f"journal-{taken_at.strftime('%Y%m%dT%H%M%SZ')}-{seq}.bin"
-        # Every chat that takes writes (one that is full keeps its older copies).
-        for chat_id in self._dispatcher.require_open_chats():
-            await send_recorded(
-                self._dispatcher,
-                self._sessionmaker,
-                self._owner,
-                data,
-                name,
-                chat_id,
-                lambda document: _record(document, entry),
-                taken_at,
-                sent,
-            )
+        try:
+            # Every chat that takes writes (one that is full keeps its older copies).
+            for chat_id in self._dispatcher.require_open_chats():
+                await send_recorded(
+                    self._dispatcher,
+                    self._sessionmaker,
+                    self._owner,
+                    data,
+                    name,
+                    chat_id,
+                    lambda document: _record(document, entry),
+                    taken_at,
+                    sent,
+                )
+                recorded += 1
+        except BaseException:
+            # A message posted and then cut off before its row committed (a
+            # stop's round runs out of its share of the grace; the database
+            # fails) is held by no row, and its send succeeded, so nothing
+            # marks the chat for reconciliation either: without the ledger it
+            # would stay in the channel. (Should its row have committed after
+            # all, the GC drops the entry: it deletes nothing a row holds.)
+            for document in sent[recorded:]:
+                self._gc.enqueue_document(document, reason="failed_upload")
+            raise
         await self._point_captions(taken_at, manifests, sent, entry)
         async with session_scope(self._sessionmaker) as session:
             await journal.forget(session, pending.ids)

@@ -4,6 +4,7 @@ manifest's caption at it; a restore applies the batches after the snapshot."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.cli.demo import create_api_key
+from app.db import snapshots
 from app.store.channel_audit import audit_channel
 from app.store.journal import Journal, pointer, read_batch
 from app.store.services import Services
@@ -155,6 +157,43 @@ async def test_the_pins_service_message_is_not_a_foreign_post_to_the_channel_aud
         await client.aclose()
 
     assert audit is not None and audit.foreign == 0
+
+
+async def test_a_batch_cut_off_between_its_post_and_its_record_is_deleted(
+    launcher: ServiceLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop gives its journal round a share of the grace (1 s of the tests'
+    5). Cut off after Telegram had posted the batch but before its row
+    committed, the message was neither recorded nor ledgered, and no failed
+    send marked the chat for reconciliation: it stayed in the channel, held
+    by no row (seen under load: the next start found it an orphan only
+    because a restore had marked the chat)."""
+    service = await launcher.start(**ON_DEMAND)
+    journal = journal_of(service)
+    await take_snapshot(service)
+    await journal.ship()  # the snapshot request's own changes
+    await put_file(service, "cut.txt", b"in a batch cut off")
+    before = set(service.live_messages())
+    recording = asyncio.Event()
+    record_messages = snapshots.record_messages
+
+    async def hang(*_args: object) -> None:
+        recording.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(snapshots, "record_messages", hang)
+    cut = asyncio.create_task(journal.ship())
+    async with asyncio.timeout(30):
+        await recording.wait()
+    cut.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cut
+    monkeypatch.setattr(snapshots, "record_messages", record_messages)
+
+    [posted] = set(service.live_messages()) - before
+    await eventually(lambda: posted not in service.live_messages(), within=30)
+    # Its rows were not shipped: the next round ships them.
+    assert (await journal.ship()).messages == 1
 
 
 async def test_changes_with_no_snapshot_to_chain_onto_bring_the_first_snapshot_forward(

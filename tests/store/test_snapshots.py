@@ -19,7 +19,9 @@ from app.cli.main import main
 from app.db.engine import create_engine
 from app.db.models import Base
 from app.store.channel_audit import audit_channel
+from app.store.journal import read_batch
 from app.store.services import Services
+from app.store.snapshot import MANIFEST_FORMAT
 from app.telegram.client import BotClient
 from tests.conftest import empty_tables
 from tests.db.helpers import Database
@@ -98,6 +100,35 @@ async def take_snapshot(service: Service) -> dict[str, Any]:
     return result
 
 
+def snapshots_in_chat(service: Service) -> dict[datetime, set[int]]:
+    """The snapshots the chat holds, read from the messages Telegram still has
+    (as a restore would: the manifests name their pieces, journal batches
+    their snapshot), by taken_at: each one's live messages."""
+    live = set(service.live_messages())
+    found: dict[datetime, set[int]] = {}
+    for _chat, message_id, data in service.sim.stored_files(include_gone=False):
+        try:
+            manifest = json.loads(data)
+        except ValueError:
+            manifest = None
+        if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT:
+            pieces = {int(piece["message_id"]) for piece in manifest["pieces"]}
+            found.setdefault(when(manifest["taken_at"]), set()).update(
+                {message_id, *(pieces & live)}
+            )
+            continue
+        try:
+            header, _changes = read_batch(data)
+        except ValueError:
+            continue  # a chunk, a snapshot's piece, a probe
+        found.setdefault(when(header["taken_at"]), set()).add(message_id)
+    return found
+
+
+def when(taken_at: str) -> datetime:
+    return datetime.fromisoformat(taken_at.replace("Z", "+00:00"))
+
+
 # Both backends: the restore's bulk inserts and its id sequences are SQL
 # that differs (Postgres sequences do not follow explicit ids).
 @pytest.mark.both_backends
@@ -107,7 +138,7 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Journal rounds only at the stop: none before the snapshot it takes.
+    # Journal rounds only when the test ships one (and at the stop).
     first = await launcher.start(
         snapshot_interval_seconds=HOUR, journal_seconds=HOUR, s3_credentials={ACCESS_KEY: SECRET}
     )
@@ -128,7 +159,17 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     # Written after the snapshot: the snapshot at the clean stop carries it.
     late_id = await put_file(first, "late.txt", b"after the snapshot")
     late_share = await make_share(first, file=late_id)
+    # A journal batch of the snapshot, here rather than left to the stop:
+    # the stop's round may run out of its share of the grace (1 s of the
+    # tests' 5) on a loaded machine and ship nothing.
+    services: Services = first.app.state.services
+    assert (await services.journal.ship()).messages == 1
     await launcher.stop(first)
+    # The snapshot on demand with its batch (and whatever batch the stop
+    # shipped), and the one taken at the stop.
+    in_chat = snapshots_in_chat(first)
+    on_demand, at_stop = sorted(in_chat)
+    assert on_demand == when(taken["taken_at"]) and len(in_chat[on_demand]) >= 3
     await lose_the_database(database)
 
     code, out, _err = await restore(first, monkeypatch, capsys)
@@ -167,9 +208,15 @@ async def test_a_lost_database_comes_back_from_the_chat_with_links_objects_and_k
     assert await get_link(second, new_id) == b"new"
     assert await get_link(second, small_id) == small
     # The restored database knows the snapshots in the chat: a new one makes
-    # three, and the oldest goes: the one taken on demand (a piece and a
-    # manifest) with the journal batch shipped at the stop, which followed it.
-    assert (await take_snapshot(second))["pruned_messages"] == 3
+    # three, and the oldest goes, every message of it (its piece, its
+    # manifest, its journal batches); the one restored from stays whole.
+    gone = in_chat[on_demand]
+    newest = await take_snapshot(second)
+    assert newest["pruned_messages"] == len(gone)
+    await eventually(lambda: not gone & set(second.live_messages()), within=60)
+    now_in_chat = snapshots_in_chat(second)
+    assert sorted(now_in_chat) == [at_stop, when(newest["taken_at"])]
+    assert in_chat[at_stop] <= now_in_chat[at_stop]
 
 
 async def test_a_failed_snapshot_leaves_the_previous_one_pinned_and_restorable(
