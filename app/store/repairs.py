@@ -13,20 +13,20 @@ reported as a read's would be (`mark_bad`, `count_failure`: the scrub's).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.copies import BadState, ChunkRow, CopyRepository, CopyRow
-from app.db.intents import ANY_CHAT, IntentRepository
+from app.db.intents import IntentRepository
 from app.db.session import session_scope
 from app.store.copy_failures import is_gone, is_unavailable
 from app.store.encryption import Encryption
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
 from app.store.repair_queue import RepairQueue
+from app.store.send_intents import SendIntents
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, read_whole
 from app.telegram.dispatcher import Dispatcher
@@ -61,7 +61,7 @@ class Repairs:
         self._queue = queue
         self._encryption = encryption
         self.replicas = replicas
-        self._owner = owner
+        self._intents = SendIntents(sessionmaker, owner)
         self._report_bad = mark_bad
         self._count_failure = count_failure
         self.repaired = 0  # copies added since the start (a metric)
@@ -148,7 +148,7 @@ class Repairs:
             salt, body = (
                 (None, None) if data_key is None else self._encryption.seal_copy(data_key, data)
             )
-            intent = await self._open_intent()
+            intent = await self._intents.open()
             try:
                 document = await self._dispatcher.send_document(
                     data if body is None else body,
@@ -157,7 +157,7 @@ class Repairs:
                     replicas=group,
                 )
             except TelegramError as exc:
-                await self._resolve_intent(intent)
+                await self._intents.resolve([intent])
                 log.warning("chunk_repair_send_failed", chunk_id=chunk.id, error=str(exc))
                 continue
             finally:
@@ -179,16 +179,3 @@ class Repairs:
             if intent is not None:
                 await IntentRepository(session).resolve(intent)
         return copy_id is not None
-
-    async def _open_intent(self) -> int | None:
-        if self._owner is None:
-            return None
-        async with session_scope(self._sessionmaker) as session:
-            return await IntentRepository(session).open(self._owner, ANY_CHAT)
-
-    async def _resolve_intent(self, intent: int | None) -> None:
-        if intent is None:
-            return
-        with contextlib.suppress(Exception):
-            async with session_scope(self._sessionmaker) as session:
-                await IntentRepository(session).resolve(intent)

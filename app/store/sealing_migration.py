@@ -26,13 +26,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import SealRecord
 from app.db.copies import ChunkRow, CopyRepository
-from app.db.intents import ANY_CHAT, IntentRepository
+from app.db.intents import IntentRepository
 from app.db.sealing import SealingRepository
 from app.db.session import session_scope
 from app.store.encryption import Encryption
 from app.store.errors import pass_failure
 from app.store.gc import GarbageCollector
 from app.store.locator import ChunkLocator
+from app.store.send_intents import SendIntents
 from app.store.upload_buffers import UploadBuffers
 from app.store.whole_copy import CopyBad, read_whole
 from app.telegram.dispatcher import Dispatcher
@@ -79,7 +80,7 @@ class SealingMigration:
         self._buffers = buffers
         self._encryption = encryption
         self._replicas = max(1, replicas)
-        self._owner = owner
+        self._intents = SendIntents(sessionmaker, owner)
         self.current: MigrationPass | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -169,7 +170,7 @@ class SealingMigration:
         try:
             for chat in self._dispatcher.replica_chats(self._replicas):
                 salt, body = self._encryption.seal_copy(keys.data_key, data)
-                intents.append(await self._open_intent())
+                intents.append(await self._intents.open())
                 try:
                     document = await self._dispatcher.send_document(
                         body, f"sealed-{chunk.id}.bin", chat_id=chat, replicas=group
@@ -188,21 +189,8 @@ class SealingMigration:
         except TelegramError as exc:
             log.warning("sealing_migration_send_failed", chunk_id=chunk.id, error=str(exc))
             replaced = False
-            await self._resolve(intents)
+            await self._intents.resolve(intents)
         if not replaced:
             for document, _ in sent:
                 self._gc.enqueue_document(document, reason="orphaned")
         return replaced
-
-    async def _open_intent(self) -> int | None:
-        if self._owner is None:
-            return None
-        async with session_scope(self._sessionmaker) as session:
-            return await IntentRepository(session).open(self._owner, ANY_CHAT)
-
-    async def _resolve(self, intents: list[int | None]) -> None:
-        with contextlib.suppress(Exception):
-            async with session_scope(self._sessionmaker) as session:
-                for intent in intents:
-                    if intent is not None:
-                        await IntentRepository(session).resolve(intent)

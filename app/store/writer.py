@@ -34,16 +34,15 @@ import asyncio
 import contextlib
 import itertools
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db.chunks import ChunkRepository, InstanceGone, SealRecord
-from app.db.intents import ANY_CHAT, IntentRepository, WatermarkRepository
+from app.db.intents import IntentRepository, WatermarkRepository
 from app.db.object_rows import PieceSpec
 from app.db.session import session_scope
 from app.db.types import utcnow
@@ -53,14 +52,15 @@ from app.store.encryption import ChunkKeys, Encryption, customer_key_given
 from app.store.errors import InstanceFenced
 from app.store.gc import GarbageCollector
 from app.store.hashing_reader import HashingReader
+from app.store.send_intents import SendIntents
 from app.store.upload_buffers import UploadBuffers
+from app.store.write_cleanup import WriteCleanup
 from app.telegram.chunk_pieces import ChunkPieces, contiguous
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.types import StoredDocument
 from app.telegram.worker import ReplicaGroup
 
 log = structlog.get_logger("app.store.writer")
-T = TypeVar("T")
 
 # Retry-After of an upload refused while fenced: registering anew takes a
 # beat of the heartbeat (a few seconds).
@@ -103,6 +103,7 @@ class ChunkWriter:
         # Copies of every chunk, each an upload of its own (REPLICAS).
         self.replicas = replicas
         self._owner = owner
+        self._intents = SendIntents(sessionmaker, owner)
         # Whether `owner` has an instance row the chunk's record must find
         # (a running service's writer; tests of the writer alone have none).
         self._owner_registered = owner_registered
@@ -124,7 +125,7 @@ class ChunkWriter:
         self.block_digest = SHA256
         # Clean-up that goes on after its caller was cancelled (shielded):
         # shutdown waits for it before the engine goes (`settle`).
-        self._detached: set[asyncio.Future[Any]] = set()
+        self._cleanup = WriteCleanup(gc, self._intents)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -277,7 +278,7 @@ class ChunkWriter:
             md5_hex, sha256_hex = await reader.digests()
         except BaseException:
             reader.discard()
-            await self._abandon(tasks)
+            await self._cleanup.abandon(tasks)
             raise
         return WrittenContent(
             size=reader.total,
@@ -352,7 +353,7 @@ class ChunkWriter:
             except BaseException:
                 for send in sends:
                     send.cancel()
-                await self._forget_copies(sends)
+                await self._cleanup.forget_copies(sends)
                 raise
             failure = next(
                 (s.exception() for s in sends if s.done() and s.exception() is not None), None
@@ -360,7 +361,7 @@ class ChunkWriter:
             if failure is not None:
                 for send in sends:
                     send.cancel()
-                await self._forget_copies(sends)
+                await self._cleanup.forget_copies(sends)
                 raise failure
             copies = [send.result() for send in sends]
             documents = [document for document, _, _ in copies]
@@ -371,17 +372,15 @@ class ChunkWriter:
                 seal = SealRecord(len(data), keys.key_id, keys.wrapped, salts)
             # Shielded: a cancellation arriving while the commit is on its way
             # cannot tell whether the row was written; the commit's own end can.
-            recording = self._detach(self._record(documents, hashes, intents, seal, epoch))
+            recording = self._cleanup.detach(self._record(documents, hashes, intents, seal, epoch))
             try:
                 chunk_id = await asyncio.shield(recording)
             except asyncio.CancelledError:
-                await self._abandon_recording(recording, documents, intents)
+                await self._cleanup.abandon_recording(recording, documents, intents)
                 raise
             except BaseException as exc:
                 # Telegram has them but the database does not: they must not stay.
-                for document, intent, _ in copies:
-                    self._gc.enqueue_document(document, reason="failed_upload")
-                    await self._resolve_intent(intent)
+                await self._cleanup.ledger(documents, intents)
                 if isinstance(exc, InstanceGone):
                     log.error("chunk_refused_instance_taken_for_dead", owner=exc.owner)
                     raise InstanceFenced(retry_after=FENCED_RETRY_AFTER) from None
@@ -406,7 +405,7 @@ class ChunkWriter:
         salt, body = None, None
         if keys is not None:
             salt, body = self.encryption.seal_copy(keys.data_key, contiguous(data))
-        intent = await self._open_intent()
+        intent = await self._intents.open()
         try:
             document = await self._dispatcher.send_document(
                 data if body is None else body,
@@ -418,24 +417,12 @@ class ChunkWriter:
         except BaseException:
             # No chunk row will hold whatever Telegram posted: an orphan for
             # the dispatcher's on_orphan or for reconciliation to delete.
-            await self._resolve_intent(intent)
+            await self._cleanup.resolve_intent(intent)
             raise
         finally:
             if body is not None:
                 body.close()  # drops its hold on the chunk at once
         return document, intent, salt
-
-    async def _forget_copies(
-        self, sends: Sequence[asyncio.Future[tuple[StoredDocument, int | None, bytes | None]]]
-    ) -> None:
-        """The chunk failed: the copies that were stored go to the GC."""
-        await asyncio.gather(*sends, return_exceptions=True)
-        for send in sends:
-            if send.cancelled() or send.exception() is not None:
-                continue
-            document, intent, _ = send.result()
-            self._gc.enqueue_document(document, reason="failed_upload")
-            await self._resolve_intent(intent)
 
     async def _record(
         self,
@@ -471,74 +458,9 @@ class ChunkWriter:
             self._watermarks_known.update(document.chat_id for document in documents)
         return chunk.id
 
-    async def _abandon_recording(
-        self,
-        recording: asyncio.Future[int],
-        documents: list[StoredDocument],
-        intents: list[int | None],
-    ) -> None:
-        """The upload was cancelled while its chunk was being recorded: let the
-        recording end, then release the chunk (or ledger its copies' messages)."""
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(recording)
-        if recording.done() and not recording.cancelled() and recording.exception() is None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self._detach(
-                        self._gc.release_chunks([recording.result()], reason="failed_upload")
-                    )
-                )
-            return
-        for document, intent in zip(documents, intents, strict=True):
-            self._gc.enqueue_document(document, reason="failed_upload")
-            await self._resolve_intent(intent)
-
-    async def _open_intent(self) -> int | None:
-        """Record the send about to start (None: no owner, as in some tests)."""
-        if self._owner is None:
-            return None
-        async with session_scope(self._sessionmaker) as session:
-            # The dispatcher picks the chat at the attempt.
-            return await IntentRepository(session).open(self._owner, ANY_CHAT)
-
-    async def _resolve_intent(self, intent: int | None) -> None:
-        """After a failed send. If the database refuses, the periodic sweep
-        drops the intent once no upload that old runs any more."""
-        if intent is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.shield(self._detach(self._resolve(intent)))
-
-    def _detach(self, work: Awaitable[T]) -> asyncio.Future[T]:
-        """Run `work` to its end even if its caller is cancelled (shield the
-        result), and let `settle` wait for it."""
-        future = asyncio.ensure_future(work)
-        self._detached.add(future)
-        future.add_done_callback(self._detached.discard)
-        return future
-
     async def settle(self) -> None:
         """Wait for the clean-up that outlived cancelled writes."""
-        while self._detached:
-            await asyncio.gather(*list(self._detached), return_exceptions=True)
-
-    async def _resolve(self, intent: int) -> None:
-        async with session_scope(self._sessionmaker) as session:
-            await IntentRepository(session).resolve(intent)
-
-    async def _abandon(self, tasks: list[asyncio.Task[PieceSpec]]) -> None:
-        """Cancel chunks still in flight and release the stored ones to GC."""
-        for task in tasks:
-            task.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        stored = [r.chunk_id for r in results if isinstance(r, PieceSpec)]
-        if stored:
-            # Shielded: this runs while the caller is being cancelled.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self._detach(self._gc.release_chunks(stored, reason="failed_upload"))
-                )
-            log.info("upload_abandoned", chunks_released=len(stored))
+        await self._cleanup.settle()
 
 
 def _raise_first_failure(tasks: list[asyncio.Task[PieceSpec]]) -> None:
