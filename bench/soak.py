@@ -59,6 +59,8 @@ import soak_setup
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 from common import (
+    Broken,
+    GiB,
     SimulatorProcess,
     cpu_seconds,
     extract,
@@ -349,7 +351,9 @@ class MinuteRss:
     peak: float  # MiB
 
 
-async def soak(svc: Service, args: argparse.Namespace) -> tuple[Tally, list[MinuteRss], float]:
+async def soak(
+    svc: Service, sim: SimulatorProcess, args: argparse.Namespace
+) -> tuple[Tally, list[MinuteRss], float]:
     tally, pool = Tally(), Pool()
     stop = time.monotonic() + args.minutes * 60
     rss: list[MinuteRss] = []
@@ -364,6 +368,7 @@ async def soak(svc: Service, args: argparse.Namespace) -> tuple[Tally, list[Minu
                 readings = []
                 for _ in range(60):
                     await asyncio.sleep(1.0)
+                    _require_simulator(sim, len(rss) + 1, tally)
                     readings.append(rss_bytes(svc.pid) / MiB)
                 rss.append(MinuteRss(sum(readings) / len(readings), max(readings)))
                 print(
@@ -388,6 +393,23 @@ async def soak(svc: Service, args: argparse.Namespace) -> tuple[Tally, list[Minu
         await asyncio.gather(*tasks)
         cpu = cpu_seconds(svc.pid) - cpu_before
     return tally, rss, cpu
+
+
+def _require_simulator(sim: SimulatorProcess, minute: int, tally: Tally) -> None:
+    """A run whose Telegram died measures a service with nowhere to send
+    (its spool filling): it stops there, loudly. The simulator holds every
+    file it was sent in memory, deleted ones too, and the kernel's OOM
+    killer takes it first: at a quiet machine's pace (about 0.5 GiB a
+    minute, each chunk twice with --replicas 2) a 24 GB machine is full
+    after about 20 minutes (2026-12-07). Fewer --uploaders and --s3-clients
+    keep a longer run within memory."""
+    code = sim.process.poll()
+    if code is not None:
+        raise Broken(
+            f"the simulator exited ({code}) in minute {minute}, after "
+            f"{tally.uploaded_bytes / GiB:.1f} GiB uploaded: its memory holds every file "
+            "sent; run fewer --uploaders/--s3-clients or fewer --minutes"
+        )
 
 
 def _create_bucket(url: str) -> None:
@@ -457,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{soak_setup.describe(args)}, load average {os.getloadavg()[0]:.1f}",
                 file=sys.stderr,
             )
-            tally, rss, cpu = asyncio.run(soak(svc, args))
+            tally, rss, cpu = asyncio.run(soak(svc, sim, args))
             load = os.getloadavg()
             sim.configure(fault_5xx_rate=0.0, fault_429_rate=0.0, fault_drop_rate=0.0)
             stored, referenced, backlog = drain(svc, sim, args.drain_seconds)
