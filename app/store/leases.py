@@ -259,9 +259,7 @@ class BotLeases:
         backlogs[self.instance_id] = backlog
         self.fleet_size = len(backlogs)
         self._dispatcher.in_fleet = len(backlogs) > 1
-        self._dispatcher.bots_expected = any(
-            r.owner not in backlogs and r.expires_at > now for r in rows
-        )
+        dead_holders = any(r.owner not in backlogs and r.expires_at > now for r in rows)
         self._dispatcher.held_elsewhere = frozenset(
             r.bot_id
             for r in rows
@@ -273,6 +271,11 @@ class BotLeases:
         self._hand_over(rows, backlogs, target, now)
         share = target.get(self.instance_id, 0)
         await self._take(rows, share, wanted, now, started)
+        # Bots come from a dead instance's leases once they expire, and then
+        # (as at start) from their first check here: a job meanwhile waits
+        # for them. Without the second, one that came between the expiry
+        # and the check failed at once ("no bot has passed its check").
+        self._dispatcher.bots_expected = dead_holders or self._first_check_under_way()
         self._short = len(self.staying()) < share
         self._settled = self._settled_after(backlogs, wanted)
 
@@ -283,6 +286,11 @@ class BotLeases:
         would find nothing. An instance that joins is seen at the next
         renewal, within `interval`, and bots are handed over to it then."""
         return len(backlogs) == 1 and set(wanted) <= self.staying()
+
+    def _first_check_under_way(self) -> bool:
+        """A bot held here is being checked, and no check of it failed yet."""
+        workers = self._dispatcher.workers
+        return any(workers[b].probing and workers[b].check_problem is None for b in self.staying())
 
     def _wanted_bots(self) -> list[int]:
         """The bots worth a lease: not rejected by their check. One that

@@ -30,7 +30,7 @@ from app.store.blocks import READABLE
 from app.store.leases import BotLeases, shares
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
-from app.telegram.errors import DispatcherClosed
+from app.telegram.errors import DispatcherClosed, NoUsableBot
 from app.telegram.simulator import SimulatorConfig, TelegramSimulator, make_tokens, run_simulator
 from app.telegram.types import StoredDocument
 from tests.running_service import eventually
@@ -356,6 +356,48 @@ async def test_bots_held_elsewhere_count_for_the_pool_but_unchecked_ones_held_he
         assert dispatcher.pool_size() == 1
     finally:
         await dispatcher.stop(grace=1)
+
+
+async def test_a_job_waits_for_bots_under_their_first_check_and_fails_once_the_checks_fail(
+    sim: TelegramSimulator, sessionmaker: Sessions
+) -> None:
+    """A restart after kill -9: the dead instance's leases expire, this one
+    takes the bots, and each is checked before it works. An upload that
+    came then failed at once, 503 "no bot has passed its check yet" (CI,
+    tests/deploy/test_tus_crash.py), where one a moment earlier waited for
+    the bots. It waits now while a first check is under way; once every
+    check failed, it is told why, as before."""
+    async with run_simulator(sim) as url:
+        async with session_scope(sessionmaker) as session:
+            await InstanceRepository(session).register("a", "test-host", 0, block_digests=READABLE)
+        clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
+        tokens = {c.bot_id: c.token.value for c in clients}
+        dispatcher = Dispatcher(clients, chat_ids=[CHAT_ID], checked=False, all_failed_pause=0.2)
+        dispatcher.require_leases()
+        await dispatcher.start()
+        leases = BotLeases(dispatcher, sessionmaker, "a", tokens, lease_seconds=LEASE)
+        try:
+            await leases.round()  # every bot taken here, none checked yet
+            assert dispatcher.probing_bots() == sim.bot_ids
+            waiting = asyncio.ensure_future(dispatcher.send_document(b"x", "x.bin"))
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # before the fix: NoUsableBot at once
+
+            for bot_id in sim.bot_ids:
+                dispatcher.note_check_problem(bot_id, "getMe: 401 Unauthorized")
+            await leases.round()
+            with pytest.raises(NoUsableBot, match="401 Unauthorized"):
+                async with asyncio.timeout(5):
+                    await waiting
+
+            # A check passes: the bot works.
+            dispatcher.admit(sim.bot_ids[0])
+            async with asyncio.timeout(10):
+                document = await dispatcher.send_document(b"x", "y.bin")
+            assert document.bot_id == sim.bot_ids[0]
+        finally:
+            await dispatcher.stop(grace=1)
+            await leases.stop()
 
 
 async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
