@@ -159,6 +159,8 @@ class BotLeases:
         self._last_need = 0
         # Whether this instance held fewer bots than its share after its round.
         self._short = False
+        # Bots a dead instance held, until their first check here ended.
+        self._inherited: set[int] = set()
         # Whether it was alone and held every bot it wants (`_settled_after`).
         self._settled = False
         # Live instances (this one included) at the last round: /metrics.
@@ -259,7 +261,8 @@ class BotLeases:
         backlogs[self.instance_id] = backlog
         self.fleet_size = len(backlogs)
         self._dispatcher.in_fleet = len(backlogs) > 1
-        dead_holders = any(r.owner not in backlogs and r.expires_at > now for r in rows)
+        of_the_dead = {r.bot_id for r in rows if r.owner not in backlogs and r.expires_at > now}
+        self._inherited |= of_the_dead
         self._dispatcher.held_elsewhere = frozenset(
             r.bot_id
             for r in rows
@@ -271,11 +274,11 @@ class BotLeases:
         self._hand_over(rows, backlogs, target, now)
         share = target.get(self.instance_id, 0)
         await self._take(rows, share, wanted, now, started)
-        # Bots come from a dead instance's leases once they expire, and then
-        # (as at start) from their first check here: a job meanwhile waits
-        # for them. Without the second, one that came between the expiry
-        # and the check failed at once ("no bot has passed its check").
-        self._dispatcher.bots_expected = dead_holders or self._first_check_under_way()
+        # A dead instance's bots come once its leases expire and, taken
+        # here, once their first check passes: a job meanwhile waits for
+        # them. (Without the second, one that came between the expiry and
+        # the check failed at once: "no bot has passed its check yet".)
+        self._dispatcher.bots_expected = bool(of_the_dead) or self._inherited_under_check()
         self._short = len(self.staying()) < share
         self._settled = self._settled_after(backlogs, wanted)
 
@@ -287,10 +290,17 @@ class BotLeases:
         renewal, within `interval`, and bots are handed over to it then."""
         return len(backlogs) == 1 and set(wanted) <= self.staying()
 
-    def _first_check_under_way(self) -> bool:
-        """A bot held here is being checked, and no check of it failed yet."""
+    def _inherited_under_check(self) -> bool:
+        """Whether a bot a dead instance held is here, under its first check
+        (none failed yet); those whose check ended are forgotten. At a fresh
+        start there are none: a job is told at once that no bot passed yet."""
         workers = self._dispatcher.workers
-        return any(workers[b].probing and workers[b].check_problem is None for b in self.staying())
+        self._inherited = {
+            b
+            for b in self._inherited
+            if b in workers and workers[b].probing and workers[b].check_problem is None
+        }
+        return bool(self._inherited & self.staying())
 
     def _wanted_bots(self) -> list[int]:
         """The bots worth a lease: not rejected by their check. One that

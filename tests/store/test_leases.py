@@ -27,7 +27,7 @@ from app.db.session import session_scope
 from app.db.spool import InstanceRepository
 from app.db.types import utcnow
 from app.store.blocks import READABLE
-from app.store.leases import BotLeases, shares
+from app.store.leases import BotLeases, shares, token_hash
 from app.telegram.client import BotClient
 from app.telegram.dispatcher import Dispatcher
 from app.telegram.errors import DispatcherClosed, NoUsableBot
@@ -358,34 +358,49 @@ async def test_bots_held_elsewhere_count_for_the_pool_but_unchecked_ones_held_he
         await dispatcher.stop(grace=1)
 
 
-async def test_a_job_waits_for_bots_under_their_first_check_and_fails_once_the_checks_fail(
+async def test_a_job_waits_for_a_dead_instances_bots_through_their_first_check_here(
     sim: TelegramSimulator, sessionmaker: Sessions
 ) -> None:
     """A restart after kill -9: the dead instance's leases expire, this one
     takes the bots, and each is checked before it works. An upload that
     came then failed at once, 503 "no bot has passed its check yet" (CI,
     tests/deploy/test_tus_crash.py), where one a moment earlier waited for
-    the bots. It waits now while a first check is under way; once every
-    check failed, it is told why, as before."""
+    the leases. It waits now while their first check is under way; once
+    every check failed, it is told why, at once, as at a fresh start
+    (tests/runtime/test_startup.py)."""
     async with run_simulator(sim) as url:
-        async with session_scope(sessionmaker) as session:
-            await InstanceRepository(session).register("a", "test-host", 0, block_digests=READABLE)
         clients = [BotClient(BotToken.parse(token), api_base=url) for token in sim.tokens]
         tokens = {c.bot_id: c.token.value for c in clients}
+        async with session_scope(sessionmaker) as session:
+            # The dead instance's leases, its row already claimed.
+            leases = LeaseRepository(session)
+            for bot_id, value in tokens.items():
+                taken = await leases.take(
+                    token_hash(value), bot_id, "dead", seconds=LEASE, cooldown_until=utcnow()
+                )
+                assert taken is not None
+            await InstanceRepository(session).register("a", "test-host", 0, block_digests=READABLE)
         dispatcher = Dispatcher(clients, chat_ids=[CHAT_ID], checked=False, all_failed_pause=0.2)
         dispatcher.require_leases()
         await dispatcher.start()
-        leases = BotLeases(dispatcher, sessionmaker, "a", tokens, lease_seconds=LEASE)
+        leases_here = BotLeases(dispatcher, sessionmaker, "a", tokens, lease_seconds=LEASE)
         try:
-            await leases.round()  # every bot taken here, none checked yet
-            assert dispatcher.probing_bots() == sim.bot_ids
+            await leases_here.round()  # the dead one's leases, not expired yet
+            assert not leases_here.held
+
+            async def all_taken() -> bool:
+                await leases_here.round()
+                return leases_here.held == set(sim.bot_ids)
+
+            await eventually(all_taken)
+            assert dispatcher.probing_bots() == sim.bot_ids  # none checked yet
             waiting = asyncio.ensure_future(dispatcher.send_document(b"x", "x.bin"))
             await asyncio.sleep(0.5)
             assert not waiting.done()  # before the fix: NoUsableBot at once
 
             for bot_id in sim.bot_ids:
                 dispatcher.note_check_problem(bot_id, "getMe: 401 Unauthorized")
-            await leases.round()
+            await leases_here.round()
             with pytest.raises(NoUsableBot, match="401 Unauthorized"):
                 async with asyncio.timeout(5):
                     await waiting
@@ -397,7 +412,7 @@ async def test_a_job_waits_for_bots_under_their_first_check_and_fails_once_the_c
             assert document.bot_id == sim.bot_ids[0]
         finally:
             await dispatcher.stop(grace=1)
-            await leases.stop()
+            await leases_here.stop()
 
 
 async def test_a_hand_over_waits_for_the_running_call_and_the_rounds_go_on(
