@@ -21,6 +21,7 @@ from app.store.gc import GarbageCollector
 from app.store.send_intents import SendIntents
 from app.telegram.types import StoredDocument
 
+# The writer's logger: its events keep the name they always had.
 log = structlog.get_logger("app.store.writer")
 T = TypeVar("T")
 

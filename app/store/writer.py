@@ -113,7 +113,6 @@ class ChunkWriter:
         self._epoch = 0
         self._on_bytes = on_bytes
         self._sessionmaker = sessionmaker
-        self._gc = gc
         self.buffers = buffers
         self.chunk_size = chunk_size
         self.inline_threshold = inline_threshold
