@@ -77,7 +77,7 @@ class _Cursor(AsyncAdapt_aiosqlite_cursor):
 
 
 class _Connection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ("turns", "__weakref__")
+    __slots__ = ("__weakref__", "turns")
 
     _cursor_cls = _Cursor
     turns: WriteTurns
