@@ -195,14 +195,19 @@ class Journal:
             async with session_scope(self._sessionmaker) as session:
                 pending = await journal.pending(session, limit)
                 pinned = await journal.pinned_snapshot(session)
-                if pending.ids and pinned is None:
-                    # No snapshot to chain onto: the first one holds all of
-                    # it, and is taken now rather than an interval after the
-                    # start (a new install would have no RPO until then).
-                    await journal.forget(session, pending.ids)
-                    self._snapshots.loop.wake()
-                    return BatchResult(len(pending.ids), 0, None, len(pending.ids) == limit)
                 previous = await journal.batch_details(session, pinned[0]) if pinned else []
+            if pending.ids and pinned is None:
+                # No snapshot to chain onto: the first one holds all of it,
+                # and is taken now rather than an interval after the start
+                # (a new install would have no RPO until then). The rows go
+                # in a transaction of their own: on SQLite one that has read
+                # may not write once an upload has written since ("database
+                # is locked" at once), and uploads write journal rows all
+                # the time. The journal's lease keeps these rows ours.
+                async with session_scope(self._sessionmaker) as session:
+                    await journal.forget(session, pending.ids)
+                self._snapshots.loop.wake()
+                return BatchResult(len(pending.ids), 0, None, len(pending.ids) == limit)
             if not pending.ids or pinned is None:
                 return BatchResult(0, 0, None, False)
             taken_at, manifests = pinned

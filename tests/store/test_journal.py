@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.cli.demo import create_api_key
+from app.db import journal as journal_module
 from app.db import snapshots
 from app.store.channel_audit import audit_channel
 from app.store.journal import Journal, pointer, read_batch
@@ -217,6 +218,29 @@ async def test_changes_with_no_snapshot_to_chain_onto_bring_the_first_snapshot_f
     # The pin comes before the snapshot's bookkeeping ends (`last` is set then).
     await eventually(lambda: services.snapshots.last is not None)
     assert services.snapshots.last is not None and services.snapshots.last.counts["objects"] == 1
+
+
+async def test_a_round_with_no_snapshot_yet_forgets_its_rows_beside_an_upload(
+    launcher: ServiceLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload commits while the round looks for a snapshot to chain onto.
+    On SQLite the round's transaction had read, so its delete of the rows
+    failed ("database is locked") and the round with it."""
+    service = await launcher.start(**ON_DEMAND)
+    await put_file(service, "first.txt", b"before any snapshot")
+    find_pinned = journal_module.pinned_snapshot
+
+    async def pinned_while_an_upload_commits(session: object) -> object:
+        found = await find_pinned(session)  # type: ignore[arg-type]
+        await put_file(service, "beside.txt", b"an upload meanwhile")
+        return found
+
+    monkeypatch.setattr(journal_module, "pinned_snapshot", pinned_while_an_upload_commits)
+
+    shipped = await journal_of(service).ship()
+
+    assert shipped.messages == 0
+    assert shipped.shipped_rows > 0  # the first upload's rows, forgotten: the snapshot holds them
 
 
 async def test_an_instance_with_the_journal_off_deletes_only_rows_nobody_shipped_for_an_hour(
