@@ -206,11 +206,22 @@ class TrashRepository:
         )
         return trashed.row._replace(**back)
 
+    async def any_expired(self, now: datetime | None = None) -> bool:
+        """Whether an object's time in the trash is over. Most GC rounds find
+        none, and ask in a read-only transaction first: `expire` takes
+        SQLite's write lock."""
+        found = await self._session.scalar(
+            select(TrashEntry.id).where(TrashEntry.expires_at <= (now or utcnow())).limit(1)
+        )
+        return found is not None
+
     async def expire(self, limit: int, now: datetime | None = None) -> tuple[int, int]:
         """Delete up to `limit` expired objects for good, releasing their
         chunks to the GC ledger (those no other object uses); returns how
         many objects and chunks went. Several instances share the work:
-        each skips the entries another has locked."""
+        each skips the entries another has locked. Call it first in its
+        transaction: on SQLite it takes the write lock before it reads (a
+        transaction that read may not write once another has written)."""
         now = now or utcnow()
         due = (
             select(TrashEntry.object_id)
@@ -218,9 +229,6 @@ class TrashRepository:
             .order_by(TrashEntry.expires_at, TrashEntry.id)
             .limit(limit)
         )
-        # Most rounds find nothing due: they must not take SQLite's write lock.
-        if await self._session.scalar(due.limit(1)) is None:
-            return 0, 0
         await lock_database_for_write(self._session)
         object_ids = builtins.list(
             await self._session.scalars(due.with_for_update(skip_locked=True))

@@ -205,6 +205,9 @@ class GarbageCollector:
         chunks' messages join the ledger (those no live object shares).
         Returns how many objects went."""
         async with session_scope(self._sessionmaker) as session:
+            if not await TrashRepository(session).any_expired():
+                return 0
+        async with session_scope(self._sessionmaker) as session:
             objects, chunks = await TrashRepository(session).expire(self._batch)
         if objects:
             log.info("trash_expired", objects=objects, chunks_released=chunks)

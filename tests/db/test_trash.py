@@ -99,11 +99,15 @@ async def test_expiry_releases_only_the_chunks_no_live_object_uses(sessionmaker:
         await repo.put(spec("b", whole_chunks([shared]), bucket=NATIVE))
         await repo.delete(NATIVE, "a")
 
+    later = utcnow() + timedelta(minutes=2)
     async with session_scope(sessionmaker) as session:
         # Not yet due.
+        assert not await TrashRepository(session).any_expired()
         assert await TrashRepository(session).expire(10) == (0, 0)
     async with session_scope(sessionmaker) as session:
-        expired = await TrashRepository(session).expire(10, now=utcnow() + timedelta(minutes=2))
+        assert await TrashRepository(session).any_expired(now=later)
+    async with session_scope(sessionmaker) as session:
+        expired = await TrashRepository(session).expire(10, now=later)
 
     assert expired == (1, 1)
     async with session_scope(sessionmaker) as session:
@@ -113,3 +117,28 @@ async def test_expiry_releases_only_the_chunks_no_live_object_uses(sessionmaker:
         assert await ObjectRepository(session).get(NATIVE, "b") is not None
     assert left == {shared.id}
     assert ledger == [alone.message_id]
+
+
+async def test_expiry_beside_a_writer_that_commits_as_it_begins(
+    sessionmaker: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another upload commits just as the GC's expiry begins. On SQLite the
+    expiry read before it took the write lock, and then could not take it
+    ("database is locked"): it takes it first now."""
+    trash.configure(sessionmaker, 60)
+    [chunk] = await add_chunks(sessionmaker, [10])
+    async with session_scope(sessionmaker) as session:
+        await ObjectRepository(session).put(spec("gone", whole_chunks([chunk]), bucket=NATIVE))
+        await ObjectRepository(session).delete(NATIVE, "gone")
+    take_lock = trash.lock_database_for_write
+
+    async def lock_after_another_commit(session: AsyncSession) -> None:
+        async with session_scope(sessionmaker) as other:
+            await ObjectRepository(other).put(spec("beside", [], bucket=NATIVE))
+        await take_lock(session)
+
+    monkeypatch.setattr(trash, "lock_database_for_write", lock_after_another_commit)
+    async with session_scope(sessionmaker) as session:
+        expired = await TrashRepository(session).expire(10, now=utcnow() + timedelta(minutes=2))
+
+    assert expired == (1, 1)
