@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, delete, insert, select, update
+from sqlalchemy import ColumnElement, Select, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import defer
 
@@ -211,7 +211,7 @@ class TrashRepository:
         none, and ask in a read-only transaction first: `expire` takes
         SQLite's write lock."""
         found = await self._session.scalar(
-            select(TrashEntry.id).where(TrashEntry.expires_at <= (now or utcnow())).limit(1)
+            select(TrashEntry.id).where(self._due(now or utcnow())).limit(1)
         )
         return found is not None
 
@@ -225,7 +225,7 @@ class TrashRepository:
         now = now or utcnow()
         due = (
             select(TrashEntry.object_id)
-            .where(TrashEntry.expires_at <= now)
+            .where(self._due(now))
             .order_by(TrashEntry.expires_at, TrashEntry.id)
             .limit(limit)
         )
@@ -252,6 +252,11 @@ class TrashRepository:
             )
         released = await ChunkRepository(self._session).release(chunk_ids, "deleted")
         return len(object_ids), released
+
+    @staticmethod
+    def _due(now: datetime) -> ColumnElement[bool]:
+        """The entries whose time in the trash is over at `now`."""
+        return TrashEntry.expires_at <= now
 
     @staticmethod
     def _query(now: datetime) -> Select[TrashEntry, StoredObject]:
