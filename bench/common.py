@@ -321,6 +321,14 @@ class SimulatorProcess:
         stats: dict[str, Any] = json.loads(body)
         return stats
 
+    def messages(self) -> dict[int, list[int]]:
+        """The ids of the messages each chat still has (/_sim/messages)."""
+        status, body = http_request(f"{self.url}/_sim/messages")
+        if status != 200:
+            raise Broken(f"the simulator's /_sim/messages answered {status}")
+        chats: dict[str, list[int]] = json.loads(body)["chats"]
+        return {int(chat): ids for chat, ids in chats.items()}
+
     def reset_stats(self) -> None:
         """Zero the counters, so that the next reading covers one phase only."""
         status, body = http_request(f"{self.url}/_sim/reset-stats", method="POST", body={})

@@ -45,6 +45,7 @@ import contextlib
 import io
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -423,11 +424,12 @@ def _create_bucket(url: str) -> None:
 
 
 def drain(svc: Service, sim: SimulatorProcess, limit: float) -> tuple[int, int, int]:
-    """Wait until the GC has nothing left (or `limit` s); then (stored messages,
-    referenced chunks, backlog)."""
-    deadline = time.monotonic() + limit
-    while soak_setup.garbage_backlog(svc.database) and time.monotonic() < deadline:
+    """Wait until the GC has nothing left, reconciliations included (or
+    `limit` s); then (stored messages, referenced chunks, backlog)."""
+    started = time.monotonic()
+    while soak_setup.garbage_backlog(svc.database) and time.monotonic() < started + limit:
         time.sleep(1.0)
+    print(f"drained in {time.monotonic() - started:.0f} s (limit {limit:.0f} s)")
     stored = sum(int(chat["live_messages"]) for chat in sim.stats()["chats"].values())
     return (
         stored,
@@ -446,7 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uploaders", type=int, default=4)
     parser.add_argument("--readers", type=int, default=4)
     parser.add_argument("--s3-clients", type=int, default=2)
-    parser.add_argument("--drain-seconds", type=float, default=180)
+    # A chat marked for reconciliation in the last minute is cleared by a
+    # round at least a minute later (LATE_POSTS_ALLOWANCE), at a sweep (every
+    # minute): up to three minutes, and the GC's deletions after.
+    parser.add_argument("--drain-seconds", type=float, default=300)
+    parser.add_argument(
+        "--keep", metavar="DIR", type=Path, help="copy the database and logs into DIR (new)"
+    )
     soak_setup.add_options(parser)
     args = parser.parse_args(argv)
     # The injected faults, split as the issue measured them: mostly 5xx.
@@ -484,7 +492,15 @@ def main(argv: list[str] | None = None) -> int:
             sim.configure(fault_5xx_rate=0.0, fault_429_rate=0.0, fault_drop_rate=0.0)
             stored, referenced, backlog = drain(svc, sim, args.drain_seconds)
             print(f"unreferenced messages, possible causes: {soak_setup.leftovers(svc.database)}")
+            for line in soak_setup.unreferenced(svc.database, sim.messages())[:50]:
+                print(f"  {line}")
             max_calls = soak_setup.most_calls_per_lane(sim.stats()["bots"])
+        if args.keep is not None:
+            # After the service stopped: its database is whole, its log complete.
+            shutil.copytree(
+                workdir, args.keep, ignore=shutil.ignore_patterns("spool", "baseline-code")
+            )
+            print(f"kept the database and logs in {args.keep}")
     print(f"load average at the end of the clients: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
     if args.tracemalloc is not None:
         print(soak_setup.tracemalloc_report(args.tracemalloc))
