@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -272,10 +271,26 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
 
 
 async def _empty_tables(engine: AsyncEngine) -> None:
-    # Cheaper than a database per test; this session's database is ours alone.
-    tables = ", ".join(table.name for table in Base.metadata.sorted_tables)
+    """Every table emptied and every sequence back at 1, in one round trip.
+
+    Cheaper than a database per test; this session's database is ours alone.
+    DELETE, not TRUNCATE: a test leaves a few rows, and TRUNCATE gives each of
+    the tables and their indexes new files, 75-90 ms of the server's time per
+    test against 5. The replica role keeps the journal's triggers from
+    recording the deletions (and the foreign keys from ordering them)."""
+    tables = [table.name for table in Base.metadata.sorted_tables]
+    script = "; ".join(
+        [
+            "SET LOCAL session_replication_role = replica",
+            *(f'DELETE FROM "{name}"' for name in tables),
+            "SELECT setval(c.oid, 1, false) FROM pg_class c "
+            "WHERE c.relkind = 'S' AND c.relnamespace = current_schema()::regnamespace",
+        ]
+    )
     async with engine.begin() as connection:
-        await connection.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+        raw = await connection.get_raw_connection()
+        # asyncpg runs a script without arguments in one simple-query round trip.
+        await raw.driver_connection.execute(script)  # type: ignore[union-attr]
 
 
 def empty_tables(database: Database) -> None:
