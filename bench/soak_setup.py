@@ -213,29 +213,27 @@ def database(args: argparse.Namespace, workdir: Path) -> Iterator[Database]:
         asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+# (chat_id, message_id) of the messages the service keeps: every copy of the
+# chunks that a live object or an unfinished multipart upload holds (REPLICAS
+# of them each), and its metadata snapshots' and journal batches' own
+# (`snapshot_messages`).
+REFERENCED = (
+    "SELECT chat_id, message_id FROM chunk_copies WHERE chunk_id IN "
+    "(SELECT chunk_id FROM pieces UNION SELECT chunk_id FROM part_pieces) "
+    "UNION ALL SELECT chat_id, message_id FROM snapshot_messages"
+)
+
+
 def referenced_messages(db: Database) -> int:
-    """Messages the service keeps: every copy of the chunks that a live
-    object or an unfinished multipart upload holds (REPLICAS of them each),
-    and its metadata snapshots' and journal batches' own (`snapshot_messages`)."""
-    copies = db.query(
-        "SELECT count(*) FROM chunk_copies WHERE chunk_id IN "
-        "(SELECT chunk_id FROM pieces UNION SELECT chunk_id FROM part_pieces)"
-    )
-    return copies + db.query("SELECT count(*) FROM snapshot_messages")
+    """How many messages the service keeps (`REFERENCED`)."""
+    return db.query(f"SELECT count(*) FROM ({REFERENCED}) AS referenced")
 
 
 def unreferenced(db: Database, stored: dict[int, list[int]]) -> list[str]:
     """A line for every message Telegram still has that `referenced_messages`
     does not count, with what the database still knows of it: the first
     question when the leak count is not 0."""
-    counted = {
-        (int(chat), int(message))
-        for chat, message in db.rows(
-            "SELECT chat_id, message_id FROM chunk_copies WHERE chunk_id IN "
-            "(SELECT chunk_id FROM pieces UNION SELECT chunk_id FROM part_pieces) "
-            "UNION ALL SELECT chat_id, message_id FROM snapshot_messages"
-        )
-    }
+    counted = {(int(chat), int(message)) for chat, message in db.rows(REFERENCED)}
     known: dict[tuple[int, int], str] = {}
     for chat, message, chunk, chunk_state, copy_state, created in db.rows(
         "SELECT cc.chat_id, cc.message_id, cc.chunk_id, c.state, cc.state, c.created_at "
