@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from app.cli.main import run_command, serve
+from app.cli.main import leave, run_command, serve
 from app.config.tuning import Tuning
 
 
@@ -22,4 +22,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

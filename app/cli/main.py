@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from app import __version__
 from app.cli.database import CliError, database_problems
@@ -26,6 +27,29 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 DEFAULT_SERVICE_URL = "http://127.0.0.1:4000"
 T = TypeVar("T")
+
+
+def run() -> NoReturn:
+    """The `teleuploader` program: `main`, then out (see `leave`)."""
+    leave(main())
+
+
+def leave(status: int) -> NoReturn:
+    """End the process with `status`, once a command has returned, without
+    the interpreter's teardown: its final garbage collections walk every
+    object of a thousand imported modules, 0.3 s of CPU after `migrate` and
+    0.5 s after `serve`, which a restart waits for. Nothing is left for it to
+    do: each command closes its own files, connections and threads before it
+    returns, and the output is flushed here. (A command that raises, argparse's
+    exits included, ends the usual way.)"""
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        # As Python's own exit would: output that could not be written fails the run.
+        status = status or 120
+    os._exit(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -418,4 +442,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
