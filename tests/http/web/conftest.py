@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from playwright.async_api import Browser, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -25,15 +26,20 @@ SCREENSHOT_DIR = Path(
 _shots: list[Path] = []
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chromium() -> str:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (scripts/test does)")
     return CHROMIUM
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser(chromium: str) -> AsyncIterator[Browser]:
+    """One chromium per test module (each test opens contexts of its own, as
+    a new browser profile would be): launching Playwright's driver and
+    chromium costs about 1.5 s of CPU, more than most of these tests. Its
+    tests run on the module's event loop (`pytest.mark.asyncio(loop_scope=
+    "module")`), as must every async fixture they use."""
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=chromium)
         try:

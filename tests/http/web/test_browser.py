@@ -19,11 +19,20 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from playwright.async_api import Browser, CDPSession, ConsoleMessage, Page, Request, expect
+import pytest_asyncio
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    CDPSession,
+    ConsoleMessage,
+    Page,
+    Request,
+    expect,
+)
 
 from tests.db.helpers import Database
 from tests.http.web.conftest import record_screenshot
-from tests.running_service import CHAT_ID, Service, ServiceFactory, payload
+from tests.running_service import CHAT_ID, Service, ServiceFactory, ServiceLauncher, payload
 
 ACCESS_KEY = "AKIDBROWSER"
 SECRET = "browser-test-secret-0123456789"
@@ -36,6 +45,8 @@ UPLOAD_TIMEOUT_MS = 180_000
 # The emulated uplink: 40 MiB take 5 s, several of the page's 16 MiB requests.
 UPLINK = 8 * MiB
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
 
 @pytest.fixture
 def database(sqlite_template: Path, tmp_path: Path) -> Database:
@@ -45,7 +56,16 @@ def database(sqlite_template: Path, tmp_path: Path) -> Database:
     return Database(backend="sqlite", url=url, migration_url=url)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
+async def launcher(database: Database) -> AsyncIterator[ServiceLauncher]:
+    """The services of one test (on the module's loop, with the browser; a
+    fresh SQLite database each, so no test sees another's files)."""
+    launcher = ServiceLauncher(database)
+    yield launcher
+    await launcher.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def service(start_service: ServiceFactory) -> Service:
     # 1 MiB chunks: 40 chunks for the 40 MiB file, spread over the bots.
     return await start_service(bots=3, chunk_size=MiB, max_upload_size=64 * MiB)
@@ -80,18 +100,21 @@ class PageWatch:
         self.problems.append(str(error))
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def open_page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """A page on `url`, or on the `service` fixture's service. That one is
-    started only when asked for: a test with a service of its own must not
-    have another one holding the bots it waits for."""
+    """A page on `url`, or on the `service` fixture's service, in a browser
+    context of its own (closed after the test: the browser is the module's).
+    The service is started only when asked for: a test with a service of its
+    own must not have another one holding the bots it waits for."""
     watches: list[PageWatch] = []
+    contexts: list[BrowserContext] = []
 
     async def open_page(viewport: dict[str, int] = DESKTOP, url: str | None = None) -> Page:
         if url is None:
             service: Service = request.getfixturevalue("service")
             url = service.url
         context = await browser.new_context(viewport=viewport, base_url=url, accept_downloads=True)
+        contexts.append(context)
         page = await context.new_page()
         watch = PageWatch()
         page.on("console", watch.console)
@@ -101,6 +124,8 @@ async def open_page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIt
         return page
 
     yield open_page
+    for context in contexts:
+        await context.close()
     problems = [problem for watch in watches for problem in watch.problems]
     assert not problems, f"the page logged errors: {problems}"
 

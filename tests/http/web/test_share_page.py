@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Page, Request, expect
 
 from tests.http.shares_service import (
     client,
@@ -35,29 +35,12 @@ from tests.http.shares_service import (
     shares_service,
     token_of,
 )
-from tests.http.web.conftest import CHROMIUM, record_screenshot
+from tests.http.web.conftest import record_screenshot
 from tests.http.web.test_browser import DESKTOP, PHONE, PageWatch, sign_in
 from tests.running_service import Service, eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 __all__ = ["shares_service"]
-
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (scripts/test does)")
-    return CHROMIUM
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser(chromium_path: str) -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=chromium_path)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
