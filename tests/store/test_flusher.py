@@ -204,6 +204,7 @@ async def test_a_part_adopted_by_another_instance_keeps_its_file_for_the_adopter
     await eventually(lambda: spool.used == 0)
     await flusher.stop(grace=1)
     assert (spool.root / path).exists()
+    assert spool.used == 0  # the adopter counts it now
 
     # The adopter reads it from the stalled instance's directory.
     adopter_spool = Spool(spool.root, max_bytes=10**6, instance_id="other")
